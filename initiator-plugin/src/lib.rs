@@ -1,0 +1,1 @@
+//! initiator-plugin: placeholder until its issue lands.

@@ -1,0 +1,230 @@
+//! Admission control (Haechi Definition 2). A set of reservations is admitted only if the
+//! target can serve them all (aggregate constraint, sum R_i <= T * C_G) and each host can
+//! reach its own (local constraint, R_i - N_i(t) <= (T - t) * C_L, checked at t = 0 when
+//! configuring and at every check interval while running).
+
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::config::{DomainConfig, HostBudgets};
+use crate::cost::{Amount, Resource};
+use crate::time::{Nanos, mul_div};
+
+/// One failed constraint, in per-second figures as the operator configured them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "constraint", rename_all = "snake_case")]
+pub enum Violation {
+    Aggregate {
+        resource: Resource,
+        reserved_per_sec: u64,
+        capacity_per_sec: u64,
+    },
+    Local {
+        host: String,
+        resource: Resource,
+        reservation_per_sec: u64,
+        per_host_max_per_sec: u64,
+    },
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Violation::Aggregate {
+                resource,
+                reserved_per_sec,
+                capacity_per_sec,
+            } => write!(
+                f,
+                "the reservations add up to {} which exceeds the target capacity C_G = {}; lower a reservation or raise the capacity",
+                show(*resource, *reserved_per_sec),
+                show(*resource, *capacity_per_sec)
+            ),
+            Violation::Local {
+                host,
+                resource,
+                reservation_per_sec,
+                per_host_max_per_sec,
+            } => write!(
+                f,
+                "reservation {} for host {host} exceeds the per-host capacity C_L = {}",
+                show(*resource, *reservation_per_sec),
+                show(*resource, *per_host_max_per_sec)
+            ),
+        }
+    }
+}
+
+fn show(r: Resource, per_sec: u64) -> String {
+    match r {
+        Resource::Ops => format!("{per_sec} IOPS"),
+        Resource::Bytes => format!("{} MiB/s", per_sec / crate::config::MIB),
+    }
+}
+
+/// The reservations do not fit; every failed constraint is listed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("admission refused: {}", .violations.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("; "))]
+pub struct AdmissionError {
+    pub violations: Vec<Violation>,
+}
+
+/// What an admitted configuration uses, for `qos-lab check` and the stats RPC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AdmissionReport {
+    /// Sum of hard reservations per period.
+    pub reserved: Amount,
+    /// Capacity per period.
+    pub capacity: Amount,
+    /// Capacity left for the global pool per period.
+    pub unreserved: Amount,
+}
+
+fn per_second(domain: &DomainConfig, per_period: u64) -> u64 {
+    mul_div(per_period, Nanos::from_secs(1).0, domain.period.0)
+}
+
+/// Checks the aggregate and the local constraint at the start of a period.
+pub fn check_admission<'a>(
+    domain: &DomainConfig,
+    hosts: impl IntoIterator<Item = (&'a str, &'a HostBudgets)>,
+) -> Result<AdmissionReport, AdmissionError> {
+    let capacity = domain.capacity_per_period();
+    let local_max = domain.per_host_max_per_period();
+    let mut reserved = Amount::ZERO;
+    let mut violations = Vec::new();
+    for (nqn, b) in hosts {
+        let r = b.reservation_total();
+        for res in Resource::ALL {
+            if r.get(res) > local_max.get(res) {
+                violations.push(Violation::Local {
+                    host: nqn.to_string(),
+                    resource: res,
+                    reservation_per_sec: per_second(domain, r.get(res)),
+                    per_host_max_per_sec: per_second(domain, local_max.get(res)),
+                });
+            }
+        }
+        reserved = reserved.saturating_add(r);
+    }
+    for res in Resource::ALL {
+        if reserved.get(res) > capacity.get(res) {
+            violations.push(Violation::Aggregate {
+                resource: res,
+                reserved_per_sec: per_second(domain, reserved.get(res)),
+                capacity_per_sec: per_second(domain, capacity.get(res)),
+            });
+        }
+    }
+    if violations.is_empty() {
+        Ok(AdmissionReport {
+            reserved,
+            capacity,
+            unreserved: capacity.saturating_sub(reserved),
+        })
+    } else {
+        Err(AdmissionError { violations })
+    }
+}
+
+/// The local constraint at time `elapsed` into a period: can a host that still has
+/// `residual` reservation to serve get it done at the per-host maximum rate in the time
+/// left? Returns the shortfall (0 when it can).
+pub fn local_shortfall(
+    domain: &DomainConfig,
+    residual: u64,
+    resource: Resource,
+    elapsed: Nanos,
+) -> u64 {
+    let left = domain.period.saturating_sub(elapsed);
+    let reachable = mul_div(
+        domain.per_host_max_per_period().get(resource),
+        left.0,
+        domain.period.0,
+    );
+    residual.saturating_sub(reachable)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Capacity, HostConfig, Rate};
+
+    /// Haechi Example 2: C_G = 100 IOPS, C_L = 50 IOPS, R_1 = 40, R_2..5 = 10.
+    fn example2() -> (DomainConfig, Vec<(String, HostBudgets)>) {
+        let d = DomainConfig {
+            capacity: Capacity {
+                iops: 100,
+                ..Capacity::default()
+            },
+            per_host_max: Rate::iops(50),
+            ..DomainConfig::default()
+        };
+        let hosts = [40, 10, 10, 10, 10]
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let nqn = format!("nqn.example2:c{}", i + 1);
+                let b = HostConfig::new(&nqn)
+                    .with_reservation(Rate::iops(*r))
+                    .budgets(&d)
+                    .unwrap();
+                (nqn, b)
+            })
+            .collect();
+        (d, hosts)
+    }
+
+    #[test]
+    fn haechi_example_2_is_admitted_at_t0() {
+        let (d, hosts) = example2();
+        let rep = check_admission(&d, hosts.iter().map(|(n, b)| (n.as_str(), b))).unwrap();
+        assert_eq!(rep.reserved.ops, 80);
+        assert_eq!(rep.unreserved.ops, 20);
+    }
+
+    #[test]
+    fn haechi_example_2_local_constraint_fails_at_half_period() {
+        // All five send a burst of R_i at t = 0 and share C_G equally: N_i(0.5) = 10.
+        // Client 1 still needs 30, but at C_L = 50 IOPS only 25 fit in 0.5 s.
+        let (d, _) = example2();
+        let half = Nanos::from_millis(500);
+        assert_eq!(local_shortfall(&d, 40 - 10, Resource::Ops, half), 5);
+        for _ in 2..=5 {
+            assert_eq!(local_shortfall(&d, 10 - 10, Resource::Ops, half), 0);
+        }
+    }
+
+    #[test]
+    fn aggregate_and_local_violations_are_all_listed_with_numbers() {
+        let d = DomainConfig {
+            capacity: Capacity {
+                iops: 1_570_000,
+                ..Capacity::default()
+            },
+            per_host_max: Rate::iops(400_000),
+            ..DomainConfig::default()
+        };
+        let a = HostConfig::new("nqn.a")
+            .with_reservation(Rate::iops(500_000))
+            .budgets(&d)
+            .unwrap();
+        let b = HostConfig::new("nqn.b")
+            .with_reservation(Rate::iops(1_100_000))
+            .budgets(&d)
+            .unwrap();
+        let e = check_admission(&d, [("nqn.a", &a), ("nqn.b", &b)]).unwrap_err();
+        assert_eq!(e.violations.len(), 3);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("reservation 500000 IOPS for host nqn.a exceeds the per-host capacity C_L = 400000 IOPS"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(
+                "add up to 1600000 IOPS which exceeds the target capacity C_G = 1570000 IOPS"
+            ),
+            "{msg}"
+        );
+    }
+}

@@ -1,0 +1,854 @@
+//! Configuration of a QoS domain (one target's capacity shared by its hosts) and of each
+//! host, with validation. Validation turns user-facing rates (IOPS, MiB/s, per second)
+//! into per-period budgets in cost units ([`crate::Amount`]); every refusal is a typed
+//! error that names the field, the value and the bound.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::cost::{Amount, CostModel, Direction, Resource, WEIGHT_ONE};
+use crate::time::{Nanos, mul_div};
+
+pub const MIB: u64 = 1 << 20;
+/// NVMe limits an NQN to 223 bytes.
+pub const MAX_NQN_LEN: usize = 223;
+pub const MIN_PERIOD: Nanos = Nanos::from_millis(10);
+pub const MAX_PERIOD: Nanos = Nanos::from_secs(60);
+pub const MIN_CHECK_INTERVAL: Nanos = Nanos::from_micros(10);
+pub const MAX_WEIGHT: u32 = 1000;
+
+/// A rate in IOPS and MiB/s, each optional. Budgets that name neither leave that
+/// resource unconstrained (for a limit) or unguaranteed (for a reservation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Rate {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iops: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mibps: Option<u64>,
+}
+
+impl Rate {
+    pub const NONE: Rate = Rate {
+        iops: None,
+        mibps: None,
+    };
+    pub const fn iops(iops: u64) -> Self {
+        Rate {
+            iops: Some(iops),
+            mibps: None,
+        }
+    }
+    pub const fn mibps(mibps: u64) -> Self {
+        Rate {
+            iops: None,
+            mibps: Some(mibps),
+        }
+    }
+    pub fn is_none(&self) -> bool {
+        self.iops.is_none() && self.mibps.is_none()
+    }
+    fn get(&self, r: Resource) -> Option<u64> {
+        match r {
+            Resource::Ops => self.iops,
+            Resource::Bytes => self.mibps,
+        }
+    }
+    /// Per-second amount in cost units (bytes for MiB/s).
+    fn per_second(&self, r: Resource) -> Option<u64> {
+        self.get(r).map(|v| {
+            if r == Resource::Bytes {
+                v.saturating_mul(MIB)
+            } else {
+                v
+            }
+        })
+    }
+}
+
+/// A budget for reads and writes together (`total`) and/or apart (`read`, `write`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateSet {
+    #[serde(skip_serializing_if = "Rate::is_none")]
+    pub total: Rate,
+    #[serde(skip_serializing_if = "Rate::is_none")]
+    pub read: Rate,
+    #[serde(skip_serializing_if = "Rate::is_none")]
+    pub write: Rate,
+}
+
+impl RateSet {
+    pub const NONE: RateSet = RateSet {
+        total: Rate::NONE,
+        read: Rate::NONE,
+        write: Rate::NONE,
+    };
+    pub const fn total(rate: Rate) -> Self {
+        RateSet {
+            total: rate,
+            read: Rate::NONE,
+            write: Rate::NONE,
+        }
+    }
+    pub fn is_none(&self) -> bool {
+        self.total.is_none() && self.read.is_none() && self.write.is_none()
+    }
+    fn class(&self, c: BudgetClass) -> &Rate {
+        match c {
+            BudgetClass::Total => &self.total,
+            BudgetClass::Read => &self.read,
+            BudgetClass::Write => &self.write,
+        }
+    }
+}
+
+/// Which I/O a budget counts: all of it, or one direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetClass {
+    Total = 0,
+    Read = 1,
+    Write = 2,
+}
+
+impl BudgetClass {
+    pub const ALL: [BudgetClass; 3] = [BudgetClass::Total, BudgetClass::Read, BudgetClass::Write];
+    pub const fn of(d: Direction) -> BudgetClass {
+        match d {
+            Direction::Read => BudgetClass::Read,
+            Direction::Write => BudgetClass::Write,
+        }
+    }
+    pub const fn name(self) -> &'static str {
+        match self {
+            BudgetClass::Total => "total",
+            BudgetClass::Read => "read",
+            BudgetClass::Write => "write",
+        }
+    }
+}
+
+/// Priority classes for soft guarantees (seed 002): when capacity beyond the hard
+/// reservations is scarce, soft reservations of a higher class are granted first.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum PriorityClass {
+    Low,
+    #[default]
+    Medium,
+    High,
+    Urgent,
+}
+
+/// Estimated capacity of the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Capacity {
+    /// Profiled saturated throughput C_G in IOPS (Haechi's Omega_prof).
+    pub iops: u64,
+    /// Standard deviation of the profiled IOPS; the estimator never goes below
+    /// `iops - 3 * iops_stddev`.
+    pub iops_stddev: u64,
+    /// Profiled bandwidth in MiB/s; `None` leaves bytes unconstrained at the target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mibps: Option<u64>,
+    pub mibps_stddev: u64,
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Capacity {
+            iops: 1_570_000,
+            iops_stddev: 0,
+            mibps: None,
+            mibps_stddev: 0,
+        }
+    }
+}
+
+/// How many global tokens one acquisition takes (Haechi's batch B).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum BatchSize {
+    /// `capacity per period / 1024`, clamped to 1..=1000 operations (Haechi's 1000 at
+    /// its 1.57 M IOPS), and to 4 KiB..=256 MiB for bytes. Small periods and small
+    /// capacities then get small batches, so few tokens sit in caches.
+    #[default]
+    Auto,
+    Fixed {
+        ops: u64,
+        bytes: u64,
+    },
+}
+
+/// Haechi's Algorithm 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EstimatorConfig {
+    pub enabled: bool,
+    /// Increment eta added to the estimate when a period used all its tokens, in
+    /// thousandths of the profiled capacity. Default 10 (1%).
+    pub increment_milli: u64,
+    /// History window M (periods). Default 8.
+    pub history: usize,
+    /// A period counts as "all tokens used" when completed work is within this many
+    /// thousandths of the estimate. Default 5 (0.5%): batches cached at the end of a
+    /// period make exact equality rare.
+    pub saturation_tolerance_milli: u64,
+    /// Periods in a row a host may use less than its reservation before it is flagged
+    /// (and loses soft grants). Default 3.
+    pub underuse_periods: u32,
+}
+
+impl Default for EstimatorConfig {
+    fn default() -> Self {
+        EstimatorConfig {
+            enabled: true,
+            increment_milli: 10,
+            history: 8,
+            saturation_tolerance_milli: 5,
+            underuse_periods: 3,
+        }
+    }
+}
+
+/// Token conversion on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenMode {
+    /// Haechi: unused reservation is converted into global tokens at each check interval.
+    #[default]
+    Haechi,
+    /// "Basic Haechi": no conversion, unused reservation is wasted. For comparison.
+    Basic,
+}
+
+/// Everything about one QoS domain except its hosts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DomainConfig {
+    /// QoS period T. Default 1 s; 10 ms ..= 60 s.
+    pub period: Nanos,
+    /// Monitor check interval. Default 1 ms; 10 us ..= period / 4.
+    pub check_interval: Nanos,
+    pub capacity: Capacity,
+    /// Most one host can do alone (Haechi's C_L); `None` entries mean "the target's".
+    pub per_host_max: Rate,
+    pub global_batch: BatchSize,
+    pub estimator: EstimatorConfig,
+    pub mode: TokenMode,
+    pub cost: CostModel,
+}
+
+impl Default for DomainConfig {
+    fn default() -> Self {
+        DomainConfig {
+            period: Nanos::from_secs(1),
+            check_interval: Nanos::from_millis(1),
+            capacity: Capacity::default(),
+            per_host_max: Rate::NONE,
+            global_batch: BatchSize::Auto,
+            estimator: EstimatorConfig::default(),
+            mode: TokenMode::Haechi,
+            cost: CostModel::default(),
+        }
+    }
+}
+
+/// One host (identified by host NQN) of a domain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    pub host_nqn: String,
+    /// Guaranteed minimum per period (hard guarantee). Reads and writes together
+    /// (`total`) or apart (`read` and `write`), not both.
+    #[serde(default, skip_serializing_if = "RateSet::is_none")]
+    pub reservation: RateSet,
+    /// Maximum per period, for any combination of total, read and write.
+    #[serde(default, skip_serializing_if = "RateSet::is_none")]
+    pub limit: RateSet,
+    /// Share of the unreserved pool relative to other hosts. 1 ..= 1000, default 1.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    #[serde(default)]
+    pub priority: PriorityClass,
+    /// Soft guarantee (seed 002): served from unreserved capacity, by priority class,
+    /// when the host keeps using it. Total only; at least the hard reservation.
+    #[serde(default, skip_serializing_if = "Rate::is_none")]
+    pub soft_reservation: Rate,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+impl HostConfig {
+    pub fn new(host_nqn: impl Into<String>) -> Self {
+        HostConfig {
+            host_nqn: host_nqn.into(),
+            reservation: RateSet::NONE,
+            limit: RateSet::NONE,
+            weight: 1,
+            priority: PriorityClass::Medium,
+            soft_reservation: Rate::NONE,
+        }
+    }
+    pub fn with_reservation(mut self, r: Rate) -> Self {
+        self.reservation = RateSet::total(r);
+        self
+    }
+    pub fn with_limit(mut self, l: Rate) -> Self {
+        self.limit = RateSet::total(l);
+        self
+    }
+}
+
+/// A refused domain or host setting.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    #[error("QoS period {got} is outside {min} ..= {max}")]
+    Period { got: Nanos, min: Nanos, max: Nanos },
+    #[error("check interval {got} must be between {min} and a quarter of the period ({max})")]
+    CheckInterval { got: Nanos, min: Nanos, max: Nanos },
+    #[error(
+        "target capacity must be at least 1 IOPS (got {0}); profile the target and give its saturated IOPS"
+    )]
+    ZeroCapacity(u64),
+    #[error(
+        "capacity standard deviation {stddev} {unit} is larger than the capacity {capacity} {unit}"
+    )]
+    Stddev {
+        stddev: u64,
+        capacity: u64,
+        unit: &'static str,
+    },
+    #[error("{what} must be at least 1 when given (got 0); omit it instead to leave it unset")]
+    ZeroRate { what: String },
+    #[error("global batch must be at least 1 operation and 1 byte (got {ops} ops, {bytes} bytes)")]
+    Batch { ops: u64, bytes: u64 },
+    #[error("estimator history must be 1 ..= 1000 periods (got {0})")]
+    History(usize),
+    #[error("write weight {0}/1000 is outside 1 ..= 100000")]
+    WriteWeight(u64),
+    #[error("size unit {0} bytes must be 0 (off) or at least 512")]
+    SizeUnit(u64),
+    #[error("host NQN must be 1 ..= {MAX_NQN_LEN} bytes of printable ASCII (got {0:?})")]
+    HostNqn(String),
+    #[error("host {host}: weight {weight} is outside 1 ..= {MAX_WEIGHT}")]
+    Weight { host: String, weight: u32 },
+    #[error(
+        "host {host}: give the reservation for reads and writes together (total) or apart (read and write), not both"
+    )]
+    MixedReservation { host: String },
+    #[error(
+        "host {host}: {class} reservation {reservation} {unit} exceeds its {limit_class} limit {limit} {unit}"
+    )]
+    ReservationAboveLimit {
+        host: String,
+        class: &'static str,
+        limit_class: &'static str,
+        reservation: u64,
+        limit: u64,
+        unit: &'static str,
+    },
+    #[error(
+        "host {host}: soft reservation {soft} {unit} is below its hard reservation {hard} {unit}"
+    )]
+    SoftBelowHard {
+        host: String,
+        soft: u64,
+        hard: u64,
+        unit: &'static str,
+    },
+    #[error("host {host}: soft reservation {soft} {unit} exceeds its limit {limit} {unit}")]
+    SoftAboveLimit {
+        host: String,
+        soft: u64,
+        limit: u64,
+        unit: &'static str,
+    },
+    #[error(
+        "host {host}: a MiB/s {what} needs the target's bandwidth; set the domain capacity mibps first"
+    )]
+    BandwidthWithoutCapacity { host: String, what: &'static str },
+    #[error("host {0} appears twice in the domain")]
+    DuplicateHost(String),
+}
+
+fn unit(r: Resource) -> &'static str {
+    match r {
+        Resource::Ops => "IOPS",
+        Resource::Bytes => "MiB/s",
+    }
+}
+
+impl DomainConfig {
+    /// Checks every field. Called by [`crate::Monitor::new`] and by the plugins before
+    /// they apply a change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.period < MIN_PERIOD || self.period > MAX_PERIOD {
+            return Err(ConfigError::Period {
+                got: self.period,
+                min: MIN_PERIOD,
+                max: MAX_PERIOD,
+            });
+        }
+        let max_check = Nanos(self.period.0 / 4);
+        if self.check_interval < MIN_CHECK_INTERVAL || self.check_interval > max_check {
+            return Err(ConfigError::CheckInterval {
+                got: self.check_interval,
+                min: MIN_CHECK_INTERVAL,
+                max: max_check,
+            });
+        }
+        let c = &self.capacity;
+        if c.iops == 0 {
+            return Err(ConfigError::ZeroCapacity(0));
+        }
+        if c.iops_stddev > c.iops {
+            return Err(ConfigError::Stddev {
+                stddev: c.iops_stddev,
+                capacity: c.iops,
+                unit: "IOPS",
+            });
+        }
+        if let Some(m) = c.mibps {
+            if m == 0 {
+                return Err(ConfigError::ZeroRate {
+                    what: "capacity mibps".into(),
+                });
+            }
+            if c.mibps_stddev > m {
+                return Err(ConfigError::Stddev {
+                    stddev: c.mibps_stddev,
+                    capacity: m,
+                    unit: "MiB/s",
+                });
+            }
+        }
+        for r in Resource::ALL {
+            if self.per_host_max.get(r) == Some(0) {
+                return Err(ConfigError::ZeroRate {
+                    what: format!("per-host max {}", unit(r)),
+                });
+            }
+        }
+        if let BatchSize::Fixed { ops, bytes } = self.global_batch
+            && (ops == 0 || bytes == 0)
+        {
+            return Err(ConfigError::Batch { ops, bytes });
+        }
+        if self.estimator.history == 0 || self.estimator.history > 1000 {
+            return Err(ConfigError::History(self.estimator.history));
+        }
+        if self.cost.write_weight_milli == 0 || self.cost.write_weight_milli > 100 * WEIGHT_ONE {
+            return Err(ConfigError::WriteWeight(self.cost.write_weight_milli));
+        }
+        if self.cost.size_unit != 0 && self.cost.size_unit < 512 {
+            return Err(ConfigError::SizeUnit(self.cost.size_unit));
+        }
+        Ok(())
+    }
+
+    /// Turns a per-second amount into a per-period amount.
+    pub fn per_period(&self, per_second: u64) -> u64 {
+        mul_div(per_second, self.period.0, Nanos::from_secs(1).0)
+    }
+
+    /// Capacity per period, in cost units; `u64::MAX` bytes when bandwidth is unset.
+    pub fn capacity_per_period(&self) -> Amount {
+        Amount::new(
+            self.per_period(self.capacity.iops),
+            self.capacity
+                .mibps
+                .map_or(u64::MAX, |m| self.per_period(m.saturating_mul(MIB))),
+        )
+    }
+
+    /// Per-host maximum per period (C_L times T); the target's capacity where unset.
+    pub fn per_host_max_per_period(&self) -> Amount {
+        let cap = self.capacity_per_period();
+        let mut out = cap;
+        for r in Resource::ALL {
+            if let Some(v) = self.per_host_max.per_second(r) {
+                out.set(r, self.per_period(v).min(cap.get(r)));
+            }
+        }
+        out
+    }
+
+    /// The global batch in cost units.
+    pub fn batch(&self) -> Amount {
+        match self.global_batch {
+            BatchSize::Fixed { ops, bytes } => Amount::new(ops, bytes),
+            BatchSize::Auto => {
+                let cap = self.capacity_per_period();
+                let bytes = if cap.bytes == u64::MAX {
+                    64 * MIB
+                } else {
+                    cap.bytes / 1024
+                };
+                Amount::new(
+                    (cap.ops / 1024).clamp(1, 1000),
+                    bytes.clamp(4096, 256 * MIB),
+                )
+            }
+        }
+    }
+}
+
+/// A host's validated budgets, per period, in cost units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostBudgets {
+    /// Reservation tokens per pool: with `together`, pool 0 serves every direction;
+    /// otherwise pool 0 serves reads and pool 1 writes.
+    pub reservation: [Amount; 2],
+    pub together: bool,
+    /// Per-period limit per [`BudgetClass`] and resource; `u64::MAX` is "no limit".
+    pub limit: [Amount; 3],
+    /// Soft reservation beyond the hard one, per period (total).
+    pub soft_extra: Amount,
+    pub weight: u32,
+    pub priority: PriorityClass,
+}
+
+pub const UNLIMITED: u64 = u64::MAX;
+
+impl HostBudgets {
+    /// Pool serving `dir`.
+    #[inline]
+    pub const fn pool(&self, dir: Direction) -> usize {
+        if self.together { 0 } else { dir as usize }
+    }
+    /// Hard reservation per period, all pools.
+    pub fn reservation_total(&self) -> Amount {
+        self.reservation[0].saturating_add(self.reservation[1])
+    }
+    pub fn is_limited(&self, class: BudgetClass, r: Resource) -> bool {
+        self.limit[class as usize].get(r) != UNLIMITED
+    }
+}
+
+impl HostConfig {
+    /// Validates the host against its domain and returns its per-period budgets.
+    pub fn budgets(&self, domain: &DomainConfig) -> Result<HostBudgets, ConfigError> {
+        let host = || self.host_nqn.clone();
+        if self.host_nqn.is_empty()
+            || self.host_nqn.len() > MAX_NQN_LEN
+            || !self.host_nqn.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(ConfigError::HostNqn(self.host_nqn.clone()));
+        }
+        if self.weight == 0 || self.weight > MAX_WEIGHT {
+            return Err(ConfigError::Weight {
+                host: host(),
+                weight: self.weight,
+            });
+        }
+        let res = &self.reservation;
+        let apart = !res.read.is_none() || !res.write.is_none();
+        if apart && !res.total.is_none() {
+            return Err(ConfigError::MixedReservation { host: host() });
+        }
+        let no_bw = domain.capacity.mibps.is_none();
+        for (what, set) in [("reservation", &self.reservation), ("limit", &self.limit)] {
+            for class in BudgetClass::ALL {
+                for r in Resource::ALL {
+                    if set.class(class).get(r) == Some(0) {
+                        return Err(ConfigError::ZeroRate {
+                            what: format!("host {}: {} {} {}", host(), class.name(), what, unit(r)),
+                        });
+                    }
+                }
+                if what == "reservation" && no_bw && set.class(class).mibps.is_some() {
+                    return Err(ConfigError::BandwidthWithoutCapacity { host: host(), what });
+                }
+            }
+        }
+        if no_bw && self.soft_reservation.mibps.is_some() {
+            return Err(ConfigError::BandwidthWithoutCapacity {
+                host: host(),
+                what: "soft reservation",
+            });
+        }
+        // Checks are made on the user's per-second figures so that messages quote them.
+        for r in Resource::ALL {
+            let lim = |c: BudgetClass| self.limit.class(c).get(r);
+            let check = |class: BudgetClass, value: Option<u64>, limit_class: BudgetClass| match (
+                value,
+                lim(limit_class),
+            ) {
+                (Some(v), Some(l)) if v > l => Err(ConfigError::ReservationAboveLimit {
+                    host: host(),
+                    class: class.name(),
+                    limit_class: limit_class.name(),
+                    reservation: v,
+                    limit: l,
+                    unit: unit(r),
+                }),
+                _ => Ok(()),
+            };
+            if apart {
+                let rd = res.read.get(r);
+                let wr = res.write.get(r);
+                check(BudgetClass::Read, rd, BudgetClass::Read)?;
+                check(BudgetClass::Write, wr, BudgetClass::Write)?;
+                let sum = match (rd, wr) {
+                    (None, None) => None,
+                    (a, b) => Some(a.unwrap_or(0).saturating_add(b.unwrap_or(0))),
+                };
+                check(BudgetClass::Total, sum, BudgetClass::Total)?;
+            } else {
+                check(BudgetClass::Total, res.total.get(r), BudgetClass::Total)?;
+            }
+            let hard = if apart {
+                res.read
+                    .get(r)
+                    .unwrap_or(0)
+                    .saturating_add(res.write.get(r).unwrap_or(0))
+            } else {
+                res.total.get(r).unwrap_or(0)
+            };
+            if let Some(soft) = self.soft_reservation.get(r) {
+                if soft < hard {
+                    return Err(ConfigError::SoftBelowHard {
+                        host: host(),
+                        soft,
+                        hard,
+                        unit: unit(r),
+                    });
+                }
+                if let Some(l) = lim(BudgetClass::Total)
+                    && soft > l
+                {
+                    return Err(ConfigError::SoftAboveLimit {
+                        host: host(),
+                        soft,
+                        limit: l,
+                        unit: unit(r),
+                    });
+                }
+            }
+        }
+        let amount = |rate: &Rate| {
+            let mut a = Amount::ZERO;
+            for r in Resource::ALL {
+                a.set(r, rate.per_second(r).map_or(0, |v| domain.per_period(v)));
+            }
+            a
+        };
+        let reservation = if apart {
+            [amount(&res.read), amount(&res.write)]
+        } else {
+            [amount(&res.total), Amount::ZERO]
+        };
+        let mut limit = [Amount::new(UNLIMITED, UNLIMITED); 3];
+        for class in BudgetClass::ALL {
+            for r in Resource::ALL {
+                if let Some(v) = self.limit.class(class).per_second(r) {
+                    // A limit is at least one command and one block, so that no
+                    // command is refused forever (see ChannelTokens::try_admit).
+                    limit[class as usize].set(r, domain.per_period(v).max(1));
+                }
+            }
+        }
+        let hard = reservation[0].saturating_add(reservation[1]);
+        let soft_extra = amount(&self.soft_reservation).saturating_sub(hard);
+        Ok(HostBudgets {
+            reservation,
+            together: !apart,
+            limit,
+            soft_extra,
+            weight: self.weight,
+            priority: self.priority,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn domain() -> DomainConfig {
+        DomainConfig {
+            capacity: Capacity {
+                iops: 100_000,
+                mibps: Some(1000),
+                ..Capacity::default()
+            },
+            ..DomainConfig::default()
+        }
+    }
+
+    #[test]
+    fn default_domain_is_valid_and_has_haechi_batch() {
+        let d = DomainConfig::default();
+        d.validate().unwrap();
+        assert_eq!(d.batch().ops, 1000);
+    }
+
+    #[test]
+    fn batch_scales_with_small_capacity_and_period() {
+        let d = DomainConfig {
+            period: Nanos::from_millis(10),
+            capacity: Capacity {
+                iops: 50_000,
+                ..Capacity::default()
+            },
+            ..DomainConfig::default()
+        };
+        d.validate().unwrap();
+        assert_eq!(d.capacity_per_period().ops, 500);
+        assert_eq!(d.batch().ops, 1);
+    }
+
+    #[test]
+    fn bad_domain_fields_are_refused_with_the_bound() {
+        let d = DomainConfig {
+            period: Nanos::from_millis(5),
+            ..DomainConfig::default()
+        };
+        let e = d.validate().unwrap_err();
+        assert!(matches!(e, ConfigError::Period { .. }));
+        assert!(e.to_string().contains("5000us"), "{e}");
+        let d = DomainConfig {
+            check_interval: Nanos::from_millis(300),
+            ..DomainConfig::default()
+        };
+        assert!(matches!(
+            d.validate(),
+            Err(ConfigError::CheckInterval { .. })
+        ));
+        let d = DomainConfig {
+            capacity: Capacity {
+                iops: 0,
+                ..Capacity::default()
+            },
+            ..DomainConfig::default()
+        };
+        assert!(matches!(d.validate(), Err(ConfigError::ZeroCapacity(_))));
+    }
+
+    #[test]
+    fn together_budgets_are_per_period() {
+        let d = DomainConfig {
+            period: Nanos::from_millis(100),
+            ..domain()
+        };
+        let h = HostConfig::new("nqn.2014-08.org.nvmexpress:uuid:a")
+            .with_reservation(Rate {
+                iops: Some(10_000),
+                mibps: Some(40),
+            })
+            .with_limit(Rate::iops(20_000));
+        let b = h.budgets(&d).unwrap();
+        assert!(b.together);
+        assert_eq!(b.reservation[0], Amount::new(1_000, 4 * MIB));
+        assert_eq!(b.limit[0].ops, 2_000);
+        assert!(!b.is_limited(BudgetClass::Total, Resource::Bytes));
+        assert!(!b.is_limited(BudgetClass::Read, Resource::Ops));
+    }
+
+    #[test]
+    fn reservation_above_limit_names_host_and_numbers() {
+        let h = HostConfig::new("nqn.h1")
+            .with_reservation(Rate::iops(500))
+            .with_limit(Rate::iops(400));
+        let e = h.budgets(&domain()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "host nqn.h1: total reservation 500 IOPS exceeds its total limit 400 IOPS"
+        );
+    }
+
+    #[test]
+    fn apart_reservation_checks_each_direction_and_the_sum() {
+        let mut h = HostConfig::new("nqn.h1");
+        h.reservation.read = Rate::iops(300);
+        h.reservation.write = Rate::iops(300);
+        h.limit.total = Rate::iops(500);
+        let e = h.budgets(&domain()).unwrap_err();
+        assert!(
+            matches!(e, ConfigError::ReservationAboveLimit { class: "total", .. }),
+            "{e}"
+        );
+        h.limit.total = Rate::iops(600);
+        let b = h.budgets(&domain()).unwrap();
+        assert!(!b.together);
+        assert_eq!(b.pool(Direction::Write), 1);
+        h.reservation.total = Rate::iops(1);
+        assert!(matches!(
+            h.budgets(&domain()),
+            Err(ConfigError::MixedReservation { .. })
+        ));
+    }
+
+    #[test]
+    fn bandwidth_reservation_needs_target_bandwidth() {
+        let d = DomainConfig::default();
+        let h = HostConfig::new("nqn.h1").with_reservation(Rate::mibps(10));
+        assert!(matches!(
+            h.budgets(&d),
+            Err(ConfigError::BandwidthWithoutCapacity { .. })
+        ));
+    }
+
+    #[test]
+    fn soft_reservation_bounds() {
+        let mut h = HostConfig::new("nqn.h1")
+            .with_reservation(Rate::iops(100))
+            .with_limit(Rate::iops(1000));
+        h.soft_reservation = Rate::iops(50);
+        assert!(matches!(
+            h.budgets(&domain()),
+            Err(ConfigError::SoftBelowHard { .. })
+        ));
+        h.soft_reservation = Rate::iops(2000);
+        assert!(matches!(
+            h.budgets(&domain()),
+            Err(ConfigError::SoftAboveLimit { .. })
+        ));
+        h.soft_reservation = Rate::iops(300);
+        assert_eq!(h.budgets(&domain()).unwrap().soft_extra.ops, 200);
+    }
+
+    #[test]
+    fn bad_nqn_and_weight_are_refused() {
+        assert!(matches!(
+            HostConfig::new("").budgets(&domain()),
+            Err(ConfigError::HostNqn(_))
+        ));
+        assert!(matches!(
+            HostConfig::new("a b").budgets(&domain()),
+            Err(ConfigError::HostNqn(_))
+        ));
+        let mut h = HostConfig::new("nqn.x");
+        h.weight = 0;
+        assert!(matches!(
+            h.budgets(&domain()),
+            Err(ConfigError::Weight { .. })
+        ));
+    }
+
+    #[test]
+    fn zero_rates_are_refused() {
+        let h = HostConfig::new("nqn.x").with_limit(Rate::iops(0));
+        assert!(matches!(
+            h.budgets(&domain()),
+            Err(ConfigError::ZeroRate { .. })
+        ));
+    }
+
+    #[test]
+    fn host_config_round_trips_through_json() {
+        let mut h = HostConfig::new("nqn.x").with_reservation(Rate::iops(5));
+        h.limit.read = Rate::mibps(7);
+        let s = serde_json::to_string(&h).unwrap();
+        let back: HostConfig = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, h);
+        assert!(serde_json::from_str::<HostConfig>(r#"{"host_nqn":"a","bogus":1}"#).is_err());
+    }
+}

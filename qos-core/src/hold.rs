@@ -1,0 +1,130 @@
+//! I/O waiting for tokens. One queue per channel, strictly first in, first out: once one
+//! command waits, later ones wait behind it, so a host's commands leave in the order
+//! they came and a large command is not starved by small ones slipping past it.
+
+use std::collections::VecDeque;
+
+use crate::cost::IoKind;
+use crate::ledger::ChannelTokens;
+use crate::time::Nanos;
+
+/// Whatever decides whether a command may go now: the target's [`ChannelTokens`] or
+/// the initiator's [`crate::initiator::InitiatorEngine`].
+pub trait Admit {
+    /// Consumes tokens and returns true when the command may be sent now.
+    fn admit(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> bool;
+    /// The hold queue's length changed by `delta` (for statistics).
+    fn held_changed(&mut self, _delta: i64) {}
+}
+
+impl Admit for ChannelTokens {
+    #[inline]
+    fn admit(&mut self, kind: IoKind, bytes: u64, _now: Nanos) -> bool {
+        self.try_admit(kind, bytes).is_admitted()
+    }
+    fn held_changed(&mut self, delta: i64) {
+        self.note_held(delta);
+    }
+}
+
+#[derive(Debug)]
+struct Held<T> {
+    kind: IoKind,
+    bytes: u64,
+    since: Nanos,
+    item: T,
+}
+
+/// A FIFO of held commands of one channel. `T` is the caller's handle (a bdev_io in
+/// the plugin, a request id in the lab). Every item that enters leaves exactly once:
+/// through [`HoldQueue::release`], [`HoldQueue::remove_first`] or [`HoldQueue::drain`].
+#[derive(Debug)]
+pub struct HoldQueue<T> {
+    q: VecDeque<Held<T>>,
+}
+
+impl<T> Default for HoldQueue<T> {
+    fn default() -> Self {
+        HoldQueue { q: VecDeque::new() }
+    }
+}
+
+impl<T> HoldQueue<T> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn len(&self) -> usize {
+        self.q.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+    /// How long the oldest command has waited.
+    pub fn oldest_wait(&self, now: Nanos) -> Option<Nanos> {
+        self.q.front().map(|h| now.saturating_sub(h.since))
+    }
+
+    /// Admits `item` now (returns it: send it) or queues it (returns `None`). A command
+    /// never overtakes one already waiting.
+    #[inline]
+    pub fn admit_or_hold(
+        &mut self,
+        tokens: &mut impl Admit,
+        kind: IoKind,
+        bytes: u64,
+        now: Nanos,
+        item: T,
+    ) -> Option<T> {
+        if self.q.is_empty() && tokens.admit(kind, bytes, now) {
+            return Some(item);
+        }
+        self.q.push_back(Held {
+            kind,
+            bytes,
+            since: now,
+            item,
+        });
+        tokens.held_changed(1);
+        None
+    }
+
+    /// Releases waiting commands in order while tokens allow; `send` gets each with the
+    /// time it waited. Returns how many were released.
+    pub fn release(
+        &mut self,
+        tokens: &mut impl Admit,
+        now: Nanos,
+        mut send: impl FnMut(T, Nanos),
+    ) -> usize {
+        let mut n = 0;
+        while let Some(front) = self.q.front() {
+            if !tokens.admit(front.kind, front.bytes, now) {
+                break;
+            }
+            let h = self.q.pop_front().expect("front exists");
+            tokens.held_changed(-1);
+            send(h.item, now.saturating_sub(h.since));
+            n += 1;
+        }
+        n
+    }
+
+    /// Takes out the first waiting command that `matches` (an abort), without tokens.
+    pub fn remove_first(
+        &mut self,
+        tokens: &mut impl Admit,
+        mut matches: impl FnMut(&T) -> bool,
+    ) -> Option<T> {
+        let i = self.q.iter().position(|h| matches(&h.item))?;
+        let h = self.q.remove(i)?;
+        tokens.held_changed(-1);
+        Some(h.item)
+    }
+
+    /// Takes out every waiting command (reset, delete, shutdown), oldest first; the
+    /// caller completes each with an error or an abort status.
+    pub fn drain(&mut self, tokens: &mut impl Admit) -> impl Iterator<Item = T> + '_ {
+        tokens.held_changed(-(self.q.len() as i64));
+        self.q.drain(..).map(|h| h.item)
+    }
+}

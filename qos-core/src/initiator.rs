@@ -1,0 +1,546 @@
+//! The cooperative initiator's token engine (Haechi's client QoS engine, section II-D),
+//! adapted to NVMe-oF: the target is authoritative and enforces anyway; the initiator
+//! mirrors its host's tokens so that it only sends what the target will admit, and
+//! holds the rest locally, keeping the target's queues short.
+//!
+//! - At each period it learns its reservation from the target (vendor "get state").
+//! - Reservation tokens decay: the bound X = R (T - t) / T, and tokens above X are
+//!   dropped, as the target drops them when it converts.
+//! - With no reservation left it acquires global tokens in batches (vendor "acquire").
+//! - Completion credits (dword 0) reveal roll-overs and drift; the engine re-syncs.
+//! - A target that does not speak the protocol (invalid opcode) turns the engine into a
+//!   pass-through, with one warning; one that stops answering (time-out) never leaves
+//!   I/O waiting: everything is sent until the target answers again.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cost::{Amount, CostModel, IoKind, Resource};
+use crate::hold::Admit;
+use crate::time::{MonotonicClamp, Nanos, mul_div};
+use crate::wire::{self, Credit, Request, StateReply};
+
+/// Settings of the initiator engine; every one has a default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InitiatorConfig {
+    /// Global tokens asked for per acquisition. Default 256 operations, 16 MiB.
+    pub acquire_ops: u64,
+    pub acquire_bytes: u64,
+    /// Ask for more before running dry: when global tokens fall below this fraction
+    /// (thousandths) of a batch. Default 250.
+    pub prefetch_milli: u64,
+    /// A vendor command unanswered after this long has timed out. Default 10 ms.
+    pub request_timeout: Nanos,
+    /// After an acquisition granted nothing, wait this long before asking again (the
+    /// target converts tokens at its check interval). Default 1 ms.
+    pub retry_after: Nanos,
+    /// Re-read the state at least this often even when credits look fine. Default 100 ms.
+    pub refresh_interval: Nanos,
+    /// Time-outs in a row, before the first answer, that make the engine give up and
+    /// pass everything through. Default 3.
+    pub probe_attempts: u32,
+}
+
+impl Default for InitiatorConfig {
+    fn default() -> Self {
+        InitiatorConfig {
+            acquire_ops: 256,
+            acquire_bytes: 16 << 20,
+            prefetch_milli: 250,
+            request_timeout: Nanos::from_millis(10),
+            retry_after: Nanos::from_millis(1),
+            refresh_interval: Nanos::from_millis(100),
+            probe_attempts: 3,
+        }
+    }
+}
+
+/// What the engine does with I/O.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// No answer from the target yet: I/O is sent (the target enforces).
+    Probing,
+    /// Mirroring the target's tokens; I/O without tokens waits here.
+    Cooperative,
+    /// The target does not speak the protocol: plain pass-through.
+    PassThrough,
+}
+
+/// A failed vendor command, as the initiator plugin saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestFailure {
+    /// The command completed with an NVMe error (generic status code).
+    Status(u8),
+    /// The reply did not decode.
+    BadReply(wire::ReplyError),
+}
+
+/// What the engine wants the plugin to do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Poll {
+    /// A vendor command to send now (at most one is in flight).
+    pub send: Option<Request>,
+    /// Call [`InitiatorEngine::poll`] again no later than this.
+    pub next_deadline: Nanos,
+}
+
+/// One host's engine. Not `Sync`: the initiator plugin owns it per QoS bdev.
+#[derive(Debug)]
+pub struct InitiatorEngine {
+    cfg: InitiatorConfig,
+    mode: Mode,
+    clock: MonotonicClamp,
+    cost: CostModel,
+    epoch: u64,
+    period: Nanos,
+    /// Local time at which the target's current period started.
+    period_start: Nanos,
+    res_per_period: Amount,
+    res_left: Amount,
+    global: Amount,
+    limit_left: Amount,
+    in_flight: Option<(Request, Nanos)>,
+    timeouts: u32,
+    no_grant_until: Nanos,
+    last_sync: Nanos,
+    want_state: bool,
+    warning: Option<String>,
+    warned: bool,
+}
+
+impl InitiatorEngine {
+    pub fn new(cfg: InitiatorConfig, now: Nanos) -> Self {
+        InitiatorEngine {
+            cfg,
+            mode: Mode::Probing,
+            clock: MonotonicClamp::new(now),
+            cost: CostModel::default(),
+            epoch: 0,
+            period: Nanos::from_secs(1),
+            period_start: now,
+            res_per_period: Amount::ZERO,
+            res_left: Amount::ZERO,
+            global: Amount::ZERO,
+            limit_left: Amount::new(u64::MAX, u64::MAX),
+            in_flight: None,
+            timeouts: 0,
+            no_grant_until: Nanos::ZERO,
+            last_sync: Nanos::ZERO,
+            want_state: true,
+            warning: None,
+            warned: false,
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+    /// Tokens the engine believes the host has: (reservation, global).
+    pub fn tokens(&self) -> (Amount, Amount) {
+        (self.res_left, self.global)
+    }
+    /// A warning to log once (fallback to pass-through), if any.
+    pub fn take_warning(&mut self) -> Option<String> {
+        self.warning.take()
+    }
+
+    fn warn_once(&mut self, msg: String) {
+        if !self.warned {
+            self.warned = true;
+            self.warning = Some(msg);
+        }
+    }
+
+    /// Applies local time: period roll-over (speculative until the target confirms)
+    /// and the decay of reservation tokens to X = R (T - t) / T.
+    fn advance(&mut self, now: Nanos) {
+        if self.period.0 == 0 {
+            return;
+        }
+        let end = self.period_start.saturating_add(self.period);
+        if now >= end {
+            let k = (now.0 - self.period_start.0) / self.period.0;
+            self.period_start = Nanos(self.period_start.0 + k * self.period.0);
+            self.epoch += k;
+            self.res_left = self.res_per_period;
+            self.global = Amount::ZERO;
+            // Unknown until the target answers; the target enforces meanwhile.
+            self.limit_left = Amount::new(u64::MAX, u64::MAX);
+            self.want_state = true;
+        }
+        let t = now.saturating_sub(self.period_start).0.min(self.period.0);
+        for r in Resource::ALL {
+            let x = mul_div(self.res_per_period.get(r), self.period.0 - t, self.period.0);
+            if self.res_left.get(r) > x {
+                self.res_left.set(r, x);
+            }
+        }
+    }
+
+    /// Send or hold one command. In cooperative mode, a `true` consumes the tokens.
+    pub fn decide(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> bool {
+        let now = self.clock.observe(now);
+        if self.mode != Mode::Cooperative {
+            return true;
+        }
+        self.advance(now);
+        let cost = self.cost.cost(kind, bytes);
+        // The target enforces limits exactly (and lets a command larger than a whole
+        // period's allowance pass at a period start); here we only stop sending once the
+        // allowance is gone, so no command can wait forever on the initiator.
+        if (cost.ops > 0 && self.limit_left.ops == 0)
+            || (cost.bytes > 0 && self.limit_left.bytes == 0)
+        {
+            return false;
+        }
+        let mut from_res = Amount::ZERO;
+        for r in Resource::ALL {
+            let have = self.res_left.get(r).saturating_add(self.global.get(r));
+            // Resources the target does not count for this host (no reservation, no
+            // bytes batch) never hold a command here: the target decides those.
+            if have < cost.get(r) && self.counts(r) {
+                return false;
+            }
+            from_res.set(r, self.res_left.get(r).min(cost.get(r)));
+        }
+        for r in Resource::ALL {
+            let c = cost.get(r);
+            let fr = from_res.get(r);
+            self.res_left.set(r, self.res_left.get(r) - fr);
+            self.global
+                .set(r, self.global.get(r).saturating_sub(c - fr));
+            if self.limit_left.get(r) != u64::MAX {
+                self.limit_left
+                    .set(r, self.limit_left.get(r).saturating_sub(c));
+            }
+        }
+        true
+    }
+
+    /// Whether the engine mirrors resource `r` (operations always; bytes when the
+    /// host has a bytes reservation or the engine acquires bytes).
+    fn counts(&self, r: Resource) -> bool {
+        match r {
+            Resource::Ops => true,
+            Resource::Bytes => self.res_per_period.bytes > 0 || self.cfg.acquire_bytes > 0,
+        }
+    }
+
+    /// What to send now, and when to call again.
+    pub fn poll(&mut self, now: Nanos) -> Poll {
+        let now = self.clock.observe(now);
+        if let Some((_, sent)) = self.in_flight
+            && now.saturating_sub(sent) >= self.cfg.request_timeout
+        {
+            self.in_flight = None;
+            self.on_timeout();
+        }
+        if self.mode == Mode::Cooperative {
+            self.advance(now);
+        }
+        let mut send = None;
+        if self.in_flight.is_none() && self.mode != Mode::PassThrough {
+            let stale = now.saturating_sub(self.last_sync) >= self.cfg.refresh_interval;
+            if self.want_state || stale || self.mode == Mode::Probing {
+                send = Some(Request::GetState);
+            } else if now >= self.no_grant_until && self.low_on_global() {
+                send = Some(Request::Acquire {
+                    ops: self.cfg.acquire_ops,
+                    bytes: self.cfg.acquire_bytes,
+                });
+            }
+            if let Some(req) = send {
+                self.in_flight = Some((req, now));
+            }
+        }
+        let mut next = now.saturating_add(self.cfg.refresh_interval);
+        if let Some((_, sent)) = self.in_flight {
+            next = next.min(sent.saturating_add(self.cfg.request_timeout));
+        }
+        if self.mode == Mode::Cooperative {
+            next = next.min(self.period_start.saturating_add(self.period));
+            if self.no_grant_until > now {
+                next = next.min(self.no_grant_until);
+            }
+        }
+        Poll {
+            send,
+            next_deadline: next.max(now.saturating_add(Nanos(1))),
+        }
+    }
+
+    fn low_on_global(&self) -> bool {
+        if self.res_left.ops > 0 {
+            return false;
+        }
+        let low = mul_div(self.cfg.acquire_ops, self.cfg.prefetch_milli, 1000);
+        self.global.ops <= low && self.limit_left.ops > 0
+    }
+
+    fn on_timeout(&mut self) {
+        self.timeouts += 1;
+        match self.mode {
+            Mode::Probing if self.timeouts >= self.cfg.probe_attempts => {
+                self.mode = Mode::PassThrough;
+                self.warn_once(format!(
+                    "target did not answer {} nvmf-qos state requests: passing I/O through without initiator-side QoS",
+                    self.timeouts
+                ));
+            }
+            Mode::Cooperative => {
+                // Never leave I/O waiting on a silent target.
+                self.mode = Mode::Probing;
+                self.want_state = true;
+            }
+            _ => {}
+        }
+    }
+
+    /// The answer to the command sent by [`InitiatorEngine::poll`].
+    pub fn on_reply(&mut self, reply: Result<StateReply, RequestFailure>, now: Nanos) {
+        let now = self.clock.observe(now);
+        let Some((req, _)) = self.in_flight.take() else {
+            return;
+        };
+        let r = match reply {
+            Ok(r) => r,
+            Err(RequestFailure::Status(sc)) if sc == wire::status::INVALID_OPCODE => {
+                self.mode = Mode::PassThrough;
+                self.warn_once(
+                    "target does not support nvmf-qos vendor commands (invalid opcode): passing I/O through".into(),
+                );
+                return;
+            }
+            Err(_) => {
+                self.on_timeout();
+                return;
+            }
+        };
+        if r.flags & wire::flags::CONFIGURED == 0 {
+            self.mode = Mode::PassThrough;
+            self.warn_once(
+                "the target's QoS bdev is not bound to a configured host: passing I/O through"
+                    .into(),
+            );
+            return;
+        }
+        self.timeouts = 0;
+        self.mode = Mode::Cooperative;
+        self.last_sync = now;
+        self.want_state = false;
+        self.cost = CostModel {
+            write_weight_milli: if r.write_weight_milli == 0 {
+                1000
+            } else {
+                r.write_weight_milli as u64
+            },
+            size_unit: r.size_unit as u64,
+        };
+        self.epoch = r.epoch;
+        self.period = Nanos(r.period_ns.max(1));
+        self.period_start = Nanos(now.0.saturating_sub(r.elapsed_ns.min(r.period_ns)));
+        self.res_per_period =
+            Amount::new(r.reservation_per_period_ops, r.reservation_per_period_bytes);
+        self.res_left = Amount::new(r.reservation_left_ops, r.reservation_left_bytes);
+        self.global = Amount::new(r.credit_ops, r.credit_bytes);
+        self.limit_left = Amount::new(r.limit_left_ops, r.limit_left_bytes);
+        if let Request::Acquire { .. } = req
+            && r.granted_ops == 0
+        {
+            self.no_grant_until = now.saturating_add(self.cfg.retry_after);
+        }
+    }
+
+    /// Dword 0 of a read or write completion.
+    pub fn on_completion(&mut self, cdw0: u32, now: Nanos) {
+        let now = self.clock.observe(now);
+        let Some(c) = Credit::decode(cdw0) else {
+            return;
+        };
+        if self.mode != Mode::Cooperative {
+            return;
+        }
+        self.advance(now);
+        if c.epoch_low != (self.epoch & 0xF) as u8 {
+            self.want_state = true;
+            return;
+        }
+        // The target is authoritative; we only ever lower our view (our own in-flight
+        // commands are already deducted here but not there).
+        let ours = self.res_left.ops.saturating_add(self.global.ops);
+        let theirs = c.available_ops as u64;
+        if theirs < ours && c.available_ops < wire::CREDIT_MAX_OPS {
+            let mut excess = ours - theirs;
+            let g = self.global.ops.min(excess);
+            self.global.ops -= g;
+            excess -= g;
+            self.res_left.ops -= excess.min(self.res_left.ops);
+        }
+    }
+}
+
+impl Admit for InitiatorEngine {
+    fn admit(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> bool {
+        self.decide(kind, bytes, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(epoch: u64, elapsed_ms: u64, res: u64, credit: u64) -> StateReply {
+        StateReply {
+            flags: wire::flags::CONFIGURED | wire::flags::CONVERSION,
+            epoch,
+            period_ns: Nanos::from_secs(1).0,
+            elapsed_ns: Nanos::from_millis(elapsed_ms).0,
+            reservation_left_ops: res,
+            reservation_per_period_ops: 1000,
+            credit_ops: credit,
+            limit_left_ops: u64::MAX,
+            limit_left_bytes: u64::MAX,
+            ..StateReply::default()
+        }
+    }
+
+    fn cooperative(now: Nanos) -> InitiatorEngine {
+        let mut e = InitiatorEngine::new(
+            InitiatorConfig {
+                acquire_bytes: 0,
+                ..Default::default()
+            },
+            now,
+        );
+        let p = e.poll(now);
+        assert_eq!(p.send, Some(Request::GetState));
+        e.on_reply(Ok(reply(5, 0, 1000, 0)), now);
+        assert_eq!(e.mode(), Mode::Cooperative);
+        e
+    }
+
+    #[test]
+    fn probing_sends_everything_then_mirrors_reservation() {
+        let t0 = Nanos::from_secs(10);
+        let mut e = InitiatorEngine::new(InitiatorConfig::default(), t0);
+        assert!(e.decide(IoKind::Read, 4096, t0));
+        let mut e = cooperative(t0);
+        for _ in 0..1000 {
+            assert!(e.decide(IoKind::Read, 4096, t0));
+        }
+        assert!(
+            !e.decide(IoKind::Read, 4096, t0),
+            "reservation spent, no global tokens"
+        );
+        let p = e.poll(t0);
+        assert_eq!(p.send, Some(Request::Acquire { ops: 256, bytes: 0 }));
+    }
+
+    #[test]
+    fn reservation_decays_like_haechi_x() {
+        let t0 = Nanos::from_secs(10);
+        let mut e = cooperative(t0);
+        // 600 ms into the period with no I/O: X = 1000 * 0.4 = 400.
+        let t = t0.saturating_add(Nanos::from_millis(600));
+        assert!(e.decide(IoKind::Read, 0, t));
+        assert_eq!(e.tokens().0.ops, 399);
+    }
+
+    #[test]
+    fn local_roll_over_refills_and_asks_for_state() {
+        let t0 = Nanos::from_secs(10);
+        let mut e = cooperative(t0);
+        for _ in 0..1000 {
+            e.decide(IoKind::Read, 4096, t0);
+        }
+        let t1 = t0.saturating_add(Nanos::from_millis(1000));
+        assert!(e.decide(IoKind::Read, 4096, t1));
+        assert_eq!(e.epoch(), 6);
+        assert_eq!(e.poll(t1).send, Some(Request::GetState));
+    }
+
+    #[test]
+    fn empty_grant_backs_off() {
+        let t0 = Nanos::from_secs(10);
+        let mut e = cooperative(t0);
+        for _ in 0..1000 {
+            e.decide(IoKind::Read, 4096, t0);
+        }
+        assert!(matches!(e.poll(t0).send, Some(Request::Acquire { .. })));
+        let mut r = reply(5, 0, 0, 0);
+        r.granted_ops = 0;
+        e.on_reply(Ok(r), t0);
+        assert_eq!(e.poll(t0).send, None);
+        let later = t0.saturating_add(Nanos::from_millis(1));
+        assert!(matches!(e.poll(later).send, Some(Request::Acquire { .. })));
+        let mut r = reply(5, 1, 0, 256);
+        r.granted_ops = 256;
+        e.on_reply(Ok(r), later);
+        assert!(e.decide(IoKind::Read, 4096, later));
+    }
+
+    #[test]
+    fn invalid_opcode_means_pass_through_with_one_warning() {
+        let t0 = Nanos::from_secs(1);
+        let mut e = InitiatorEngine::new(InitiatorConfig::default(), t0);
+        e.poll(t0);
+        e.on_reply(
+            Err(RequestFailure::Status(wire::status::INVALID_OPCODE)),
+            t0,
+        );
+        assert_eq!(e.mode(), Mode::PassThrough);
+        assert!(e.take_warning().is_some());
+        assert!(e.take_warning().is_none());
+        assert!(e.decide(IoKind::Write, 1 << 20, t0));
+        assert_eq!(e.poll(t0).send, None);
+    }
+
+    #[test]
+    fn silent_target_never_strands_io() {
+        let t0 = Nanos::from_secs(1);
+        let mut e = cooperative(t0);
+        for _ in 0..1000 {
+            e.decide(IoKind::Read, 4096, t0);
+        }
+        assert!(!e.decide(IoKind::Read, 4096, t0));
+        e.poll(t0); // acquire goes out and is never answered
+        let late = t0.saturating_add(Nanos::from_millis(10));
+        e.poll(late);
+        assert_eq!(e.mode(), Mode::Probing);
+        assert!(
+            e.decide(IoKind::Read, 4096, late),
+            "sent while the target is silent"
+        );
+        for i in 1..=3 {
+            let t = late.saturating_add(Nanos::from_millis(10 * i));
+            e.poll(t);
+        }
+        assert_eq!(e.mode(), Mode::PassThrough);
+    }
+
+    #[test]
+    fn completion_credit_lowers_drift_and_spots_roll_over() {
+        let t0 = Nanos::from_secs(1);
+        let mut e = cooperative(t0);
+        e.on_completion(Credit::new(5, 600).encode(), t0);
+        assert_eq!(e.tokens().0.ops, 600);
+        e.on_completion(Credit::new(5, 900).encode(), t0);
+        assert_eq!(e.tokens().0.ops, 600, "never raised by a credit");
+        e.on_completion(Credit::new(6, 900).encode(), t0);
+        assert_eq!(e.poll(t0).send, Some(Request::GetState));
+        e.on_completion(0, t0); // plain target completion: ignored
+    }
+
+    #[test]
+    fn unconfigured_host_passes_through() {
+        let t0 = Nanos::from_secs(1);
+        let mut e = InitiatorEngine::new(InitiatorConfig::default(), t0);
+        e.poll(t0);
+        e.on_reply(Ok(StateReply::default()), t0);
+        assert_eq!(e.mode(), Mode::PassThrough);
+    }
+}

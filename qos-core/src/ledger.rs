@@ -1,0 +1,753 @@
+//! The target's token ledger, shared by the poll-group threads that carry one domain's
+//! I/O. Three owners:
+//!
+//! - [`DomainShared`]: the global pool (per resource) and the period clock, read by all.
+//! - [`HostShared`]: one host's reservation pools, its credit (global tokens already
+//!   granted to it), its limit allowances, and its counters. Written by its channels
+//!   with atomics; re-armed by the monitor at every period roll-over.
+//! - [`ChannelTokens`]: one host on one thread. The per-I/O decision runs here on plain
+//!   integers: tokens and limit allowance are fetched from the shared pools in batches
+//!   (Haechi's batched fetch-and-add), so a thread touches shared cache lines once per
+//!   batch, not once per I/O.
+//!
+//! Every pool word carries the period it belongs to ([`TokenPool`]), so a token can
+//! never cross a period boundary unseen; tokens cached by a channel when its period ends
+//! are counted as expired. The identity checked by the tests is
+//! `issued = in pools + in caches + consumed + expired`.
+
+use crate::config::{BudgetClass, UNLIMITED};
+use crate::cost::{Amount, CostModel, Direction, IoKind, Resource};
+use crate::sync::{Arc, AtomicU64, Ordering, POOL_MAX, TokenPool, fence};
+use crate::time::Nanos;
+use crate::wire;
+
+/// Shared state of a domain.
+#[derive(Debug)]
+pub struct DomainShared {
+    pub(crate) cost: CostModel,
+    pub(crate) conversion: AtomicU64,
+    pub(crate) global: [TokenPool; 2],
+    pub(crate) epoch: AtomicU64,
+    pub(crate) period_start: AtomicU64,
+    pub(crate) period: AtomicU64,
+    pub(crate) budget: [AtomicU64; 2],
+}
+
+impl DomainShared {
+    pub(crate) fn new(cost: CostModel, conversion: bool, period: Nanos) -> Self {
+        DomainShared {
+            cost,
+            conversion: AtomicU64::new(conversion as u64),
+            global: [TokenPool::new(0, 0), TokenPool::new(0, 0)],
+            epoch: AtomicU64::new(0),
+            period_start: AtomicU64::new(0),
+            period: AtomicU64::new(period.0),
+            budget: [AtomicU64::new(0), AtomicU64::new(0)],
+        }
+    }
+    /// Global tokens left in the pool now.
+    pub fn global_available(&self) -> Amount {
+        Amount::new(self.global[0].load().1, self.global[1].load().1)
+    }
+    pub fn cost_model(&self) -> CostModel {
+        self.cost
+    }
+}
+
+/// What a channel needs to know about its host, copied out of [`HostShared`] under a
+/// sequence lock whenever the host's generation changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct HostParams {
+    pub(crate) epoch: u64,
+    pub(crate) together: bool,
+    /// Bit `class * 2 + resource` is set when that limit is enforced.
+    pub(crate) limit_mask: u8,
+    pub(crate) limit: [Amount; 3],
+    pub(crate) res_batch: Amount,
+    pub(crate) global_batch: Amount,
+    pub(crate) limit_batch: Amount,
+    /// Capacity per period: no single command is charged more than this.
+    pub(crate) capacity: Amount,
+    /// Most credit a host may hold (cooperative acquisitions).
+    pub(crate) credit_cap: Amount,
+    /// Reservation per period (hard plus soft grant), for the state reply.
+    pub(crate) reservation: Amount,
+    /// False for a removed host that carries on best-effort.
+    pub(crate) configured: bool,
+}
+
+impl HostParams {
+    #[inline]
+    fn pool(&self, dir: Direction) -> usize {
+        if self.together { 0 } else { dir as usize }
+    }
+    #[inline]
+    fn limited(&self, class: usize, r: usize) -> bool {
+        self.limit_mask & (1 << (class * 2 + r)) != 0
+    }
+}
+
+fn atomic_amount(a: Amount) -> [AtomicU64; 2] {
+    [AtomicU64::new(a.ops), AtomicU64::new(a.bytes)]
+}
+
+/// Shared state of one host.
+#[derive(Debug)]
+pub struct HostShared {
+    pub(crate) id: u32,
+    pub(crate) nqn: String,
+    /// Sequence-lock generation of the params below: odd while the monitor writes.
+    pub(crate) gen_: AtomicU64,
+    p_epoch: AtomicU64,
+    p_flags: AtomicU64,
+    p_limit: [[AtomicU64; 2]; 3],
+    p_res_batch: [AtomicU64; 2],
+    p_global_batch: [AtomicU64; 2],
+    p_limit_batch: [AtomicU64; 2],
+    p_capacity: [AtomicU64; 2],
+    p_credit_cap: [AtomicU64; 2],
+    p_reservation: [AtomicU64; 2],
+    /// Reservation tokens per pool and resource.
+    pub(crate) res: [[TokenPool; 2]; 2],
+    /// Global tokens granted to this host ahead of its I/O (cooperative initiators).
+    pub(crate) credit: [TokenPool; 2],
+    /// Limit allowance per class and resource.
+    pub(crate) limit: [[TokenPool; 2]; 3],
+    pub(crate) counters: HostCounters,
+}
+
+/// Monotonic counters, published by channels when they flush.
+#[derive(Debug, Default)]
+pub struct HostCounters {
+    pub(crate) completed: [AtomicU64; 2],
+    pub(crate) completed_ios: AtomicU64,
+    pub(crate) admitted_ios: AtomicU64,
+    pub(crate) consumed_res: [AtomicU64; 2],
+    pub(crate) consumed_global: [AtomicU64; 2],
+    pub(crate) expired: [AtomicU64; 2],
+    pub(crate) held_events: AtomicU64,
+    /// I/O waiting in hold queues now (a gauge kept as wrapping sum of deltas).
+    pub(crate) held_now: AtomicU64,
+    /// Tokens cached in channels now (gauges, as of their last flush).
+    pub(crate) cached_res: [AtomicU64; 2],
+    pub(crate) cached_global: [AtomicU64; 2],
+}
+
+/// A snapshot of [`HostCounters`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CounterSnapshot {
+    pub completed: Amount,
+    pub completed_ios: u64,
+    pub admitted_ios: u64,
+    pub consumed_res: Amount,
+    pub consumed_global: Amount,
+    pub expired: Amount,
+    pub held_events: u64,
+    pub held_now: u64,
+    /// Reservation and global tokens sitting in channel caches (as of their flushes).
+    pub cached_res: Amount,
+    pub cached_global: Amount,
+}
+
+fn load2(a: &[AtomicU64; 2]) -> Amount {
+    Amount::new(a[0].load(Ordering::Acquire), a[1].load(Ordering::Acquire))
+}
+
+impl CounterSnapshot {
+    /// Commands admitted and not yet completed, plus commands held: the host's demand
+    /// that the target has seen and not yet served.
+    pub fn outstanding(&self) -> u64 {
+        self.admitted_ios
+            .saturating_sub(self.completed_ios)
+            .saturating_add(self.held_now)
+    }
+    /// Work admitted and not yet completed, in cost units.
+    pub fn in_flight(&self) -> Amount {
+        self.consumed_res
+            .saturating_add(self.consumed_global)
+            .saturating_sub(self.completed)
+    }
+}
+
+impl HostCounters {
+    pub fn snapshot(&self) -> CounterSnapshot {
+        CounterSnapshot {
+            completed: load2(&self.completed),
+            completed_ios: self.completed_ios.load(Ordering::Acquire),
+            admitted_ios: self.admitted_ios.load(Ordering::Acquire),
+            consumed_res: load2(&self.consumed_res),
+            consumed_global: load2(&self.consumed_global),
+            expired: load2(&self.expired),
+            held_events: self.held_events.load(Ordering::Acquire),
+            held_now: self.held_now.load(Ordering::Acquire),
+            cached_res: load2(&self.cached_res),
+            cached_global: load2(&self.cached_global),
+        }
+    }
+}
+
+impl HostShared {
+    pub(crate) fn new(id: u32, nqn: String, params: &HostParams) -> Self {
+        let tag = params.epoch as u16;
+        let h = HostShared {
+            id,
+            nqn,
+            gen_: AtomicU64::new(0),
+            p_epoch: AtomicU64::new(0),
+            p_flags: AtomicU64::new(0),
+            p_limit: [
+                atomic_amount(Amount::ZERO),
+                atomic_amount(Amount::ZERO),
+                atomic_amount(Amount::ZERO),
+            ],
+            p_res_batch: atomic_amount(Amount::ZERO),
+            p_global_batch: atomic_amount(Amount::ZERO),
+            p_limit_batch: atomic_amount(Amount::ZERO),
+            p_capacity: atomic_amount(Amount::ZERO),
+            p_credit_cap: atomic_amount(Amount::ZERO),
+            p_reservation: atomic_amount(Amount::ZERO),
+            res: Default::default(),
+            credit: [TokenPool::new(tag, 0), TokenPool::new(tag, 0)],
+            limit: Default::default(),
+            counters: HostCounters::default(),
+        };
+        h.write_params(params);
+        h
+    }
+
+    pub fn host_nqn(&self) -> &str {
+        &self.nqn
+    }
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+    pub fn counters(&self) -> CounterSnapshot {
+        self.counters.snapshot()
+    }
+    /// Reservation tokens left in the shared pools (not counting channel caches).
+    pub fn reservation_available(&self) -> Amount {
+        let mut a = Amount::ZERO;
+        for pool in &self.res {
+            a = a.saturating_add(Amount::new(pool[0].load().1, pool[1].load().1));
+        }
+        a
+    }
+    pub fn credit_available(&self) -> Amount {
+        Amount::new(self.credit[0].load().1, self.credit[1].load().1)
+    }
+    /// Limit allowance left for `class` (`u64::MAX` where no limit is enforced).
+    pub fn limit_available(&self, class: BudgetClass) -> Amount {
+        let p = self.read_params();
+        let c = class as usize;
+        let mut a = Amount::ZERO;
+        for r in Resource::ALL {
+            let v = if p.limited(c, r.index()) {
+                self.limit[c][r.index()].load().1
+            } else {
+                UNLIMITED
+            };
+            a.set(r, v);
+        }
+        a
+    }
+
+    /// Monitor only (single writer): publishes new params and bumps the generation.
+    pub(crate) fn write_params(&self, p: &HostParams) {
+        let g = self.gen_.load(Ordering::Relaxed);
+        self.gen_.store(g.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.p_epoch.store(p.epoch, Ordering::Relaxed);
+        let flags = p.together as u64 | (p.limit_mask as u64) << 1 | (p.configured as u64) << 9;
+        self.p_flags.store(flags, Ordering::Relaxed);
+        for c in 0..3 {
+            store2(&self.p_limit[c], p.limit[c]);
+        }
+        store2(&self.p_res_batch, p.res_batch);
+        store2(&self.p_global_batch, p.global_batch);
+        store2(&self.p_limit_batch, p.limit_batch);
+        store2(&self.p_capacity, p.capacity);
+        store2(&self.p_credit_cap, p.credit_cap);
+        store2(&self.p_reservation, p.reservation);
+        self.gen_.store(g.wrapping_add(2), Ordering::Release);
+    }
+
+    /// Reads the params consistently; `None` while the monitor is writing them.
+    pub(crate) fn try_read_params(&self) -> Option<(u64, HostParams)> {
+        let g1 = self.gen_.load(Ordering::Acquire);
+        if g1 & 1 == 1 {
+            return None;
+        }
+        let flags = self.p_flags.load(Ordering::Relaxed);
+        let p = HostParams {
+            epoch: self.p_epoch.load(Ordering::Relaxed),
+            together: flags & 1 == 1,
+            limit_mask: ((flags >> 1) & 0xff) as u8,
+            limit: [
+                load2r(&self.p_limit[0]),
+                load2r(&self.p_limit[1]),
+                load2r(&self.p_limit[2]),
+            ],
+            res_batch: load2r(&self.p_res_batch),
+            global_batch: load2r(&self.p_global_batch),
+            limit_batch: load2r(&self.p_limit_batch),
+            capacity: load2r(&self.p_capacity),
+            credit_cap: load2r(&self.p_credit_cap),
+            reservation: load2r(&self.p_reservation),
+            configured: (flags >> 9) & 1 == 1,
+        };
+        fence(Ordering::Acquire);
+        let g2 = self.gen_.load(Ordering::Relaxed);
+        (g1 == g2).then_some((g1, p))
+    }
+
+    pub(crate) fn read_params(&self) -> HostParams {
+        loop {
+            if let Some((_, p)) = self.try_read_params() {
+                return p;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+fn store2(a: &[AtomicU64; 2], v: Amount) {
+    a[0].store(v.ops, Ordering::Relaxed);
+    a[1].store(v.bytes, Ordering::Relaxed);
+}
+fn load2r(a: &[AtomicU64; 2]) -> Amount {
+    Amount::new(a[0].load(Ordering::Relaxed), a[1].load(Ordering::Relaxed))
+}
+
+/// Why an I/O could not be admitted now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldReason {
+    /// The host reached its limit for this period.
+    Limit,
+    /// Neither reservation nor global tokens are left for now.
+    Tokens,
+}
+
+/// The per-I/O decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Send it. `reserved` when its operation was paid from the host's reservation.
+    Admitted { reserved: bool },
+    /// Keep it until tokens arrive (next check interval or next period).
+    Held(HoldReason),
+}
+
+impl Admission {
+    #[inline]
+    pub fn is_admitted(self) -> bool {
+        matches!(self, Admission::Admitted { .. })
+    }
+}
+
+/// Where a host stands in the current period: the reply to the vendor "get state"
+/// command, and what cooperative initiators mirror.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeriodState {
+    pub epoch: u64,
+    pub period: Nanos,
+    pub elapsed: Nanos,
+    /// Reservation tokens the host has left (shared pools plus this channel's cache).
+    pub reservation_left: Amount,
+    /// Global tokens already granted to the host.
+    pub credit: Amount,
+    /// Limit allowance left (total class; `u64::MAX` when unlimited).
+    pub limit_left: Amount,
+    /// Global tokens left in the domain's pool.
+    pub global_available: Amount,
+}
+
+/// One host on one thread: local token caches and counters. Not `Sync`: each poll-group
+/// thread owns its own. Dropping it returns cached tokens to their pools.
+#[derive(Debug)]
+pub struct ChannelTokens {
+    domain: Arc<DomainShared>,
+    host: Arc<HostShared>,
+    cost: CostModel,
+    gen_: u64,
+    params: HostParams,
+    res: [[u64; 2]; 2],
+    glob: [u64; 2],
+    lim: [[u64; 2]; 3],
+    // Unpublished counters.
+    completed: [u64; 2],
+    completed_ios: u64,
+    admitted_ios: u64,
+    consumed_res: [u64; 2],
+    consumed_global: [u64; 2],
+    expired: [u64; 2],
+    held_events: u64,
+    held_delta: i64,
+    /// Cache sizes last published to the host's gauges: [reservation, global][resource].
+    published: [[u64; 2]; 2],
+    /// Commands admitted or held since the last flush: a channel that saw none is idle
+    /// and gives its cached tokens back, so they are not stranded on a quiet thread.
+    active: bool,
+}
+
+impl ChannelTokens {
+    pub fn new(domain: Arc<DomainShared>, host: Arc<HostShared>) -> Self {
+        let params = host.read_params();
+        let gen_ = host.gen_.load(Ordering::Acquire);
+        let cost = domain.cost;
+        ChannelTokens {
+            domain,
+            host,
+            cost,
+            gen_,
+            params,
+            res: [[0; 2]; 2],
+            glob: [0; 2],
+            lim: [[0; 2]; 3],
+            completed: [0; 2],
+            completed_ios: 0,
+            admitted_ios: 0,
+            consumed_res: [0; 2],
+            consumed_global: [0; 2],
+            expired: [0; 2],
+            held_events: 0,
+            held_delta: 0,
+            published: [[0; 2]; 2],
+            active: false,
+        }
+    }
+
+    pub fn host(&self) -> &Arc<HostShared> {
+        &self.host
+    }
+    pub fn domain(&self) -> &Arc<DomainShared> {
+        &self.domain
+    }
+
+    #[inline]
+    fn tag(&self) -> u16 {
+        self.params.epoch as u16
+    }
+
+    /// Picks up a roll-over or a reconfiguration published by the monitor.
+    #[inline]
+    fn sync(&mut self) {
+        if self.host.gen_.load(Ordering::Acquire) != self.gen_ {
+            self.refresh();
+        }
+    }
+
+    #[cold]
+    fn refresh(&mut self) {
+        let Some((g, p)) = self.host.try_read_params() else {
+            return;
+        };
+        if p.epoch != self.params.epoch {
+            self.expire_caches();
+        }
+        self.params = p;
+        self.gen_ = g;
+    }
+
+    fn expire_caches(&mut self) {
+        for r in 0..2 {
+            self.expired[r] += self.res[0][r] + self.res[1][r] + self.glob[r];
+        }
+        self.res = [[0; 2]; 2];
+        self.glob = [0; 2];
+        self.lim = [[0; 2]; 3];
+    }
+
+    /// The admission decision for one command. On `Admitted` the tokens are consumed
+    /// and the caller must send the command; on `Held` nothing is consumed and the caller
+    /// queues it (see [`crate::HoldQueue`]) and asks again later.
+    #[inline]
+    pub fn try_admit(&mut self, kind: IoKind, bytes: u64) -> Admission {
+        self.sync();
+        self.active = true;
+        let cost = self.cost.cost(kind, bytes);
+        let dir = kind.direction();
+        let cap = self.params.capacity;
+        // No command is charged more than a whole period's capacity or limit, so that
+        // every command is admitted at the latest at the start of some period.
+        let need = [cost.ops.min(cap.ops), cost.bytes.min(cap.bytes)];
+        let classes = [BudgetClass::Total as usize, BudgetClass::of(dir) as usize];
+        if self.params.limit_mask != 0 {
+            for c in classes {
+                for r in 0..2 {
+                    if self.params.limited(c, r) {
+                        let n = need[r].min(self.params.limit[c].get(RES[r]));
+                        if self.lim[c][r] < n && !self.refill_limit(c, r, n) {
+                            self.held_events += 1;
+                            return Admission::Held(HoldReason::Limit);
+                        }
+                    }
+                }
+            }
+        }
+        let p = self.params.pool(dir);
+        for r in 0..2 {
+            if self.res[p][r] + self.glob[r] < need[r] && !self.refill_tokens(p, r, need[r]) {
+                self.held_events += 1;
+                return Admission::Held(HoldReason::Tokens);
+            }
+        }
+        let mut reserved = true;
+        for r in 0..2 {
+            let from_res = self.res[p][r].min(need[r]);
+            self.res[p][r] -= from_res;
+            self.glob[r] -= need[r] - from_res;
+            self.consumed_res[r] += from_res;
+            self.consumed_global[r] += need[r] - from_res;
+            if r == 0 && from_res < need[0] {
+                reserved = false;
+            }
+        }
+        if self.params.limit_mask != 0 {
+            for c in classes {
+                for r in 0..2 {
+                    if self.params.limited(c, r) {
+                        self.lim[c][r] -= need[r].min(self.params.limit[c].get(RES[r]));
+                    }
+                }
+            }
+        }
+        self.admitted_ios += 1;
+        Admission::Admitted { reserved }
+    }
+
+    #[cold]
+    fn refill_limit(&mut self, c: usize, r: usize, need: u64) -> bool {
+        let want = need - self.lim[c][r] + self.params.limit_batch.get(RES[r]);
+        self.lim[c][r] += self.host.limit[c][r].take(self.tag(), want);
+        self.lim[c][r] >= need
+    }
+
+    #[cold]
+    fn refill_tokens(&mut self, p: usize, r: usize, need: u64) -> bool {
+        let tag = self.tag();
+        let deficit = |s: &Self| need.saturating_sub(s.res[p][r] + s.glob[r]);
+        let res_batch = self.params.res_batch.get(RES[r]);
+        if res_batch > 0 {
+            let d = deficit(self);
+            self.res[p][r] += self.host.res[p][r].take(tag, d + res_batch);
+        }
+        let batch = self.params.global_batch.get(RES[r]);
+        if deficit(self) > 0 {
+            let d = deficit(self);
+            self.glob[r] += self.host.credit[r].take(tag, d + batch);
+        }
+        if deficit(self) > 0 {
+            let d = deficit(self);
+            self.glob[r] += self.domain.global[r].take(tag, d + batch);
+        }
+        deficit(self) == 0
+    }
+
+    /// Records a completed command (for the per-period counts and the capacity
+    /// estimator). Published on the next [`ChannelTokens::flush`].
+    #[inline]
+    pub fn record_completion(&mut self, kind: IoKind, bytes: u64) {
+        let c = self.cost.cost(kind, bytes);
+        self.completed[0] += c.ops;
+        self.completed[1] += c.bytes;
+        self.completed_ios += 1;
+    }
+
+    /// Tracks the hold-queue gauge published in the host's stats.
+    pub(crate) fn note_held(&mut self, delta: i64) {
+        self.held_delta += delta;
+    }
+
+    /// Publishes local counters to the host (call from the channel's poller; cheap when
+    /// nothing changed). A channel that admitted nothing since the last flush returns
+    /// its cached tokens to the pools.
+    pub fn flush(&mut self) {
+        self.sync();
+        if !std::mem::take(&mut self.active) {
+            self.return_caches();
+        }
+        let c = &self.host.counters;
+        for r in 0..2 {
+            add(&c.completed[r], &mut self.completed[r]);
+            add(&c.consumed_res[r], &mut self.consumed_res[r]);
+            add(&c.consumed_global[r], &mut self.consumed_global[r]);
+            add(&c.expired[r], &mut self.expired[r]);
+        }
+        add(&c.completed_ios, &mut self.completed_ios);
+        add(&c.admitted_ios, &mut self.admitted_ios);
+        add(&c.held_events, &mut self.held_events);
+        if self.held_delta != 0 {
+            c.held_now
+                .fetch_add(self.held_delta as u64, Ordering::AcqRel);
+            self.held_delta = 0;
+        }
+        for r in 0..2 {
+            let now = [self.res[0][r] + self.res[1][r], self.glob[r]];
+            for (k, gauge) in [&c.cached_res[r], &c.cached_global[r]]
+                .into_iter()
+                .enumerate()
+            {
+                if now[k] != self.published[k][r] {
+                    gauge.fetch_add(now[k].wrapping_sub(self.published[k][r]), Ordering::AcqRel);
+                    self.published[k][r] = now[k];
+                }
+            }
+        }
+    }
+
+    /// Moves up to `want` global tokens from the domain's pool into the host's credit
+    /// (the vendor "acquire" command of cooperative initiators), bounded so that one
+    /// host cannot hoard the pool. Returns what was granted.
+    pub fn acquire_credit(&mut self, want: Amount) -> Amount {
+        self.sync();
+        let tag = self.tag();
+        let mut granted = Amount::ZERO;
+        for r in Resource::ALL {
+            let i = r.index();
+            let have = self.host.credit[i].load().1;
+            let room = self.params.credit_cap.get(r).saturating_sub(have);
+            let got = self.domain.global[i].take(tag, want.get(r).min(room));
+            if got > 0 && !self.host.credit[i].give(tag, got) {
+                // The period ended between the two steps: the tokens expired with it.
+                self.expired[i] += got;
+                continue;
+            }
+            granted.set(r, got);
+        }
+        granted
+    }
+
+    /// The host's standing in the current period, as seen from this channel.
+    pub fn period_state(&mut self, now: Nanos) -> PeriodState {
+        self.sync();
+        let start = self.domain.period_start.load(Ordering::Acquire);
+        let res = self
+            .host
+            .reservation_available()
+            .saturating_add(self.cached().0);
+        PeriodState {
+            epoch: self.params.epoch,
+            period: Nanos(self.domain.period.load(Ordering::Acquire)),
+            elapsed: Nanos(now.0.saturating_sub(start)),
+            reservation_left: res,
+            credit: self
+                .host
+                .credit_available()
+                .saturating_add(Amount::new(self.glob[0], self.glob[1])),
+            limit_left: self.host.limit_available(BudgetClass::Total),
+            global_available: self.domain.global_available(),
+        }
+    }
+
+    /// Answers a vendor command of the token protocol (see [`crate::wire`]).
+    pub fn serve_request(&mut self, req: wire::Request, now: Nanos) -> wire::StateReply {
+        let granted = match req {
+            wire::Request::GetState => Amount::ZERO,
+            wire::Request::Acquire { ops, bytes } => self.acquire_credit(Amount::new(ops, bytes)),
+        };
+        let s = self.period_state(now);
+        let p = &self.params;
+        let mut flags = 0;
+        if p.configured {
+            flags |= wire::flags::CONFIGURED;
+        }
+        if p.limit_mask != 0 {
+            flags |= wire::flags::LIMITED;
+        }
+        if self.domain.conversion.load(Ordering::Relaxed) == 1 {
+            flags |= wire::flags::CONVERSION;
+        }
+        wire::StateReply {
+            flags,
+            epoch: s.epoch,
+            period_ns: s.period.0,
+            elapsed_ns: s.elapsed.0,
+            reservation_left_ops: s.reservation_left.ops,
+            reservation_left_bytes: s.reservation_left.bytes,
+            credit_ops: s.credit.ops,
+            credit_bytes: s.credit.bytes,
+            limit_left_ops: s.limit_left.ops,
+            limit_left_bytes: s.limit_left.bytes,
+            reservation_per_period_ops: p.reservation.ops,
+            reservation_per_period_bytes: p.reservation.bytes,
+            granted_ops: granted.ops,
+            granted_bytes: granted.bytes,
+            global_available_ops: s.global_available.ops,
+            write_weight_milli: self.cost.write_weight_milli.min(u32::MAX as u64) as u32,
+            size_unit: self.cost.size_unit.min(u32::MAX as u64) as u32,
+        }
+    }
+
+    /// The credit to piggyback in completion dword 0 of a read or write: the host's
+    /// operations left (reservation plus credit, shared and cached here).
+    pub fn credit_hint(&self) -> wire::Credit {
+        let (res, glob) = self.cached();
+        let avail = self
+            .host
+            .reservation_available()
+            .ops
+            .saturating_add(self.host.credit[0].load().1)
+            .saturating_add(res.ops)
+            .saturating_add(glob.ops);
+        wire::Credit::new(self.params.epoch, avail)
+    }
+
+    /// Tokens cached in this channel (reservation, global), for audits and tests.
+    pub fn cached(&self) -> (Amount, Amount) {
+        (
+            Amount::new(
+                self.res[0][0] + self.res[1][0],
+                self.res[0][1] + self.res[1][1],
+            ),
+            Amount::new(self.glob[0], self.glob[1]),
+        )
+    }
+}
+
+const RES: [Resource; 2] = [Resource::Ops, Resource::Bytes];
+
+fn add(a: &AtomicU64, local: &mut u64) {
+    if *local != 0 {
+        a.fetch_add(*local, Ordering::AcqRel);
+        *local = 0;
+    }
+}
+
+impl ChannelTokens {
+    /// Returns cached tokens to the pools they came from (global tokens to the host's
+    /// credit), or counts them expired if their period is over.
+    fn return_caches(&mut self) {
+        let tag = self.tag();
+        for r in 0..2 {
+            for p in 0..2 {
+                let n = std::mem::take(&mut self.res[p][r]);
+                if n > 0 && !self.host.res[p][r].give(tag, n) {
+                    self.expired[r] += n;
+                }
+            }
+            let n = std::mem::take(&mut self.glob[r]);
+            if n > 0 && !self.host.credit[r].give(tag, n) {
+                self.expired[r] += n;
+            }
+            for c in 0..3 {
+                let n = std::mem::take(&mut self.lim[c][r]);
+                if n > 0 {
+                    self.host.limit[c][r].give(tag, n);
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ChannelTokens {
+    fn drop(&mut self) {
+        self.sync();
+        self.return_caches();
+        self.active = true;
+        self.flush();
+    }
+}
+
+/// Keeps pool counts representable.
+pub(crate) fn clamp_pool(v: u64) -> u64 {
+    v.min(POOL_MAX)
+}

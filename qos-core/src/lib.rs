@@ -1,0 +1,40 @@
+//! nvmf-qos core: the QoS algorithms shared by the SPDK target plugin, the initiator
+//! plugin and the lab. Sans-IO: no clock, no threads, no randomness of its own; time
+//! ([`Nanos`]) and seeds are arguments and functions return deadlines instead of sleeping.
+//!
+//! - [`config`]: domain and host settings, validated into per-period budgets.
+//! - [`admission`]: Haechi's aggregate and local capacity constraints.
+//! - [`ledger`]: the lock-free token ledger the target's poll-group threads share, and
+//!   the per-I/O admission decision ([`ChannelTokens::try_admit`]).
+//! - [`monitor`]: conversion, roll-over, soft grants, capacity estimation, statistics.
+//! - [`hold`]: the FIFO of I/O waiting for tokens.
+//! - [`initiator`]: the cooperative initiator's token engine.
+//! - [`pacer`]: Justitia's chunking and multi-resource pacing, AIMD, and DIRS.
+//! - [`wire`]: the vendor-command protocol between the two plugins.
+#![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod config;
+pub mod cost;
+pub mod estimator;
+pub mod hold;
+pub mod initiator;
+pub mod latency;
+pub mod ledger;
+pub mod monitor;
+pub mod pacer;
+pub mod sync;
+pub mod time;
+pub mod wire;
+
+pub use admission::{AdmissionError, AdmissionReport, Violation, check_admission};
+pub use config::{
+    BatchSize, BudgetClass, Capacity, ConfigError, DomainConfig, EstimatorConfig, HostBudgets,
+    HostConfig, PriorityClass, Rate, RateSet, TokenMode,
+};
+pub use cost::{Amount, CostModel, Direction, IoKind, Resource};
+pub use estimator::CapacityEstimator;
+pub use hold::HoldQueue;
+pub use ledger::{Admission, ChannelTokens, DomainShared, HoldReason, HostShared, PeriodState};
+pub use monitor::{DomainStats, HostStats, Monitor, PeriodRecord, PeriodReport, Tick};
+pub use time::Nanos;

@@ -1,0 +1,858 @@
+//! Sender-side shaping of large transfers (Justitia, seed 001) with a safe start for
+//! new streams (DIRS, seed 004).
+//!
+//! - [`plan_chunks`]: a transfer above the chunk size becomes roughly equal chunks, so
+//!   the wire only ever carries chunk-sized data and a small, latency-sensitive command
+//!   waits behind one chunk at most, never behind a whole 1 MiB transfer.
+//! - [`MultiBucket`]: multi-resource tokens, bytes and operations, refilled at the
+//!   allowed rate U (operations in the link's fixed ratio).
+//! - AIMD on U: a reference probe measures small-command latency; when its p99 is above
+//!   the target U halves (never below the sharing-incentive floor: the large streams
+//!   together keep `n_h / (n_h + n_l)` of the link, Justitia's "each flow at least
+//!   1/n"), otherwise U grows by a step. With no latency-sensitive traffic U is the link.
+//! - Streams: each large transfer is a stream with its own rate, at most its fair share
+//!   U / n. A new stream starts at the DIRS initial rate: the lowest of the active
+//!   streams' rates, the virtual stream's rate (which remembers congestion signals that
+//!   arrived when no stream was active, with recovery and reset timers), and the lowest
+//!   rate of the last observation window.
+//!
+//! Default chunk size: 64 KiB. On a 25 Gb/s link a 64 KiB chunk occupies the wire for
+//! about 21 us, so a 4 KiB read queued behind it waits tens of microseconds rather than
+//! the ~340 us of a 1 MiB transfer, while NVMe-oF moves 64 KiB commands at close to line
+//! rate (per-command overhead is amortised over 16 pages). Justitia picked 5 KB for raw
+//! RDMA messages; NVMe-oF commands carry more fixed cost, so the chunk is larger.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::config::MIB;
+use crate::latency::LatencyWindow;
+use crate::time::{MonotonicClamp, Nanos, mul_div};
+
+/// One chunk of a split transfer, in blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Chunk {
+    pub offset_blocks: u64,
+    pub num_blocks: u64,
+}
+
+/// Splits `num_blocks` blocks starting at `offset_blocks` into the fewest chunks of at
+/// most `chunk_bytes`, as equal as possible (they differ by at most one block), in
+/// order. A transfer that fits is one chunk. A chunk is at least one block.
+pub fn plan_chunks(
+    offset_blocks: u64,
+    num_blocks: u64,
+    block_size: u64,
+    chunk_bytes: u64,
+) -> ChunkPlan {
+    let max_blocks = (chunk_bytes / block_size.max(1)).max(1);
+    let n = num_blocks.div_ceil(max_blocks).max(1);
+    ChunkPlan {
+        next: offset_blocks,
+        left: num_blocks,
+        i: 0,
+        n,
+        base: num_blocks / n,
+        extra: num_blocks % n,
+    }
+}
+
+/// Iterator over the chunks of a plan.
+#[derive(Debug, Clone)]
+pub struct ChunkPlan {
+    next: u64,
+    left: u64,
+    i: u64,
+    n: u64,
+    base: u64,
+    extra: u64,
+}
+
+impl ChunkPlan {
+    pub fn chunk_count(&self) -> u64 {
+        if self.left == 0 && self.i == 0 {
+            1
+        } else {
+            self.n
+        }
+    }
+}
+
+impl Iterator for ChunkPlan {
+    type Item = Chunk;
+    fn next(&mut self) -> Option<Chunk> {
+        if self.i >= self.n {
+            return None;
+        }
+        let len = self.base + u64::from(self.i < self.extra);
+        let c = Chunk {
+            offset_blocks: self.next,
+            num_blocks: len,
+        };
+        self.next += len;
+        self.left -= len;
+        self.i += 1;
+        Some(c)
+    }
+}
+
+/// Units of a bucket level: amount times 1e9, so refill at `rate` per second over `dt`
+/// nanoseconds is exact integer arithmetic.
+const SCALE: u128 = 1_000_000_000;
+
+/// A token bucket for one resource.
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    rate: u64,
+    depth: u64,
+    level: u128,
+    last: Nanos,
+}
+
+impl TokenBucket {
+    /// Full bucket of `depth`, refilled at `rate` per second.
+    pub fn new(rate: u64, depth: u64, now: Nanos) -> Self {
+        TokenBucket {
+            rate,
+            depth: depth.max(1),
+            level: depth.max(1) as u128 * SCALE,
+            last: now,
+        }
+    }
+    fn refill(&mut self, now: Nanos) {
+        let dt = now.saturating_sub(self.last).0 as u128;
+        self.last = self.last.max(now);
+        self.level = (self.level + dt * self.rate as u128).min(self.depth as u128 * SCALE);
+    }
+    pub fn rate(&self) -> u64 {
+        self.rate
+    }
+    pub fn set_rate(&mut self, rate: u64, now: Nanos) {
+        self.refill(now);
+        self.rate = rate;
+    }
+    /// When `n` tokens will be there (now if they are); `n` is capped at the depth.
+    pub fn ready_at(&mut self, n: u64, now: Nanos) -> Nanos {
+        self.refill(now);
+        let need = n.min(self.depth) as u128 * SCALE;
+        if self.level >= need {
+            return now;
+        }
+        if self.rate == 0 {
+            return Nanos::MAX;
+        }
+        let wait = (need - self.level).div_ceil(self.rate as u128);
+        now.saturating_add(Nanos(wait.min(u64::MAX as u128) as u64))
+    }
+    /// Takes `n` (capped at the depth); the caller checked `ready_at`.
+    fn take(&mut self, n: u64) {
+        self.level = self.level.saturating_sub(n.min(self.depth) as u128 * SCALE);
+    }
+}
+
+/// Justitia's multi-resource token: bytes and operations, both needed.
+#[derive(Debug, Clone)]
+pub struct MultiBucket {
+    pub bytes: TokenBucket,
+    pub ops: TokenBucket,
+}
+
+impl MultiBucket {
+    pub fn new(
+        bytes_rate: u64,
+        ops_rate: u64,
+        depth_bytes: u64,
+        depth_ops: u64,
+        now: Nanos,
+    ) -> Self {
+        MultiBucket {
+            bytes: TokenBucket::new(bytes_rate, depth_bytes, now),
+            ops: TokenBucket::new(ops_rate, depth_ops, now),
+        }
+    }
+    /// Takes `bytes` and `ops` now, or says when both will be there.
+    pub fn try_take(&mut self, bytes: u64, ops: u64, now: Nanos) -> Result<(), Nanos> {
+        let at = self
+            .bytes
+            .ready_at(bytes, now)
+            .max(self.ops.ready_at(ops, now));
+        if at > now {
+            return Err(at);
+        }
+        self.bytes.take(bytes);
+        self.ops.take(ops);
+        Ok(())
+    }
+}
+
+/// DIRS settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DirsConfig {
+    pub enabled: bool,
+    /// Late signals closer together than this count once (Delta). Default 1 ms.
+    pub late_gap: Nanos,
+    /// After this long without a signal the virtual stream's rate recovers by one
+    /// additive step, and again each further interval. Default 10 ms.
+    pub recovery: Nanos,
+    /// After this long without a signal the virtual stream's rate resets to the link.
+    /// Default 100 ms.
+    pub reset: Nanos,
+    /// Window of the "periodical lowest" rate. Default 10 ms.
+    pub window: Nanos,
+}
+
+impl Default for DirsConfig {
+    fn default() -> Self {
+        DirsConfig {
+            enabled: true,
+            late_gap: Nanos::from_millis(1),
+            recovery: Nanos::from_millis(10),
+            reset: Nanos::from_millis(100),
+            window: Nanos::from_millis(10),
+        }
+    }
+}
+
+/// DIRS's per-destination state: the virtual stream and the periodical lowest rate.
+#[derive(Debug, Clone)]
+pub struct Dirs {
+    cfg: DirsConfig,
+    line: u64,
+    step: u64,
+    vf_rate: u64,
+    last_late: Option<Nanos>,
+    recover_at: Option<Nanos>,
+    reset_at: Option<Nanos>,
+    window_start: Nanos,
+    window_low: u64,
+    periodic_low: u64,
+}
+
+impl Dirs {
+    pub fn new(cfg: DirsConfig, line: u64, step: u64, now: Nanos) -> Self {
+        Dirs {
+            cfg,
+            line,
+            step,
+            vf_rate: line,
+            last_late: None,
+            recover_at: None,
+            reset_at: None,
+            window_start: now,
+            window_low: line,
+            periodic_low: line,
+        }
+    }
+    pub fn virtual_rate(&self) -> u64 {
+        self.vf_rate
+    }
+    /// DIRS Algorithm 1: a congestion signal that no active stream can act on.
+    pub fn on_late_signal(&mut self, now: Nanos) {
+        if let Some(t) = self.last_late
+            && now.saturating_sub(t) <= self.cfg.late_gap
+        {
+            return;
+        }
+        self.vf_rate = (self.vf_rate / 2).max(1);
+        self.recover_at = Some(now.saturating_add(self.cfg.recovery));
+        self.reset_at = Some(now.saturating_add(self.cfg.reset));
+        self.last_late = Some(now);
+    }
+    /// Timers and the observation window; `active_low` is the lowest active stream rate.
+    pub fn tick(&mut self, active_low: Option<u64>, now: Nanos) {
+        if let Some(t) = self.reset_at
+            && now >= t
+        {
+            self.vf_rate = self.line;
+            self.reset_at = None;
+            self.recover_at = None;
+        }
+        if let Some(t) = self.recover_at
+            && now >= t
+        {
+            self.vf_rate = self.vf_rate.saturating_add(self.step).min(self.line);
+            self.recover_at = Some(now.saturating_add(self.cfg.recovery));
+        }
+        let low = active_low.unwrap_or(self.line).min(self.vf_rate);
+        self.window_low = self.window_low.min(low);
+        if now.saturating_sub(self.window_start) >= self.cfg.window {
+            self.periodic_low = self.window_low;
+            self.window_low = low;
+            self.window_start = now;
+        }
+    }
+    /// Initial rate for a new stream: min(instantaneous lowest, periodical lowest).
+    pub fn initial_rate(&self, active_low: Option<u64>) -> u64 {
+        if !self.cfg.enabled {
+            return self.line;
+        }
+        active_low
+            .unwrap_or(self.line)
+            .min(self.vf_rate)
+            .min(self.periodic_low)
+            .max(1)
+    }
+    fn next_timer(&self) -> Option<Nanos> {
+        [self.reset_at, self.recover_at].into_iter().flatten().min()
+    }
+}
+
+/// Pacer settings; every one has a default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PacerConfig {
+    /// Transfers above this are split into chunks of at most this. Default 64 KiB.
+    pub chunk_bytes: u64,
+    /// Link bandwidth in MiB/s (the C of Justitia). Default 2800 (about 25 Gb/s).
+    pub link_mibps: u64,
+    /// Link operation rate. Default 1,000,000.
+    pub link_iops: u64,
+    /// p99 latency target of small commands. Default 200 us.
+    pub latency_target: Nanos,
+    /// The reference probe is sent this often. Default 500 us (Justitia).
+    pub probe_interval: Nanos,
+    /// Probe samples kept for the p99 estimate. Default 1000.
+    pub probe_window: usize,
+    /// AIMD decision interval. Default 1 ms.
+    pub aimd_interval: Nanos,
+    /// Additive increase per interval, thousandths of the link. Default 20 (2%).
+    pub increase_milli: u64,
+    /// Latency-sensitive traffic is considered gone after this long without any.
+    /// Default 100 ms.
+    pub latency_idle: Nanos,
+    pub dirs: DirsConfig,
+}
+
+impl Default for PacerConfig {
+    fn default() -> Self {
+        PacerConfig {
+            chunk_bytes: 64 * 1024,
+            link_mibps: 2800,
+            link_iops: 1_000_000,
+            latency_target: Nanos::from_micros(200),
+            probe_interval: Nanos::from_micros(500),
+            probe_window: 1000,
+            aimd_interval: Nanos::from_millis(1),
+            increase_milli: 20,
+            latency_idle: Nanos::from_millis(100),
+            dirs: DirsConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PacerConfigError {
+    #[error("chunk size {0} bytes must be 4 KiB ..= 16 MiB")]
+    ChunkSize(u64),
+    #[error(
+        "link bandwidth and operation rate must be at least 1 (got {mibps} MiB/s, {iops} IOPS)"
+    )]
+    Link { mibps: u64, iops: u64 },
+    #[error("{what} must be at least 1 us (got {got})")]
+    Interval { what: &'static str, got: Nanos },
+    #[error("additive increase {0}/1000 of the link is outside 1 ..= 1000")]
+    Increase(u64),
+    #[error("probe window must hold 1 ..= 100000 samples (got {0})")]
+    Window(usize),
+}
+
+impl PacerConfig {
+    pub fn validate(&self) -> Result<(), PacerConfigError> {
+        if !(4096..=16 * MIB).contains(&self.chunk_bytes) {
+            return Err(PacerConfigError::ChunkSize(self.chunk_bytes));
+        }
+        if self.link_mibps == 0 || self.link_iops == 0 {
+            return Err(PacerConfigError::Link {
+                mibps: self.link_mibps,
+                iops: self.link_iops,
+            });
+        }
+        for (what, got) in [
+            ("probe interval", self.probe_interval),
+            ("AIMD interval", self.aimd_interval),
+            ("latency target", self.latency_target),
+            ("DIRS late gap", self.dirs.late_gap),
+            ("DIRS recovery", self.dirs.recovery),
+            ("DIRS reset", self.dirs.reset),
+            ("DIRS window", self.dirs.window),
+        ] {
+            if got < Nanos::from_micros(1) {
+                return Err(PacerConfigError::Interval { what, got });
+            }
+        }
+        if self.increase_milli == 0 || self.increase_milli > 1000 {
+            return Err(PacerConfigError::Increase(self.increase_milli));
+        }
+        if self.probe_window == 0 || self.probe_window > 100_000 {
+            return Err(PacerConfigError::Window(self.probe_window));
+        }
+        Ok(())
+    }
+    fn link_bytes(&self) -> u64 {
+        self.link_mibps.saturating_mul(MIB)
+    }
+}
+
+/// Identifies an open stream; stale ids (of closed streams) are refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StreamId {
+    index: u32,
+    generation: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Stream {
+    generation: u32,
+    rate: u64,
+    bucket: TokenBucket,
+}
+
+/// What [`Pacer::tick`] asks of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacerTick {
+    /// Call `tick` again no later than this.
+    pub next_deadline: Nanos,
+    /// Send a reference probe now and report its latency with [`Pacer::on_probe`].
+    pub send_probe: bool,
+}
+
+/// The pacer for one destination (one target).
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    cfg: PacerConfig,
+    clock: MonotonicClamp,
+    link: u64,
+    step: u64,
+    allowed: u64,
+    aggregate: MultiBucket,
+    streams: Vec<Option<Stream>>,
+    free: Vec<u32>,
+    generations: Vec<u32>,
+    active: usize,
+    dirs: Dirs,
+    probes: LatencyWindow,
+    last_latency_io: Option<Nanos>,
+    next_aimd: Nanos,
+    next_probe: Nanos,
+}
+
+impl Pacer {
+    pub fn new(cfg: PacerConfig, now: Nanos) -> Result<Self, PacerConfigError> {
+        cfg.validate()?;
+        let link = cfg.link_bytes();
+        let step = mul_div(link, cfg.increase_milli, 1000).max(1);
+        let ops_per_chunk = mul_div(cfg.chunk_bytes, cfg.link_iops, link).max(1);
+        Ok(Pacer {
+            cfg,
+            clock: MonotonicClamp::new(now),
+            link,
+            step,
+            allowed: link,
+            aggregate: MultiBucket::new(link, cfg.link_iops, cfg.chunk_bytes, ops_per_chunk, now),
+            streams: Vec::new(),
+            free: Vec::new(),
+            generations: Vec::new(),
+            active: 0,
+            dirs: Dirs::new(cfg.dirs, link, step, now),
+            probes: LatencyWindow::new(cfg.probe_window),
+            last_latency_io: None,
+            next_aimd: now.saturating_add(cfg.aimd_interval),
+            next_probe: now,
+        })
+    }
+
+    pub fn config(&self) -> &PacerConfig {
+        &self.cfg
+    }
+    /// The allowed aggregate rate U of large streams, bytes per second.
+    pub fn allowed_rate(&self) -> u64 {
+        self.allowed
+    }
+    pub fn active_streams(&self) -> usize {
+        self.active
+    }
+    pub fn dirs(&self) -> &Dirs {
+        &self.dirs
+    }
+    pub fn stream_rate(&self, id: StreamId) -> Option<u64> {
+        self.stream(id).map(|s| s.rate)
+    }
+    /// A transfer of `bytes` is split and paced.
+    pub fn should_split(&self, bytes: u64) -> bool {
+        bytes > self.cfg.chunk_bytes
+    }
+
+    fn stream(&self, id: StreamId) -> Option<&Stream> {
+        self.streams
+            .get(id.index as usize)?
+            .as_ref()
+            .filter(|s| s.generation == id.generation)
+    }
+
+    fn latency_sensitive(&self, now: Nanos) -> bool {
+        self.last_latency_io
+            .is_some_and(|t| now.saturating_sub(t) < self.cfg.latency_idle)
+    }
+
+    fn floor(&self, now: Nanos) -> u64 {
+        let n_l = u64::from(self.latency_sensitive(now));
+        let n_h = (self.active as u64).max(1);
+        mul_div(self.link, n_h, n_h + n_l)
+    }
+
+    fn active_low(&self) -> Option<u64> {
+        self.streams.iter().flatten().map(|s| s.rate).min()
+    }
+
+    fn fair_share(&self) -> u64 {
+        (self.allowed / self.active.max(1) as u64).max(1)
+    }
+
+    fn apply_shares(&mut self, now: Nanos) {
+        let share = self.fair_share();
+        for s in self.streams.iter_mut().flatten() {
+            s.bucket.set_rate(s.rate.min(share), now);
+        }
+        self.aggregate.bytes.set_rate(self.allowed, now);
+        self.aggregate.ops.set_rate(
+            mul_div(self.allowed, self.cfg.link_iops, self.link).max(1),
+            now,
+        );
+    }
+
+    /// A large transfer begins: a new stream at the DIRS initial rate.
+    pub fn open_stream(&mut self, now: Nanos) -> StreamId {
+        let now = self.clock.observe(now);
+        let rate = self.dirs.initial_rate(self.active_low());
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.streams.push(None);
+                self.generations.push(0);
+                (self.streams.len() - 1) as u32
+            }
+        };
+        let generation = self.generations[index as usize];
+        let bucket = TokenBucket::new(rate, self.cfg.chunk_bytes, now);
+        self.streams[index as usize] = Some(Stream {
+            generation,
+            rate,
+            bucket,
+        });
+        self.active += 1;
+        self.apply_shares(now);
+        StreamId { index, generation }
+    }
+
+    /// The transfer is done (all chunks sent). Unknown ids are ignored.
+    pub fn close_stream(&mut self, id: StreamId, now: Nanos) {
+        let now = self.clock.observe(now);
+        if self.stream(id).is_none() {
+            return;
+        }
+        self.streams[id.index as usize] = None;
+        self.generations[id.index as usize] = id.generation.wrapping_add(1);
+        self.free.push(id.index);
+        self.active -= 1;
+        self.apply_shares(now);
+    }
+
+    /// May the next chunk (`bytes`) of stream `id` go now? `Err(t)`: not before `t`.
+    /// An unknown stream is paced by the aggregate bucket only.
+    pub fn try_send(&mut self, id: StreamId, bytes: u64, now: Nanos) -> Result<(), Nanos> {
+        let now = self.clock.observe(now);
+        let own = match self
+            .streams
+            .get_mut(id.index as usize)
+            .and_then(|s| s.as_mut())
+        {
+            Some(s) if s.generation == id.generation => s.bucket.ready_at(bytes, now),
+            _ => now,
+        };
+        if own > now {
+            return Err(own);
+        }
+        self.aggregate.try_take(bytes, 1, now)?;
+        if let Some(Some(s)) = self.streams.get_mut(id.index as usize)
+            && s.generation == id.generation
+        {
+            s.bucket.take(bytes);
+        }
+        Ok(())
+    }
+
+    /// A small, latency-sensitive command was sent (it is never paced).
+    pub fn note_latency_sensitive(&mut self, now: Nanos) {
+        let now = self.clock.observe(now);
+        self.last_latency_io = Some(now);
+    }
+
+    /// Latency of a reference probe.
+    pub fn on_probe(&mut self, latency: Nanos, now: Nanos) {
+        self.clock.observe(now);
+        self.probes.record(latency);
+    }
+
+    /// Runs AIMD and the DIRS timers when due.
+    pub fn tick(&mut self, now: Nanos) -> PacerTick {
+        let now = self.clock.observe(now);
+        let low = self.active_low();
+        self.dirs.tick(low, now);
+        if now >= self.next_aimd {
+            self.next_aimd = now.saturating_add(self.cfg.aimd_interval);
+            self.aimd(now);
+        }
+        let send_probe = self.latency_sensitive(now) && now >= self.next_probe;
+        if send_probe {
+            self.next_probe = now.saturating_add(self.cfg.probe_interval);
+        }
+        let mut next = self.next_aimd;
+        if self.latency_sensitive(now) {
+            next = next.min(self.next_probe);
+        }
+        if let Some(t) = self.dirs.next_timer() {
+            next = next.min(t);
+        }
+        PacerTick {
+            next_deadline: next.max(now.saturating_add(Nanos(1))),
+            send_probe,
+        }
+    }
+
+    fn aimd(&mut self, now: Nanos) {
+        if !self.latency_sensitive(now) {
+            // Justitia: with no latency-sensitive traffic, U is the whole link.
+            self.allowed = self.link;
+            self.probes.clear();
+            for s in self.streams.iter_mut().flatten() {
+                s.rate = s.rate.saturating_add(self.step).min(self.link);
+            }
+        } else {
+            let congested = self
+                .probes
+                .quantile(0.99)
+                .is_some_and(|p99| p99 > self.cfg.latency_target);
+            let floor = self.floor(now);
+            if congested {
+                self.allowed = (self.allowed / 2).max(floor);
+                if self.active == 0 {
+                    self.dirs.on_late_signal(now);
+                }
+                let share_floor = floor / self.active.max(1) as u64;
+                for s in self.streams.iter_mut().flatten() {
+                    s.rate = (s.rate / 2).max(share_floor).max(1);
+                }
+                // Decide on fresh samples next time.
+                self.probes.clear();
+            } else {
+                self.allowed = self.allowed.saturating_add(self.step).min(self.link);
+                for s in self.streams.iter_mut().flatten() {
+                    s.rate = s.rate.saturating_add(self.step).min(self.link);
+                }
+            }
+        }
+        self.apply_shares(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_chunk_plan_covers_the_io_exactly_once_in_order(
+            offset in 0u64..1 << 40, blocks in 0u64..100_000, bs_shift in 9u32..13, chunk_kib in 4u64..2048
+        ) {
+            let bs = 1u64 << bs_shift;
+            let chunk = chunk_kib * 1024;
+            let plan = plan_chunks(offset, blocks, bs, chunk);
+            let chunks: Vec<Chunk> = plan.collect();
+            let mut next = offset;
+            for c in &chunks {
+                prop_assert_eq!(c.offset_blocks, next, "in order, no gap, no overlap");
+                prop_assert!(c.num_blocks * bs <= chunk.max(bs), "chunk within the size");
+                next += c.num_blocks;
+            }
+            prop_assert_eq!(next, offset + blocks, "covers everything");
+            if blocks > 0 {
+                let min = chunks.iter().map(|c| c.num_blocks).min().unwrap();
+                let max = chunks.iter().map(|c| c.num_blocks).max().unwrap();
+                prop_assert!(max - min <= 1, "roughly equal");
+                prop_assert!(min >= 1);
+            }
+        }
+    }
+
+    #[test]
+    fn one_mib_becomes_sixteen_chunks_of_64k() {
+        let c: Vec<_> = plan_chunks(0, 256, 4096, 64 * 1024).collect();
+        assert_eq!(c.len(), 16);
+        assert!(c.iter().all(|c| c.num_blocks == 16));
+        let c: Vec<_> = plan_chunks(10, 8, 4096, 64 * 1024).collect();
+        assert_eq!(
+            c,
+            vec![Chunk {
+                offset_blocks: 10,
+                num_blocks: 8
+            }]
+        );
+    }
+
+    #[test]
+    fn bucket_waits_exactly_for_its_rate() {
+        let t0 = Nanos::from_secs(1);
+        let mut b = TokenBucket::new(1_000_000, 1000, t0);
+        assert_eq!(b.ready_at(1000, t0), t0);
+        b.take(1000);
+        assert_eq!(
+            b.ready_at(500, t0),
+            t0.saturating_add(Nanos::from_micros(500))
+        );
+        let mut m = MultiBucket::new(1_000, 10, 1_000, 1, t0);
+        assert!(m.try_take(100, 1, t0).is_ok());
+        // Bytes are there but the single operation token is spent: 100 ms per op.
+        assert_eq!(
+            m.try_take(100, 1, t0),
+            Err(t0.saturating_add(Nanos::from_millis(100)))
+        );
+    }
+
+    fn pacer(now: Nanos) -> Pacer {
+        Pacer::new(
+            PacerConfig {
+                link_mibps: 1000,
+                ..PacerConfig::default()
+            },
+            now,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn congestion_halves_the_allowed_rate_down_to_the_sharing_floor() {
+        let mut t = Nanos::from_secs(1);
+        let mut p = pacer(t);
+        let link = 1000 * MIB;
+        let s = p.open_stream(t);
+        p.note_latency_sensitive(t);
+        for _ in 0..10 {
+            p.on_probe(Nanos::from_millis(5), t);
+            t = t.saturating_add(Nanos::from_millis(1));
+            p.note_latency_sensitive(t);
+            p.tick(t);
+        }
+        // One large stream and latency-sensitive traffic: the floor is half the link.
+        assert_eq!(p.allowed_rate(), link / 2);
+        assert!(p.stream_rate(s).unwrap() >= link / 2);
+        // Latency back under target: additive increase.
+        p.on_probe(Nanos::from_micros(10), t);
+        t = t.saturating_add(Nanos::from_millis(1));
+        p.tick(t);
+        assert_eq!(p.allowed_rate(), link / 2 + link / 50);
+    }
+
+    #[test]
+    fn no_latency_sensitive_traffic_means_the_whole_link() {
+        let t = Nanos::from_secs(1);
+        let mut p = pacer(t);
+        p.tick(t.saturating_add(Nanos::from_millis(2)));
+        assert_eq!(p.allowed_rate(), 1000 * MIB);
+        assert!(!p.tick(t.saturating_add(Nanos::from_millis(3))).send_probe);
+    }
+
+    #[test]
+    fn new_stream_starts_at_the_lowest_active_rate() {
+        let mut t = Nanos::from_secs(1);
+        let mut p = pacer(t);
+        let a = p.open_stream(t);
+        p.note_latency_sensitive(t);
+        p.on_probe(Nanos::from_millis(1), t);
+        t = t.saturating_add(Nanos::from_millis(1));
+        p.tick(t);
+        let ra = p.stream_rate(a).unwrap();
+        assert!(ra < 1000 * MIB);
+        let b = p.open_stream(t);
+        assert_eq!(p.stream_rate(b), Some(ra));
+    }
+
+    #[test]
+    fn late_signal_lowers_the_virtual_stream_then_it_recovers_and_resets() {
+        let mut t = Nanos::from_secs(1);
+        let mut p = pacer(t);
+        let link = 1000 * MIB;
+        p.note_latency_sensitive(t);
+        p.on_probe(Nanos::from_millis(1), t);
+        t = t.saturating_add(Nanos::from_millis(1));
+        p.tick(t); // no active stream: a late signal
+        assert_eq!(p.dirs().virtual_rate(), link / 2);
+        let s = p.open_stream(t);
+        assert_eq!(p.stream_rate(s), Some(link / 2));
+        p.close_stream(s, t);
+        // A second late signal within Delta is discarded.
+        p.dirs.on_late_signal(t);
+        assert_eq!(p.dirs().virtual_rate(), link / 2);
+        p.tick(t.saturating_add(Nanos::from_millis(11)));
+        assert_eq!(p.dirs().virtual_rate(), link / 2 + link / 50);
+        p.tick(t.saturating_add(Nanos::from_millis(101)));
+        assert_eq!(p.dirs().virtual_rate(), link);
+    }
+
+    #[test]
+    fn stale_stream_ids_are_ignored() {
+        let t = Nanos::from_secs(1);
+        let mut p = pacer(t);
+        let a = p.open_stream(t);
+        p.close_stream(a, t);
+        let b = p.open_stream(t);
+        assert_eq!(p.stream_rate(a), None);
+        assert!(p.stream_rate(b).is_some());
+        p.close_stream(a, t);
+        assert_eq!(p.active_streams(), 1);
+    }
+
+    #[test]
+    fn chunks_are_paced_at_the_stream_share() {
+        let t0 = Nanos::from_secs(1);
+        let mut p = Pacer::new(
+            PacerConfig {
+                link_mibps: 64,
+                chunk_bytes: 64 * 1024,
+                ..Default::default()
+            },
+            t0,
+        )
+        .unwrap();
+        let s = p.open_stream(t0);
+        assert!(p.try_send(s, 64 * 1024, t0).is_ok());
+        let next = p.try_send(s, 64 * 1024, t0).unwrap_err();
+        // 64 KiB at 64 MiB/s: about 976 us.
+        assert!((900_000..1_100_000).contains(&(next.0 - t0.0)), "{next}");
+    }
+
+    #[test]
+    fn bad_config_is_refused() {
+        assert!(matches!(
+            Pacer::new(
+                PacerConfig {
+                    chunk_bytes: 100,
+                    ..Default::default()
+                },
+                Nanos::ZERO
+            ),
+            Err(PacerConfigError::ChunkSize(100))
+        ));
+        assert!(
+            Pacer::new(
+                PacerConfig {
+                    link_iops: 0,
+                    ..Default::default()
+                },
+                Nanos::ZERO
+            )
+            .is_err()
+        );
+    }
+}

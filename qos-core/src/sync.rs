@@ -1,0 +1,183 @@
+//! The atomics the ledger is built on, and the tagged token pool. Under `--cfg loom`
+//! the same code runs on loom's model-checked atomics.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::Arc;
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering, fence};
+#[cfg(not(loom))]
+pub(crate) use std::sync::Arc;
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering, fence};
+
+/// Largest count a pool holds (48 bits): 256 TiB, more than any target moves in the
+/// longest period (60 s).
+pub const POOL_MAX: u64 = (1 << 48) - 1;
+const COUNT_MASK: u64 = POOL_MAX;
+
+#[inline]
+const fn pack(tag: u16, count: u64) -> u64 {
+    ((tag as u64) << 48)
+        | (if count > COUNT_MASK {
+            COUNT_MASK
+        } else {
+            count
+        })
+}
+#[inline]
+const fn unpack(w: u64) -> (u16, u64) {
+    ((w >> 48) as u16, w & COUNT_MASK)
+}
+
+/// A count of tokens tagged with the period (epoch) they belong to, in one atomic word.
+/// Takes name the period they expect, so that a channel can never take tokens of a new
+/// period believing they are of the old one (or the reverse): the roll-over that
+/// retags a pool and every take are ordered by the same compare-and-swap.
+#[derive(Debug)]
+pub struct TokenPool(AtomicU64);
+
+impl Default for TokenPool {
+    fn default() -> Self {
+        TokenPool(AtomicU64::new(0))
+    }
+}
+
+impl TokenPool {
+    pub fn new(tag: u16, count: u64) -> Self {
+        TokenPool(AtomicU64::new(pack(tag, count)))
+    }
+
+    /// `(tag, count)` now.
+    #[inline]
+    pub fn load(&self) -> (u16, u64) {
+        unpack(self.0.load(Ordering::Acquire))
+    }
+
+    /// Takes up to `want` tokens of period `tag`; returns how many it took (0 when the
+    /// pool is of another period). Fetch-and-add semantics without overdraft.
+    #[inline]
+    pub fn take(&self, tag: u16, want: u64) -> u64 {
+        let mut cur = self.0.load(Ordering::Acquire);
+        loop {
+            let (t, c) = unpack(cur);
+            if t != tag || c == 0 || want == 0 {
+                return 0;
+            }
+            let got = want.min(c);
+            match self.0.compare_exchange_weak(
+                cur,
+                pack(t, c - got),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return got,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Adds tokens of period `tag`; returns false (and adds nothing) when the pool has
+    /// moved to another period, in which case the caller's tokens have expired.
+    pub fn give(&self, tag: u16, n: u64) -> bool {
+        let mut cur = self.0.load(Ordering::Acquire);
+        loop {
+            let (t, c) = unpack(cur);
+            if t != tag {
+                return false;
+            }
+            match self.0.compare_exchange_weak(
+                cur,
+                pack(t, c.saturating_add(n)),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Lowers the count of period `tag` to at most `max`; returns `(removed, left)`.
+    /// Nothing happens if the pool is of another period.
+    pub fn cap(&self, tag: u16, max: u64) -> (u64, u64) {
+        let mut cur = self.0.load(Ordering::Acquire);
+        loop {
+            let (t, c) = unpack(cur);
+            if t != tag || c <= max {
+                return (0, if t == tag { c } else { 0 });
+            }
+            match self.0.compare_exchange_weak(
+                cur,
+                pack(t, max),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return (c - max, max),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
+    /// Sets the pool to `count` tokens of period `tag`; returns the previous `(tag, count)`.
+    pub fn replace(&self, tag: u16, count: u64) -> (u16, u64) {
+        unpack(self.0.swap(pack(tag, count), Ordering::AcqRel))
+    }
+
+    /// Sets the count of period `tag` to `count` if the pool is of that period; returns
+    /// the previous count, or `None` if the pool is of another period.
+    pub fn set_in_period(&self, tag: u16, count: u64) -> Option<u64> {
+        let mut cur = self.0.load(Ordering::Acquire);
+        loop {
+            let (t, c) = unpack(cur);
+            if t != tag {
+                return None;
+            }
+            match self.0.compare_exchange_weak(
+                cur,
+                pack(t, count),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(c),
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn take_never_overdraws_and_respects_the_tag() {
+        let p = TokenPool::new(7, 10);
+        assert_eq!(p.take(7, 4), 4);
+        assert_eq!(p.take(7, 100), 6);
+        assert_eq!(p.take(7, 1), 0);
+        assert_eq!(p.take(8, 1), 0);
+        assert!(p.give(7, 3));
+        assert!(!p.give(6, 3));
+        assert_eq!(p.load(), (7, 3));
+    }
+
+    #[test]
+    fn cap_and_replace() {
+        let p = TokenPool::new(1, 100);
+        assert_eq!(p.cap(1, 40), (60, 40));
+        assert_eq!(p.cap(1, 50), (0, 40));
+        assert_eq!(p.cap(2, 0), (0, 0));
+        assert_eq!(p.replace(2, 5), (1, 40));
+        assert_eq!(p.set_in_period(1, 9), None);
+        assert_eq!(p.set_in_period(2, 9), Some(5));
+        assert_eq!(p.load(), (2, 9));
+    }
+
+    #[test]
+    fn counts_saturate_at_48_bits() {
+        let p = TokenPool::new(0xffff, u64::MAX);
+        assert_eq!(p.load(), (0xffff, POOL_MAX));
+        assert!(p.give(0xffff, 10));
+        assert_eq!(p.load().1, POOL_MAX);
+    }
+}

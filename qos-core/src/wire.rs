@@ -1,0 +1,362 @@
+//! The token protocol between a cooperative initiator and the target plugin, version 1:
+//! two vendor-specific NVMe I/O commands and a credit field in the completion of reads
+//! and writes. Documented for operators and implementers in `docs/wire-protocol.md`; this
+//! module is the one encoder and decoder both plugins use.
+//!
+//! Vendor I/O commands reach the namespace's bdev (our QoS bdev) on the host's own
+//! I/O queue pair, so they are authenticated by the namespace masking that binds the
+//! QoS bdev to one host: a host can only ever see and move its own tokens.
+
+/// NVMe generic status codes the target answers vendor commands with.
+pub mod status {
+    pub const SUCCESS: u8 = 0x00;
+    pub const INVALID_OPCODE: u8 = 0x01;
+    pub const INVALID_FIELD: u8 = 0x02;
+    pub const DATA_SGL_LENGTH_INVALID: u8 = 0x0F;
+}
+
+pub const VERSION: u16 = 1;
+/// `cdw10` of every vendor command: ASCII "QOS1", so that a stray vendor opcode of
+/// another product is never mistaken for ours.
+pub const CMD_MAGIC: u32 = u32::from_le_bytes(*b"QOS1");
+/// First field of a [`StateReply`]: ASCII "QOSR".
+pub const REPLY_MAGIC: u32 = u32::from_le_bytes(*b"QOSR");
+/// Read the host's period state. Controller-to-host data (opcode bits 1:0 = 10).
+pub const OPC_GET_STATE: u8 = 0xC2;
+/// Acquire global tokens in a batch, then read the state. Controller-to-host data.
+pub const OPC_ACQUIRE: u8 = 0xC6;
+/// Length of the reply buffer both commands fill.
+pub const REPLY_LEN: usize = 128;
+/// Bytes in `cdw13` of an acquire are counted in units of this many bytes.
+pub const ACQUIRE_BYTES_UNIT: u64 = 4096;
+
+/// Flags of a [`StateReply`].
+pub mod flags {
+    /// The QoS bdev is bound to a host configured in a domain.
+    pub const CONFIGURED: u16 = 1 << 0;
+    /// A limit is enforced on the host.
+    pub const LIMITED: u16 = 1 << 1;
+    /// Token conversion is on (Haechi mode, not basic).
+    pub const CONVERSION: u16 = 1 << 2;
+}
+
+/// The command dwords 10..=15 of a vendor command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VendorCmd {
+    pub cdw10: u32,
+    pub cdw11: u32,
+    pub cdw12: u32,
+    pub cdw13: u32,
+    pub cdw14: u32,
+    pub cdw15: u32,
+}
+
+/// A decoded vendor command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    GetState,
+    /// Ask for `ops` operations and `bytes` bytes of global tokens.
+    Acquire {
+        ops: u64,
+        bytes: u64,
+    },
+}
+
+/// Why a vendor command was refused; maps to an NVMe status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("opcode {0:#04x} is not a nvmf-qos command")]
+    UnknownOpcode(u8),
+    #[error("cdw10 {0:#010x} is not the nvmf-qos magic")]
+    BadMagic(u32),
+    #[error("protocol version {0} is not supported (this target speaks {VERSION})")]
+    BadVersion(u32),
+    #[error("reply buffer of {0} bytes is shorter than {REPLY_LEN}")]
+    ShortBuffer(usize),
+}
+
+impl RequestError {
+    /// The NVMe status code (generic command status type) to complete with.
+    pub fn status_code(self) -> u8 {
+        match self {
+            RequestError::UnknownOpcode(_) => status::INVALID_OPCODE,
+            RequestError::BadMagic(_) | RequestError::BadVersion(_) => status::INVALID_FIELD,
+            RequestError::ShortBuffer(_) => status::DATA_SGL_LENGTH_INVALID,
+        }
+    }
+}
+
+/// Whether `opcode` is one of ours (the plugin forwards every other opcode).
+pub fn is_qos_opcode(opcode: u8) -> bool {
+    opcode == OPC_GET_STATE || opcode == OPC_ACQUIRE
+}
+
+/// Decodes a vendor command; `buf_len` is the length of its data buffer.
+pub fn decode_request(
+    opcode: u8,
+    cmd: &VendorCmd,
+    buf_len: usize,
+) -> Result<Request, RequestError> {
+    if !is_qos_opcode(opcode) {
+        return Err(RequestError::UnknownOpcode(opcode));
+    }
+    if cmd.cdw10 != CMD_MAGIC {
+        return Err(RequestError::BadMagic(cmd.cdw10));
+    }
+    if cmd.cdw11 != VERSION as u32 {
+        return Err(RequestError::BadVersion(cmd.cdw11));
+    }
+    if buf_len < REPLY_LEN {
+        return Err(RequestError::ShortBuffer(buf_len));
+    }
+    Ok(match opcode {
+        OPC_GET_STATE => Request::GetState,
+        _ => Request::Acquire {
+            ops: cmd.cdw12 as u64,
+            bytes: cmd.cdw13 as u64 * ACQUIRE_BYTES_UNIT,
+        },
+    })
+}
+
+/// Encodes a request (initiator side). Byte counts round up to the 4 KiB unit.
+pub fn encode_request(req: Request) -> (u8, VendorCmd) {
+    let mut cmd = VendorCmd {
+        cdw10: CMD_MAGIC,
+        cdw11: VERSION as u32,
+        ..VendorCmd::default()
+    };
+    match req {
+        Request::GetState => (OPC_GET_STATE, cmd),
+        Request::Acquire { ops, bytes } => {
+            cmd.cdw12 = ops.min(u32::MAX as u64) as u32;
+            cmd.cdw13 = bytes.div_ceil(ACQUIRE_BYTES_UNIT).min(u32::MAX as u64) as u32;
+            (OPC_ACQUIRE, cmd)
+        }
+    }
+}
+
+/// The 128-byte reply of both vendor commands (little-endian).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StateReply {
+    pub flags: u16,
+    pub epoch: u64,
+    pub period_ns: u64,
+    pub elapsed_ns: u64,
+    pub reservation_left_ops: u64,
+    pub reservation_left_bytes: u64,
+    pub credit_ops: u64,
+    pub credit_bytes: u64,
+    pub limit_left_ops: u64,
+    pub limit_left_bytes: u64,
+    pub reservation_per_period_ops: u64,
+    pub reservation_per_period_bytes: u64,
+    pub granted_ops: u64,
+    pub granted_bytes: u64,
+    pub global_available_ops: u64,
+    /// The target's cost model, so the initiator counts tokens as the target does.
+    pub write_weight_milli: u32,
+    pub size_unit: u32,
+}
+
+/// A reply that does not decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReplyError {
+    #[error("reply of {0} bytes is shorter than {REPLY_LEN}")]
+    Short(usize),
+    #[error("reply magic {0:#010x} is wrong: the target does not speak nvmf-qos")]
+    BadMagic(u32),
+    #[error("reply version {0} is not supported")]
+    BadVersion(u16),
+}
+
+impl StateReply {
+    pub fn encode(&self, out: &mut [u8]) -> Result<(), RequestError> {
+        if out.len() < REPLY_LEN {
+            return Err(RequestError::ShortBuffer(out.len()));
+        }
+        out[..4].copy_from_slice(&REPLY_MAGIC.to_le_bytes());
+        out[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        out[6..8].copy_from_slice(&self.flags.to_le_bytes());
+        for (i, v) in self.words().iter().enumerate() {
+            out[8 + i * 8..16 + i * 8].copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    pub fn decode(buf: &[u8]) -> Result<StateReply, ReplyError> {
+        if buf.len() < REPLY_LEN {
+            return Err(ReplyError::Short(buf.len()));
+        }
+        let magic = u32::from_le_bytes(buf[..4].try_into().expect("4 bytes"));
+        if magic != REPLY_MAGIC {
+            return Err(ReplyError::BadMagic(magic));
+        }
+        let version = u16::from_le_bytes(buf[4..6].try_into().expect("2 bytes"));
+        if version != VERSION {
+            return Err(ReplyError::BadVersion(version));
+        }
+        let w =
+            |i: usize| u64::from_le_bytes(buf[8 + i * 8..16 + i * 8].try_into().expect("8 bytes"));
+        Ok(StateReply {
+            flags: u16::from_le_bytes(buf[6..8].try_into().expect("2 bytes")),
+            epoch: w(0),
+            period_ns: w(1),
+            elapsed_ns: w(2),
+            reservation_left_ops: w(3),
+            reservation_left_bytes: w(4),
+            credit_ops: w(5),
+            credit_bytes: w(6),
+            limit_left_ops: w(7),
+            limit_left_bytes: w(8),
+            reservation_per_period_ops: w(9),
+            reservation_per_period_bytes: w(10),
+            granted_ops: w(11),
+            granted_bytes: w(12),
+            global_available_ops: w(13),
+            write_weight_milli: w(14) as u32,
+            size_unit: (w(14) >> 32) as u32,
+        })
+    }
+
+    fn words(&self) -> [u64; 15] {
+        [
+            self.epoch,
+            self.period_ns,
+            self.elapsed_ns,
+            self.reservation_left_ops,
+            self.reservation_left_bytes,
+            self.credit_ops,
+            self.credit_bytes,
+            self.limit_left_ops,
+            self.limit_left_bytes,
+            self.reservation_per_period_ops,
+            self.reservation_per_period_bytes,
+            self.granted_ops,
+            self.granted_bytes,
+            self.global_available_ops,
+            self.write_weight_milli as u64 | (self.size_unit as u64) << 32,
+        ]
+    }
+}
+
+/// The credit a target piggybacks in completion dword 0 of reads and writes: the
+/// host's tokens available at the target (reservation left plus credit, operations),
+/// and the low 4 bits of the period epoch, so the initiator notices a roll-over without
+/// asking. Bits 31..28 hold the marker 0xA; a target without the plugin returns 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Credit {
+    pub epoch_low: u8,
+    pub available_ops: u32,
+}
+
+const CREDIT_MARK: u32 = 0xA;
+pub const CREDIT_MAX_OPS: u32 = (1 << 24) - 1;
+
+impl Credit {
+    pub fn new(epoch: u64, available_ops: u64) -> Self {
+        Credit {
+            epoch_low: (epoch & 0xF) as u8,
+            available_ops: available_ops.min(CREDIT_MAX_OPS as u64) as u32,
+        }
+    }
+    pub fn encode(self) -> u32 {
+        CREDIT_MARK << 28
+            | ((self.epoch_low as u32 & 0xF) << 24)
+            | (self.available_ops & CREDIT_MAX_OPS)
+    }
+    /// `None` when dword 0 carries no credit (a plain target, or another command).
+    pub fn decode(cdw0: u32) -> Option<Credit> {
+        (cdw0 >> 28 == CREDIT_MARK).then_some(Credit {
+            epoch_low: ((cdw0 >> 24) & 0xF) as u8,
+            available_ops: cdw0 & CREDIT_MAX_OPS,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn opcodes_transfer_controller_to_host() {
+        const { assert!(OPC_GET_STATE & 0b11 == 0b10 && OPC_ACQUIRE & 0b11 == 0b10) };
+        const { assert!(OPC_GET_STATE >= 0x80 && OPC_ACQUIRE >= 0x80) };
+    }
+
+    #[test]
+    fn request_round_trip_and_refusals() {
+        let (op, cmd) = encode_request(Request::Acquire {
+            ops: 1000,
+            bytes: 5000,
+        });
+        assert_eq!(
+            decode_request(op, &cmd, 128),
+            Ok(Request::Acquire {
+                ops: 1000,
+                bytes: 8192
+            })
+        );
+        let (op, cmd) = encode_request(Request::GetState);
+        assert_eq!(decode_request(op, &cmd, 4096), Ok(Request::GetState));
+        assert_eq!(
+            decode_request(op, &cmd, 64),
+            Err(RequestError::ShortBuffer(64))
+        );
+        assert_eq!(
+            decode_request(0xC4, &cmd, 128).unwrap_err().status_code(),
+            status::INVALID_OPCODE
+        );
+        let bad = VendorCmd { cdw10: 7, ..cmd };
+        assert_eq!(
+            decode_request(op, &bad, 128).unwrap_err().status_code(),
+            status::INVALID_FIELD
+        );
+        let bad = VendorCmd { cdw11: 2, ..cmd };
+        assert_eq!(
+            decode_request(op, &bad, 128),
+            Err(RequestError::BadVersion(2))
+        );
+    }
+
+    #[test]
+    fn reply_refuses_foreign_data() {
+        assert_eq!(
+            StateReply::decode(&[0u8; 128]),
+            Err(ReplyError::BadMagic(0))
+        );
+        assert_eq!(StateReply::decode(&[0u8; 12]), Err(ReplyError::Short(12)));
+    }
+
+    #[test]
+    fn plain_completion_has_no_credit() {
+        assert_eq!(Credit::decode(0), None);
+        assert_eq!(Credit::decode(0x1234), None);
+    }
+
+    proptest! {
+        #[test]
+        fn reply_round_trips(words in proptest::array::uniform14(any::<u64>()), fl in any::<u16>()) {
+            let r = StateReply {
+                flags: fl, epoch: words[0], period_ns: words[1], elapsed_ns: words[2],
+                reservation_left_ops: words[3], reservation_left_bytes: words[4], credit_ops: words[5],
+                credit_bytes: words[6], limit_left_ops: words[7], limit_left_bytes: words[8],
+                reservation_per_period_ops: words[9], reservation_per_period_bytes: words[10],
+                granted_ops: words[11], granted_bytes: words[12], global_available_ops: words[13],
+                write_weight_milli: fl as u32 * 3, size_unit: words[0] as u32,
+            };
+            let mut buf = [0u8; REPLY_LEN];
+            r.encode(&mut buf).unwrap();
+            prop_assert_eq!(StateReply::decode(&buf), Ok(r));
+        }
+
+        #[test]
+        fn credit_round_trips(epoch in any::<u64>(), ops in any::<u64>()) {
+            let c = Credit::new(epoch, ops);
+            let d = Credit::decode(c.encode()).unwrap();
+            prop_assert_eq!(d, c);
+            prop_assert_eq!(d.available_ops as u64, ops.min(CREDIT_MAX_OPS as u64));
+            prop_assert_eq!(d.epoch_low as u64, epoch & 0xF);
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Seeded simulations of the ledger and monitor on an ideal server: the guarantees the
+//! papers promise, checked as properties over random admissible configurations.
+
+mod common;
+
+use common::Sim;
+use proptest::prelude::*;
+use qos_core::{BatchSize, Capacity, DomainConfig, HostConfig, Nanos, Rate, TokenMode};
+
+fn domain(capacity: u64, mode: TokenMode) -> DomainConfig {
+    DomainConfig {
+        period: Nanos::from_millis(100),
+        check_interval: Nanos::from_millis(1),
+        capacity: Capacity {
+            iops: capacity,
+            ..Capacity::default()
+        },
+        mode,
+        estimator: qos_core::EstimatorConfig {
+            enabled: false,
+            ..Default::default()
+        },
+        ..DomainConfig::default()
+    }
+}
+
+/// Reservations as fractions (per mille) of the capacity, scaled to sum to `reserved_milli`.
+fn hosts_from(weights: &[u64], reserved_milli: u64, capacity: u64) -> Vec<HostConfig> {
+    let total: u64 = weights.iter().sum::<u64>().max(1);
+    weights
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let r = capacity * reserved_milli / 1000 * w / total;
+            let h = HostConfig::new(format!("nqn.2026-11.io.test:h{i}"));
+            if r > 0 {
+                h.with_reservation(Rate::iops(r))
+            } else {
+                h
+            }
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+
+    /// Haechi's guarantee: a continuously backlogged host of an admissible set gets at
+    /// least its reservation in every period, whatever the others do.
+    #[test]
+    fn backlogged_hosts_get_their_reservation(
+        weights in proptest::collection::vec(0u64..10, 2..8),
+        reserved_milli in 100u64..950,
+        seed in any::<u64>(),
+        channels in 1usize..3,
+        mode in prop_oneof![Just(TokenMode::Haechi), Just(TokenMode::Basic)],
+    ) {
+        let cap = 100_000;
+        let hosts = hosts_from(&weights, reserved_milli, cap);
+        let reservations: Vec<u64> = hosts.iter().map(|h| h.reservation.total.iops.unwrap_or(0)).collect();
+        let mut sim = Sim::new(domain(cap, mode), hosts.into_iter().map(|h| (h, None)).collect(), channels, seed);
+        sim.run_periods(4);
+        for (i, h) in sim.hosts.iter().enumerate() {
+            let r = reservations[i] / 10; // per 100 ms period
+            // Up to one reservation batch per channel may sit in a thread's cache at
+            // the instant the period ends.
+            let slack = channels as u64 * (r / 1024).max(1);
+            for (p, &done) in h.admitted_per_period.iter().enumerate().skip(1) {
+                prop_assert!(done + slack >= r, "host {i} period {p}: admitted {done} < reservation {r} - {slack}");
+            }
+        }
+        prop_assert!(sim.max_excess <= 0, "outstanding tokens exceeded the remaining capacity by {}", sim.max_excess);
+        prop_assert_eq!(sim.audit_gap(), [0, 0]);
+    }
+
+    /// No host ever completes more than its limit in a period.
+    #[test]
+    fn no_host_exceeds_its_limit(
+        limits in proptest::collection::vec(1u64..60_000, 1..6),
+        seed in any::<u64>(),
+        channels in 1usize..4,
+    ) {
+        let cap = 100_000;
+        let hosts: Vec<_> = limits
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (HostConfig::new(format!("nqn.l{i}")).with_limit(Rate::iops(*l)), None))
+            .collect();
+        let mut sim = Sim::new(domain(cap, TokenMode::Haechi), hosts, channels, seed);
+        sim.run_periods(3);
+        for (i, h) in sim.hosts.iter().enumerate() {
+            for &done in h.admitted_per_period.iter().skip(1) {
+                prop_assert!(done <= limits[i] / 10, "host {i}: {done} > limit {}", limits[i] / 10);
+            }
+        }
+        prop_assert_eq!(sim.audit_gap(), [0, 0]);
+    }
+
+    /// Same inputs, same trace.
+    #[test]
+    fn same_seed_same_trace(seed in any::<u64>(), weights in proptest::collection::vec(1u64..5, 2..5)) {
+        let run = || {
+            let hosts = hosts_from(&weights, 800, 50_000);
+            let demand = |i: usize| if i == 0 { Some(500) } else { None };
+            let mut sim = Sim::new(
+                domain(50_000, TokenMode::Haechi),
+                hosts.into_iter().enumerate().map(|(i, h)| (h, demand(i))).collect(),
+                2,
+                seed,
+            );
+            sim.run_periods(3);
+            sim.hosts.iter().map(|h| h.per_period.clone()).collect::<Vec<_>>()
+        };
+        prop_assert_eq!(run(), run());
+    }
+}
+
+/// Haechi experiment 2B in miniature: two hosts under-use their reservation. With
+/// conversion the others get the unused capacity; basic Haechi wastes it.
+#[test]
+fn conversion_gives_unused_reservation_to_busy_hosts() {
+    let cap = 100_000;
+    let run = |mode| {
+        let hosts = hosts_from(&[3, 3, 1, 1, 1, 1], 900, cap);
+        let demand = |i: usize| if i < 2 { Some(1_000) } else { None };
+        let mut sim = Sim::new(
+            domain(cap, mode),
+            hosts
+                .into_iter()
+                .enumerate()
+                .map(|(i, h)| (h, demand(i)))
+                .collect(),
+            2,
+            7,
+        );
+        sim.run_periods(4);
+        let total: u64 = sim.hosts.iter().map(|h| h.per_period[2]).sum();
+        assert_eq!(sim.audit_gap(), [0, 0]);
+        total
+    };
+    let haechi = run(TokenMode::Haechi);
+    let basic = run(TokenMode::Basic);
+    // Per 100 ms period the server can do 10,000.
+    assert!(haechi >= 9_800, "Haechi keeps the server busy: {haechi}");
+    assert!(
+        basic < 9_000,
+        "basic Haechi wastes unused reservation: {basic}"
+    );
+}
+
+/// A 20% fixed batch and several channels: tokens cached at a roll-over expire, and
+/// the books still balance.
+#[test]
+fn large_batches_balance_the_books() {
+    let mut d = domain(20_000, TokenMode::Haechi);
+    d.global_batch = BatchSize::Fixed {
+        ops: 400,
+        bytes: 1 << 30,
+    };
+    let hosts = hosts_from(&[1, 2, 3], 500, 20_000);
+    let mut sim = Sim::new(d, hosts.into_iter().map(|h| (h, None)).collect(), 3, 99);
+    sim.run_periods(5);
+    assert_eq!(sim.audit_gap(), [0, 0]);
+    let expired: u64 = sim
+        .hosts
+        .iter()
+        .map(|h| h.channels[0].host().counters().expired.ops)
+        .sum();
+    assert!(expired > 0, "some cached tokens expired at roll-overs");
+}

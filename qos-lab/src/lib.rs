@@ -1,0 +1,1 @@
+//! qos-lab: placeholder until its issue lands.

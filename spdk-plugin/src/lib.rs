@@ -1,0 +1,1 @@
+//! spdk-plugin: placeholder until its issue lands.

@@ -1,0 +1,1 @@
+//! spdk-sys: placeholder until its issue lands.
