@@ -1,0 +1,524 @@
+#  SPDX-License-Identifier: BSD-3-Clause
+"""rpc.py plugin for nvmf-qos: one command per JSON-RPC method of docs/rpc.md.
+
+    PYTHONPATH=rpc-scripts rpc.py --plugin qos_rpc qos_domain_create -n dom0 --capacity-iops 400000
+
+rpc.py imports this module by name and calls `spdk_rpc_plugin_initialize(subparsers)`.
+Handlers only use `args.client.call(method, params)`, which every rpc.py client has
+(the socket client, the Go client and the --dry-run clients of SPDK 25.09 and of the
+PyPI package `spdk` 26.9), so the module needs nothing beyond the standard library.
+
+Only the parameters given on the command line are sent, so the target's defaults apply.
+Obvious mistakes (negative or out-of-range numbers, unknown priority or mode, a QoS
+reservation given both together and apart, a reservation above its limit) are argparse
+errors: usage, a message, exit status 2, nothing sent.
+"""
+
+import argparse
+import json
+import sys
+import uuid
+
+METHOD_NOT_FOUND = -32601  # JSON-RPC 2.0 "Method not found", as SPDK's rpc.c answers it
+MAX_NQN_LEN = 223  # NVMe base specification, and qos-core's MAX_NQN_LEN
+
+
+# Output, in the format of spdk.rpc's print_dict / print_json (which moved between
+# SPDK 25.09 and 26.9, so they are not imported).
+
+def _print_dict(d):
+    print(json.dumps(d, indent=2))
+
+
+def _print_json(s):
+    print(json.dumps(s, indent=2).strip('"'))
+
+
+def _print_result(result):
+    """Prints a method's result the way SPDK's own commands do: nothing for `true`
+    (and for None, which is what the --dry-run and batch clients return), a bare
+    string or number for names and namespace ids, indented JSON for objects."""
+    if result is None or result is True:
+        return
+    if isinstance(result, (dict, list)):
+        _print_dict(result)
+    else:
+        _print_json(result)
+
+
+# Value types. Each raises argparse.ArgumentTypeError, which argparse reports as
+# "argument --flag: <message>" with the usage line and exit status 2.
+
+def _integer(text):
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError("'%s' is not an integer" % text) from None
+
+
+def _int_range(lo, hi=None):
+    def parse(text):
+        value = _integer(text)
+        if hi is None and value < lo:
+            if lo == 0:
+                raise argparse.ArgumentTypeError("must not be negative (got %d)" % value)
+            raise argparse.ArgumentTypeError("must be at least %d (got %d)" % (lo, value))
+        if hi is not None and not lo <= value <= hi:
+            raise argparse.ArgumentTypeError("must be %d ..= %d (got %d)" % (lo, hi, value))
+        return value
+    parse.__name__ = 'integer'
+    return parse
+
+
+_count = _int_range(0)
+_positive = _int_range(1)
+
+
+def _rate(text):
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            "must be at least 1 (got %d); leave the option out to leave the rate unset" % value)
+    return value
+
+
+def _size_unit(text):
+    value = _integer(text)
+    if value != 0 and value < 512:
+        raise argparse.ArgumentTypeError("must be 0 (off) or at least 512 bytes (got %d)" % value)
+    return value
+
+
+def _nqn(text):
+    if not 1 <= len(text) <= MAX_NQN_LEN or not all('!' <= c <= '~' for c in text):
+        raise argparse.ArgumentTypeError(
+            "an NQN is 1 ..= %d characters of printable ASCII without spaces (got %r)"
+            % (MAX_NQN_LEN, text))
+    return text
+
+
+def _name(text):
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _uuid(text):
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("'%s' is not a UUID" % text) from None
+    return text
+
+
+# Checks between two options, made by argparse while it parses: the option that comes
+# second finds the first one in the namespace (argparse fills in the defaults, None,
+# before it reads any option), so the order on the command line does not matter.
+
+class _Rule:
+    def __init__(self, a, b, ok, message):
+        self.a, self.b, self.ok, self.message = a, b, ok, message
+
+
+def _flag(dest):
+    return '--' + dest.replace('_', '-')
+
+
+def _exclusive(a, b):
+    return _Rule(a, b, lambda x, y: False,
+                 lambda x, y: "%s and %s cannot be used together: a QoS reservation is given for "
+                              "reads and writes together (--min-iops, --min-mibps) or apart "
+                              "(--min-read-*, --min-write-*), not both" % (_flag(a), _flag(b)))
+
+
+def _at_most(a, b, what):
+    return _Rule(a, b, lambda x, y: x <= y,
+                 lambda x, y: "%s %d is above %s %d: %s" % (_flag(a), x, _flag(b), y, what))
+
+
+class _Checked(argparse.Action):
+    """Stores the value, then applies the rules that involve this option."""
+
+    def __init__(self, option_strings, dest, rules=(), **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.rules = [r for r in rules if dest in (r.a, r.b)]
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        for rule in self.rules:
+            a = getattr(namespace, rule.a, None)
+            b = getattr(namespace, rule.b, None)
+            if a is not None and b is not None and not rule.ok(a, b):
+                parser.error(rule.message(a, b))
+
+
+class _Refused(argparse.Action):
+    """An option the method does not take, refused with a reason."""
+
+    def __init__(self, option_strings, dest, reason='', **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.reason = reason
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error("%s: %s" % (option_string, self.reason))
+
+
+def _params(args, names):
+    """The parameters the user gave, by name; options left out are not sent."""
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+# Domains
+
+_DOMAIN_RULES = [
+    _at_most('capacity_iops_stddev', 'capacity_iops', "the standard deviation cannot exceed the capacity"),
+    _at_most('capacity_mibps_stddev', 'capacity_mibps', "the standard deviation cannot exceed the capacity"),
+    _Rule('check_interval_us', 'period_ms', lambda us, ms: us * 4 <= ms * 1000,
+          lambda us, ms: "--check-interval-us %d is above a quarter of --period-ms %d (%d us)"
+                         % (us, ms, ms * 250)),
+]
+
+# (param, type, help); all optional unless added with required=True below.
+_DOMAIN_OPTIONS = [
+    ('capacity_iops', _positive, "profiled saturated IOPS of the target (C_G)"),
+    ('capacity_iops_stddev', _count,
+     "standard deviation of the IOPS profile; the estimator stays above capacity - 3 * stddev (default 0)"),
+    ('capacity_mibps', _positive, "profiled bandwidth in MiB/s; needed for MiB/s reservations (default: none)"),
+    ('capacity_mibps_stddev', _count, "standard deviation of the bandwidth profile (default 0)"),
+    ('per_host_max_iops', _positive, "most IOPS one host can do alone (C_L) (default: the capacity)"),
+    ('per_host_max_mibps', _positive, "most MiB/s one host can do alone (default: the capacity)"),
+    ('period_ms', _int_range(10, 60000), "QoS period T in ms, 10 ..= 60000 (default 1000)"),
+    ('check_interval_us', _int_range(10), "monitor interval in us, 10 ..= period / 4 (default 1000)"),
+    ('batch_ops', _positive, "global tokens per acquisition, operations; with --batch-bytes (default: auto)"),
+    ('batch_bytes', _positive, "global tokens per acquisition, bytes; with --batch-ops (default: auto)"),
+    ('estimator_history', _int_range(1, 1000), "estimator window M in periods, 1 ..= 1000 (default 8)"),
+    ('estimator_increment_milli', _count, "estimator increment eta, thousandths of the profile (default 10)"),
+    ('underuse_periods', _count, "periods of under-use before a host is flagged (default 3)"),
+]
+_COST_OPTIONS = [
+    ('write_weight_milli', _int_range(1, 100000),
+     "cost of a write in thousandths of a read, 1 ..= 100000 (default 1000)"),
+    ('size_unit', _size_unit,
+     "when set, a command costs one op per started size_unit bytes; 0 or >= 512 (default 0)"),
+]
+_DOMAIN_PARAMS = (['name'] + [o[0] for o in _DOMAIN_OPTIONS] + ['estimator', 'mode']
+                  + [o[0] for o in _COST_OPTIONS])
+
+
+def _add_domain_options(p, create):
+    p.add_argument('-n', '--name', required=True, type=_name,
+                   help='domain name' + (', unique' if create else ''))
+    for dest, kind, text in _DOMAIN_OPTIONS:
+        required = create and dest == 'capacity_iops'
+        p.add_argument(_flag(dest), type=kind, required=required, action=_Checked,
+                       rules=_DOMAIN_RULES, metavar='N', help=text)
+    p.add_argument('--estimator', action=argparse.BooleanOptionalAction, default=None,
+                   help='adaptive capacity estimation, Haechi Algorithm 1 (default: on)')
+    p.add_argument('--mode', choices=['haechi', 'basic'],
+                   help='haechi: unused reservation becomes global tokens; basic: none (default haechi)')
+    for dest, kind, text in _COST_OPTIONS:
+        if create:
+            p.add_argument(_flag(dest), type=kind, metavar='N', help=text)
+        else:
+            p.add_argument(_flag(dest), action=_Refused, help=argparse.SUPPRESS,
+                           reason="the cost model of a domain cannot change; delete and create the domain")
+
+
+def qos_domain_create(args):
+    _print_result(args.client.call('qos_domain_create', _params(args, _DOMAIN_PARAMS)))
+
+
+def qos_domain_update(args):
+    _print_result(args.client.call('qos_domain_update', _params(args, _DOMAIN_PARAMS)))
+
+
+def qos_domain_delete(args):
+    _print_result(args.client.call('qos_domain_delete', _params(args, ['name'])))
+
+
+def qos_domain_get(args):
+    _print_result(args.client.call('qos_domain_get', _params(args, ['name'])))
+
+
+# Hosts
+
+_TOGETHER = ['min_iops', 'min_mibps']
+_APART = ['min_read_iops', 'min_read_mibps', 'min_write_iops', 'min_write_mibps']
+_MAX = ['max_iops', 'max_mibps', 'max_read_iops', 'max_read_mibps', 'max_write_iops', 'max_write_mibps']
+_SOFT = ['soft_min_iops', 'soft_min_mibps']
+
+_HOST_RULES = (
+    [_exclusive(a, b) for a in _TOGETHER for b in _APART]
+    + [_at_most('min_' + m[4:], m, "a QoS reservation cannot be above its limit") for m in _MAX]
+    + [_at_most('min_' + s[9:], s, "the soft guarantee is at least the hard one") for s in _SOFT]
+    + [_at_most(s, 'max_' + s[9:], "the soft guarantee cannot be above the limit") for s in _SOFT]
+)
+
+_HOST_PARAMS = ['domain', 'host_nqn'] + _TOGETHER + _APART + _MAX + ['weight', 'priority'] + _SOFT
+
+
+def _rate_help(dest):
+    kind, rest = dest.split('_', 1)
+    unit = 'MiB/s' if rest.endswith('mibps') else 'IOPS'
+    direction = ('reads' if '_read_' in dest else 'writes' if '_write_' in dest
+                 else 'reads and writes together')
+    if kind == 'soft':
+        return "soft guarantee in %s, at least the hard one, from unreserved capacity by priority" % unit
+    if kind == 'min':
+        return "QoS reservation (guaranteed minimum) in %s, %s" % (unit, direction)
+    return "limit in %s, %s" % (unit, direction)
+
+
+def qos_host_set(args):
+    _print_result(args.client.call('qos_host_set', _params(args, _HOST_PARAMS)))
+
+
+def qos_host_remove(args):
+    _print_result(args.client.call('qos_host_remove', _params(args, ['domain', 'host_nqn'])))
+
+
+def qos_host_get(args):
+    _print_result(args.client.call('qos_host_get', _params(args, ['domain', 'host_nqn'])))
+
+
+# QoS bdevs
+
+_BDEV_CREATE_PARAMS = ['name', 'base_bdev_name', 'domain', 'host_nqn', 'uuid']
+
+
+def _add_bdev_create_options(p):
+    p.add_argument('-n', '--name', required=True, type=_name, help='name of the new QoS bdev')
+    p.add_argument('-b', '--base-bdev-name', required=True, type=_name,
+                   help='the bdev it is stacked on (may already carry other QoS bdevs)')
+    p.add_argument('-d', '--domain', required=True, type=_name, help='QoS domain')
+    p.add_argument('-q', '--host-nqn', required=True, type=_nqn, help='the host whose I/O this bdev carries')
+    p.add_argument('-u', '--uuid', type=_uuid, help='UUID of the new bdev (optional)')
+
+
+def qos_bdev_create(args):
+    _print_result(args.client.call('qos_bdev_create', _params(args, _BDEV_CREATE_PARAMS)))
+
+
+def qos_bdev_delete(args):
+    _print_result(args.client.call('qos_bdev_delete', _params(args, ['name'])))
+
+
+def qos_bdev_get(args):
+    _print_result(args.client.call('qos_bdev_get', _params(args, ['name'])))
+
+
+def _rpc_error(ex):
+    """The JSON-RPC error object of an exception raised by an rpc.py client, or None.
+
+    SPDK's clients (JSONRPCClient, JSONRPCGoClient) raise JSONRPCException, whose only
+    attribute is `message`: "request:\\n<params>\\nGot JSON-RPC error response\\n
+    response:\\n<error object as indented JSON>". JSON strings escape newlines, so the
+    last "response:\\n" starts the error object."""
+    message = getattr(ex, 'message', None)
+    if not isinstance(message, str):
+        return None
+    _, found, tail = message.rpartition('response:\n')
+    if not found:
+        return None
+    try:
+        error, _ = json.JSONDecoder().raw_decode(tail.strip())
+    except ValueError:
+        return None
+    return error if isinstance(error, dict) else None
+
+
+def _error_text(ex):
+    error = _rpc_error(ex)
+    if error is not None and 'message' in error:
+        return "%s (%s)" % (error['message'], error.get('code'))
+    return getattr(ex, 'message', None) or str(ex) or type(ex).__name__
+
+
+def _undo(client, failed, steps):
+    """Runs the undo steps after `failed` went wrong; says on stderr what was undone and
+    what is left, then the caller re-raises the original error."""
+    print("qos_bdev_expose: %s failed; undoing what was done" % failed, file=sys.stderr)
+    for method, params, by_hand in steps:
+        try:
+            client.call(method, dict(params))
+            print("  undone: %s %s" % (method, json.dumps(params, sort_keys=True)), file=sys.stderr)
+        except Exception as ex:
+            print("  could not undo: %s %s: %s\n  left behind; remove it with: %s"
+                  % (method, json.dumps(params, sort_keys=True), _error_text(ex), by_hand),
+                  file=sys.stderr)
+
+
+def _expose_by_steps(args):
+    """qos_bdev_expose done with the three methods, for a target without it."""
+    client = args.client
+    created = client.call('qos_bdev_create', _params(args, _BDEV_CREATE_PARAMS))
+    bdev = created if isinstance(created, str) else args.name
+    delete_bdev = ('qos_bdev_delete', {'name': bdev},
+                   "rpc.py --plugin qos_rpc qos_bdev_delete -n %s" % bdev)
+
+    namespace = {'bdev_name': bdev, 'no_auto_visible': True}
+    if args.nsid is not None:
+        namespace['nsid'] = args.nsid
+    try:
+        nsid = client.call('nvmf_subsystem_add_ns', {'nqn': args.nqn, 'namespace': namespace})
+    except Exception:
+        _undo(client, 'nvmf_subsystem_add_ns', [delete_bdev])
+        raise
+
+    try:
+        client.call('nvmf_ns_add_host', {'nqn': args.nqn, 'nsid': nsid, 'host': args.host_nqn})
+    except Exception:
+        remove_ns = ('nvmf_subsystem_remove_ns', {'nqn': args.nqn, 'nsid': nsid},
+                     "rpc.py nvmf_subsystem_remove_ns %s %s" % (args.nqn, nsid))
+        _undo(client, 'nvmf_ns_add_host', [remove_ns, delete_bdev])
+        raise
+    return nsid
+
+
+def qos_bdev_expose(args):
+    try:
+        nsid = args.client.call('qos_bdev_expose', _params(args, _BDEV_CREATE_PARAMS + ['nqn', 'nsid']))
+    except Exception as ex:
+        error = _rpc_error(ex)
+        if error is None or error.get('code') != METHOD_NOT_FOUND:
+            raise
+        nsid = _expose_by_steps(args)
+    _print_result(nsid)
+
+
+# Statistics
+
+def _fmt_amount(value):
+    """An {ops, bytes} amount as "12 ops, 3.0 MiB"; other values as they are."""
+    if isinstance(value, dict):
+        parts = []
+        if value.get('ops') is not None:
+            parts.append('%d ops' % value['ops'])
+        if value.get('bytes') is not None:
+            parts.append('%.1f MiB' % (value['bytes'] / (1 << 20)))
+        return ', '.join(parts) or '-'
+    return '-' if value is None else str(value)
+
+
+def _fmt_rates(value):
+    """A min or max setting as "iops=100,read_mibps=5", whether it is flat
+    ({"iops": 100, "read_mibps": 5}) or grouped ({"total": {...}, "read": {...}})."""
+    if not isinstance(value, dict):
+        return '-' if value is None else str(value)
+    parts = []
+    for key, item in value.items():
+        if isinstance(item, dict):
+            for sub, number in item.items():
+                if number is not None:
+                    parts.append('%s=%s' % (sub if key == 'total' else key + '_' + sub, number))
+        elif item is not None:
+            parts.append('%s=%s' % (key, item))
+    return ','.join(parts) or '-'
+
+
+def _fmt_met(value):
+    return '-' if value is None else '%.1f%%' % (100.0 * value)
+
+
+def _fmt_flags(host):
+    flags = [name for key, name in (('underuse_flag', 'underuse'), ('reservation_at_risk', 'at-risk'))
+             if host.get(key)]
+    return ','.join(flags) or '-'
+
+
+def _ms(ns):
+    return '-' if ns is None else '%g ms' % (ns / 1e6)
+
+
+def _print_stats_table(domains):
+    if isinstance(domains, dict):
+        domains = [domains]
+    header = ('HOST', 'MIN', 'MAX', 'COMPLETED THIS PERIOD', 'MET', 'HELD', 'FLAGS')
+    for i, d in enumerate(domains or []):
+        if i:
+            print()
+        print("domain %s: epoch %s, period %s (%s elapsed), capacity estimate %s, global available %s"
+              % (d.get('name', '-'), d.get('epoch', '-'), _ms(d.get('period_ns')), _ms(d.get('elapsed_ns')),
+                 _fmt_amount(d.get('capacity_estimate')), _fmt_amount(d.get('global_available'))))
+        rows = [header] + [(h.get('host_nqn', '-'), _fmt_rates(h.get('min')), _fmt_rates(h.get('max')),
+                            _fmt_amount(h.get('completed_this_period')),
+                            _fmt_met(h.get('reservation_met_fraction')),
+                            '-' if h.get('held') is None else str(h['held']), _fmt_flags(h))
+                           for h in d.get('hosts') or []]
+        widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+        for r in rows:
+            print('  '.join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+
+
+def qos_stats_get(args):
+    stats = args.client.call('qos_stats_get', _params(args, ['domain']))
+    if args.table and stats is not None:
+        _print_stats_table(stats)
+    else:
+        _print_result(stats)
+
+
+def spdk_rpc_plugin_initialize(subparsers):
+    def command(name, func, text):
+        p = subparsers.add_parser(name, help=text, description=text)
+        p.set_defaults(func=func)
+        return p
+
+    p = command('qos_domain_create', qos_domain_create, 'Create a QoS domain: one target capacity shared by hosts')
+    _add_domain_options(p, create=True)
+
+    p = command('qos_domain_update', qos_domain_update,
+                'Change a QoS domain; options left out keep their value, a new period starts')
+    _add_domain_options(p, create=False)
+
+    p = command('qos_domain_delete', qos_domain_delete, 'Delete a QoS domain that no QoS bdev uses')
+    p.add_argument('-n', '--name', required=True, type=_name, help='domain name')
+
+    p = command('qos_domain_get', qos_domain_get, 'Show QoS domains and their settings')
+    p.add_argument('-n', '--name', type=_name, help='only this domain (optional)')
+
+    p = command('qos_host_set', qos_host_set,
+                "Create or replace a host's QoS settings in a domain; takes effect at once")
+    p.add_argument('-d', '--domain', required=True, type=_name, help='QoS domain')
+    p.add_argument('-q', '--host-nqn', required=True, type=_nqn, help='the host NQN')
+    for dest in _TOGETHER + _APART + _MAX:
+        p.add_argument(_flag(dest), type=_rate, action=_Checked, rules=_HOST_RULES, metavar='N',
+                       help=_rate_help(dest))
+    p.add_argument('-w', '--weight', type=_int_range(1, 1000), metavar='N',
+                   help='share of unreserved capacity, 1 ..= 1000 (default 1)')
+    p.add_argument('-p', '--priority', choices=['low', 'medium', 'high', 'urgent'],
+                   help='order of soft grants (default medium)')
+    for dest in _SOFT:
+        p.add_argument(_flag(dest), type=_rate, action=_Checked, rules=_HOST_RULES, metavar='N',
+                       help=_rate_help(dest))
+
+    p = command('qos_host_remove', qos_host_remove,
+                "Remove a host's QoS settings; its QoS bdevs carry on best-effort")
+    p.add_argument('-d', '--domain', required=True, type=_name, help='QoS domain')
+    p.add_argument('-q', '--host-nqn', required=True, type=_nqn, help='the host NQN')
+
+    p = command('qos_host_get', qos_host_get, "Show hosts' QoS settings in a domain")
+    p.add_argument('-d', '--domain', required=True, type=_name, help='QoS domain')
+    p.add_argument('-q', '--host-nqn', type=_nqn, help='only this host (optional)')
+
+    p = command('qos_bdev_create', qos_bdev_create, "Create a QoS bdev that carries one host's I/O to a base bdev")
+    _add_bdev_create_options(p)
+
+    p = command('qos_bdev_delete', qos_bdev_delete, 'Delete a QoS bdev; held I/O completes with an abort status')
+    p.add_argument('-n', '--name', required=True, type=_name, help='QoS bdev name')
+
+    p = command('qos_bdev_get', qos_bdev_get, 'Show QoS bdevs')
+    p.add_argument('-n', '--name', type=_name, help='only this QoS bdev (optional)')
+
+    p = command('qos_bdev_expose', qos_bdev_expose,
+                'Create a QoS bdev and add it as a namespace of a subsystem visible only to its host; '
+                'prints the namespace id')
+    _add_bdev_create_options(p)
+    p.add_argument('--nqn', required=True, type=_nqn, help='NQN of the NVMe-oF subsystem')
+    p.add_argument('--nsid', type=_int_range(1, 0xFFFFFFFE), help='namespace id (optional; default: first free)')
+
+    p = command('qos_stats_get', qos_stats_get, 'Show QoS statistics per domain and host')
+    p.add_argument('-d', '--domain', type=_name, help='only this domain (optional)')
+    p.add_argument('--table', action='store_true',
+                   help='print a table per domain (host, min, max, completed this period, met %%, held, flags) '
+                        'instead of JSON')
