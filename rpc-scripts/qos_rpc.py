@@ -452,7 +452,7 @@ def _print_stats_table(domains):
 
 def qos_stats_get(args):
     stats = args.client.call('qos_stats_get', _params(args, ['domain']))
-    if args.table and stats is not None:
+    if args.table and isinstance(stats, (list, dict)):
         _print_stats_table(stats)
     else:
         _print_result(stats)

@@ -1,0 +1,137 @@
+"""Every command and every flag: the exact method and params sent."""
+
+import pytest
+
+from conftest import make_parser, run
+
+HOST = 'nqn.2014-08.org.nvmexpress:uuid:6f0c8a2e-1b1d-4a4e-9f57-0d3c2b1a0e11'
+SUBSYS = 'nqn.2016-06.io.spdk:cnode1'
+UUID = '0b7e8f1c-3e0a-4a51-9a0c-2f4a3f1f5d6e'
+
+CASES = [
+    # Domains
+    (['qos_domain_create', '-n', 'dom0', '--capacity-iops', '400000'],
+     'qos_domain_create', {'name': 'dom0', 'capacity_iops': 400000}),
+    (['qos_domain_create', '--name', 'dom0', '--capacity-iops', '400000',
+      '--capacity-iops-stddev', '8000', '--capacity-mibps', '3000', '--capacity-mibps-stddev', '60',
+      '--per-host-max-iops', '200000', '--per-host-max-mibps', '1500', '--period-ms', '500',
+      '--check-interval-us', '2000', '--batch-ops', '64', '--batch-bytes', '262144',
+      '--estimator', '--estimator-history', '16', '--estimator-increment-milli', '5',
+      '--underuse-periods', '4', '--mode', 'basic', '--write-weight-milli', '2000',
+      '--size-unit', '4096'],
+     'qos_domain_create',
+     {'name': 'dom0', 'capacity_iops': 400000, 'capacity_iops_stddev': 8000, 'capacity_mibps': 3000,
+      'capacity_mibps_stddev': 60, 'per_host_max_iops': 200000, 'per_host_max_mibps': 1500,
+      'period_ms': 500, 'check_interval_us': 2000, 'batch_ops': 64, 'batch_bytes': 262144,
+      'estimator': True, 'estimator_history': 16, 'estimator_increment_milli': 5,
+      'underuse_periods': 4, 'mode': 'basic', 'write_weight_milli': 2000, 'size_unit': 4096}),
+    (['qos_domain_create', '-n', 'dom0', '--capacity-iops', '1000', '--no-estimator',
+      '--capacity-iops-stddev', '0', '--size-unit', '0'],
+     'qos_domain_create',
+     {'name': 'dom0', 'capacity_iops': 1000, 'estimator': False, 'capacity_iops_stddev': 0,
+      'size_unit': 0}),
+    (['qos_domain_update', '-n', 'dom0'], 'qos_domain_update', {'name': 'dom0'}),
+    (['qos_domain_update', '-n', 'dom0', '--capacity-iops', '350000', '--period-ms', '2000',
+      '--no-estimator', '--mode', 'haechi', '--per-host-max-iops', '100000'],
+     'qos_domain_update',
+     {'name': 'dom0', 'capacity_iops': 350000, 'period_ms': 2000, 'estimator': False,
+      'mode': 'haechi', 'per_host_max_iops': 100000}),
+    (['qos_domain_update', '--name', 'dom0', '--capacity-iops', '400000',
+      '--capacity-iops-stddev', '8000', '--capacity-mibps', '3000', '--capacity-mibps-stddev', '60',
+      '--per-host-max-iops', '200000', '--per-host-max-mibps', '1500', '--period-ms', '500',
+      '--check-interval-us', '2000', '--batch-ops', '64', '--batch-bytes', '262144',
+      '--estimator', '--estimator-history', '16', '--estimator-increment-milli', '5',
+      '--underuse-periods', '4', '--mode', 'basic'],
+     'qos_domain_update',
+     {'name': 'dom0', 'capacity_iops': 400000, 'capacity_iops_stddev': 8000, 'capacity_mibps': 3000,
+      'capacity_mibps_stddev': 60, 'per_host_max_iops': 200000, 'per_host_max_mibps': 1500,
+      'period_ms': 500, 'check_interval_us': 2000, 'batch_ops': 64, 'batch_bytes': 262144,
+      'estimator': True, 'estimator_history': 16, 'estimator_increment_milli': 5,
+      'underuse_periods': 4, 'mode': 'basic'}),
+    (['qos_domain_delete', '-n', 'dom0'], 'qos_domain_delete', {'name': 'dom0'}),
+    (['qos_domain_get'], 'qos_domain_get', {}),
+    (['qos_domain_get', '--name', 'dom0'], 'qos_domain_get', {'name': 'dom0'}),
+    # Hosts
+    (['qos_host_set', '-d', 'dom0', '-q', HOST], 'qos_host_set', {'domain': 'dom0', 'host_nqn': HOST}),
+    (['qos_host_set', '--domain', 'dom0', '--host-nqn', HOST, '--min-iops', '10000',
+      '--min-mibps', '40', '--max-iops', '50000', '--max-mibps', '200', '--max-read-iops', '40000',
+      '--max-read-mibps', '150', '--max-write-iops', '30000', '--max-write-mibps', '100',
+      '--weight', '5', '--priority', 'high', '--soft-min-iops', '20000', '--soft-min-mibps', '80'],
+     'qos_host_set',
+     {'domain': 'dom0', 'host_nqn': HOST, 'min_iops': 10000, 'min_mibps': 40, 'max_iops': 50000,
+      'max_mibps': 200, 'max_read_iops': 40000, 'max_read_mibps': 150, 'max_write_iops': 30000,
+      'max_write_mibps': 100, 'weight': 5, 'priority': 'high', 'soft_min_iops': 20000,
+      'soft_min_mibps': 80}),
+    (['qos_host_set', '-d', 'dom0', '-q', HOST, '--min-read-iops', '6000', '--min-read-mibps', '20',
+      '--min-write-iops', '2000', '--min-write-mibps', '10', '-w', '1000', '-p', 'urgent'],
+     'qos_host_set',
+     {'domain': 'dom0', 'host_nqn': HOST, 'min_read_iops': 6000, 'min_read_mibps': 20,
+      'min_write_iops': 2000, 'min_write_mibps': 10, 'weight': 1000, 'priority': 'urgent'}),
+    (['qos_host_set', '-d', 'dom0', '-q', HOST, '--max-iops', '100', '-p', 'low'],
+     'qos_host_set', {'domain': 'dom0', 'host_nqn': HOST, 'max_iops': 100, 'priority': 'low'}),
+    (['qos_host_set', '-d', 'dom0', '-q', HOST, '--min-iops', '100', '--max-iops', '100',
+      '--soft-min-iops', '100', '-p', 'medium', '-w', '1'],
+     'qos_host_set',
+     {'domain': 'dom0', 'host_nqn': HOST, 'min_iops': 100, 'max_iops': 100, 'soft_min_iops': 100,
+      'priority': 'medium', 'weight': 1}),
+    (['qos_host_remove', '-d', 'dom0', '-q', HOST], 'qos_host_remove', {'domain': 'dom0', 'host_nqn': HOST}),
+    (['qos_host_get', '-d', 'dom0'], 'qos_host_get', {'domain': 'dom0'}),
+    (['qos_host_get', '-d', 'dom0', '--host-nqn', HOST], 'qos_host_get', {'domain': 'dom0', 'host_nqn': HOST}),
+    # QoS bdevs
+    (['qos_bdev_create', '-n', 'qos0', '-b', 'Nvme0n1', '-d', 'dom0', '-q', HOST],
+     'qos_bdev_create', {'name': 'qos0', 'base_bdev_name': 'Nvme0n1', 'domain': 'dom0', 'host_nqn': HOST}),
+    (['qos_bdev_create', '--name', 'qos0', '--base-bdev-name', 'Nvme0n1', '--domain', 'dom0',
+      '--host-nqn', HOST, '--uuid', UUID],
+     'qos_bdev_create',
+     {'name': 'qos0', 'base_bdev_name': 'Nvme0n1', 'domain': 'dom0', 'host_nqn': HOST, 'uuid': UUID}),
+    (['qos_bdev_delete', '-n', 'qos0'], 'qos_bdev_delete', {'name': 'qos0'}),
+    (['qos_bdev_get'], 'qos_bdev_get', {}),
+    (['qos_bdev_get', '-n', 'qos0'], 'qos_bdev_get', {'name': 'qos0'}),
+    (['qos_bdev_expose', '-n', 'qos0', '-b', 'Nvme0n1', '-d', 'dom0', '-q', HOST, '--nqn', SUBSYS],
+     'qos_bdev_expose',
+     {'name': 'qos0', 'base_bdev_name': 'Nvme0n1', 'domain': 'dom0', 'host_nqn': HOST, 'nqn': SUBSYS}),
+    (['qos_bdev_expose', '-n', 'qos0', '-b', 'Nvme0n1', '-d', 'dom0', '-q', HOST, '-u', UUID,
+      '--nqn', SUBSYS, '--nsid', '7'],
+     'qos_bdev_expose',
+     {'name': 'qos0', 'base_bdev_name': 'Nvme0n1', 'domain': 'dom0', 'host_nqn': HOST, 'uuid': UUID,
+      'nqn': SUBSYS, 'nsid': 7}),
+    # Statistics
+    (['qos_stats_get'], 'qos_stats_get', {}),
+    (['qos_stats_get', '-d', 'dom0'], 'qos_stats_get', {'domain': 'dom0'}),
+    (['qos_stats_get', '--domain', 'dom0', '--table'], 'qos_stats_get', {'domain': 'dom0'}),
+]
+
+
+@pytest.mark.parametrize('argv,method,params', CASES, ids=lambda v: v if isinstance(v, str) else None)
+def test_sends_exactly_the_given_params(argv, method, params):
+    client = run(argv)
+    assert client.calls == [(method, params)]
+
+
+def test_every_command_is_registered_with_help():
+    parser = make_parser()
+    sub = next(a for a in parser._actions if a.dest == 'called_rpc_name')
+    assert sorted(sub.choices) == sorted([
+        'qos_domain_create', 'qos_domain_update', 'qos_domain_delete', 'qos_domain_get',
+        'qos_host_set', 'qos_host_remove', 'qos_host_get',
+        'qos_bdev_create', 'qos_bdev_delete', 'qos_bdev_get', 'qos_bdev_expose', 'qos_stats_get'])
+    for name, p in sub.choices.items():
+        assert p.description, name
+        for action in p._actions:
+            assert action.help, (name, action.dest)
+
+
+def test_every_command_is_tested():
+    assert {argv[0] for argv, _, _ in CASES} == set(
+        next(a for a in make_parser()._actions if a.dest == 'called_rpc_name').choices)
+
+
+def test_every_flag_is_tested():
+    """Each option of each command appears in at least one case above."""
+    sub = next(a for a in make_parser()._actions if a.dest == 'called_rpc_name')
+    used = {(argv[0], word) for argv, _, _ in CASES for word in argv[1:] if word.startswith('-')}
+    for name, p in sub.choices.items():
+        for action in p._actions:
+            if action.option_strings == ['-h', '--help'] or action.help == '==SUPPRESS==':
+                continue
+            assert any((name, o) in used for o in action.option_strings), (name, action.option_strings)

@@ -1,0 +1,84 @@
+"""What the commands print: SPDK's conventions, and the stats table."""
+
+import json
+
+from conftest import FakeClient, run
+
+HOST1 = 'nqn.2014-08.org.nvmexpress:uuid:host-one'
+HOST2 = 'nqn.2014-08.org.nvmexpress:uuid:host-two'
+
+STATS = [{
+    'name': 'dom0', 'epoch': 42, 'period_ns': 1000000000, 'elapsed_ns': 350000000,
+    'capacity_estimate': {'ops': 400000, 'bytes': 3145728000},
+    'global_available': {'ops': 120000, 'bytes': 1048576000},
+    'hosts': [
+        {'host_nqn': HOST1, 'min': {'iops': 10000}, 'max': {'iops': 50000, 'read_mibps': 100},
+         'completed_this_period': {'ops': 3500, 'bytes': 14336000}, 'last_periods': [{'ops': 10000, 'bytes': 1}],
+         'reservation_met_fraction': 1.0, 'reservation_tokens': {'ops': 6500, 'bytes': 0},
+         'credit_tokens': {'ops': 0, 'bytes': 0}, 'limit_left': {'ops': 46500, 'bytes': 0}, 'held': 0,
+         'underuse_flag': False, 'reservation_at_risk': False},
+        {'host_nqn': HOST2, 'min': {'read': {'iops': 2000}, 'write': {'iops': 1000}}, 'max': {},
+         'completed_this_period': {'ops': 100, 'bytes': 409600}, 'last_periods': [],
+         'reservation_met_fraction': 0.875, 'held': 12, 'underuse_flag': True, 'reservation_at_risk': True},
+    ],
+}]
+
+
+def test_methods_returning_true_print_nothing(capsys):
+    for argv in (['qos_domain_create', '-n', 'd', '--capacity-iops', '1'], ['qos_domain_update', '-n', 'd'],
+                 ['qos_domain_delete', '-n', 'd'], ['qos_host_set', '-d', 'd', '-q', HOST1],
+                 ['qos_host_remove', '-d', 'd', '-q', HOST1], ['qos_bdev_delete', '-n', 'b']):
+        run(argv)
+    assert capsys.readouterr().out == ''
+
+
+def test_create_prints_the_bdev_name_bare(capsys):
+    run(['qos_bdev_create', '-n', 'qos0', '-b', 'Nvme0n1', '-d', 'd', '-q', HOST1],
+        FakeClient({'qos_bdev_create': 'qos0'}))
+    assert capsys.readouterr().out == 'qos0\n'
+
+
+def test_get_methods_print_indented_json(capsys):
+    domains = [{'name': 'dom0', 'capacity_iops': 400000, 'estimator': True}]
+    run(['qos_domain_get'], FakeClient({'qos_domain_get': domains}))
+    out = capsys.readouterr().out
+    assert out == json.dumps(domains, indent=2) + '\n'
+    bdevs = [{'name': 'qos0', 'base_bdev_name': 'Nvme0n1', 'domain': 'dom0', 'host_nqn': HOST1}]
+    run(['qos_bdev_get'], FakeClient({'qos_bdev_get': bdevs}))
+    assert json.loads(capsys.readouterr().out) == bdevs
+    run(['qos_host_get', '-d', 'dom0'], FakeClient({'qos_host_get': [{'host_nqn': HOST1}]}))
+    assert json.loads(capsys.readouterr().out) == [{'host_nqn': HOST1}]
+
+
+def test_stats_default_is_json(capsys):
+    run(['qos_stats_get'], FakeClient({'qos_stats_get': STATS}))
+    assert json.loads(capsys.readouterr().out) == STATS
+
+
+def test_stats_table(capsys):
+    run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': STATS}))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ('domain dom0: epoch 42, period 1000 ms (350 ms elapsed), capacity estimate '
+                        '400000 ops, 3000.0 MiB, global available 120000 ops, 1000.0 MiB')
+    assert lines[1].split() == ['HOST', 'MIN', 'MAX', 'COMPLETED', 'THIS', 'PERIOD', 'MET', 'HELD', 'FLAGS']
+    assert lines[2].split() == [HOST1, 'iops=10000', 'iops=50000,read_mibps=100', '3500', 'ops,', '13.7', 'MiB',
+                                '100.0%', '0', '-']
+    assert lines[3].split() == [HOST2, 'read_iops=2000,write_iops=1000', '-', '100', 'ops,', '0.4', 'MiB',
+                                '87.5%', '12', 'underuse,at-risk']
+    # columns line up
+    assert lines[1].index('MAX') == lines[2].index('iops=50000') == lines[3].index('- ')
+    assert len(lines) == 4
+
+
+def test_stats_table_tolerates_missing_fields_and_several_domains(capsys):
+    stats = [{'name': 'a', 'hosts': []}, {'name': 'b', 'hosts': [{'host_nqn': HOST1}]}]
+    run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': stats}))
+    out = capsys.readouterr().out
+    assert 'domain a: epoch -, period - (- elapsed), capacity estimate -, global available -' in out
+    assert out.splitlines()[-1].split() == [HOST1, '-', '-', '-', '-', '-', '-']
+    assert '\n\ndomain b' in out
+
+
+def test_stats_table_with_a_dry_run_client_prints_nothing(capsys):
+    run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': None}))
+    assert capsys.readouterr().out == ''
