@@ -254,7 +254,7 @@ _HOST_RULES = (
     + [_at_most(s, 'max_' + s[9:], "the soft guarantee cannot be above the limit") for s in _SOFT]
 )
 
-_HOST_PARAMS = ['domain', 'host_nqn'] + _TOGETHER + _APART + _MAX + ['weight', 'priority'] + _SOFT
+_HOST_PARAMS = ['domain', 'host_nqn', *_TOGETHER, *_APART, *_MAX, 'weight', 'priority', *_SOFT]
 
 
 def _rate_help(dest):
@@ -377,7 +377,7 @@ def _expose_by_steps(args):
 
 def qos_bdev_expose(args):
     try:
-        nsid = args.client.call('qos_bdev_expose', _params(args, _BDEV_CREATE_PARAMS + ['nqn', 'nsid']))
+        nsid = args.client.call('qos_bdev_expose', _params(args, [*_BDEV_CREATE_PARAMS, 'nqn', 'nsid']))
     except Exception as ex:
         error = _rpc_error(ex)
         if error is None or error.get('code') != METHOD_NOT_FOUND:
@@ -437,7 +437,7 @@ def _print_stats_table(domains):
     for i, d in enumerate(domains or []):
         if i:
             print()
-        print("domain %s: epoch %s, period %s (%s elapsed), capacity estimate %s, global available %s"
+        print("domain %s: epoch %s, period %s (%s elapsed), capacity estimate %s per period, global available %s"
               % (d.get('name', '-'), d.get('epoch', '-'), _ms(d.get('period_ns')), _ms(d.get('elapsed_ns')),
                  _fmt_amount(d.get('capacity_estimate')), _fmt_amount(d.get('global_available'))))
         rows = [header] + [(h.get('host_nqn', '-'), _fmt_rates(h.get('min')), _fmt_rates(h.get('max')),

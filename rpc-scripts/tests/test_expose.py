@@ -40,7 +40,7 @@ def test_fallback_on_method_not_found(capsys):
 
 def test_fallback_passes_nsid_and_uuid_and_uses_the_returned_bdev_name(capsys):
     uuid = '0b7e8f1c-3e0a-4a51-9a0c-2f4a3f1f5d6e'
-    client = run(EXPOSE + ['--nsid', '9', '-u', uuid], fallback_client(qos_bdev_create='qos0', nvmf_subsystem_add_ns=9))
+    client = run([*EXPOSE, '--nsid', '9', '-u', uuid], fallback_client(qos_bdev_create='qos0', nvmf_subsystem_add_ns=9))
     assert client.calls[1] == ('qos_bdev_create', dict(CREATE, uuid=uuid))
     assert client.calls[2] == ('nvmf_subsystem_add_ns',
                                {'nqn': SUBSYS, 'namespace': {'bdev_name': 'qos0', 'no_auto_visible': True,

@@ -59,7 +59,7 @@ def test_stats_table(capsys):
     run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': STATS}))
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == ('domain dom0: epoch 42, period 1000 ms (350 ms elapsed), capacity estimate '
-                        '400000 ops, 3000.0 MiB, global available 120000 ops, 1000.0 MiB')
+                        '400000 ops, 3000.0 MiB per period, global available 120000 ops, 1000.0 MiB')
     assert lines[1].split() == ['HOST', 'MIN', 'MAX', 'COMPLETED', 'THIS', 'PERIOD', 'MET', 'HELD', 'FLAGS']
     assert lines[2].split() == [HOST1, 'iops=10000', 'iops=50000,read_mibps=100', '3500', 'ops,', '13.7', 'MiB',
                                 '100.0%', '0', '-']
@@ -74,7 +74,7 @@ def test_stats_table_tolerates_missing_fields_and_several_domains(capsys):
     stats = [{'name': 'a', 'hosts': []}, {'name': 'b', 'hosts': [{'host_nqn': HOST1}]}]
     run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': stats}))
     out = capsys.readouterr().out
-    assert 'domain a: epoch -, period - (- elapsed), capacity estimate -, global available -' in out
+    assert 'domain a: epoch -, period - (- elapsed), capacity estimate - per period, global available -' in out
     assert out.splitlines()[-1].split() == [HOST1, '-', '-', '-', '-', '-', '-']
     assert '\n\ndomain b' in out
 

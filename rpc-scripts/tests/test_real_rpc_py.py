@@ -223,7 +223,7 @@ def test_server_mode_survives_a_validation_error(rpc_py, target):
     server = target({'qos_domain_delete': True})
     where = '-s 127.0.0.1 -p %d --plugin qos_rpc ' % server.port
     lines = where + 'qos_domain_create -n d --capacity-iops -1\n' + where + 'qos_domain_delete -n d\n'
-    res = subprocess.run(rpc_py + ['--server'], env=_clean_env(), input=lines, capture_output=True,
+    res = subprocess.run([*rpc_py, '--server'], env=_clean_env(), input=lines, capture_output=True,
                          text=True, timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.split() == ['**STATUS=1', '**STATUS=0']

@@ -9,68 +9,68 @@ DC = ['qos_domain_create', '-n', 'dom0', '--capacity-iops', '1000']
 DU = ['qos_domain_update', '-n', 'dom0']
 HS = ['qos_host_set', '-d', 'dom0', '-q', HOST]
 BC = ['qos_bdev_create', '-n', 'qos0', '-b', 'Nvme0n1', '-d', 'dom0', '-q', HOST]
-EX = BC[1:] + ['--nqn', 'nqn.2016-06.io.spdk:cnode1']
+EX = [*BC[1:], '--nqn', 'nqn.2016-06.io.spdk:cnode1']
 
 BAD = [
     # negative and zero numbers
-    (HS + ['--min-iops', '-5'], "argument --min-iops: must be at least 1 (got -5)"),
-    (HS + ['--max-read-mibps', '0'], "argument --max-read-mibps: must be at least 1 (got 0); leave the option"),
-    (HS + ['--soft-min-iops', '-1'], "argument --soft-min-iops: must be at least 1"),
-    (DC + ['--capacity-iops-stddev', '-1'], "argument --capacity-iops-stddev: must not be negative (got -1)"),
+    ([*HS, '--min-iops', '-5'], "argument --min-iops: must be at least 1 (got -5)"),
+    ([*HS, '--max-read-mibps', '0'], "argument --max-read-mibps: must be at least 1 (got 0); leave the option"),
+    ([*HS, '--soft-min-iops', '-1'], "argument --soft-min-iops: must be at least 1"),
+    ([*DC, '--capacity-iops-stddev', '-1'], "argument --capacity-iops-stddev: must not be negative (got -1)"),
     (['qos_domain_create', '-n', 'dom0', '--capacity-iops', '0'], "argument --capacity-iops: must be at least 1"),
     (['qos_domain_create', '-n', 'dom0', '--capacity-iops', '-400000'], "argument --capacity-iops: must be at least 1"),
-    (DU + ['--underuse-periods', '-3'], "argument --underuse-periods: must not be negative"),
-    (DU + ['--batch-ops', '0'], "argument --batch-ops: must be at least 1"),
-    (['qos_bdev_expose'] + EX + ['--nsid', '0'], "argument --nsid: must be 1 ..= 4294967294 (got 0)"),
+    ([*DU, '--underuse-periods', '-3'], "argument --underuse-periods: must not be negative"),
+    ([*DU, '--batch-ops', '0'], "argument --batch-ops: must be at least 1"),
+    (['qos_bdev_expose', *EX, '--nsid', '0'], "argument --nsid: must be 1 ..= 4294967294 (got 0)"),
     # not numbers
-    (HS + ['--max-iops', '10k'], "argument --max-iops: '10k' is not an integer"),
-    (DC + ['--period-ms', '1.5'], "argument --period-ms: '1.5' is not an integer"),
+    ([*HS, '--max-iops', '10k'], "argument --max-iops: '10k' is not an integer"),
+    ([*DC, '--period-ms', '1.5'], "argument --period-ms: '1.5' is not an integer"),
     # ranges
-    (DC + ['--period-ms', '5'], "argument --period-ms: must be 10 ..= 60000 (got 5)"),
-    (DC + ['--period-ms', '60001'], "argument --period-ms: must be 10 ..= 60000"),
-    (DC + ['--check-interval-us', '9'], "argument --check-interval-us: must be at least 10"),
-    (DC + ['--estimator-history', '1001'], "argument --estimator-history: must be 1 ..= 1000"),
-    (DC + ['--write-weight-milli', '0'], "argument --write-weight-milli: must be 1 ..= 100000"),
-    (DC + ['--size-unit', '100'], "argument --size-unit: must be 0 (off) or at least 512 bytes (got 100)"),
-    (HS + ['--weight', '0'], "argument -w/--weight: must be 1 ..= 1000 (got 0)"),
-    (HS + ['-w', '1001'], "argument -w/--weight: must be 1 ..= 1000 (got 1001)"),
+    ([*DC, '--period-ms', '5'], "argument --period-ms: must be 10 ..= 60000 (got 5)"),
+    ([*DC, '--period-ms', '60001'], "argument --period-ms: must be 10 ..= 60000"),
+    ([*DC, '--check-interval-us', '9'], "argument --check-interval-us: must be at least 10"),
+    ([*DC, '--estimator-history', '1001'], "argument --estimator-history: must be 1 ..= 1000"),
+    ([*DC, '--write-weight-milli', '0'], "argument --write-weight-milli: must be 1 ..= 100000"),
+    ([*DC, '--size-unit', '100'], "argument --size-unit: must be 0 (off) or at least 512 bytes (got 100)"),
+    ([*HS, '--weight', '0'], "argument -w/--weight: must be 1 ..= 1000 (got 0)"),
+    ([*HS, '-w', '1001'], "argument -w/--weight: must be 1 ..= 1000 (got 1001)"),
     # unknown strings
-    (HS + ['--priority', 'critical'], "argument -p/--priority: invalid choice: 'critical'"),
-    (DC + ['--mode', 'fast'], "argument --mode: invalid choice: 'fast'"),
-    (BC + ['--uuid', 'not-a-uuid'], "argument -u/--uuid: 'not-a-uuid' is not a UUID"),
+    ([*HS, '--priority', 'critical'], "argument -p/--priority: invalid choice: 'critical'"),
+    ([*DC, '--mode', 'fast'], "argument --mode: invalid choice: 'fast'"),
+    ([*BC, '--uuid', 'not-a-uuid'], "argument -u/--uuid: 'not-a-uuid' is not a UUID"),
     (['qos_host_set', '-d', 'dom0', '-q', 'host with spaces'], "argument -q/--host-nqn: an NQN is 1 ..= 223"),
     (['qos_host_get', '-d', 'dom0', '-q', 'n' * 224], "argument -q/--host-nqn: an NQN is 1 ..= 223"),
     (['qos_domain_delete', '-n', ''], "argument -n/--name: must not be empty"),
     # a QoS reservation together and apart, in either order
-    (HS + ['--min-iops', '100', '--min-read-iops', '50'],
+    ([*HS, '--min-iops', '100', '--min-read-iops', '50'],
      "--min-iops and --min-read-iops cannot be used together"),
-    (HS + ['--min-read-iops', '50', '--min-iops', '100'],
+    ([*HS, '--min-read-iops', '50', '--min-iops', '100'],
      "--min-iops and --min-read-iops cannot be used together"),
-    (HS + ['--min-write-mibps', '5', '--min-mibps', '10'],
+    ([*HS, '--min-write-mibps', '5', '--min-mibps', '10'],
      "--min-mibps and --min-write-mibps cannot be used together"),
-    (HS + ['--min-iops', '100', '--min-write-mibps', '5'],
+    ([*HS, '--min-iops', '100', '--min-write-mibps', '5'],
      "--min-iops and --min-write-mibps cannot be used together"),
     # reservation above limit, soft guarantee out of order
-    (HS + ['--min-iops', '500', '--max-iops', '100'],
+    ([*HS, '--min-iops', '500', '--max-iops', '100'],
      "--min-iops 500 is above --max-iops 100: a QoS reservation cannot be above its limit"),
-    (HS + ['--max-read-mibps', '10', '--min-read-mibps', '20'], "--min-read-mibps 20 is above --max-read-mibps 10"),
-    (HS + ['--min-iops', '500', '--soft-min-iops', '100'],
+    ([*HS, '--max-read-mibps', '10', '--min-read-mibps', '20'], "--min-read-mibps 20 is above --max-read-mibps 10"),
+    ([*HS, '--min-iops', '500', '--soft-min-iops', '100'],
      "--min-iops 500 is above --soft-min-iops 100: the soft guarantee is at least the hard one"),
-    (HS + ['--soft-min-mibps', '50', '--max-mibps', '40'],
+    ([*HS, '--soft-min-mibps', '50', '--max-mibps', '40'],
      "--soft-min-mibps 50 is above --max-mibps 40: the soft guarantee cannot be above the limit"),
     # domain pairs
-    (DC + ['--capacity-iops-stddev', '2000'], "--capacity-iops-stddev 2000 is above --capacity-iops 1000"),
-    (DC + ['--capacity-mibps-stddev', '20', '--capacity-mibps', '10'],
+    ([*DC, '--capacity-iops-stddev', '2000'], "--capacity-iops-stddev 2000 is above --capacity-iops 1000"),
+    ([*DC, '--capacity-mibps-stddev', '20', '--capacity-mibps', '10'],
      "--capacity-mibps-stddev 20 is above --capacity-mibps 10"),
-    (DC + ['--check-interval-us', '30000', '--period-ms', '100'],
+    ([*DC, '--check-interval-us', '30000', '--period-ms', '100'],
      "--check-interval-us 30000 is above a quarter of --period-ms 100 (25000 us)"),
     # the cost model cannot change
-    (DU + ['--size-unit', '4096'], "--size-unit: the cost model of a domain cannot change"),
-    (DU + ['--write-weight-milli', '2000'], "--write-weight-milli: the cost model of a domain cannot change"),
+    ([*DU, '--size-unit', '4096'], "--size-unit: the cost model of a domain cannot change"),
+    ([*DU, '--write-weight-milli', '2000'], "--write-weight-milli: the cost model of a domain cannot change"),
     # required parameters
     (['qos_domain_create', '-n', 'dom0'], "the following arguments are required: --capacity-iops"),
     (['qos_host_set', '-d', 'dom0'], "the following arguments are required: -q/--host-nqn"),
-    (['qos_bdev_expose'] + BC[1:], "the following arguments are required: --nqn"),
+    (['qos_bdev_expose', *BC[1:]], "the following arguments are required: --nqn"),
     (['qos_host_get'], "the following arguments are required: -d/--domain"),
 ]
 
@@ -89,14 +89,14 @@ def test_refused_with_message_and_exit_2(argv, message, capsys):
 
 
 def test_pairs_within_bounds_are_accepted():
-    client = run(HS + ['--min-read-iops', '50', '--min-write-iops', '50', '--max-read-iops', '50',
-                       '--max-iops', '1000', '--soft-min-iops', '1000'])
+    client = run([*HS, '--min-read-iops', '50', '--min-write-iops', '50', '--max-read-iops', '50',
+                  '--max-iops', '1000', '--soft-min-iops', '1000'])
     assert client.calls[0][1]['soft_min_iops'] == 1000
-    client = run(DC + ['--check-interval-us', '25000', '--period-ms', '100', '--capacity-iops-stddev', '1000'])
+    client = run([*DC, '--check-interval-us', '25000', '--period-ms', '100', '--capacity-iops-stddev', '1000'])
     assert client.calls[0][1]['check_interval_us'] == 25000
 
 
 def test_update_checks_pairs_only_among_given_options():
     # The period is not given, so the target checks the interval against the current one.
-    client = run(DU + ['--check-interval-us', '500000'])
+    client = run([*DU, '--check-interval-us', '500000'])
     assert client.calls == [('qos_domain_update', {'name': 'dom0', 'check_interval_us': 500000})]
