@@ -751,3 +751,50 @@ impl Drop for ChannelTokens {
 pub(crate) fn clamp_pool(v: u64) -> u64 {
     v.min(POOL_MAX)
 }
+
+/// The sequence lock between the monitor (writer) and a channel (reader): a reader
+/// never sees a mix of two configurations.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::thread;
+
+    /// Every interleaving with up to 2 preemptions: the params are some twenty
+    /// atomics, and each relaxed load may see several stores, so the unbounded space
+    /// is far too large; torn reads need only one preemption inside the write.
+    fn bounded(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(2);
+        b.check(f);
+    }
+
+    fn params(v: u64) -> HostParams {
+        HostParams {
+            epoch: v,
+            together: true,
+            limit_mask: 0,
+            limit: [Amount::new(v, v); 3],
+            res_batch: Amount::new(v, v),
+            global_batch: Amount::new(v, v),
+            limit_batch: Amount::new(v, v),
+            capacity: Amount::new(v, v),
+            credit_cap: Amount::new(v, v),
+            reservation: Amount::new(v, v),
+            configured: true,
+        }
+    }
+
+    #[test]
+    fn params_are_read_whole() {
+        bounded(|| {
+            let h = Arc::new(HostShared::new(0, "nqn.loom".into(), &params(1)));
+            let h2 = h.clone();
+            let reader = thread::spawn(move || h2.try_read_params());
+            h.write_params(&params(2));
+            if let Some((g, p)) = reader.join().unwrap() {
+                assert!(p == params(1) || p == params(2), "torn read: {p:?}");
+                assert_eq!(g % 2, 0);
+            }
+        });
+    }
+}

@@ -181,3 +181,66 @@ mod tests {
         assert_eq!(p.load().1, POOL_MAX);
     }
 }
+
+/// Model-checked interleavings (run with `RUSTFLAGS="--cfg loom" cargo test -p qos-core
+/// --release --lib loom`): every ordering of two channels taking tokens while the
+/// monitor rolls the period over or converts keeps the books exact.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::thread;
+
+    /// Every interleaving with up to 3 preemptions (loom's recommended bound: bugs
+    /// need few preemptions, and the full space of the CAS loops is astronomically large).
+    fn bounded(f: impl Fn() + Sync + Send + 'static) {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(f);
+    }
+
+    #[test]
+    fn takes_racing_a_roll_over_lose_and_create_nothing() {
+        bounded(|| {
+            let pool = Arc::new(TokenPool::new(1, 5));
+            let spawn = |p: Arc<TokenPool>| {
+                thread::spawn(move || {
+                    // A channel that believes it is in period 1, then learns period 2.
+                    let old = p.take(1, 3);
+                    let new = p.take(2, 3);
+                    (old, new)
+                })
+            };
+            let a = spawn(pool.clone());
+            let b = spawn(pool.clone());
+            // The monitor ends period 1: what is left expires, 4 fresh tokens appear.
+            let (tag, expired) = pool.replace(2, 4);
+            assert_eq!(tag, 1);
+            let (a_old, a_new) = a.join().unwrap();
+            let (b_old, b_new) = b.join().unwrap();
+            let left = pool.load().1;
+            assert_eq!(
+                a_old + b_old + expired,
+                5,
+                "period 1 tokens: taken or expired"
+            );
+            assert_eq!(a_new + b_new + left, 4, "period 2 tokens: taken or left");
+        });
+    }
+
+    #[test]
+    fn conversion_cap_and_give_back_conserve() {
+        bounded(|| {
+            let pool = Arc::new(TokenPool::new(7, 10));
+            let p2 = pool.clone();
+            let t = thread::spawn(move || {
+                let got = p2.take(7, 4);
+                let back = got / 2;
+                assert!(p2.give(7, back));
+                got - back
+            });
+            let (removed, _) = pool.cap(7, 6);
+            let kept = t.join().unwrap();
+            assert_eq!(kept + removed + pool.load().1, 10);
+        });
+    }
+}

@@ -1,0 +1,421 @@
+//! The monitor and the ledger through the public API: Haechi's worked example, limits,
+//! roll-over, live reconfiguration, removal, soft grants, estimation, bad time.
+
+use qos_core::config::MIB;
+use qos_core::wire::{self, Request};
+use qos_core::{
+    Amount, BatchSize, Capacity, DomainConfig, EstimatorConfig, HoldQueue, HostConfig, IoKind,
+    Monitor, Nanos, PriorityClass, Rate, TokenMode,
+};
+
+const T0: Nanos = Nanos::from_secs(100);
+
+fn at_ms(ms: u64) -> Nanos {
+    T0.saturating_add(Nanos::from_millis(ms))
+}
+
+fn domain(iops: u64) -> DomainConfig {
+    DomainConfig {
+        capacity: Capacity {
+            iops,
+            ..Capacity::default()
+        },
+        global_batch: BatchSize::Fixed {
+            ops: 1,
+            bytes: 1 << 40,
+        },
+        estimator: EstimatorConfig {
+            enabled: false,
+            ..Default::default()
+        },
+        ..DomainConfig::default()
+    }
+}
+
+/// Haechi Example 1 (T = 1 s, R_1 = 50): at t = 0.6 s a host that issued 20 returns 10
+/// tokens and keeps 20; one that issued 40 keeps 10; one that issued 50 keeps none.
+#[test]
+fn haechi_example_1() {
+    for (issued, kept) in [(20u64, 20u64), (40, 10), (50, 0)] {
+        let mut m = Monitor::new(domain(100), T0).unwrap();
+        m.add_host(
+            HostConfig::new("nqn.c1").with_reservation(Rate::iops(50)),
+            T0,
+        )
+        .unwrap();
+        m.add_host(HostConfig::new("nqn.c2"), T0).unwrap();
+        {
+            let mut c1 = m.channel("nqn.c1").unwrap();
+            for _ in 0..issued {
+                assert!(c1.try_admit(IoKind::Read, 4096).is_admitted());
+                c1.record_completion(IoKind::Read, 4096);
+            }
+        } // dropped: its cached tokens go back to the pool
+        // Someone dips into the global pool, so the monitor starts converting (S2).
+        let mut c2 = m.channel("nqn.c2").unwrap();
+        assert!(c2.try_admit(IoKind::Read, 4096).is_admitted());
+        c2.record_completion(IoKind::Read, 4096);
+        c2.flush();
+        m.tick(at_ms(600));
+        let h = m.host("nqn.c1").unwrap();
+        assert_eq!(h.reservation_available().ops, kept, "issued {issued}");
+        // Global = C (T - t) - L - credit - cached: c2 fetched a batch of one beyond
+        // the token it used, and that cached token is already spoken for.
+        assert_eq!(c2.cached().1.ops, 1);
+        assert_eq!(
+            m.shared().global_available().ops,
+            40 - kept - 1,
+            "issued {issued}"
+        );
+    }
+}
+
+#[test]
+fn limit_holds_excess_until_the_next_period() {
+    let mut m = Monitor::new(domain(100_000), T0).unwrap();
+    m.add_host(HostConfig::new("nqn.l").with_limit(Rate::iops(10)), T0)
+        .unwrap();
+    let mut ch = m.channel("nqn.l").unwrap();
+    let mut q = HoldQueue::new();
+    let mut sent = 0;
+    for i in 0..15u32 {
+        if q.admit_or_hold(&mut ch, IoKind::Write, 4096, T0, i)
+            .is_some()
+        {
+            sent += 1;
+        }
+    }
+    assert_eq!((sent, q.len()), (10, 5));
+    assert_eq!(q.release(&mut ch, at_ms(500), |_, _| ()), 0);
+    m.tick(at_ms(1000));
+    let mut order = Vec::new();
+    assert_eq!(
+        q.release(&mut ch, at_ms(1000), |i, waited| order.push((i, waited))),
+        5
+    );
+    assert_eq!(order[0], (10, Nanos::from_millis(1000)));
+    assert!(
+        order.windows(2).all(|w| w[0].0 < w[1].0),
+        "released in order"
+    );
+}
+
+#[test]
+fn a_command_larger_than_a_whole_period_is_still_admitted() {
+    let mut d = domain(1000);
+    d.capacity.mibps = Some(1);
+    d.period = Nanos::from_millis(100);
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(HostConfig::new("nqn.big").with_limit(Rate::mibps(1)), T0)
+        .unwrap();
+    let mut ch = m.channel("nqn.big").unwrap();
+    // 4 MiB at 1 MiB/s with 100 ms periods: charged one period's worth, not refused forever.
+    assert!(ch.try_admit(IoKind::Write, 4 * MIB).is_admitted());
+    assert!(!ch.try_admit(IoKind::Write, 4096).is_admitted());
+}
+
+#[test]
+fn roll_over_refills_and_expires_cached_tokens() {
+    let mut d = domain(10_000);
+    d.global_batch = BatchSize::Fixed {
+        ops: 100,
+        bytes: 1 << 40,
+    };
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(
+        HostConfig::new("nqn.a").with_reservation(Rate::iops(1000)),
+        T0,
+    )
+    .unwrap();
+    let mut ch = m.channel("nqn.a").unwrap();
+    for _ in 0..1000 {
+        assert!(ch.try_admit(IoKind::Read, 512).is_admitted());
+    }
+    assert!(ch.try_admit(IoKind::Read, 512).is_admitted()); // global from here
+    let (_, glob) = ch.cached();
+    assert_eq!(glob.ops, 100, "a batch was fetched, one used");
+    let tick = m.tick(at_ms(1000));
+    let rep = tick.ended.expect("period ended");
+    assert_eq!(rep.epoch, 1);
+    assert_eq!(m.host("nqn.a").unwrap().reservation_available().ops, 1000);
+    assert!(ch.try_admit(IoKind::Read, 512).is_admitted());
+    ch.flush();
+    assert_eq!(m.host("nqn.a").unwrap().counters().expired.ops, 100);
+    assert_eq!(tick.next_deadline, at_ms(1001));
+}
+
+#[test]
+fn update_host_prorates_and_keeps_held_io() {
+    let mut m = Monitor::new(domain(10_000), T0).unwrap();
+    m.add_host(HostConfig::new("nqn.u").with_limit(Rate::iops(100)), T0)
+        .unwrap();
+    let mut ch = m.channel("nqn.u").unwrap();
+    let mut q = HoldQueue::new();
+    for i in 0..150 {
+        q.admit_or_hold(&mut ch, IoKind::Read, 4096, T0, i);
+    }
+    assert_eq!(q.len(), 50);
+    // Half-way through the period the limit doubles: +100 * 0.5 allowance.
+    m.update_host(
+        HostConfig::new("nqn.u").with_limit(Rate::iops(200)),
+        at_ms(500),
+    )
+    .unwrap();
+    assert_eq!(q.release(&mut ch, at_ms(500), |_, _| ()), 50);
+    assert!(q.is_empty());
+    assert!(matches!(
+        m.update_host(HostConfig::new("nqn.nobody"), T0),
+        Err(qos_core::monitor::UpdateHostError::Unknown(_))
+    ));
+}
+
+#[test]
+fn admission_is_checked_on_add_and_update() {
+    let mut m = Monitor::new(domain(1000), T0).unwrap();
+    m.add_host(
+        HostConfig::new("nqn.a").with_reservation(Rate::iops(600)),
+        T0,
+    )
+    .unwrap();
+    let e = m
+        .add_host(
+            HostConfig::new("nqn.b").with_reservation(Rate::iops(500)),
+            T0,
+        )
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("1100 IOPS which exceeds the target capacity C_G = 1000 IOPS"),
+        "{e}"
+    );
+    assert!(
+        m.add_host(HostConfig::new("nqn.a"), T0).is_err(),
+        "duplicate"
+    );
+    let e = m
+        .update_host(
+            HostConfig::new("nqn.a").with_reservation(Rate::iops(1001)),
+            T0,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("admission refused"), "{e}");
+    assert_eq!(
+        m.host("nqn.a").unwrap().reservation_available().ops,
+        600,
+        "unchanged on refusal"
+    );
+}
+
+#[test]
+fn removed_host_carries_on_best_effort() {
+    let mut m = Monitor::new(domain(1000), T0).unwrap();
+    m.add_host(
+        HostConfig::new("nqn.r")
+            .with_reservation(Rate::iops(500))
+            .with_limit(Rate::iops(500)),
+        T0,
+    )
+    .unwrap();
+    let mut ch = m.channel("nqn.r").unwrap();
+    let before = m.shared().global_available().ops;
+    m.remove_host("nqn.r", T0).unwrap();
+    assert_eq!(
+        m.shared().global_available().ops,
+        before + 500,
+        "its reservation is unreserved capacity now"
+    );
+    assert!(m.host("nqn.r").is_none());
+    let mut n = 0;
+    while ch.try_admit(IoKind::Read, 4096).is_admitted() {
+        n += 1;
+    }
+    assert_eq!(n, 1000, "no limit any more, global tokens only");
+    let s = ch.serve_request(Request::GetState, T0);
+    assert_eq!(s.flags & wire::flags::CONFIGURED, 0);
+    // Next period: re-armed best-effort.
+    m.tick(at_ms(1000));
+    assert!(ch.try_admit(IoKind::Read, 4096).is_admitted());
+    assert!(m.remove_host("nqn.r", T0).is_err());
+}
+
+#[test]
+fn soft_reservations_are_granted_by_priority() {
+    let mut m = Monitor::new(domain(1000), T0).unwrap();
+    let mut hi = HostConfig::new("nqn.hi").with_reservation(Rate::iops(100));
+    hi.soft_reservation = Rate::iops(500);
+    hi.priority = PriorityClass::High;
+    let mut lo = HostConfig::new("nqn.lo").with_reservation(Rate::iops(100));
+    lo.soft_reservation = Rate::iops(600);
+    lo.priority = PriorityClass::Low;
+    m.add_host(hi, T0).unwrap();
+    m.add_host(lo, T0).unwrap();
+    m.tick(at_ms(1000));
+    // 800 unreserved: high gets its 400 extra, low the remaining 400 of its 500.
+    assert_eq!(m.host("nqn.hi").unwrap().reservation_available().ops, 500);
+    assert_eq!(m.host("nqn.lo").unwrap().reservation_available().ops, 500);
+    assert_eq!(m.shared().global_available().ops, 0);
+    // Idle for `underuse_periods` (3): soft grants are withdrawn.
+    for p in 2..=5 {
+        m.tick(at_ms(1000 * p));
+    }
+    assert_eq!(m.host("nqn.hi").unwrap().reservation_available().ops, 100);
+    assert_eq!(m.shared().global_available().ops, 800);
+}
+
+#[test]
+fn estimator_raises_capacity_after_a_saturated_period() {
+    let mut d = domain(1000);
+    d.estimator = EstimatorConfig {
+        enabled: true,
+        increment_milli: 100,
+        ..Default::default()
+    };
+    d.global_batch = BatchSize::Fixed {
+        ops: 10,
+        bytes: 1 << 40,
+    };
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(HostConfig::new("nqn.e"), T0).unwrap();
+    let mut ch = m.channel("nqn.e").unwrap();
+    while ch.try_admit(IoKind::Read, 4096).is_admitted() {
+        ch.record_completion(IoKind::Read, 4096);
+    }
+    ch.flush();
+    let rep = m.tick(at_ms(1000)).ended.unwrap();
+    assert_eq!(rep.used.ops, 1000);
+    assert_eq!(rep.next_budget.ops, 1100);
+    assert_eq!(m.budget().ops, 1100);
+}
+
+#[test]
+fn time_going_backwards_is_tolerated() {
+    let mut m = Monitor::new(domain(1000), T0).unwrap();
+    m.tick(at_ms(1500));
+    assert_eq!(m.epoch(), 2);
+    let t = m.tick(at_ms(10));
+    assert!(t.ended.is_none());
+    assert_eq!(m.epoch(), 2);
+    assert_eq!(m.period_start(), at_ms(1000));
+    // A long stall skips periods but stays on the grid.
+    m.tick(at_ms(7300));
+    assert_eq!(m.period_start(), at_ms(7000));
+}
+
+#[test]
+fn cooperative_acquire_moves_global_tokens_to_the_host_only() {
+    let mut d = domain(10_000);
+    d.global_batch = BatchSize::Fixed {
+        ops: 100,
+        bytes: 1 << 30,
+    };
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(
+        HostConfig::new("nqn.a").with_reservation(Rate::iops(1000)),
+        T0,
+    )
+    .unwrap();
+    m.add_host(HostConfig::new("nqn.b"), T0).unwrap();
+    let mut a = m.channel("nqn.a").unwrap();
+    let r = a.serve_request(
+        Request::Acquire {
+            ops: 10_000,
+            bytes: 0,
+        },
+        at_ms(250),
+    );
+    assert_eq!(r.granted_ops, 400, "capped at 4 batches");
+    assert_eq!(r.credit_ops, 400);
+    assert_eq!(r.reservation_per_period_ops, 1000);
+    assert_eq!(r.elapsed_ns, Nanos::from_millis(250).0);
+    assert_eq!(m.host("nqn.b").unwrap().credit_available(), Amount::ZERO);
+    // The reply encodes and decodes.
+    let mut buf = [0u8; wire::REPLY_LEN];
+    r.encode(&mut buf).unwrap();
+    assert_eq!(wire::StateReply::decode(&buf).unwrap(), r);
+    // Completion credit: reservation plus credit.
+    let c = a.credit_hint();
+    assert_eq!(c.available_ops, 1400);
+}
+
+#[test]
+fn basic_mode_never_converts() {
+    let mut d = domain(1000);
+    d.mode = TokenMode::Basic;
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(
+        HostConfig::new("nqn.idle").with_reservation(Rate::iops(500)),
+        T0,
+    )
+    .unwrap();
+    m.add_host(HostConfig::new("nqn.busy"), T0).unwrap();
+    let mut busy = m.channel("nqn.busy").unwrap();
+    while busy.try_admit(IoKind::Read, 1).is_admitted() {}
+    m.tick(at_ms(900));
+    assert_eq!(m.host("nqn.idle").unwrap().reservation_available().ops, 500);
+    assert!(!busy.try_admit(IoKind::Read, 1).is_admitted());
+}
+
+#[test]
+fn apart_reservations_serve_each_direction() {
+    let mut m = Monitor::new(domain(1000), T0).unwrap();
+    let mut h = HostConfig::new("nqn.rw");
+    h.reservation.read = Rate::iops(100);
+    h.reservation.write = Rate::iops(50);
+    h.limit.write = Rate::iops(60);
+    m.add_host(h, T0).unwrap();
+    let mut ch = m.channel("nqn.rw").unwrap();
+    let mut reserved_writes = 0;
+    let mut writes = 0;
+    loop {
+        match ch.try_admit(IoKind::Write, 4096) {
+            qos_core::Admission::Admitted { reserved } => {
+                writes += 1;
+                reserved_writes += reserved as u32;
+            }
+            qos_core::Admission::Held(r) => {
+                assert_eq!(r, qos_core::HoldReason::Limit);
+                break;
+            }
+        }
+    }
+    assert_eq!((writes, reserved_writes), (60, 50));
+    // Reads are untouched by the write limit, and have their own reservation.
+    assert!(matches!(
+        ch.try_admit(IoKind::Read, 4096),
+        qos_core::Admission::Admitted { reserved: true }
+    ));
+}
+
+#[test]
+fn stats_report_hosts_and_periods() {
+    let mut m = Monitor::new(domain(1000), T0).unwrap();
+    m.add_host(
+        HostConfig::new("nqn.s").with_reservation(Rate::iops(10)),
+        T0,
+    )
+    .unwrap();
+    let mut ch = m.channel("nqn.s").unwrap();
+    for _ in 0..10 {
+        ch.try_admit(IoKind::Read, 4096);
+        ch.record_completion(IoKind::Read, 4096);
+    }
+    ch.flush();
+    m.tick(at_ms(1000));
+    m.tick(at_ms(2000));
+    let s = m.stats(at_ms(2500));
+    assert_eq!(s.hosts.len(), 1);
+    let h = &s.hosts[0];
+    assert_eq!(
+        h.last_periods.iter().map(|a| a.ops).collect::<Vec<_>>(),
+        vec![0, 10]
+    );
+    assert_eq!(h.reservation_met_fraction, 0.5);
+    assert!(!h.underuse_flag);
+    assert_eq!(s.elapsed_ns, Nanos::from_millis(500).0);
+    let json = serde_json_string(&s);
+    assert!(json.contains("\"host_nqn\":\"nqn.s\""));
+}
+
+fn serde_json_string<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap()
+}
