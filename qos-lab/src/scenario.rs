@@ -172,6 +172,7 @@ struct RawRelDemand {
 struct RawHost {
     name: Option<String>,
     count: Option<i64>,
+    first_index: Option<i64>,
     machine: Option<String>,
     pattern: Option<String>,
     queue_depth: Option<i64>,
@@ -779,10 +780,10 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
         ));
     }
     let dflt = raw.defaults.clone().unwrap_or_default();
-    if dflt.name.is_some() || dflt.count.is_some() {
+    if dflt.name.is_some() || dflt.count.is_some() || dflt.first_index.is_some() {
         return Err(ctx.invalid(
             &top("defaults"),
-            "[defaults] cannot set name or count; set them in each [[host]]",
+            "[defaults] cannot set name, count or first_index; set them in each [[host]]",
         ));
     }
     let mut templates: Vec<(usize, RawHost)> = Vec::new();
@@ -797,12 +798,19 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
             ));
         }
         let base_name = h.name.clone().unwrap_or_else(|| format!("h{}", j + 1));
+        let first = ctx
+            .non_negative(
+                h.first_index,
+                &top("host").index(j).key("first_index"),
+                "first_index",
+            )?
+            .unwrap_or(1);
         for k in 0..count {
             let mut m = merge(&dflt, h);
-            m.name = Some(if count == 1 {
+            m.name = Some(if count == 1 && h.first_index.is_none() {
                 base_name.clone()
             } else {
-                format!("{base_name}-{}", k + 1)
+                format!("{base_name}{}", first + k)
             });
             templates.push((j, m));
         }
@@ -917,6 +925,7 @@ fn merge(d: &RawHost, h: &RawHost) -> RawHost {
     RawHost {
         name: h.name.clone(),
         count: h.count,
+        first_index: h.first_index,
         machine: h.machine.clone().or_else(|| d.machine.clone()),
         pattern: h.pattern.clone().or_else(|| d.pattern.clone()),
         queue_depth: h.queue_depth.or(d.queue_depth),
@@ -1224,7 +1233,7 @@ count = 4
         let s = Scenario::parse(MINI, "mini.toml", "mini").unwrap();
         let h = &s.runs[0].hosts;
         assert_eq!(h.len(), 4);
-        assert_eq!(h[0].name, "a-1");
+        assert_eq!(h[0].name, "a1");
         assert_eq!(h[0].reservation_iops, h[1].reservation_iops);
         assert!(h[0].reservation_iops > h[2].reservation_iops);
         let sum: u64 = h.iter().filter_map(|h| h.reservation_iops).sum();

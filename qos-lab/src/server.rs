@@ -1,118 +1,155 @@
-//! The emulated target's data path: a processor-sharing server of capacity C_G in which
-//! every host with commands at the target gets an equal share, capped at C_L (one host
-//! alone cannot saturate the target: Haechi Fig. 7), and the target's link, a FIFO of
-//! bytes in which a large transfer delays the small ones queued behind it (head-of-line
-//! blocking, Justitia section 2).
+//! The emulated target's data path, in three stages every command goes through:
 //!
-//! Each host's commands are served in order (one at a time, at the host's share), so the
-//! server keeps one virtual clock: the work done so far by any host that stayed active.
-//! Completion times are computed on demand, not kept in the event heap, so a change in
-//! the number of active hosts costs one pass over the hosts and never a heap rebuild.
+//! 1. [`Pipe`]: the host's own pipeline, one command every `1 / C_L` seconds, in order
+//!    (a client alone cannot exceed C_L and cannot saturate the target: Haechi Fig. 6
+//!    and 7);
+//! 2. [`Server`]: the target, processor sharing of capacity C_G among the commands it
+//!    holds, so hosts with as many commands outstanding get equal shares (the bare
+//!    system of Haechi Fig. 8(a) and 9), and a host with few commands takes little;
+//! 3. [`Link`]: the target's link, a FIFO of bytes in which a large transfer delays the
+//!    small ones queued behind it (head-of-line blocking, Justitia section 2).
+//!
+//! The server keeps one virtual clock (work done so far by any command that stayed),
+//! so each command's finish tag is fixed on arrival and the next completion is the
+//! smallest tag: a binary heap, O(log n) per command.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
-/// Work is in units of one mean command; rates in commands per nanosecond.
+#[derive(Debug, Clone, Copy)]
+struct Tag {
+    finish: f64,
+    seq: u64,
+    io: u32,
+}
+
+impl PartialEq for Tag {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == std::cmp::Ordering::Equal
+    }
+}
+impl Eq for Tag {}
+impl PartialOrd for Tag {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Tag {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.finish.total_cmp(&o.finish).then(self.seq.cmp(&o.seq))
+    }
+}
+
+/// Processor sharing: work is in units of one mean command, capacity in commands per
+/// nanosecond, shared equally by the commands present.
 #[derive(Debug)]
 pub struct Server {
-    cap_g: f64,
-    cap_l: f64,
-    /// Work done per active host since the start.
+    cap: f64,
+    /// Work done per command present since the start.
     v: f64,
     last: u64,
-    rate: f64,
-    queues: Vec<VecDeque<(u32, f64)>>,
-    finish: Vec<f64>,
-    active: usize,
-    next: (u64, usize),
+    tags: BinaryHeap<Reverse<Tag>>,
+    seq: u64,
+    next: u64,
 }
 
 impl Server {
-    /// `capacity` and `per_host_max` in commands per second.
-    pub fn new(hosts: usize, capacity: f64, per_host_max: f64) -> Self {
+    /// `capacity` in commands per second.
+    pub fn new(capacity: f64) -> Self {
         Server {
-            cap_g: capacity / 1e9,
-            cap_l: per_host_max / 1e9,
+            cap: capacity / 1e9,
             v: 0.0,
             last: 0,
-            rate: 0.0,
-            queues: (0..hosts).map(|_| VecDeque::with_capacity(64)).collect(),
-            finish: vec![0.0; hosts],
-            active: 0,
-            next: (u64::MAX, 0),
+            tags: BinaryHeap::with_capacity(1024),
+            seq: 0,
+            next: u64::MAX,
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        if self.tags.is_empty() {
+            0.0
+        } else {
+            self.cap / self.tags.len() as f64
         }
     }
 
     fn advance(&mut self, now: u64) {
-        if self.rate > 0.0 && now > self.last {
-            self.v += (now - self.last) as f64 * self.rate;
+        if now > self.last {
+            self.v += (now - self.last) as f64 * self.rate();
         }
         self.last = self.last.max(now);
     }
 
     fn retime(&mut self) {
-        self.rate = if self.active == 0 {
-            0.0
-        } else {
-            self.cap_l.min(self.cap_g / self.active as f64)
+        self.next = match self.tags.peek() {
+            None => u64::MAX,
+            Some(Reverse(t)) => {
+                let dt = ((t.finish - self.v) / self.rate()).max(0.0).ceil() as u64;
+                self.last + dt
+            }
         };
-        self.next = (u64::MAX, 0);
-        if self.active == 0 {
-            return;
-        }
-        for (h, q) in self.queues.iter().enumerate() {
-            if q.is_empty() {
-                continue;
-            }
-            let dt = ((self.finish[h] - self.v) / self.rate).max(0.0).ceil() as u64;
-            let t = self.last + dt;
-            if t < self.next.0 {
-                self.next = (t, h);
-            }
-        }
     }
 
-    /// A command of `work` units from `host` arrives at `now`.
-    pub fn enqueue(&mut self, now: u64, host: usize, io: u32, work: f64) {
-        let q = &mut self.queues[host];
-        q.push_back((io, work));
-        if q.len() == 1 {
-            self.advance(now);
-            self.finish[host] = self.v + work;
-            self.active += 1;
-            self.retime();
-        }
+    /// Command `io` of `work` units arrives at `now`.
+    pub fn enqueue(&mut self, now: u64, io: u32, work: f64) {
+        self.advance(now);
+        self.seq += 1;
+        self.tags.push(Reverse(Tag {
+            finish: self.v + work,
+            seq: self.seq,
+            io,
+        }));
+        self.retime();
     }
 
     /// When the next command completes (`u64::MAX` when idle).
     #[inline]
     pub fn next_time(&self) -> u64 {
-        self.next.0
+        self.next
     }
 
-    /// Completes the next command (at `next_time`): returns its host and id.
-    pub fn complete(&mut self, now: u64) -> (usize, u32) {
-        let h = self.next.1;
+    /// Completes the next command (at `next_time`) and returns it.
+    pub fn complete(&mut self, now: u64) -> u32 {
         self.advance(now);
-        let (io, _) = self.queues[h].pop_front().expect("a command in service");
-        self.v = self.v.max(self.finish[h]);
-        match self.queues[h].front() {
-            Some(&(_, w)) => self.finish[h] = self.v + w,
-            None => self.active -= 1,
-        }
+        let Reverse(t) = self.tags.pop().expect("a command in service");
+        self.v = self.v.max(t.finish);
         self.retime();
-        (h, io)
+        t.io
     }
 
     /// Background load changes: the hosts now share `capacity` commands per second.
     pub fn set_capacity(&mut self, now: u64, capacity: f64) {
         self.advance(now);
-        self.cap_g = capacity / 1e9;
+        self.cap = capacity / 1e9;
         self.retime();
     }
 
-    /// Commands at the server now (all hosts).
+    /// Commands at the server now.
     pub fn queued(&self) -> usize {
-        self.queues.iter().map(VecDeque::len).sum()
+        self.tags.len()
+    }
+}
+
+/// A host's pipeline: one command every `1 / C_L`, first in, first out.
+#[derive(Debug, Clone, Copy)]
+pub struct Pipe {
+    per_command: f64,
+    free_at: f64,
+}
+
+impl Pipe {
+    /// `per_host_max` in commands per second.
+    pub fn new(per_host_max: f64) -> Self {
+        Pipe {
+            per_command: 1e9 / per_host_max,
+            free_at: 0.0,
+        }
+    }
+    /// A command enters at `now`; returns when it leaves for the target.
+    pub fn pass(&mut self, now: u64) -> u64 {
+        self.free_at = self.free_at.max(now as f64) + self.per_command;
+        self.free_at.ceil() as u64
     }
 }
 
@@ -144,53 +181,56 @@ impl Link {
 mod tests {
     use super::*;
 
-    fn drain(s: &mut Server, until: u64) -> Vec<(u64, usize)> {
+    fn drain(s: &mut Server) -> Vec<(u64, u32)> {
         let mut out = Vec::new();
-        while s.next_time() <= until {
+        while s.next_time() != u64::MAX {
             let t = s.next_time();
-            let (h, _) = s.complete(t);
-            out.push((t, h));
+            out.push((t, s.complete(t)));
         }
         out
     }
 
     #[test]
-    fn one_host_alone_runs_at_its_cap() {
-        // C_G = 1000/s, C_L = 400/s: one host does a unit of work in 2.5 ms.
-        let mut s = Server::new(2, 1000.0, 400.0);
+    fn commands_share_the_capacity_equally() {
+        // 1000 commands/s shared by 4 commands of one unit: all done at 4 ms.
+        let mut s = Server::new(1000.0);
         for i in 0..4 {
-            s.enqueue(0, 0, i, 1.0);
+            s.enqueue(0, i, 1.0);
         }
-        let done = drain(&mut s, u64::MAX);
+        let done = drain(&mut s);
         assert_eq!(done.len(), 4);
-        assert_eq!(done[3].0, 10_000_000);
+        assert!(done.iter().all(|&(t, _)| t == 4_000_000), "{done:?}");
     }
 
     #[test]
-    fn many_hosts_share_the_capacity_equally() {
-        let mut s = Server::new(5, 1000.0, 400.0);
-        for h in 0..5 {
-            for i in 0..10 {
-                s.enqueue(0, h, (h * 10 + i) as u32, 1.0);
-            }
-        }
-        // Five hosts at 200/s each: 10 units each take 50 ms.
-        let done = drain(&mut s, u64::MAX);
-        assert_eq!(done.len(), 50);
-        let last = done.last().unwrap().0;
-        assert!((49_999_000..=50_001_000).contains(&last), "{last}");
+    fn a_short_command_leaves_early_and_the_rest_speed_up() {
+        let mut s = Server::new(1000.0);
+        s.enqueue(0, 1, 0.5);
+        s.enqueue(0, 2, 1.0);
+        // Two at 500/s: the first is done at 1 ms; then the second alone: 0.5 unit at
+        // 1000/s, done at 1.5 ms.
+        let done = drain(&mut s);
+        assert_eq!(done, vec![(1_000_000, 1), (1_500_000, 2)]);
     }
 
     #[test]
     fn a_capacity_drop_slows_everyone() {
-        let mut s = Server::new(4, 1000.0, 1000.0);
-        for h in 0..4 {
-            s.enqueue(0, h, h as u32, 1.0);
+        let mut s = Server::new(1000.0);
+        for i in 0..4 {
+            s.enqueue(0, i, 1.0);
         }
         s.set_capacity(2_000_000, 500.0);
         // 2 ms at 250/s = 0.5 unit done; the other 0.5 at 125/s = 4 ms.
         let t = s.next_time();
         assert!((5_999_000..=6_001_000).contains(&t), "{t}");
+    }
+
+    #[test]
+    fn the_pipe_caps_one_host() {
+        let mut p = Pipe::new(400.0);
+        assert_eq!(p.pass(0), 2_500_000);
+        assert_eq!(p.pass(0), 5_000_000);
+        assert_eq!(p.pass(10_000_000), 12_500_000);
     }
 
     #[test]

@@ -31,7 +31,7 @@ use thiserror::Error;
 
 use crate::nslimit::{NsLimit, TIMESLICE_NS};
 use crate::scenario::{Enforcement, Pattern, Policy, RunSpec, Scenario, Service};
-use crate::server::{Link, Server};
+use crate::server::{Link, Pipe, Server};
 
 /// Why a run could not start.
 #[derive(Debug, Error)]
@@ -117,6 +117,7 @@ enum Ev {
     Timeslice,
     Capacity(u16),
     Wake(u16),
+    PipeDone(u32),
     LinkDone(u32),
     Deliver(u32),
     EnginePoll(u16),
@@ -257,6 +258,7 @@ struct Host {
     stop: u64,
     machine: usize,
     rng: SplitMix,
+    pipe: Pipe,
     outstanding: u32,
     issued_period: u64,
     period_start: u64,
@@ -400,6 +402,7 @@ impl Sim {
                 stop: h.stop.map_or(u64::MAX, |s| s.0),
                 machine,
                 rng: SplitMix::new(seed ^ (i as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F)),
+                pipe: Pipe::new(cap_l as f64),
                 outstanding: 0,
                 issued_period: 0,
                 period_start: 0,
@@ -512,7 +515,7 @@ impl Sim {
             measured: periods,
             heap: BinaryHeap::with_capacity(4096),
             seq: 0,
-            server: Server::new(n, cap as f64, cap_l as f64),
+            server: Server::new(cap as f64),
             link: link_bps.map(Link::new),
             base_latency: sc.target.base_latency.0,
             service: sc.target.service,
@@ -584,7 +587,7 @@ impl Sim {
             self.now = t;
             self.events += 1;
             if ts <= th {
-                let (_, io) = self.server.complete(t);
+                let io = self.server.complete(t);
                 self.server_done(io);
                 continue;
             }
@@ -624,6 +627,7 @@ impl Sim {
                         self.try_issue(h);
                     }
                 }
+                Ev::PipeDone(io) => self.to_target(io),
                 Ev::LinkDone(io) => self.target_done(io),
                 Ev::Deliver(io) => self.deliver(io),
                 Ev::EnginePoll(h) => {
@@ -809,12 +813,19 @@ impl Sim {
         let host = &mut self.hosts[h];
         if let Some(engine) = host.engine.as_mut() {
             match host.ihold.admit_or_hold(engine, kind, bytes, now, io) {
-                Some(io) => self.to_target(io),
+                Some(io) => self.send(io),
                 None => self.engine_service(h),
             }
         } else {
-            self.to_target(io);
+            self.send(io);
         }
+    }
+
+    /// The command leaves the host through its pipeline (at most C_L per second).
+    fn send(&mut self, io: u32) {
+        let h = self.ios.get(io).host as usize;
+        let at = self.hosts[h].pipe.pass(self.now);
+        self.schedule(at, Ev::PipeDone(io));
     }
 
     /// Target side: the policy's admission.
@@ -844,12 +855,11 @@ impl Sim {
     }
 
     fn to_server(&mut self, io: u32) {
-        let h = self.ios.get(io).host as usize;
         let work = match self.service {
             Service::Deterministic => 1.0,
             Service::Exponential => -(1.0 - self.svc_rng.unit()).ln(),
         };
-        self.server.enqueue(self.now, h, io, work);
+        self.server.enqueue(self.now, io, work);
     }
 
     fn server_done(&mut self, io: u32) {
@@ -940,7 +950,7 @@ impl Sim {
             self.schedule(next, Ev::EnginePoll(h as u16));
         }
         for &io in &out {
-            self.to_target(io);
+            self.send(io);
         }
         out.clear();
         self.scratch = out;
