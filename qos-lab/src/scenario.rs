@@ -195,6 +195,7 @@ struct RawVariant {
     name: String,
     pattern: Option<String>,
     reserved_fraction: Option<f64>,
+    distribution: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -546,7 +547,7 @@ impl Ctx<'_> {
     }
 
     fn seconds(&self, v: f64, path: &FieldPath, what: &str) -> Result<Nanos, ScenarioError> {
-        if !(v >= 0.0) || v > 1e6 {
+        if !(0.0..=1e6).contains(&v) {
             return Err(self.invalid(
                 path,
                 format!("{what} must be a time in seconds between 0 and 1000000 (got {v})"),
@@ -652,7 +653,7 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
     }
     let link_bytes_per_s = match t.link_gbps {
         None => None,
-        Some(g) if !(g > 0.0) || g > 100_000.0 => {
+        Some(g) if g.is_nan() || g <= 0.0 || g > 100_000.0 => {
             return Err(ctx.invalid(
                 &tp("link_gbps"),
                 format!("the link bandwidth must be more than 0 and at most 100000 Gb/s (got {g}); remove the field for an unconstrained link"),
@@ -954,6 +955,30 @@ fn resolve_hosts(
     let rp = |k: &str| top("reservations").key(k);
     // Reservations first: demands may depend on them.
     let mut res: Vec<Option<u64>> = vec![None; n];
+    let overridden;
+    let reservations = match (
+        reservations,
+        variant.and_then(|(_, v)| v.distribution.clone()),
+    ) {
+        (Some(r), Some(d)) => {
+            overridden = RawReservations {
+                distribution: d,
+                reserved_fraction: r.reserved_fraction,
+                zipf_exponent: r.zipf_exponent,
+                groups: r.groups,
+                iops: r.iops.clone(),
+            };
+            Some(&overridden)
+        }
+        (None, Some(_)) => {
+            let (vi, _) = variant.expect("a variant");
+            return Err(ctx.invalid(
+                &top("variant").index(vi).key("distribution"),
+                "a variant can change the distribution only of a [reservations] table; add one",
+            ));
+        }
+        (r, None) => r,
+    };
     match reservations {
         None => {}
         Some(r) => {

@@ -40,7 +40,7 @@ pub enum RunError {
     Domain {
         file: String,
         #[source]
-        source: qos_core::monitor::NewDomainError,
+        source: Box<qos_core::monitor::NewDomainError>,
     },
     #[error(
         "{file}: host {host} was refused: {source}. Run `qos-lab check {file}` to see which reservations fit"
@@ -49,7 +49,7 @@ pub enum RunError {
         file: String,
         host: String,
         #[source]
-        source: qos_core::monitor::AddHostError,
+        source: Box<qos_core::monitor::AddHostError>,
     },
     #[error("{file}: at scale {scale}, {what} becomes 0; use a smaller scale (--scale)")]
     Scale {
@@ -433,14 +433,14 @@ impl Sim {
             let domain = sc.domain_config(scale, mode);
             let mut m = Monitor::new(domain, Nanos::ZERO).map_err(|source| RunError::Domain {
                 file: file.clone(),
-                source,
+                source: Box::new(source),
             })?;
             for (i, h) in run.hosts.iter().enumerate() {
                 m.add_host(h.host_config(scale), Nanos::ZERO)
                     .map_err(|source| RunError::AddHost {
                         file: file.clone(),
                         host: h.name.clone(),
-                        source,
+                        source: Box::new(source),
                     })?;
                 let nqn = h.nqn();
                 for _ in 0..sc.target.channels_per_host {
@@ -610,7 +610,7 @@ impl Sim {
                         ns.timeslice(|io| out.push(io));
                     }
                     for &io in &out {
-                        self.to_server(io);
+                        self.server_enqueue(io);
                     }
                     out.clear();
                     self.scratch = out;
@@ -627,7 +627,7 @@ impl Sim {
                         self.try_issue(h);
                     }
                 }
-                Ev::PipeDone(io) => self.to_target(io),
+                Ev::PipeDone(io) => self.target_admit(io),
                 Ev::LinkDone(io) => self.target_done(io),
                 Ev::Deliver(io) => self.deliver(io),
                 Ev::EnginePoll(h) => {
@@ -696,7 +696,7 @@ impl Sim {
             }
         }
         for &io in &out {
-            self.to_server(io);
+            self.server_enqueue(io);
         }
         out.clear();
         self.scratch = out;
@@ -829,13 +829,13 @@ impl Sim {
     }
 
     /// Target side: the policy's admission.
-    fn to_target(&mut self, io: u32) {
+    fn target_admit(&mut self, io: u32) {
         let i = *self.ios.get(io);
         match self.policy.enforcement {
-            Enforcement::Bare => self.to_server(io),
+            Enforcement::Bare => self.server_enqueue(io),
             Enforcement::NsLimit => {
                 if self.ns.as_mut().expect("ns-limit").submit(io, i.bytes) {
-                    self.to_server(io);
+                    self.server_enqueue(io);
                 }
             }
             Enforcement::BasicHaechi | Enforcement::Haechi => {
@@ -848,13 +848,13 @@ impl Sim {
                     Nanos(self.now),
                     io,
                 ) {
-                    self.to_server(io);
+                    self.server_enqueue(io);
                 }
             }
         }
     }
 
-    fn to_server(&mut self, io: u32) {
+    fn server_enqueue(&mut self, io: u32) {
         let work = match self.service {
             Service::Deterministic => 1.0,
             Service::Exponential => -(1.0 - self.svc_rng.unit()).ln(),
