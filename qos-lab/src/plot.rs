@@ -139,12 +139,18 @@ fn bars(
             ("sans-serif", 20),
         );
     }
-    let mut chart = b.build_cartesian_2d(0f64..n as f64, 0f64..ymax)?;
+    let ymin = if text { -ymax * 0.06 } else { 0.0 };
+    let mut chart = b.build_cartesian_2d(0f64..n as f64, ymin..ymax)?;
     let mut mesh = chart.configure_mesh();
     mesh.disable_x_mesh().x_labels(0);
     if text {
-        mesh.y_desc("I/O per period")
-            .y_label_formatter(&|v| format!("{:.0}K", v / 1000.0));
+        mesh.y_desc("I/O per period").y_label_formatter(&|v| {
+            if *v < 0.0 {
+                String::new()
+            } else {
+                format!("{:.0}K", v / 1000.0)
+            }
+        });
     } else {
         mesh.y_labels(0);
     }
@@ -180,7 +186,7 @@ fn bars(
         if text {
             chart.draw_series(std::iter::once(Text::new(
                 first.hosts[i].host.clone(),
-                (i as f64 + 0.35, ymax * 0.985),
+                (i as f64 + 0.4, -ymax * 0.015),
                 ("sans-serif", 13).into_font(),
             )))?;
         }

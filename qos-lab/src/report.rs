@@ -104,7 +104,7 @@ impl Summary {
                             let per_period =
                                 ((r / scale) as u128 * period_ns as u128 / 1_000_000_000) as u64;
                             let ok = h.completed.iter().filter(|&&c| c >= per_period).count();
-                            round1(ok as f64 / h.completed.len().max(1) as f64 * 1000.0) / 1000.0
+                            (ok as f64 / h.completed.len().max(1) as f64 * 1e4).round() / 1e4
                         });
                         let q = |p: f64| h.latency.quantile(p).map(|v| round1(v.0 as f64 / 1e3));
                         HostSummary {
