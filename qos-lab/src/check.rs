@@ -1,0 +1,118 @@
+//! `qos-lab check`: admission control only (Haechi Definition 2, as qos-core implements
+//! it): which reservations fit the target, and why not. Nothing is simulated.
+
+use std::fmt::Write as _;
+
+use qos_core::{TokenMode, check_admission};
+
+use crate::report::thousands;
+use crate::scenario::Scenario;
+
+/// The outcome of a check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Readable explanation, one block per variant.
+    pub text: String,
+    /// Every variant's reservations were admitted.
+    pub admitted: bool,
+}
+
+/// Checks every run (variant) of `scenario` with the scenario's real figures.
+pub fn check(scenario: &Scenario) -> CheckReport {
+    let domain = scenario.domain_config(1, TokenMode::Haechi);
+    let c_g = domain.capacity.iops;
+    let c_l = scenario.target.per_host_max_iops;
+    let mut text = String::new();
+    let mut admitted = true;
+    let _ = writeln!(
+        text,
+        "scenario {}: C_G = {} IOPS (profiled capacity), C_L = {} IOPS per host, period {} ms",
+        scenario.name,
+        thousands(c_g as f64),
+        thousands(c_l as f64),
+        domain.period.0 / 1_000_000
+    );
+    for run in &scenario.runs {
+        let _ = writeln!(text);
+        if let Some(v) = &run.variant {
+            let _ = writeln!(text, "variant {v}:");
+        }
+        let configs: Vec<_> = run.hosts.iter().map(|h| h.host_config(1)).collect();
+        let budgets: Vec<_> = configs
+            .iter()
+            .map(|c| {
+                c.budgets(&domain)
+                    .expect("validated when the scenario was loaded")
+            })
+            .collect();
+        let width = run
+            .hosts
+            .iter()
+            .map(|h| h.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        let _ = writeln!(
+            text,
+            "  {:<width$} {:>12} {:>12}  local constraint (R <= C_L)",
+            "host", "reservation", "limit"
+        );
+        let mut reserved = 0u64;
+        for h in &run.hosts {
+            let r = h.reservation_iops.unwrap_or(0);
+            reserved += r;
+            let fits = if r == 0 {
+                "no reservation".to_string()
+            } else if r <= c_l {
+                format!("fits ({:.0}% of C_L)", r as f64 * 100.0 / c_l as f64)
+            } else {
+                format!(
+                    "does NOT fit: {} IOPS above C_L",
+                    thousands((r - c_l) as f64)
+                )
+            };
+            let show = |v: Option<u64>| v.map_or("-".into(), |v| thousands(v as f64));
+            let _ = writeln!(
+                text,
+                "  {:<width$} {:>12} {:>12}  {fits}",
+                h.name,
+                show(h.reservation_iops),
+                show(h.limit_iops)
+            );
+        }
+        let _ = writeln!(
+            text,
+            "  aggregate constraint (sum R <= C_G): {} of {} IOPS reserved ({:.1}%)",
+            thousands(reserved as f64),
+            thousands(c_g as f64),
+            reserved as f64 * 100.0 / c_g as f64
+        );
+        match check_admission(
+            &domain,
+            configs
+                .iter()
+                .zip(&budgets)
+                .map(|(c, b)| (c.host_nqn.as_str(), b)),
+        ) {
+            Ok(rep) => {
+                let _ = writeln!(
+                    text,
+                    "  admitted: {} IOPS left unreserved for the global pool",
+                    thousands(rep.unreserved.ops as f64 * 1e9 / domain.period.0 as f64)
+                );
+            }
+            Err(e) => {
+                admitted = false;
+                let _ = writeln!(text, "  REFUSED:");
+                for v in &e.violations {
+                    let _ = writeln!(text, "  - {v}");
+                }
+            }
+        }
+    }
+    let _ = writeln!(
+        text,
+        "\nThis is the static check at the start of a period. Whether a host reaches its reservation at run time also depends on its request pattern: `qos-lab run` shows it."
+    );
+    CheckReport { text, admitted }
+}

@@ -1,0 +1,194 @@
+//! The `qos-lab` command: `run` a scenario (all its policies) and print the per-host
+//! table, optionally writing the JSON summary and a PNG plot; `check` a scenario's
+//! reservations with admission control only; `list` the shipped scenarios.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use qos_lab::runner::{run_all, total_periods};
+use qos_lab::{RunOptions, Scenario, ScenarioError, Summary, check, plot, shipped};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "qos-lab",
+    version,
+    about = "Emulated NVMe-oF target driving the nvmf-qos core: try hosts, reservations and limits, or reproduce the Haechi and Justitia experiments"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Simulate every policy of a scenario and print a table per policy and host.
+    Run {
+        /// A scenario file, or the name of a shipped scenario (see `list`).
+        scenario: String,
+        /// Seed of the random streams (default: the scenario's).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Measured periods (default: the scenario's).
+        #[arg(long)]
+        periods: Option<u32>,
+        /// Warm-up periods, not measured (default: the scenario's).
+        #[arg(long)]
+        warmup: Option<u32>,
+        /// Divide every rate by this (default: the scenario's `scale`).
+        #[arg(long)]
+        scale: Option<u64>,
+        /// Write the JSON summary here.
+        #[arg(long, value_name = "PATH")]
+        json: Option<PathBuf>,
+        /// Write a PNG plot here.
+        #[arg(long, value_name = "PATH.png")]
+        plot: Option<PathBuf>,
+        /// Simulation threads (default: the machine's cores, at most 8).
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    /// Admission control only: which reservations fit the target, and why not.
+    Check {
+        /// A scenario file, or the name of a shipped scenario.
+        scenario: String,
+    },
+    /// List the shipped scenarios.
+    List,
+}
+
+fn load(arg: &str) -> Result<Scenario, ScenarioError> {
+    let path = Path::new(arg);
+    if !path.exists()
+        && let Some(text) = shipped::find(arg.trim_end_matches(".toml"))
+    {
+        let name = arg.trim_end_matches(".toml");
+        return Scenario::parse(text, &shipped::path_of(name), name);
+    }
+    Scenario::load(path)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::List => {
+            let width = shipped::SHIPPED
+                .iter()
+                .map(|(n, _)| n.len())
+                .max()
+                .unwrap_or(0);
+            for (name, text) in shipped::SHIPPED {
+                let desc = Scenario::parse(text, &shipped::path_of(name), name)
+                    .map(|s| s.description)
+                    .unwrap_or_else(|e| format!("(invalid: {e})"));
+                println!("{name:<width$}  {desc}");
+            }
+            println!(
+                "\nRun one with `qos-lab run NAME` or `qos-lab run qos-lab/scenarios/NAME.toml`."
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Check { scenario } => match load(&scenario) {
+            Ok(s) => {
+                let rep = check::check(&s);
+                print!("{}", rep.text);
+                if rep.admitted {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                }
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Run {
+            scenario,
+            seed,
+            periods,
+            warmup,
+            scale,
+            json,
+            plot: plot_path,
+            threads,
+        } => {
+            let s = match load(&scenario) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let opts = RunOptions {
+                seed,
+                periods,
+                warmup_periods: warmup,
+                scale,
+            };
+            let threads = threads.unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1)
+                    .min(8)
+            });
+            let bar = ProgressBar::with_draw_target(
+                Some(total_periods(&s, opts)),
+                ProgressDrawTarget::stderr(),
+            );
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} periods (eta {eta})",
+                )
+                .expect("valid template"),
+            );
+            bar.set_prefix(s.name.clone());
+            let started = Instant::now();
+            let outcomes = match run_all(&s, opts, threads, &|n| bar.inc(n)) {
+                Ok(o) => o,
+                Err(e) => {
+                    bar.finish_and_clear();
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            bar.finish_and_clear();
+            let elapsed = started.elapsed();
+            let summary = Summary::new(&s, &outcomes);
+            print!("{}", summary.table());
+            let events: u64 = outcomes.iter().map(|o| o.events).sum();
+            println!(
+                "\nsimulated {} runs, {:.1} M events in {:.1} s on {} threads",
+                outcomes.len(),
+                events as f64 / 1e6,
+                elapsed.as_secs_f64(),
+                threads
+            );
+            if let Some(p) = json {
+                if let Err(e) = std::fs::write(&p, summary.to_json() + "\n") {
+                    eprintln!("error: cannot write {}: {e}", p.display());
+                    return ExitCode::from(1);
+                }
+                println!("JSON summary written to {}", p.display());
+            }
+            if let Some(p) = plot_path {
+                let with_text = plot::font().is_some();
+                if let Err(e) = plot::render(&summary, &p) {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+                if with_text {
+                    println!("plot written to {}", p.display());
+                } else {
+                    println!(
+                        "plot written to {} without text: no font found (install fonts-dejavu-core or set QOS_LAB_FONT to a .ttf file)",
+                        p.display()
+                    );
+                }
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! Results of a run: the JSON summary (schema in `docs/lab.md`) and the readable table.
+//! Figures are in the scenario's own units: counts simulated at `1/scale` of every rate
+//! are multiplied back by `scale`.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::Scenario;
+use crate::sim::Outcome;
+
+/// The summary of one `qos-lab run`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub scenario: String,
+    pub seed: u64,
+    /// Rates were divided by this in the simulation; counts below are multiplied back.
+    pub scale: u64,
+    pub period_ms: u64,
+    pub warmup_periods: u32,
+    pub measured_periods: u32,
+    pub policies: Vec<PolicySummary>,
+}
+
+/// One policy (in one variant of the scenario).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicySummary {
+    pub policy: String,
+    /// The `[[variant]]` this run belongs to, if the scenario has variants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// Mean completed I/O per second over the measured periods, all hosts.
+    pub total_iops: f64,
+    /// Mean MiB/s over the measured periods, all hosts.
+    pub total_mib_per_s: f64,
+    /// The monitor's capacity estimate (Omega_t) per measured period, IOPS; Haechi only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacity_estimate_iops: Vec<u64>,
+    pub hosts: Vec<HostSummary>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// One host under one policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostSummary {
+    pub host: String,
+    pub reservation_iops: Option<u64>,
+    pub limit_iops: Option<u64>,
+    /// Completed I/O in each measured period.
+    pub periods: Vec<u64>,
+    /// Mean completed I/O per second.
+    pub mean_iops: f64,
+    pub mib_per_s: f64,
+    /// Fraction of measured periods in which the host completed at least its
+    /// reservation; `null` for a host without one.
+    pub reservation_met_fraction: Option<f64>,
+    pub latency_us: LatencySummary,
+}
+
+/// Latency from issue to completion, microseconds (`null` when nothing completed).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    pub p50: Option<f64>,
+    pub p99: Option<f64>,
+    pub p999: Option<f64>,
+}
+
+fn round1(v: f64) -> f64 {
+    (v * 10.0).round() / 10.0
+}
+
+impl Summary {
+    /// Builds the summary of `outcomes` (in the order they should appear).
+    pub fn new(scenario: &Scenario, outcomes: &[Outcome]) -> Summary {
+        let first = outcomes.first();
+        let scale = first.map_or(scenario.scale, |o| o.scale);
+        let seed = first.map_or(scenario.seed, |o| o.seed);
+        let measured = first.map_or(0, |o| {
+            o.hosts.first().map_or(0, |h| h.completed.len() as u32)
+        });
+        let period_ns = scenario.qos.period.0;
+        let period_s = period_ns as f64 / 1e9;
+        let policies = outcomes
+            .iter()
+            .map(|o| {
+                let run = scenario
+                    .runs
+                    .iter()
+                    .find(|r| r.variant == o.variant)
+                    .expect("outcome of a run of this scenario");
+                let n = measured.max(1) as f64;
+                let hosts: Vec<HostSummary> = o
+                    .hosts
+                    .iter()
+                    .zip(&run.hosts)
+                    .map(|(h, spec)| {
+                        let periods: Vec<u64> = h.completed.iter().map(|c| c * scale).collect();
+                        let total: u64 = periods.iter().sum();
+                        let bytes: u64 = h.bytes.iter().map(|b| b * scale).sum();
+                        // Met is judged in simulated units, against the reservation the
+                        // simulated target enforced.
+                        let met = spec.reservation_iops.map(|r| {
+                            let per_period =
+                                ((r / scale) as u128 * period_ns as u128 / 1_000_000_000) as u64;
+                            let ok = h.completed.iter().filter(|&&c| c >= per_period).count();
+                            (ok as f64 / h.completed.len().max(1) as f64 * 1e4).round() / 1e4
+                        });
+                        let q = |p: f64| h.latency.quantile(p).map(|v| round1(v.0 as f64 / 1e3));
+                        HostSummary {
+                            host: h.name.clone(),
+                            reservation_iops: spec.reservation_iops,
+                            limit_iops: spec.limit_iops,
+                            periods,
+                            mean_iops: round1(total as f64 / n / period_s),
+                            mib_per_s: round1(bytes as f64 / n / period_s / (1u64 << 20) as f64),
+                            reservation_met_fraction: met,
+                            latency_us: LatencySummary {
+                                p50: q(0.5),
+                                p99: q(0.99),
+                                p999: q(0.999),
+                            },
+                        }
+                    })
+                    .collect();
+                PolicySummary {
+                    policy: o.policy.name(),
+                    variant: o.variant.clone(),
+                    total_iops: round1(hosts.iter().map(|h| h.mean_iops).sum()),
+                    total_mib_per_s: round1(hosts.iter().map(|h| h.mib_per_s).sum()),
+                    capacity_estimate_iops: o
+                        .capacity_estimate
+                        .iter()
+                        .map(|e| {
+                            ((*e as u128 * scale as u128 * 1_000_000_000) / period_ns as u128)
+                                as u64
+                        })
+                        .collect(),
+                    hosts,
+                    warnings: o.warnings.clone(),
+                }
+            })
+            .collect();
+        Summary {
+            scenario: scenario.name.clone(),
+            seed,
+            scale,
+            period_ms: period_ns / 1_000_000,
+            warmup_periods: scenario.warmup_periods,
+            measured_periods: measured,
+            policies,
+        }
+    }
+
+    /// The summary as pretty JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("summaries serialize")
+    }
+
+    /// The readable table: one block per policy, one row per host.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "scenario {}: seed {}, {} measured periods of {} ms after {} warm-up",
+            self.scenario, self.seed, self.measured_periods, self.period_ms, self.warmup_periods
+        );
+        if self.scale > 1 {
+            let _ = writeln!(
+                s,
+                "scale 1/{0}: simulated with every rate divided by {0}; counts are shown multiplied back by {0}, latencies are as simulated",
+                self.scale
+            );
+        }
+        for p in &self.policies {
+            let _ = writeln!(s);
+            let title = match &p.variant {
+                Some(v) => format!("{} [{}]", p.policy, v),
+                None => p.policy.clone(),
+            };
+            let _ = write!(s, "policy {title}: total {} IOPS", thousands(p.total_iops));
+            if p.total_mib_per_s >= 1.0 {
+                let _ = write!(s, ", {:.0} MiB/s", p.total_mib_per_s);
+            }
+            let _ = writeln!(s);
+            if let (Some(first), Some(last)) = (
+                p.capacity_estimate_iops.first(),
+                p.capacity_estimate_iops.last(),
+            ) {
+                let _ = writeln!(
+                    s,
+                    "  capacity estimate: {} IOPS in the first measured period, {} in the last",
+                    thousands(*first as f64),
+                    thousands(*last as f64)
+                );
+            }
+            let width = p
+                .hosts
+                .iter()
+                .map(|h| h.host.len())
+                .max()
+                .unwrap_or(4)
+                .max(4);
+            let _ = writeln!(
+                s,
+                "  {:<width$} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7} {:>9} {:>9} {:>9}",
+                "host",
+                "reservation",
+                "limit",
+                "min/period",
+                "mean/period",
+                "max/period",
+                "met",
+                "p50",
+                "p99",
+                "p99.9"
+            );
+            for h in &p.hosts {
+                let per_period = |v: Option<u64>| {
+                    v.map_or("-".to_string(), |r| {
+                        thousands(r as f64 * self.period_ms as f64 / 1000.0)
+                    })
+                };
+                let min = h.periods.iter().min().copied().unwrap_or(0);
+                let max = h.periods.iter().max().copied().unwrap_or(0);
+                let mean = h.periods.iter().sum::<u64>() as f64 / h.periods.len().max(1) as f64;
+                let met = h
+                    .reservation_met_fraction
+                    .map_or("-".to_string(), |m| format!("{:.1}%", m * 100.0));
+                let _ = writeln!(
+                    s,
+                    "  {:<width$} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7} {:>9} {:>9} {:>9}",
+                    h.host,
+                    per_period(h.reservation_iops),
+                    per_period(h.limit_iops),
+                    thousands(min as f64),
+                    thousands(mean),
+                    thousands(max as f64),
+                    met,
+                    latency(h.latency_us.p50),
+                    latency(h.latency_us.p99),
+                    latency(h.latency_us.p999),
+                );
+            }
+            for w in &p.warnings {
+                let _ = writeln!(s, "  warning: {w}");
+            }
+        }
+        s
+    }
+}
+
+/// `1234567.8` as `1,234,568`.
+pub fn thousands(v: f64) -> String {
+    let n = v.round() as i64;
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+fn latency(us: Option<f64>) -> String {
+    match us {
+        None => "-".into(),
+        Some(v) if v >= 10_000.0 => format!("{:.1}ms", v / 1000.0),
+        Some(v) if v >= 1000.0 => format!("{:.2}ms", v / 1000.0),
+        Some(v) => format!("{v:.0}us"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0.0), "0");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1000.0), "1,000");
+        assert_eq!(thousands(1_570_000.4), "1,570,000");
+        assert_eq!(thousands(-12345.0), "-12,345");
+    }
+
+    #[test]
+    fn latency_picks_a_unit() {
+        assert_eq!(latency(Some(12.3)), "12us");
+        assert_eq!(latency(Some(1234.0)), "1.23ms");
+        assert_eq!(latency(Some(23456.0)), "23.5ms");
+        assert_eq!(latency(None), "-");
+    }
+}

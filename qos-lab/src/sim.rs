@@ -1,0 +1,1069 @@
+//! The discrete-event simulation of one run: one scenario (or variant), one policy, one
+//! seed. It owns the event heap and the emulated hosts, and drives the qos-core objects
+//! exactly as the plugins do:
+//!
+//! - target side: a [`Monitor`] ticked at its deadlines, one [`ChannelTokens`] per host
+//!   and poll-group thread, a [`HoldQueue`] per channel released after every tick,
+//!   `record_completion` when a command completes, `flush` at every tick;
+//! - cooperative initiators: an [`InitiatorEngine`] whose vendor requests are answered
+//!   by `ChannelTokens::serve_request` and whose completions carry `credit_hint`, with
+//!   an initiator-side [`HoldQueue`]; and, with pacing, a Justitia [`Pacer`] per machine
+//!   that splits large transfers with [`plan_chunks`] and releases chunks with
+//!   `try_send`, fed by a reference probe.
+//!
+//! No policy is implemented here: the lab only moves commands between these objects,
+//! the emulated server and link ([`crate::server`]), and SPDK's namespace limit
+//! ([`crate::nslimit`], the baseline).
+//!
+//! Determinism: one seed, per-host random streams, an event heap ordered by time and
+//! then by a sequence number, and no hash maps or clocks.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use qos_core::hold::HoldQueue;
+use qos_core::initiator::{InitiatorConfig, InitiatorEngine};
+use qos_core::latency::LatencyHistogram;
+use qos_core::pacer::{ChunkPlan, Pacer, PacerConfig, StreamId, plan_chunks};
+use qos_core::wire::{Request, StateReply};
+use qos_core::{ChannelTokens, IoKind, Monitor, Nanos, TokenMode};
+use thiserror::Error;
+
+use crate::nslimit::{NsLimit, TIMESLICE_NS};
+use crate::scenario::{Enforcement, Pattern, Policy, RunSpec, Scenario, Service};
+use crate::server::{Link, Pipe, Server};
+
+/// Why a run could not start.
+#[derive(Debug, Error)]
+pub enum RunError {
+    #[error("{file}: the QoS domain is invalid: {source}")]
+    Domain {
+        file: String,
+        #[source]
+        source: Box<qos_core::monitor::NewDomainError>,
+    },
+    #[error(
+        "{file}: host {host} was refused: {source}. Run `qos-lab check {file}` to see which reservations fit"
+    )]
+    AddHost {
+        file: String,
+        host: String,
+        #[source]
+        source: Box<qos_core::monitor::AddHostError>,
+    },
+    #[error("{file}: at scale {scale}, {what} becomes 0; use a smaller scale (--scale)")]
+    Scale {
+        file: String,
+        scale: u64,
+        what: String,
+    },
+    #[error(
+        "{file}: policy {policy} paces chunks, which needs the target's link bandwidth; set target.link_gbps or drop +pacing"
+    )]
+    PacingWithoutLink { file: String, policy: String },
+    #[error("{file}: the pacer settings are invalid: {source}")]
+    Pacer {
+        file: String,
+        #[source]
+        source: qos_core::pacer::PacerConfigError,
+    },
+}
+
+/// Overrides of a scenario's own length, scale and seed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    pub seed: Option<u64>,
+    pub periods: Option<u32>,
+    pub warmup_periods: Option<u32>,
+    pub scale: Option<u64>,
+}
+
+/// What one host did in the measured periods.
+#[derive(Debug, Clone)]
+pub struct HostOutcome {
+    pub name: String,
+    /// Application I/O completed per measured period (simulated units).
+    pub completed: Vec<u64>,
+    /// Bytes completed per measured period (simulated units).
+    pub bytes: Vec<u64>,
+    /// Latency from issue to completion of every application I/O in the measured
+    /// periods.
+    pub latency: LatencyHistogram,
+}
+
+/// What one policy did.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub policy: Policy,
+    pub variant: Option<String>,
+    pub scale: u64,
+    pub seed: u64,
+    pub period: Nanos,
+    pub hosts: Vec<HostOutcome>,
+    /// The monitor's capacity estimate (Omega_t) per measured period, simulated units.
+    pub capacity_estimate: Vec<u64>,
+    /// Warnings of initiator engines (fallbacks), deduplicated.
+    pub warnings: Vec<String>,
+    /// Events processed (for performance reports).
+    pub events: u64,
+}
+
+const NONE: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+enum Ev {
+    Tick,
+    Period,
+    Timeslice,
+    Capacity(u16),
+    Wake(u16),
+    PipeDone(u32),
+    LinkDone(u32),
+    Deliver(u32),
+    EnginePoll(u16),
+    VendorAtTarget(u16),
+    VendorReply(u16),
+    PacerWake(u16),
+    PacerTick(u16),
+    Probe(u16, u64),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    t: u64,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, o: &Self) -> bool {
+        (self.t, self.seq) == (o.t, o.seq)
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Event {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.t, self.seq).cmp(&(o.t, o.seq))
+    }
+}
+
+/// SplitMix64: small, fast, and good enough for workloads.
+#[derive(Debug, Clone)]
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    pub fn new(seed: u64) -> Self {
+        SplitMix(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Io {
+    host: u16,
+    chan: u16,
+    write: bool,
+    bytes: u64,
+    issued: u64,
+    parent: u32,
+    cdw0: u32,
+}
+
+impl Io {
+    fn kind(&self) -> IoKind {
+        if self.write {
+            IoKind::Write
+        } else {
+            IoKind::Read
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Parent {
+    host: u16,
+    write: bool,
+    bytes: u64,
+    issued: u64,
+    left: u32,
+    plan: ChunkPlan,
+    next_chunk: Option<u64>,
+    stream: Option<StreamId>,
+}
+
+/// A free-list slab: no allocation per I/O once warm.
+#[derive(Debug)]
+struct Slab<T> {
+    items: Vec<Option<T>>,
+    free: Vec<u32>,
+}
+
+impl<T> Slab<T> {
+    fn new() -> Self {
+        Slab {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+    fn insert(&mut self, v: T) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i as usize] = Some(v);
+                i
+            }
+            None => {
+                self.items.push(Some(v));
+                (self.items.len() - 1) as u32
+            }
+        }
+    }
+    fn get(&self, i: u32) -> &T {
+        self.items[i as usize].as_ref().expect("live slab entry")
+    }
+    fn get_mut(&mut self, i: u32) -> &mut T {
+        self.items[i as usize].as_mut().expect("live slab entry")
+    }
+    fn remove(&mut self, i: u32) -> T {
+        let v = self.items[i as usize].take().expect("live slab entry");
+        self.free.push(i);
+        v
+    }
+}
+
+#[derive(Debug)]
+struct Host {
+    name: String,
+    pattern: Pattern,
+    qd: u32,
+    io_bytes: u64,
+    read_fraction: f64,
+    demand: Option<u64>,
+    cooperative: bool,
+    start: u64,
+    stop: u64,
+    machine: usize,
+    rng: SplitMix,
+    pipe: Pipe,
+    outstanding: u32,
+    issued_period: u64,
+    period_start: u64,
+    wake_at: u64,
+    chans: Vec<ChannelTokens>,
+    holds: Vec<HoldQueue<u32>>,
+    next_chan: usize,
+    engine: Option<InitiatorEngine>,
+    ihold: HoldQueue<u32>,
+    poll_at: u64,
+    pending_req: Option<Request>,
+    pending_reply: Option<StateReply>,
+    completed: Vec<u64>,
+    bytes: Vec<u64>,
+    latency: LatencyHistogram,
+}
+
+#[derive(Debug)]
+struct Machine {
+    pacer: Pacer,
+    streams: VecDeque<u32>,
+    wake_at: u64,
+    tick_at: u64,
+}
+
+/// One run in progress.
+#[derive(Debug)]
+struct Sim {
+    now: u64,
+    end: u64,
+    period: u64,
+    warmup: u32,
+    measured: u32,
+    heap: BinaryHeap<Reverse<Event>>,
+    seq: u64,
+    server: Server,
+    link: Option<Link>,
+    base_latency: u64,
+    service: Service,
+    svc_rng: SplitMix,
+    capacity: f64,
+    capacity_changes: Vec<(u64, f64)>,
+    ios: Slab<Io>,
+    parents: Slab<Parent>,
+    hosts: Vec<Host>,
+    machines: Vec<Machine>,
+    monitor: Option<Monitor>,
+    check_interval: u64,
+    ns: Option<NsLimit>,
+    policy: Policy,
+    chunk_bytes: u64,
+    rotate: usize,
+    scratch: Vec<u32>,
+    estimates: Vec<u64>,
+    warnings: Vec<String>,
+    events: u64,
+}
+
+fn scaled(v: u64, scale: u64) -> u64 {
+    v / scale
+}
+
+/// Runs `policy` on `run` of `scenario`. `progress` is called with the number of
+/// periods simulated so far (warm-up included).
+pub fn simulate(
+    scenario: &Scenario,
+    run: &RunSpec,
+    policy: Policy,
+    opts: RunOptions,
+    progress: &mut dyn FnMut(u32),
+) -> Result<Outcome, RunError> {
+    let mut sim = Sim::build(scenario, run, policy, opts)?;
+    sim.run(progress);
+    Ok(sim.finish(scenario, run, policy, opts))
+}
+
+impl Sim {
+    fn build(
+        sc: &Scenario,
+        run: &RunSpec,
+        policy: Policy,
+        opts: RunOptions,
+    ) -> Result<Sim, RunError> {
+        let scale = opts.scale.unwrap_or(sc.scale).max(1);
+        let seed = opts.seed.unwrap_or(sc.seed);
+        let periods = opts.periods.unwrap_or(sc.periods).max(1);
+        let warmup = opts.warmup_periods.unwrap_or(sc.warmup_periods);
+        let file = sc.file.clone();
+        let zero = |what: String| RunError::Scale {
+            file: file.clone(),
+            scale,
+            what,
+        };
+        let period = sc.qos.period.0;
+        let cap = scaled(sc.target.capacity_iops, scale);
+        let cap_l = scaled(sc.target.per_host_max_iops, scale);
+        if cap == 0 || cap_l == 0 {
+            return Err(zero("the target capacity".into()));
+        }
+        let link_bps = sc.target.link_bytes_per_s.map(|b| scaled(b, scale));
+        if link_bps == Some(0) {
+            return Err(zero("the link bandwidth".into()));
+        }
+        let n = run.hosts.len();
+        let mut machine_names: Vec<String> = Vec::new();
+        let mut hosts = Vec::with_capacity(n);
+        let periods_total = (warmup + periods) as usize;
+        for (i, h) in run.hosts.iter().enumerate() {
+            let demand = match h.demand {
+                Some(d) => {
+                    let d = scaled(d, scale);
+                    if d == 0 {
+                        return Err(zero(format!("the demand of host {}", h.name)));
+                    }
+                    Some(d)
+                }
+                None => None,
+            };
+            if h.reservation_iops.is_some_and(|r| scaled(r, scale) == 0) {
+                return Err(zero(format!("the reservation of host {}", h.name)));
+            }
+            if h.limit_iops.is_some_and(|r| scaled(r, scale) == 0) {
+                return Err(zero(format!("the limit of host {}", h.name)));
+            }
+            let machine = match machine_names.iter().position(|m| *m == h.machine) {
+                Some(m) => m,
+                None => {
+                    machine_names.push(h.machine.clone());
+                    machine_names.len() - 1
+                }
+            };
+            hosts.push(Host {
+                name: h.name.clone(),
+                pattern: h.pattern,
+                qd: h.queue_depth,
+                io_bytes: h.io_bytes,
+                read_fraction: h.read_fraction,
+                demand,
+                cooperative: h.cooperative,
+                start: h.start.0,
+                stop: h.stop.map_or(u64::MAX, |s| s.0),
+                machine,
+                rng: SplitMix::new(seed ^ (i as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F)),
+                pipe: Pipe::new(cap_l as f64),
+                outstanding: 0,
+                issued_period: 0,
+                period_start: 0,
+                wake_at: u64::MAX,
+                chans: Vec::new(),
+                holds: Vec::new(),
+                next_chan: 0,
+                engine: None,
+                ihold: HoldQueue::new(),
+                poll_at: u64::MAX,
+                pending_req: None,
+                pending_reply: None,
+                completed: vec![0; periods_total],
+                bytes: vec![0; periods_total],
+                latency: LatencyHistogram::default(),
+            });
+        }
+
+        // Target side QoS.
+        let mut monitor = None;
+        let mut estimates = Vec::new();
+        if policy.uses_tokens() {
+            let mode = if policy.enforcement == Enforcement::Haechi {
+                TokenMode::Haechi
+            } else {
+                TokenMode::Basic
+            };
+            let domain = sc.domain_config(scale, mode);
+            let mut m = Monitor::new(domain, Nanos::ZERO).map_err(|source| RunError::Domain {
+                file: file.clone(),
+                source: Box::new(source),
+            })?;
+            for (i, h) in run.hosts.iter().enumerate() {
+                m.add_host(h.host_config(scale), Nanos::ZERO)
+                    .map_err(|source| RunError::AddHost {
+                        file: file.clone(),
+                        host: h.name.clone(),
+                        source: Box::new(source),
+                    })?;
+                let nqn = h.nqn();
+                for _ in 0..sc.target.channels_per_host {
+                    hosts[i]
+                        .chans
+                        .push(m.channel(&nqn).expect("host just added"));
+                    hosts[i].holds.push(HoldQueue::new());
+                }
+                if h.cooperative {
+                    let cfg = InitiatorConfig {
+                        acquire_ops: m.config().batch().ops.max(1),
+                        acquire_bytes: 0,
+                        ..InitiatorConfig::default()
+                    };
+                    hosts[i].engine = Some(InitiatorEngine::new(cfg, Nanos::ZERO));
+                }
+            }
+            estimates.push(m.budget().ops);
+            monitor = Some(m);
+        }
+        let ns = (policy.enforcement == Enforcement::NsLimit).then(|| {
+            NsLimit::new(
+                Some(
+                    scaled(
+                        sc.qos.ns_limit_iops.unwrap_or(sc.target.capacity_iops),
+                        scale,
+                    )
+                    .max(1),
+                ),
+                sc.qos.ns_limit_mibps.map(|m| scaled(m << 20, scale).max(1)),
+            )
+        });
+
+        // Pacers, one per machine with cooperative hosts.
+        let mut machines = Vec::new();
+        if policy.pacing {
+            let Some(bps) = link_bps else {
+                return Err(RunError::PacingWithoutLink {
+                    file,
+                    policy: policy.name(),
+                });
+            };
+            let cfg = PacerConfig {
+                chunk_bytes: sc.pacer.chunk_bytes,
+                link_mibps: (bps >> 20).max(1),
+                link_iops: scaled(sc.pacer.link_iops, scale).max(1),
+                latency_target: sc.pacer.latency_target,
+                probe_interval: sc.pacer.probe_interval,
+                aimd_interval: sc.pacer.aimd_interval,
+                ..PacerConfig::default()
+            };
+            for _ in &machine_names {
+                let pacer = Pacer::new(cfg, Nanos::ZERO).map_err(|source| RunError::Pacer {
+                    file: file.clone(),
+                    source,
+                })?;
+                machines.push(Machine {
+                    pacer,
+                    streams: VecDeque::new(),
+                    wake_at: u64::MAX,
+                    tick_at: u64::MAX,
+                });
+            }
+        }
+
+        let end = period * (warmup + periods) as u64;
+        let mut sim = Sim {
+            now: 0,
+            end,
+            period,
+            warmup,
+            measured: periods,
+            heap: BinaryHeap::with_capacity(4096),
+            seq: 0,
+            server: Server::new(cap as f64),
+            link: link_bps.map(Link::new),
+            base_latency: sc.target.base_latency.0,
+            service: sc.target.service,
+            svc_rng: SplitMix::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED),
+            capacity: cap as f64,
+            capacity_changes: sc
+                .target
+                .capacity_changes
+                .iter()
+                .map(|&(t, f)| (t.0, f))
+                .collect(),
+            ios: Slab::new(),
+            parents: Slab::new(),
+            hosts,
+            machines,
+            monitor,
+            check_interval: sc.qos.check_interval.0,
+            ns,
+            policy,
+            chunk_bytes: sc.pacer.chunk_bytes,
+            rotate: 0,
+            scratch: Vec::new(),
+            estimates,
+            warnings: Vec::new(),
+            events: 0,
+        };
+        sim.schedule(period, Ev::Period);
+        if sim.monitor.is_some() {
+            sim.schedule(sim.check_interval, Ev::Tick);
+        }
+        if sim.ns.is_some() {
+            sim.schedule(TIMESLICE_NS, Ev::Timeslice);
+        }
+        for i in 0..sim.capacity_changes.len() {
+            let t = sim.capacity_changes[i].0;
+            sim.schedule(t, Ev::Capacity(i as u16));
+        }
+        for m in 0..sim.machines.len() {
+            sim.machines[m].tick_at = 0;
+            sim.schedule(0, Ev::PacerTick(m as u16));
+        }
+        for h in 0..sim.hosts.len() {
+            if sim.hosts[h].engine.is_some() {
+                sim.engine_service(h);
+            }
+            sim.try_issue(h);
+        }
+        Ok(sim)
+    }
+
+    #[inline]
+    fn schedule(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse(Event {
+            t,
+            seq: self.seq,
+            ev,
+        }));
+    }
+
+    fn run(&mut self, progress: &mut dyn FnMut(u32)) {
+        loop {
+            let th = self.heap.peek().map_or(u64::MAX, |e| e.0.t);
+            let ts = self.server.next_time();
+            let t = th.min(ts);
+            if t >= self.end {
+                break;
+            }
+            self.now = t;
+            self.events += 1;
+            if ts <= th {
+                let io = self.server.complete(t);
+                self.server_done(io);
+                continue;
+            }
+            let Reverse(e) = self.heap.pop().expect("peeked");
+            match e.ev {
+                Ev::Period => {
+                    let k = (t / self.period) as u32;
+                    progress(k);
+                    for h in 0..self.hosts.len() {
+                        self.hosts[h].issued_period = 0;
+                        self.hosts[h].period_start = t;
+                        self.try_issue(h);
+                    }
+                    self.schedule(t + self.period, Ev::Period);
+                }
+                Ev::Tick => self.tick(),
+                Ev::Timeslice => {
+                    let mut out = std::mem::take(&mut self.scratch);
+                    if let Some(ns) = self.ns.as_mut() {
+                        ns.timeslice(|io| out.push(io));
+                    }
+                    for &io in &out {
+                        self.server_enqueue(io);
+                    }
+                    out.clear();
+                    self.scratch = out;
+                    self.schedule(t + TIMESLICE_NS, Ev::Timeslice);
+                }
+                Ev::Capacity(i) => {
+                    let f = self.capacity_changes[i as usize].1;
+                    self.server.set_capacity(t, self.capacity * f);
+                }
+                Ev::Wake(h) => {
+                    let h = h as usize;
+                    if self.hosts[h].wake_at == t {
+                        self.hosts[h].wake_at = u64::MAX;
+                        self.try_issue(h);
+                    }
+                }
+                Ev::PipeDone(io) => self.target_admit(io),
+                Ev::LinkDone(io) => self.target_done(io),
+                Ev::Deliver(io) => self.deliver(io),
+                Ev::EnginePoll(h) => {
+                    let h = h as usize;
+                    if self.hosts[h].poll_at == t {
+                        self.hosts[h].poll_at = u64::MAX;
+                        self.engine_service(h);
+                    }
+                }
+                Ev::VendorAtTarget(h) => self.vendor_at_target(h as usize),
+                Ev::VendorReply(h) => {
+                    let h = h as usize;
+                    let host = &mut self.hosts[h];
+                    if let (Some(r), Some(e)) = (host.pending_reply.take(), host.engine.as_mut()) {
+                        e.on_reply(Ok(r), Nanos(t));
+                    }
+                    self.engine_service(h);
+                }
+                Ev::PacerWake(m) => {
+                    let m = m as usize;
+                    if self.machines[m].wake_at == t {
+                        self.machines[m].wake_at = u64::MAX;
+                        self.pacer_pump(m);
+                    }
+                }
+                Ev::PacerTick(m) => {
+                    let m = m as usize;
+                    if self.machines[m].tick_at == t {
+                        self.pacer_tick(m);
+                    }
+                }
+                Ev::Probe(m, sent) => {
+                    self.machines[m as usize]
+                        .pacer
+                        .on_probe(Nanos(t - sent), Nanos(t));
+                }
+            }
+        }
+    }
+
+    /// The monitor's check interval: publish counters, tick, release held commands.
+    fn tick(&mut self) {
+        let now = self.now;
+        for h in &mut self.hosts {
+            for c in &mut h.chans {
+                c.flush();
+            }
+        }
+        let monitor = self.monitor.as_mut().expect("ticks only with a monitor");
+        let tick = monitor.tick(Nanos(now));
+        if let Some(rep) = tick.ended {
+            self.estimates.push(rep.next_budget.ops);
+        }
+        let next = tick.next_deadline.0.max(now + 1);
+        // Held commands, hosts in rotating order so no host always goes first.
+        let n = self.hosts.len();
+        let start = self.rotate % n.max(1);
+        self.rotate = self.rotate.wrapping_add(1);
+        let mut out = std::mem::take(&mut self.scratch);
+        for k in 0..n {
+            let host = &mut self.hosts[(start + k) % n];
+            for (q, c) in host.holds.iter_mut().zip(host.chans.iter_mut()) {
+                if !q.is_empty() {
+                    q.release(c, Nanos(now), |io, _| out.push(io));
+                }
+            }
+        }
+        for &io in &out {
+            self.server_enqueue(io);
+        }
+        out.clear();
+        self.scratch = out;
+        self.schedule(next, Ev::Tick);
+    }
+
+    /// How many I/O host `h` may have issued by `now` in this period.
+    fn due(&self, h: usize) -> u64 {
+        let host = &self.hosts[h];
+        if self.now < host.start || self.now >= host.stop {
+            return 0;
+        }
+        match (host.pattern, host.demand) {
+            (_, None) => u64::MAX,
+            (Pattern::Burst, Some(d)) => d,
+            (Pattern::ConstantRate, Some(d)) => {
+                let since = self.now - host.period_start;
+                let k = (since as u128 * d as u128 / self.period as u128) as u64 + 1;
+                k.min(d)
+            }
+        }
+    }
+
+    fn try_issue(&mut self, h: usize) {
+        let due = self.due(h);
+        while self.hosts[h].outstanding < self.hosts[h].qd && self.hosts[h].issued_period < due {
+            self.hosts[h].issued_period += 1;
+            self.hosts[h].outstanding += 1;
+            self.issue_one(h);
+        }
+        let host = &self.hosts[h];
+        let now = self.now;
+        let wake = if now < host.start {
+            Some(host.start)
+        } else if host.pattern == Pattern::ConstantRate
+            && now < host.stop
+            && host.outstanding < host.qd
+            && let Some(d) = host.demand
+            && host.issued_period < d
+        {
+            // The k-th I/O of the period is due at start + k T / D.
+            let k = host.issued_period as u128;
+            let at = host.period_start + (k * self.period as u128).div_ceil(d as u128) as u64;
+            Some(at.max(now + 1))
+        } else {
+            None
+        };
+        if let Some(at) = wake
+            && (at < host.wake_at || host.wake_at <= now)
+        {
+            self.hosts[h].wake_at = at;
+            self.schedule(at, Ev::Wake(h as u16));
+        }
+    }
+
+    fn issue_one(&mut self, h: usize) {
+        let now = self.now;
+        let host = &mut self.hosts[h];
+        let write = host.read_fraction < 1.0 && host.rng.unit() >= host.read_fraction;
+        let bytes = host.io_bytes;
+        let pace = self.policy.pacing && host.cooperative;
+        if pace && bytes > self.chunk_bytes {
+            let m = host.machine;
+            let blocks = bytes.div_ceil(4096);
+            let mut plan = plan_chunks(0, blocks, 4096, self.chunk_bytes);
+            let left = plan.chunk_count() as u32;
+            let next_chunk = plan.next().map(|c| c.num_blocks * 4096);
+            let stream = self.machines[m].pacer.open_stream(Nanos(now));
+            let pid = self.parents.insert(Parent {
+                host: h as u16,
+                write,
+                bytes,
+                issued: now,
+                left,
+                plan,
+                next_chunk,
+                stream: Some(stream),
+            });
+            self.machines[m].streams.push_back(pid);
+            self.pacer_pump(m);
+            return;
+        }
+        if pace {
+            let m = host.machine;
+            self.machines[m].pacer.note_latency_sensitive(Nanos(now));
+        }
+        let io = self.new_io(h, write, bytes, now, NONE);
+        self.submit(io);
+    }
+
+    fn new_io(&mut self, h: usize, write: bool, bytes: u64, issued: u64, parent: u32) -> u32 {
+        let host = &mut self.hosts[h];
+        let chans = host.chans.len().max(1);
+        let chan = (host.next_chan % chans) as u16;
+        host.next_chan = host.next_chan.wrapping_add(1);
+        self.ios.insert(Io {
+            host: h as u16,
+            chan,
+            write,
+            bytes,
+            issued,
+            parent,
+            cdw0: 0,
+        })
+    }
+
+    /// Initiator side: the cooperative engine decides, or the command goes out.
+    fn submit(&mut self, io: u32) {
+        let (h, kind, bytes) = {
+            let i = self.ios.get(io);
+            (i.host as usize, i.kind(), i.bytes)
+        };
+        let now = Nanos(self.now);
+        let host = &mut self.hosts[h];
+        if let Some(engine) = host.engine.as_mut() {
+            match host.ihold.admit_or_hold(engine, kind, bytes, now, io) {
+                Some(io) => self.send(io),
+                None => self.engine_service(h),
+            }
+        } else {
+            self.send(io);
+        }
+    }
+
+    /// The command leaves the host through its pipeline (at most C_L per second).
+    fn send(&mut self, io: u32) {
+        let h = self.ios.get(io).host as usize;
+        let at = self.hosts[h].pipe.pass(self.now);
+        self.schedule(at, Ev::PipeDone(io));
+    }
+
+    /// Target side: the policy's admission.
+    fn target_admit(&mut self, io: u32) {
+        let i = *self.ios.get(io);
+        match self.policy.enforcement {
+            Enforcement::Bare => self.server_enqueue(io),
+            Enforcement::NsLimit => {
+                if self.ns.as_mut().expect("ns-limit").submit(io, i.bytes) {
+                    self.server_enqueue(io);
+                }
+            }
+            Enforcement::BasicHaechi | Enforcement::Haechi => {
+                let host = &mut self.hosts[i.host as usize];
+                let c = i.chan as usize;
+                if let Some(io) = host.holds[c].admit_or_hold(
+                    &mut host.chans[c],
+                    i.kind(),
+                    i.bytes,
+                    Nanos(self.now),
+                    io,
+                ) {
+                    self.server_enqueue(io);
+                }
+            }
+        }
+    }
+
+    fn server_enqueue(&mut self, io: u32) {
+        let work = match self.service {
+            Service::Deterministic => 1.0,
+            Service::Exponential => -(1.0 - self.svc_rng.unit()).ln(),
+        };
+        self.server.enqueue(self.now, io, work);
+    }
+
+    fn server_done(&mut self, io: u32) {
+        match self.link.as_mut() {
+            Some(link) => {
+                let bytes = self.ios.get(io).bytes;
+                let at = link.transfer(self.now, bytes);
+                self.schedule(at, Ev::LinkDone(io));
+            }
+            None => self.target_done(io),
+        }
+    }
+
+    /// The command is complete at the target (data moved).
+    fn target_done(&mut self, io: u32) {
+        let i = *self.ios.get(io);
+        let host = &mut self.hosts[i.host as usize];
+        if let Some(c) = host.chans.get_mut(i.chan as usize) {
+            c.record_completion(i.kind(), i.bytes);
+            if host.engine.is_some() {
+                self.ios.get_mut(io).cdw0 = c.credit_hint().encode();
+            }
+        }
+        let at = self.now + self.base_latency;
+        self.schedule(at, Ev::Deliver(io));
+    }
+
+    /// The completion reaches the host.
+    fn deliver(&mut self, io: u32) {
+        let i = self.ios.remove(io);
+        let h = i.host as usize;
+        if let Some(e) = self.hosts[h].engine.as_mut() {
+            e.on_completion(i.cdw0, Nanos(self.now));
+        }
+        if i.parent != NONE {
+            let p = self.parents.get_mut(i.parent);
+            p.left -= 1;
+            if p.left > 0 {
+                return;
+            }
+            let p = self.parents.remove(i.parent);
+            self.app_done(p.host as usize, p.bytes, p.issued);
+        } else {
+            self.app_done(h, i.bytes, i.issued);
+        }
+    }
+
+    fn app_done(&mut self, h: usize, bytes: u64, issued: u64) {
+        let now = self.now;
+        let k = (now / self.period) as usize;
+        let host = &mut self.hosts[h];
+        if k < host.completed.len() {
+            host.completed[k] += 1;
+            host.bytes[k] += bytes;
+            if k >= self.warmup as usize {
+                host.latency.record(Nanos(now - issued));
+            }
+        }
+        host.outstanding -= 1;
+        self.try_issue(h);
+    }
+
+    fn engine_service(&mut self, h: usize) {
+        let now = self.now;
+        let half = self.base_latency / 2;
+        let host = &mut self.hosts[h];
+        let Some(engine) = host.engine.as_mut() else {
+            return;
+        };
+        let p = engine.poll(Nanos(now));
+        if let Some(w) = engine.take_warning()
+            && !self.warnings.contains(&w)
+        {
+            self.warnings.push(format!("host {}: {w}", host.name));
+        }
+        let mut out = std::mem::take(&mut self.scratch);
+        host.ihold.release(engine, Nanos(now), |io, _| out.push(io));
+        let next = p.next_deadline.0.max(now + 1);
+        let reschedule = next < host.poll_at || host.poll_at <= now;
+        if reschedule {
+            host.poll_at = next;
+        }
+        if let Some(req) = p.send {
+            host.pending_req = Some(req);
+            self.schedule(now + half, Ev::VendorAtTarget(h as u16));
+        }
+        if reschedule {
+            self.schedule(next, Ev::EnginePoll(h as u16));
+        }
+        for &io in &out {
+            self.send(io);
+        }
+        out.clear();
+        self.scratch = out;
+    }
+
+    fn vendor_at_target(&mut self, h: usize) {
+        let now = self.now;
+        let host = &mut self.hosts[h];
+        let Some(req) = host.pending_req.take() else {
+            return;
+        };
+        let reply = host.chans[0].serve_request(req, Nanos(now));
+        host.pending_reply = Some(reply);
+        let at = now + self.base_latency / 2;
+        self.schedule(at, Ev::VendorReply(h as u16));
+    }
+
+    fn pacer_tick(&mut self, m: usize) {
+        let now = self.now;
+        let t = self.machines[m].pacer.tick(Nanos(now));
+        if t.send_probe {
+            let done = match self.link.as_mut() {
+                Some(l) => l.transfer(now, 64),
+                None => now,
+            };
+            self.schedule(done + self.base_latency, Ev::Probe(m as u16, now));
+        }
+        let next = t.next_deadline.0.max(now + 1);
+        self.machines[m].tick_at = next;
+        self.schedule(next, Ev::PacerTick(m as u16));
+        self.pacer_pump(m);
+    }
+
+    /// Releases the chunks the pacer allows now, streams in round-robin order.
+    fn pacer_pump(&mut self, m: usize) {
+        let now = self.now;
+        let mut earliest = u64::MAX;
+        loop {
+            let mut progressed = false;
+            let n = self.machines[m].streams.len();
+            for _ in 0..n {
+                let Some(pid) = self.machines[m].streams.pop_front() else {
+                    break;
+                };
+                let (stream, chunk) = {
+                    let p = self.parents.get(pid);
+                    (
+                        p.stream.expect("open stream"),
+                        p.next_chunk.expect("a chunk"),
+                    )
+                };
+                match self.machines[m].pacer.try_send(stream, chunk, Nanos(now)) {
+                    Ok(()) => {
+                        progressed = true;
+                        let (h, write, issued, more) = {
+                            let p = self.parents.get_mut(pid);
+                            p.next_chunk = p.plan.next().map(|c| c.num_blocks * 4096);
+                            (p.host as usize, p.write, p.issued, p.next_chunk.is_some())
+                        };
+                        if more {
+                            self.machines[m].streams.push_back(pid);
+                        } else {
+                            self.parents.get_mut(pid).stream = None;
+                            self.machines[m].pacer.close_stream(stream, Nanos(now));
+                        }
+                        let io = self.new_io(h, write, chunk, issued, pid);
+                        self.submit(io);
+                    }
+                    Err(t) => {
+                        earliest = earliest.min(t.0);
+                        self.machines[m].streams.push_back(pid);
+                    }
+                }
+            }
+            if !progressed || self.machines[m].streams.is_empty() {
+                break;
+            }
+        }
+        let mc = &mut self.machines[m];
+        if earliest != u64::MAX
+            && !mc.streams.is_empty()
+            && (earliest < mc.wake_at || mc.wake_at <= now)
+        {
+            let at = earliest.max(now + 1);
+            mc.wake_at = at;
+            self.schedule(at, Ev::PacerWake(m as u16));
+        }
+    }
+
+    fn finish(self, sc: &Scenario, run: &RunSpec, policy: Policy, opts: RunOptions) -> Outcome {
+        let w = self.warmup as usize;
+        let hosts = self
+            .hosts
+            .into_iter()
+            .map(|h| HostOutcome {
+                name: h.name,
+                completed: h.completed[w..].to_vec(),
+                bytes: h.bytes[w..].to_vec(),
+                latency: h.latency,
+            })
+            .collect();
+        let m = self.measured as usize;
+        let capacity_estimate = self.estimates.iter().skip(w).take(m).copied().collect();
+        Outcome {
+            policy,
+            variant: run.variant.clone(),
+            scale: opts.scale.unwrap_or(sc.scale).max(1),
+            seed: opts.seed.unwrap_or(sc.seed),
+            period: sc.qos.period,
+            hosts,
+            capacity_estimate,
+            warnings: self.warnings,
+            events: self.events,
+        }
+    }
+}
