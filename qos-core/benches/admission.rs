@@ -10,6 +10,9 @@ use std::time::Instant;
 use criterion::{Criterion, criterion_group, criterion_main};
 use qos_core::{Capacity, DomainConfig, EstimatorConfig, HostConfig, IoKind, Monitor, Nanos, Rate};
 
+/// Half-way through the 60 s period: half of the paced release is out.
+const NOW: Nanos = Nanos::from_secs(30);
+
 fn monitor(limited: bool) -> Monitor {
     let cfg = DomainConfig {
         period: Nanos::from_secs(60),
@@ -45,7 +48,7 @@ fn single_thread(c: &mut Criterion) {
         let m = monitor(limited);
         let mut ch = m.channel("nqn.bench").unwrap();
         g.bench_function(format!("one_thread/{name}"), |b| {
-            b.iter(|| black_box(ch.try_admit(black_box(IoKind::Read), black_box(4096))))
+            b.iter(|| black_box(ch.try_admit(black_box(IoKind::Read), black_box(4096), NOW)))
         });
     }
     g.finish();
@@ -60,7 +63,7 @@ fn two_threads(c: &mut Criterion) {
     let contender = std::thread::spawn(move || {
         let mut n = 0u64;
         while !s.load(Ordering::Relaxed) {
-            if other.try_admit(IoKind::Write, 4096).is_admitted() {
+            if other.try_admit(IoKind::Write, 4096, NOW).is_admitted() {
                 n += 1;
             }
         }
@@ -71,7 +74,7 @@ fn two_threads(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let start = Instant::now();
             for _ in 0..iters {
-                black_box(ch.try_admit(black_box(IoKind::Read), black_box(4096)));
+                black_box(ch.try_admit(black_box(IoKind::Read), black_box(4096), NOW));
             }
             start.elapsed()
         })

@@ -27,7 +27,7 @@ fn setup(hosts: usize) -> Monitor {
     // One host dips into the global pool, so every tick converts (Haechi step S2).
     let mut ch = m.channel("nqn.2026-11.io.bench:host0").unwrap();
     for _ in 0..100_000 {
-        ch.try_admit(IoKind::Read, 4096);
+        ch.try_admit(IoKind::Read, 4096, Nanos::from_secs(30));
         ch.record_completion(IoKind::Read, 4096);
     }
     ch.flush();

@@ -226,6 +226,23 @@ pub enum TokenMode {
     Basic,
 }
 
+/// When a period's reservation tokens become usable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "release")]
+pub enum ReservationRelease {
+    /// Haechi: all of R_i at the start of the period.
+    Start,
+    /// Reservation released in proportion to the time elapsed, plus a burst: by time t
+    /// a host may have used `R_i (t + burst) / T` of it. And while a backlogged host
+    /// lags behind that schedule (it is not being served at its reservation rate),
+    /// the global pool closes, so global-token users cannot take its share of the
+    /// target. Nobody spends the period's capacity early at everyone else's expense,
+    /// so a large reservation is met even when its host could not make it up alone at
+    /// the end of the period (Haechi's local constraint, Example 2).
+    #[default]
+    Paced,
+}
+
 /// Everything about one QoS domain except its hosts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -240,6 +257,14 @@ pub struct DomainConfig {
     pub global_batch: BatchSize,
     pub estimator: EstimatorConfig,
     pub mode: TokenMode,
+    pub release: ReservationRelease,
+    /// With paced release, how far ahead of the release schedule hosts may run.
+    /// `None` (default): one check interval. Larger bursts let every host spend a
+    /// slice of its reservation at once, and at the end of a period, when every
+    /// schedule is complete, they compete with a host that is catching up.
+    /// At most the period.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub release_burst: Option<Nanos>,
     pub cost: CostModel,
 }
 
@@ -253,6 +278,8 @@ impl Default for DomainConfig {
             global_batch: BatchSize::Auto,
             estimator: EstimatorConfig::default(),
             mode: TokenMode::Haechi,
+            release: ReservationRelease::Paced,
+            release_burst: None,
             cost: CostModel::default(),
         }
     }
@@ -335,6 +362,8 @@ pub enum ConfigError {
     WriteWeight(u64),
     #[error("size unit {0} bytes must be 0 (off) or at least 512")]
     SizeUnit(u64),
+    #[error("release burst {got} must be at most the period {period}")]
+    ReleaseBurst { got: Nanos, period: Nanos },
     #[error("host NQN must be 1 ..= {MAX_NQN_LEN} bytes of printable ASCII (got {0:?})")]
     HostNqn(String),
     #[error("host {host}: weight {weight} is outside 1 ..= {MAX_WEIGHT}")]
@@ -450,6 +479,14 @@ impl DomainConfig {
         if self.cost.size_unit != 0 && self.cost.size_unit < 512 {
             return Err(ConfigError::SizeUnit(self.cost.size_unit));
         }
+        if let Some(b) = self.release_burst
+            && b > self.period
+        {
+            return Err(ConfigError::ReleaseBurst {
+                got: b,
+                period: self.period,
+            });
+        }
         Ok(())
     }
 
@@ -478,6 +515,11 @@ impl DomainConfig {
             }
         }
         out
+    }
+
+    /// The paced-release burst in effect.
+    pub fn release_burst(&self) -> Nanos {
+        self.release_burst.unwrap_or(self.check_interval)
     }
 
     /// The global batch in cost units.

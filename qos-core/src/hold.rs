@@ -19,8 +19,8 @@ pub trait Admit {
 
 impl Admit for ChannelTokens {
     #[inline]
-    fn admit(&mut self, kind: IoKind, bytes: u64, _now: Nanos) -> bool {
-        self.try_admit(kind, bytes).is_admitted()
+    fn admit(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> bool {
+        self.try_admit(kind, bytes, now).is_admitted()
     }
     fn held_changed(&mut self, delta: i64) {
         self.note_held(delta);

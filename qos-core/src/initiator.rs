@@ -97,7 +97,10 @@ pub struct InitiatorEngine {
     /// Local time at which the target's current period started.
     period_start: Nanos,
     res_per_period: Amount,
+    /// Reservation left, released or not (mirrors the target's pools).
     res_left: Amount,
+    /// `Some(burst)` when the target releases reservations paced over the period.
+    paced: Option<Nanos>,
     global: Amount,
     limit_left: Amount,
     in_flight: Option<(Request, Nanos)>,
@@ -121,6 +124,7 @@ impl InitiatorEngine {
             period_start: now,
             res_per_period: Amount::ZERO,
             res_left: Amount::ZERO,
+            paced: None,
             global: Amount::ZERO,
             limit_left: Amount::new(u64::MAX, u64::MAX),
             in_flight: None,
@@ -181,6 +185,26 @@ impl InitiatorEngine {
         }
     }
 
+    /// Reservation tokens usable now: with paced release, the part of the period's
+    /// reservation not released yet stays out of reach (as it does at the target).
+    fn res_usable(&self, now: Nanos) -> Amount {
+        let Some(burst) = self.paced else {
+            return self.res_left;
+        };
+        let t = now
+            .saturating_sub(self.period_start)
+            .saturating_add(burst)
+            .0
+            .min(self.period.0);
+        let mut a = self.res_left;
+        for r in Resource::ALL {
+            let per = self.res_per_period.get(r);
+            let unreleased = per - mul_div(per, t, self.period.0);
+            a.set(r, a.get(r).saturating_sub(unreleased));
+        }
+        a
+    }
+
     /// Send or hold one command. In cooperative mode, a `true` consumes the tokens.
     pub fn decide(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> bool {
         let now = self.clock.observe(now);
@@ -197,15 +221,16 @@ impl InitiatorEngine {
         {
             return false;
         }
+        let usable = self.res_usable(now);
         let mut from_res = Amount::ZERO;
         for r in Resource::ALL {
-            let have = self.res_left.get(r).saturating_add(self.global.get(r));
+            let have = usable.get(r).saturating_add(self.global.get(r));
             // Resources the target does not count for this host (no reservation, no
             // bytes batch) never hold a command here: the target decides those.
             if have < cost.get(r) && self.counts(r) {
                 return false;
             }
-            from_res.set(r, self.res_left.get(r).min(cost.get(r)));
+            from_res.set(r, usable.get(r).min(cost.get(r)));
         }
         for r in Resource::ALL {
             let c = cost.get(r);
@@ -247,7 +272,7 @@ impl InitiatorEngine {
             let stale = now.saturating_sub(self.last_sync) >= self.cfg.refresh_interval;
             if self.want_state || stale || self.mode == Mode::Probing {
                 send = Some(Request::GetState);
-            } else if now >= self.no_grant_until && self.low_on_global() {
+            } else if now >= self.no_grant_until && self.low_on_global(now) {
                 send = Some(Request::Acquire {
                     ops: self.cfg.acquire_ops,
                     bytes: self.cfg.acquire_bytes,
@@ -273,8 +298,8 @@ impl InitiatorEngine {
         }
     }
 
-    fn low_on_global(&self) -> bool {
-        if self.res_left.ops > 0 {
+    fn low_on_global(&self, now: Nanos) -> bool {
+        if self.res_usable(now).ops > 0 {
             return false;
         }
         let low = mul_div(self.cfg.acquire_ops, self.cfg.prefetch_milli, 1000);
@@ -346,6 +371,7 @@ impl InitiatorEngine {
         self.res_per_period =
             Amount::new(r.reservation_per_period_ops, r.reservation_per_period_bytes);
         self.res_left = Amount::new(r.reservation_left_ops, r.reservation_left_bytes);
+        self.paced = (r.flags & wire::flags::PACED != 0).then_some(Nanos(r.release_burst_ns));
         self.global = Amount::new(r.credit_ops, r.credit_bytes);
         self.limit_left = Amount::new(r.limit_left_ops, r.limit_left_bytes);
         if let Request::Acquire { .. } = req

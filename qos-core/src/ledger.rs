@@ -26,11 +26,18 @@ use crate::wire;
 pub struct DomainShared {
     pub(crate) cost: CostModel,
     pub(crate) conversion: AtomicU64,
+    /// Paced release burst in ns; `u64::MAX` when reservations are released at once.
+    pub(crate) release_burst: AtomicU64,
     pub(crate) global: [TokenPool; 2],
     pub(crate) epoch: AtomicU64,
     pub(crate) period_start: AtomicU64,
     pub(crate) period: AtomicU64,
     pub(crate) budget: [AtomicU64; 2],
+    /// Bit r is set by the monitor (paced release only) while some backlogged host
+    /// lags behind its reservation schedule in resource r: the global pool of r then
+    /// closes to every host that is not lagging itself, until the laggards catch up, so
+    /// global-token users cannot take their share of the target.
+    pub(crate) global_closed: AtomicU64,
 }
 
 impl DomainShared {
@@ -38,12 +45,42 @@ impl DomainShared {
         DomainShared {
             cost,
             conversion: AtomicU64::new(conversion as u64),
+            release_burst: AtomicU64::new(u64::MAX),
             global: [TokenPool::new(0, 0), TokenPool::new(0, 0)],
             epoch: AtomicU64::new(0),
             period_start: AtomicU64::new(0),
             period: AtomicU64::new(period.0),
             budget: [AtomicU64::new(0), AtomicU64::new(0)],
+            global_closed: AtomicU64::new(0),
         }
+    }
+
+    /// Whether `host` may take global tokens of resource `r` now: not while another
+    /// backlogged host lags behind its reservation schedule (reservations first).
+    #[inline]
+    pub(crate) fn global_open_to(&self, host: &HostShared, r: usize) -> bool {
+        self.global_closed.load(Ordering::Acquire) & (1 << r) == 0
+            || host.lagging.load(Ordering::Acquire) & (1 << r) != 0
+    }
+
+    /// Of `per_period` tokens, how many are not released yet at `now` (paced
+    /// release: `per_period (t + burst) / T` are out by time t into the period). The
+    /// release is continuous, computed from the clock, so no tick releases a burst.
+    #[inline]
+    pub fn unreleased(&self, per_period: u64, now: Nanos) -> u64 {
+        let burst = self.release_burst.load(Ordering::Relaxed);
+        if burst == u64::MAX || per_period == 0 {
+            return 0;
+        }
+        let start = self.period_start.load(Ordering::Acquire);
+        let period = self.period.load(Ordering::Relaxed).max(1);
+        let t = now
+            .0
+            .saturating_sub(start)
+            .saturating_add(burst)
+            .min(period);
+        let released = (per_period as u128 * t as u128).div_ceil(period as u128) as u64;
+        per_period - released.min(per_period)
     }
     /// Global tokens left in the pool now.
     pub fn global_available(&self) -> Amount {
@@ -70,8 +107,8 @@ pub(crate) struct HostParams {
     pub(crate) capacity: Amount,
     /// Most credit a host may hold (cooperative acquisitions).
     pub(crate) credit_cap: Amount,
-    /// Reservation per period (hard plus soft grant), for the state reply.
-    pub(crate) reservation: Amount,
+    /// Reservation per period and pool (hard plus soft grant).
+    pub(crate) pool_res: [Amount; 2],
     /// False for a removed host that carries on best-effort.
     pub(crate) configured: bool,
 }
@@ -106,7 +143,7 @@ pub struct HostShared {
     p_limit_batch: [AtomicU64; 2],
     p_capacity: [AtomicU64; 2],
     p_credit_cap: [AtomicU64; 2],
-    p_reservation: [AtomicU64; 2],
+    p_pool_res: [[AtomicU64; 2]; 2],
     /// Reservation tokens per pool and resource.
     pub(crate) res: [[TokenPool; 2]; 2],
     /// Global tokens granted to this host ahead of its I/O (cooperative initiators).
@@ -114,6 +151,8 @@ pub struct HostShared {
     /// Limit allowance per class and resource.
     pub(crate) limit: [[TokenPool; 2]; 3],
     pub(crate) counters: HostCounters,
+    /// Bit r: the monitor found this host behind its reservation schedule in resource r.
+    pub(crate) lagging: AtomicU64,
 }
 
 /// Monotonic counters, published by channels when they flush.
@@ -205,11 +244,12 @@ impl HostShared {
             p_limit_batch: atomic_amount(Amount::ZERO),
             p_capacity: atomic_amount(Amount::ZERO),
             p_credit_cap: atomic_amount(Amount::ZERO),
-            p_reservation: atomic_amount(Amount::ZERO),
+            p_pool_res: [atomic_amount(Amount::ZERO), atomic_amount(Amount::ZERO)],
             res: Default::default(),
             credit: [TokenPool::new(tag, 0), TokenPool::new(tag, 0)],
             limit: Default::default(),
             counters: HostCounters::default(),
+            lagging: AtomicU64::new(0),
         };
         h.write_params(params);
         h
@@ -267,7 +307,8 @@ impl HostShared {
         store2(&self.p_limit_batch, p.limit_batch);
         store2(&self.p_capacity, p.capacity);
         store2(&self.p_credit_cap, p.credit_cap);
-        store2(&self.p_reservation, p.reservation);
+        store2(&self.p_pool_res[0], p.pool_res[0]);
+        store2(&self.p_pool_res[1], p.pool_res[1]);
         self.gen_.store(g.wrapping_add(2), Ordering::Release);
     }
 
@@ -292,7 +333,7 @@ impl HostShared {
             limit_batch: load2r(&self.p_limit_batch),
             capacity: load2r(&self.p_capacity),
             credit_cap: load2r(&self.p_credit_cap),
-            reservation: load2r(&self.p_reservation),
+            pool_res: [load2r(&self.p_pool_res[0]), load2r(&self.p_pool_res[1])],
             configured: (flags >> 9) & 1 == 1,
         };
         fence(Ordering::Acquire);
@@ -458,9 +499,10 @@ impl ChannelTokens {
 
     /// The admission decision for one command. On `Admitted` the tokens are consumed
     /// and the caller must send the command; on `Held` nothing is consumed and the caller
-    /// queues it (see [`crate::HoldQueue`]) and asks again later.
+    /// queues it (see [`crate::HoldQueue`]) and asks again later. `now` is on the
+    /// monitor's clock; it is read only when a batch is fetched (paced release).
     #[inline]
-    pub fn try_admit(&mut self, kind: IoKind, bytes: u64) -> Admission {
+    pub fn try_admit(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> Admission {
         self.sync();
         self.active = true;
         let cost = self.cost.cost(kind, bytes);
@@ -485,7 +527,7 @@ impl ChannelTokens {
         }
         let p = self.params.pool(dir);
         for r in 0..2 {
-            if self.res[p][r] + self.glob[r] < need[r] && !self.refill_tokens(p, r, need[r]) {
+            if self.res[p][r] + self.glob[r] < need[r] && !self.refill_tokens(p, r, need[r], now) {
                 self.held_events += 1;
                 return Admission::Held(HoldReason::Tokens);
             }
@@ -522,20 +564,24 @@ impl ChannelTokens {
     }
 
     #[cold]
-    fn refill_tokens(&mut self, p: usize, r: usize, need: u64) -> bool {
+    fn refill_tokens(&mut self, p: usize, r: usize, need: u64, now: Nanos) -> bool {
         let tag = self.tag();
         let deficit = |s: &Self| need.saturating_sub(s.res[p][r] + s.glob[r]);
         let res_batch = self.params.res_batch.get(RES[r]);
         if res_batch > 0 {
             let d = deficit(self);
-            self.res[p][r] += self.host.res[p][r].take(tag, d + res_batch);
+            // Paced release: what is not released yet stays in the pool.
+            let unreleased = self
+                .domain
+                .unreleased(self.params.pool_res[p].get(RES[r]), now);
+            self.res[p][r] += self.host.res[p][r].take_above(tag, d + res_batch, unreleased);
         }
         let batch = self.params.global_batch.get(RES[r]);
         if deficit(self) > 0 {
             let d = deficit(self);
             self.glob[r] += self.host.credit[r].take(tag, d + batch);
         }
-        if deficit(self) > 0 {
+        if deficit(self) > 0 && self.domain.global_open_to(&self.host, r) {
             let d = deficit(self);
             self.glob[r] += self.domain.global[r].take(tag, d + batch);
         }
@@ -656,6 +702,9 @@ impl ChannelTokens {
         if self.domain.conversion.load(Ordering::Relaxed) == 1 {
             flags |= wire::flags::CONVERSION;
         }
+        if self.domain.release_burst.load(Ordering::Relaxed) != u64::MAX {
+            flags |= wire::flags::PACED;
+        }
         wire::StateReply {
             flags,
             epoch: s.epoch,
@@ -667,8 +716,9 @@ impl ChannelTokens {
             credit_bytes: s.credit.bytes,
             limit_left_ops: s.limit_left.ops,
             limit_left_bytes: s.limit_left.bytes,
-            reservation_per_period_ops: p.reservation.ops,
-            reservation_per_period_bytes: p.reservation.bytes,
+            reservation_per_period_ops: p.pool_res[0].ops + p.pool_res[1].ops,
+            reservation_per_period_bytes: p.pool_res[0].bytes + p.pool_res[1].bytes,
+            release_burst_ns: self.domain.release_burst.load(Ordering::Relaxed),
             granted_ops: granted.ops,
             granted_bytes: granted.bytes,
             global_available_ops: s.global_available.ops,
@@ -759,12 +809,12 @@ mod loom_tests {
     use super::*;
     use loom::thread;
 
-    /// Every interleaving with up to 2 preemptions: the params are some twenty
+    /// Every interleaving with one preemption: the params are some twenty
     /// atomics, and each relaxed load may see several stores, so the unbounded space
-    /// is far too large; torn reads need only one preemption inside the write.
+    /// is far too large; a torn read needs only one preemption inside the write.
     fn bounded(f: impl Fn() + Sync + Send + 'static) {
         let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(2);
+        b.preemption_bound = Some(1);
         b.check(f);
     }
 
@@ -779,7 +829,7 @@ mod loom_tests {
             limit_batch: Amount::new(v, v),
             capacity: Amount::new(v, v),
             credit_cap: Amount::new(v, v),
-            reservation: Amount::new(v, v),
+            pool_res: [Amount::new(v, v); 2],
             configured: true,
         }
     }

@@ -30,7 +30,7 @@ pub mod wire;
 pub use admission::{AdmissionError, AdmissionReport, Violation, check_admission};
 pub use config::{
     BatchSize, BudgetClass, Capacity, ConfigError, DomainConfig, EstimatorConfig, HostBudgets,
-    HostConfig, PriorityClass, Rate, RateSet, TokenMode,
+    HostConfig, PriorityClass, Rate, RateSet, ReservationRelease, TokenMode,
 };
 pub use cost::{Amount, CostModel, Direction, IoKind, Resource};
 pub use estimator::CapacityEstimator;

@@ -13,8 +13,8 @@ use thiserror::Error;
 
 use crate::admission::{AdmissionError, AdmissionReport, check_admission, local_shortfall};
 use crate::config::{
-    BudgetClass, ConfigError, DomainConfig, HostBudgets, HostConfig, PriorityClass, TokenMode,
-    UNLIMITED,
+    BudgetClass, ConfigError, DomainConfig, HostBudgets, HostConfig, PriorityClass,
+    ReservationRelease, TokenMode, UNLIMITED,
 };
 use crate::cost::{Amount, Resource};
 use crate::estimator::{CapacityEstimator, UnderuseCounter};
@@ -22,7 +22,7 @@ use crate::ledger::{
     ChannelTokens, CounterSnapshot, DomainShared, HostParams, HostShared, clamp_pool,
 };
 use crate::sync::{Arc, Ordering, POOL_MAX};
-use crate::time::{MonotonicClamp, Nanos, mul_div};
+use crate::time::{MonotonicClamp, Nanos, mul_div, mul_div_ceil};
 
 /// How many past periods each host's history keeps for statistics.
 pub const HISTORY_PERIODS: usize = 128;
@@ -118,6 +118,10 @@ struct HostEntry {
     underuse: UnderuseCounter,
     soft_idle: UnderuseCounter,
     last: CounterSnapshot,
+    /// Commands admitted as of the previous conversion tick.
+    admitted_at_tick: u64,
+    /// Unused reservation its channels may hold in caches: not counted as lag.
+    res_slack: Amount,
     history: VecDeque<PeriodRecord>,
 }
 
@@ -269,6 +273,8 @@ impl Monitor {
             underuse: UnderuseCounter::default(),
             soft_idle: UnderuseCounter::default(),
             last,
+            admitted_at_tick: 0,
+            res_slack: Amount::ZERO,
             history: VecDeque::new(),
         });
         let i = self.hosts.len() - 1;
@@ -461,9 +467,7 @@ impl Monitor {
             let start = Nanos(self.period_start.0 + k * self.cfg.period.0);
             Some(self.roll_over_at(start))
         } else {
-            if self.cfg.mode == TokenMode::Haechi {
-                self.convert(now);
-            }
+            self.convert(now);
             None
         };
         let end = self.period_start.saturating_add(self.cfg.period);
@@ -484,24 +488,40 @@ impl Monitor {
     /// and the work still in flight.
     fn convert(&mut self, now: Nanos) {
         let tag = self.tag();
-        if !self.converting {
+        let paced = self.cfg.release == ReservationRelease::Paced;
+        let conversion = self.cfg.mode == TokenMode::Haechi;
+        if conversion && !self.converting {
             // Step S2: nothing to convert until some host has dipped into the pool.
             let avail = self.shared.global_available();
-            if avail.ops >= self.global_initial.ops && avail.bytes >= self.global_initial.bytes {
-                return;
+            if avail.ops < self.global_initial.ops || avail.bytes < self.global_initial.bytes {
+                self.converting = true;
             }
-            self.converting = true;
+        }
+        let convert = conversion && self.converting;
+        if !convert && !paced {
+            return;
         }
         let (num, den) = self.left_fraction(now);
+        // Paced release: a backlogged host is lagging when more of its released
+        // reservation is unused than the burst plus one check interval of schedule:
+        // it is not being served at its reservation rate.
+        let t = den - num;
+        let release_num = t.saturating_add(self.cfg.release_burst().0).min(den);
+        let lag_slack = self.cfg.release_burst().0;
+        let mut closed = 0u64;
         let mut outstanding = [0u64; 2];
-        for h in &self.hosts {
+        for h in &mut self.hosts {
             let c = h.shared.counters();
-            let idle = c.outstanding() == 0;
+            // Idle: nothing outstanding now and nothing admitted since the last tick (a
+            // host whose commands are still on their way is not idle).
+            let idle = c.outstanding() == 0 && c.admitted_ios == h.admitted_at_tick;
+            h.admitted_at_tick = c.admitted_ios;
             let in_flight = c.in_flight();
             let pools = if h.budgets.together { 1 } else { 2 };
+            let mut lag = 0u64;
             for p in 0..pools {
                 for r in 0..2 {
-                    let left = if idle {
+                    let left = if convert && idle {
                         let bound = mul_div(h.period_res[p].get(RES[r]), num, den);
                         let (removed, left) = h.shared.res[p][r].cap(tag, bound);
                         self.audit.issued[r] -= removed as i128;
@@ -509,9 +529,21 @@ impl Monitor {
                     } else {
                         h.shared.res[p][r].load().1
                     };
+                    let per = h.period_res[p].get(RES[r]);
+                    if paced && !idle && per > 0 {
+                        let unreleased = per - mul_div_ceil(per, release_num, den).min(per);
+                        let usable = left.saturating_sub(unreleased);
+                        if usable > mul_div(per, lag_slack, den).max(1) + h.res_slack.get(RES[r]) {
+                            lag |= 1 << r;
+                        }
+                    }
                     outstanding[r] = outstanding[r].saturating_add(left);
                 }
             }
+            if h.shared.lagging.load(Ordering::Relaxed) != lag {
+                h.shared.lagging.store(lag, Ordering::Release);
+            }
+            closed |= lag;
             let cached = c.cached_res.saturating_add(c.cached_global);
             for (r, out) in outstanding.iter_mut().enumerate() {
                 *out = out
@@ -519,6 +551,10 @@ impl Monitor {
                     .saturating_add(in_flight.get(RES[r]))
                     .saturating_add(cached.get(RES[r]));
             }
+        }
+        self.shared.global_closed.store(closed, Ordering::Release);
+        if !convert {
+            return;
         }
         for r in 0..2 {
             let remaining = mul_div(self.budget.get(RES[r]), num, den);
@@ -610,6 +646,15 @@ impl Monitor {
         }
         self.global_initial = global;
         self.converting = false;
+        self.shared.global_closed.store(0, Ordering::Release);
+        for h in &self.hosts {
+            h.shared.lagging.store(0, Ordering::Release);
+        }
+        let burst = match self.cfg.release {
+            ReservationRelease::Start => u64::MAX,
+            ReservationRelease::Paced => self.cfg.release_burst().0,
+        };
+        self.shared.release_burst.store(burst, Ordering::Release);
         self.shared.epoch.store(self.epoch, Ordering::Release);
         self.shared.period_start.store(start.0, Ordering::Release);
         for i in 0..self.hosts.len() {
@@ -732,7 +777,7 @@ impl Monitor {
             limit_batch: Amount::ZERO,
             capacity: self.clamp_capacity(),
             credit_cap: Amount::new(batch.ops.saturating_mul(4), batch.bytes.saturating_mul(4)),
-            reservation: Amount::ZERO,
+            pool_res: [Amount::ZERO; 2],
             configured: false,
         }
     }
@@ -753,7 +798,7 @@ impl Monitor {
             .unwrap_or(1)
             .max(1) as u64;
         let capacity = self.clamp_capacity();
-        for h in &self.hosts {
+        for h in &mut self.hosts {
             let b = &h.budgets;
             let mut mask = 0u8;
             let mut limit_batch = Amount::ZERO;
@@ -780,6 +825,11 @@ impl Monitor {
                     res_batch.set(r, (biggest / 1024).clamp(1, batch.get(r)));
                 }
             }
+            // Channels may each hold a batch: that much unused reservation is not lag.
+            h.res_slack = Amount::new(
+                res_batch.ops.saturating_mul(4),
+                res_batch.bytes.saturating_mul(4),
+            );
             let p = HostParams {
                 epoch: self.epoch,
                 together: b.together,
@@ -793,7 +843,7 @@ impl Monitor {
                     global_batch.ops.saturating_mul(4),
                     global_batch.bytes.saturating_mul(4),
                 ),
-                reservation: h.period_res[0].saturating_add(h.period_res[1]),
+                pool_res: h.period_res,
                 configured: true,
             };
             h.shared.write_params(&p);

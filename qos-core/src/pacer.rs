@@ -404,6 +404,8 @@ pub struct StreamId {
 #[derive(Debug, Clone)]
 struct Stream {
     generation: u32,
+    /// The flow (host, queue pair, application) the transfer belongs to.
+    flow: u64,
     rate: u64,
     bucket: TokenBucket,
 }
@@ -430,6 +432,9 @@ pub struct Pacer {
     free: Vec<u32>,
     generations: Vec<u32>,
     active: usize,
+    /// Open streams per flow: fairness and the sharing floor count flows, not
+    /// transfers, so a flow with eight transfers in flight is still one flow.
+    flows: Vec<(u64, u32)>,
     dirs: Dirs,
     probes: LatencyWindow,
     last_latency_io: Option<Nanos>,
@@ -454,6 +459,7 @@ impl Pacer {
             free: Vec::new(),
             generations: Vec::new(),
             active: 0,
+            flows: Vec::new(),
             dirs: Dirs::new(cfg.dirs, link, step, now),
             probes: LatencyWindow::new(cfg.probe_window),
             last_latency_io: None,
@@ -495,24 +501,44 @@ impl Pacer {
             .is_some_and(|t| now.saturating_sub(t) < self.cfg.latency_idle)
     }
 
+    /// Number of flows with a large transfer in progress.
+    pub fn active_flows(&self) -> usize {
+        self.flows.len()
+    }
+
     fn floor(&self, now: Nanos) -> u64 {
         let n_l = u64::from(self.latency_sensitive(now));
-        let n_h = (self.active as u64).max(1);
+        let n_h = (self.flows.len() as u64).max(1);
         mul_div(self.link, n_h, n_h + n_l)
+    }
+
+    fn streams_of(&self, flow: u64) -> u64 {
+        self.flows
+            .iter()
+            .find(|f| f.0 == flow)
+            .map_or(1, |f| f.1 as u64)
+            .max(1)
     }
 
     fn active_low(&self) -> Option<u64> {
         self.streams.iter().flatten().map(|s| s.rate).min()
     }
 
-    fn fair_share(&self) -> u64 {
-        (self.allowed / self.active.max(1) as u64).max(1)
-    }
-
     fn apply_shares(&mut self, now: Nanos) {
-        let share = self.fair_share();
-        for s in self.streams.iter_mut().flatten() {
-            s.bucket.set_rate(s.rate.min(share), now);
+        // Each flow gets U / flows, split among its transfers.
+        let per_flow = (self.allowed / self.flows.len().max(1) as u64).max(1);
+        let shares: Vec<u64> = self
+            .streams
+            .iter()
+            .map(|s| {
+                s.as_ref()
+                    .map_or(0, |s| (per_flow / self.streams_of(s.flow)).max(1))
+            })
+            .collect();
+        for (s, share) in self.streams.iter_mut().zip(shares) {
+            if let Some(s) = s {
+                s.bucket.set_rate(s.rate.min(share), now);
+            }
         }
         self.aggregate.bytes.set_rate(self.allowed, now);
         self.aggregate.ops.set_rate(
@@ -521,8 +547,8 @@ impl Pacer {
         );
     }
 
-    /// A large transfer begins: a new stream at the DIRS initial rate.
-    pub fn open_stream(&mut self, now: Nanos) -> StreamId {
+    /// A large transfer of `flow` begins: a new stream at the DIRS initial rate.
+    pub fn open_stream(&mut self, flow: u64, now: Nanos) -> StreamId {
         let now = self.clock.observe(now);
         let rate = self.dirs.initial_rate(self.active_low());
         let index = match self.free.pop() {
@@ -537,10 +563,15 @@ impl Pacer {
         let bucket = TokenBucket::new(rate, self.cfg.chunk_bytes, now);
         self.streams[index as usize] = Some(Stream {
             generation,
+            flow,
             rate,
             bucket,
         });
         self.active += 1;
+        match self.flows.iter_mut().find(|f| f.0 == flow) {
+            Some(f) => f.1 += 1,
+            None => self.flows.push((flow, 1)),
+        }
         self.apply_shares(now);
         StreamId { index, generation }
     }
@@ -548,8 +579,14 @@ impl Pacer {
     /// The transfer is done (all chunks sent). Unknown ids are ignored.
     pub fn close_stream(&mut self, id: StreamId, now: Nanos) {
         let now = self.clock.observe(now);
-        if self.stream(id).is_none() {
+        let Some(flow) = self.stream(id).map(|s| s.flow) else {
             return;
+        };
+        if let Some(i) = self.flows.iter().position(|f| f.0 == flow) {
+            self.flows[i].1 -= 1;
+            if self.flows[i].1 == 0 {
+                self.flows.swap_remove(i);
+            }
         }
         self.streams[id.index as usize] = None;
         self.generations[id.index as usize] = id.generation.wrapping_add(1);
@@ -640,6 +677,7 @@ impl Pacer {
                     self.dirs.on_late_signal(now);
                 }
                 let share_floor = floor / self.active.max(1) as u64;
+                // (per transfer: the flow's share is split among its transfers)
                 for s in self.streams.iter_mut().flatten() {
                     s.rate = (s.rate / 2).max(share_floor).max(1);
                 }
@@ -736,7 +774,7 @@ mod tests {
         let mut t = Nanos::from_secs(1);
         let mut p = pacer(t);
         let link = 1000 * MIB;
-        let s = p.open_stream(t);
+        let s = p.open_stream(1, t);
         p.note_latency_sensitive(t);
         for _ in 0..10 {
             p.on_probe(Nanos::from_millis(5), t);
@@ -767,14 +805,14 @@ mod tests {
     fn new_stream_starts_at_the_lowest_active_rate() {
         let mut t = Nanos::from_secs(1);
         let mut p = pacer(t);
-        let a = p.open_stream(t);
+        let a = p.open_stream(1, t);
         p.note_latency_sensitive(t);
         p.on_probe(Nanos::from_millis(1), t);
         t = t.saturating_add(Nanos::from_millis(1));
         p.tick(t);
         let ra = p.stream_rate(a).unwrap();
         assert!(ra < 1000 * MIB);
-        let b = p.open_stream(t);
+        let b = p.open_stream(1, t);
         assert_eq!(p.stream_rate(b), Some(ra));
     }
 
@@ -788,7 +826,7 @@ mod tests {
         t = t.saturating_add(Nanos::from_millis(1));
         p.tick(t); // no active stream: a late signal
         assert_eq!(p.dirs().virtual_rate(), link / 2);
-        let s = p.open_stream(t);
+        let s = p.open_stream(1, t);
         assert_eq!(p.stream_rate(s), Some(link / 2));
         p.close_stream(s, t);
         // A second late signal within Delta is discarded.
@@ -801,12 +839,34 @@ mod tests {
     }
 
     #[test]
+    fn the_sharing_floor_counts_flows_not_transfers() {
+        let mut t = Nanos::from_secs(1);
+        let mut p = pacer(t);
+        let link = 1000 * MIB;
+        // One writer flow with eight transfers in flight, against a latency-sensitive
+        // reader: the writer's floor is half the link, not 8/9 of it.
+        let streams: Vec<_> = (0..8).map(|_| p.open_stream(7, t)).collect();
+        assert_eq!(p.active_flows(), 1);
+        for _ in 0..10 {
+            p.note_latency_sensitive(t);
+            p.on_probe(Nanos::from_millis(5), t);
+            t = t.saturating_add(Nanos::from_millis(1));
+            p.tick(t);
+        }
+        assert_eq!(p.allowed_rate(), link / 2);
+        for s in streams {
+            p.close_stream(s, t);
+        }
+        assert_eq!(p.active_flows(), 0);
+    }
+
+    #[test]
     fn stale_stream_ids_are_ignored() {
         let t = Nanos::from_secs(1);
         let mut p = pacer(t);
-        let a = p.open_stream(t);
+        let a = p.open_stream(1, t);
         p.close_stream(a, t);
-        let b = p.open_stream(t);
+        let b = p.open_stream(1, t);
         assert_eq!(p.stream_rate(a), None);
         assert!(p.stream_rate(b).is_some());
         p.close_stream(a, t);
@@ -825,7 +885,7 @@ mod tests {
             t0,
         )
         .unwrap();
-        let s = p.open_stream(t0);
+        let s = p.open_stream(1, t0);
         assert!(p.try_send(s, 64 * 1024, t0).is_ok());
         let next = p.try_send(s, 64 * 1024, t0).unwrap_err();
         // 64 KiB at 64 MiB/s: about 976 us.

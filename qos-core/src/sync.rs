@@ -76,6 +76,29 @@ impl TokenPool {
         }
     }
 
+    /// Takes up to `want` tokens of period `tag` while leaving at least `floor` in the
+    /// pool (tokens not released yet); returns how many it took.
+    #[inline]
+    pub fn take_above(&self, tag: u16, want: u64, floor: u64) -> u64 {
+        let mut cur = self.0.load(Ordering::Acquire);
+        loop {
+            let (t, c) = unpack(cur);
+            if t != tag || c <= floor || want == 0 {
+                return 0;
+            }
+            let got = want.min(c - floor);
+            match self.0.compare_exchange_weak(
+                cur,
+                pack(t, c - got),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return got,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
     /// Adds tokens of period `tag`; returns false (and adds nothing) when the pool has
     /// moved to another period, in which case the caller's tokens have expired.
     pub fn give(&self, tag: u16, n: u64) -> bool {
@@ -159,6 +182,15 @@ mod tests {
         assert!(p.give(7, 3));
         assert!(!p.give(6, 3));
         assert_eq!(p.load(), (7, 3));
+    }
+
+    #[test]
+    fn take_above_leaves_the_floor() {
+        let p = TokenPool::new(1, 10);
+        assert_eq!(p.take_above(1, 8, 4), 6);
+        assert_eq!(p.take_above(1, 8, 4), 0);
+        assert_eq!(p.take_above(2, 8, 0), 0);
+        assert_eq!(p.load(), (1, 4));
     }
 
     #[test]

@@ -61,6 +61,15 @@ pub(crate) fn mul_div(amount: u64, num: u64, den: u64) -> u64 {
     v.min(u64::MAX as u128) as u64
 }
 
+/// `amount * num / den` rounded up; 0 when `den` is 0.
+pub(crate) fn mul_div_ceil(amount: u64, num: u64, den: u64) -> u64 {
+    if den == 0 {
+        return 0;
+    }
+    let v = ((amount as u128) * (num as u128)).div_ceil(den as u128);
+    v.min(u64::MAX as u128) as u64
+}
+
 /// A clock reading that never goes backwards: a reading older than the last one is
 /// taken as the last one. Hosts, pollers and the simulator all feed their clocks through it.
 #[derive(Debug, Clone, Copy, Default)]

@@ -26,7 +26,7 @@ pub const OPC_GET_STATE: u8 = 0xC2;
 /// Acquire global tokens in a batch, then read the state. Controller-to-host data.
 pub const OPC_ACQUIRE: u8 = 0xC6;
 /// Length of the reply buffer both commands fill.
-pub const REPLY_LEN: usize = 128;
+pub const REPLY_LEN: usize = 256;
 /// Bytes in `cdw13` of an acquire are counted in units of this many bytes.
 pub const ACQUIRE_BYTES_UNIT: u64 = 4096;
 
@@ -38,6 +38,8 @@ pub mod flags {
     pub const LIMITED: u16 = 1 << 1;
     /// Token conversion is on (Haechi mode, not basic).
     pub const CONVERSION: u16 = 1 << 2;
+    /// Reservations are released paced over the period (see `release_burst_ns`).
+    pub const PACED: u16 = 1 << 3;
 }
 
 /// The command dwords 10..=15 of a vendor command.
@@ -135,7 +137,8 @@ pub fn encode_request(req: Request) -> (u8, VendorCmd) {
     }
 }
 
-/// The 128-byte reply of both vendor commands (little-endian).
+/// The 256-byte reply of both vendor commands (little-endian): an 8-byte header
+/// (magic, version, flags) and 31 64-bit words, of which the last 15 are reserved (0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StateReply {
     pub flags: u16,
@@ -156,6 +159,8 @@ pub struct StateReply {
     /// The target's cost model, so the initiator counts tokens as the target does.
     pub write_weight_milli: u32,
     pub size_unit: u32,
+    /// With paced release, how far ahead of its reservation rate the host may run.
+    pub release_burst_ns: u64,
 }
 
 /// A reply that does not decode.
@@ -180,6 +185,7 @@ impl StateReply {
         for (i, v) in self.words().iter().enumerate() {
             out[8 + i * 8..16 + i * 8].copy_from_slice(&v.to_le_bytes());
         }
+        out[8 + 16 * 8..REPLY_LEN].fill(0);
         Ok(())
     }
 
@@ -215,10 +221,11 @@ impl StateReply {
             global_available_ops: w(13),
             write_weight_milli: w(14) as u32,
             size_unit: (w(14) >> 32) as u32,
+            release_burst_ns: w(15),
         })
     }
 
-    fn words(&self) -> [u64; 15] {
+    fn words(&self) -> [u64; 16] {
         [
             self.epoch,
             self.period_ns,
@@ -235,6 +242,7 @@ impl StateReply {
             self.granted_bytes,
             self.global_available_ops,
             self.write_weight_milli as u64 | (self.size_unit as u64) << 32,
+            self.release_burst_ns,
         ]
     }
 }
@@ -291,7 +299,7 @@ mod tests {
             bytes: 5000,
         });
         assert_eq!(
-            decode_request(op, &cmd, 128),
+            decode_request(op, &cmd, REPLY_LEN),
             Ok(Request::Acquire {
                 ops: 1000,
                 bytes: 8192
@@ -304,17 +312,21 @@ mod tests {
             Err(RequestError::ShortBuffer(64))
         );
         assert_eq!(
-            decode_request(0xC4, &cmd, 128).unwrap_err().status_code(),
+            decode_request(0xC4, &cmd, REPLY_LEN)
+                .unwrap_err()
+                .status_code(),
             status::INVALID_OPCODE
         );
         let bad = VendorCmd { cdw10: 7, ..cmd };
         assert_eq!(
-            decode_request(op, &bad, 128).unwrap_err().status_code(),
+            decode_request(op, &bad, REPLY_LEN)
+                .unwrap_err()
+                .status_code(),
             status::INVALID_FIELD
         );
         let bad = VendorCmd { cdw11: 2, ..cmd };
         assert_eq!(
-            decode_request(op, &bad, 128),
+            decode_request(op, &bad, REPLY_LEN),
             Err(RequestError::BadVersion(2))
         );
     }
@@ -322,7 +334,7 @@ mod tests {
     #[test]
     fn reply_refuses_foreign_data() {
         assert_eq!(
-            StateReply::decode(&[0u8; 128]),
+            StateReply::decode(&[0u8; REPLY_LEN]),
             Err(ReplyError::BadMagic(0))
         );
         assert_eq!(StateReply::decode(&[0u8; 12]), Err(ReplyError::Short(12)));
@@ -344,6 +356,7 @@ mod tests {
                 reservation_per_period_ops: words[9], reservation_per_period_bytes: words[10],
                 granted_ops: words[11], granted_bytes: words[12], global_available_ops: words[13],
                 write_weight_milli: fl as u32 * 3, size_unit: words[0] as u32,
+                release_burst_ns: words[1] ^ words[2],
             };
             let mut buf = [0u8; REPLY_LEN];
             r.encode(&mut buf).unwrap();

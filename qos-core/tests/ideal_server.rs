@@ -5,7 +5,9 @@ mod common;
 
 use common::Sim;
 use proptest::prelude::*;
-use qos_core::{BatchSize, Capacity, DomainConfig, HostConfig, Nanos, Rate, TokenMode};
+use qos_core::{
+    BatchSize, Capacity, DomainConfig, HostConfig, Nanos, Rate, ReservationRelease, TokenMode,
+};
 
 fn domain(capacity: u64, mode: TokenMode) -> DomainConfig {
     DomainConfig {
@@ -54,11 +56,13 @@ proptest! {
         seed in any::<u64>(),
         channels in 1usize..3,
         mode in prop_oneof![Just(TokenMode::Haechi), Just(TokenMode::Basic)],
+        release in prop_oneof![Just(ReservationRelease::Start), Just(ReservationRelease::Paced)],
     ) {
         let cap = 100_000;
         let hosts = hosts_from(&weights, reserved_milli, cap);
         let reservations: Vec<u64> = hosts.iter().map(|h| h.reservation.total.iops.unwrap_or(0)).collect();
-        let mut sim = Sim::new(domain(cap, mode), hosts.into_iter().map(|h| (h, None)).collect(), channels, seed);
+        let d = DomainConfig { release, ..domain(cap, mode) };
+        let mut sim = Sim::new(d, hosts.into_iter().map(|h| (h, None)).collect(), channels, seed);
         sim.run_periods(4);
         for (i, h) in sim.hosts.iter().enumerate() {
             let r = reservations[i] / 10; // per 100 ms period
@@ -153,6 +157,7 @@ fn conversion_gives_unused_reservation_to_busy_hosts() {
 #[test]
 fn large_batches_balance_the_books() {
     let mut d = domain(20_000, TokenMode::Haechi);
+    d.release = ReservationRelease::Start;
     d.global_batch = BatchSize::Fixed {
         ops: 400,
         bytes: 1 << 30,
@@ -167,4 +172,43 @@ fn large_batches_balance_the_books() {
         .map(|h| h.channels[0].host().counters().expired.ops)
         .sum();
     assert!(expired > 0, "some cached tokens expired at roll-overs");
+}
+
+/// Haechi Example 2 at scale (C_G = 100 K, C_L = 50 K, R_1 = 40 K, R_2..5 = 10 K): with
+/// the whole reservation released at the period start, the four small hosts spend
+/// theirs at an equal share of the server and client 1 cannot catch up at C_L; with
+/// paced release it gets its reservation.
+#[test]
+fn paced_release_rescues_haechi_example_2() {
+    let run = |release| {
+        let mut d = domain(100_000, TokenMode::Haechi);
+        d.per_host_max = Rate::iops(50_000);
+        d.release = release;
+        let hosts = [40_000u64, 10_000, 10_000, 10_000, 10_000]
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                (
+                    HostConfig::new(format!("nqn.ex2:c{}", i + 1)).with_reservation(Rate::iops(*r)),
+                    None,
+                )
+            })
+            .collect();
+        let mut sim = Sim::new(d, hosts, 1, 3);
+        sim.run_periods(4);
+        assert_eq!(sim.audit_gap(), [0, 0]);
+        sim.hosts[0].admitted_per_period[1..]
+            .iter()
+            .copied()
+            .min()
+            .unwrap()
+    };
+    let start = run(ReservationRelease::Start);
+    let paced = run(ReservationRelease::Paced);
+    eprintln!("client 1 per 100 ms period: start {start}, paced {paced} (reservation 4000)");
+    assert!(
+        start < 3600,
+        "release at start misses by more than 10%: {start}"
+    );
+    assert!(paced >= 3940, "paced release meets 98.5% of it: {paced}");
 }

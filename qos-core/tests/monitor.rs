@@ -5,7 +5,7 @@ use qos_core::config::MIB;
 use qos_core::wire::{self, Request};
 use qos_core::{
     Amount, BatchSize, Capacity, DomainConfig, EstimatorConfig, HoldQueue, HostConfig, IoKind,
-    Monitor, Nanos, PriorityClass, Rate, TokenMode,
+    Monitor, Nanos, PriorityClass, Rate, ReservationRelease, TokenMode,
 };
 
 const T0: Nanos = Nanos::from_secs(100);
@@ -28,6 +28,8 @@ fn domain(iops: u64) -> DomainConfig {
             enabled: false,
             ..Default::default()
         },
+        // Haechi's own release: the whole reservation at the period start.
+        release: ReservationRelease::Start,
         ..DomainConfig::default()
     }
 }
@@ -47,15 +49,17 @@ fn haechi_example_1() {
         {
             let mut c1 = m.channel("nqn.c1").unwrap();
             for _ in 0..issued {
-                assert!(c1.try_admit(IoKind::Read, 4096).is_admitted());
+                assert!(c1.try_admit(IoKind::Read, 4096, T0).is_admitted());
                 c1.record_completion(IoKind::Read, 4096);
             }
         } // dropped: its cached tokens go back to the pool
         // Someone dips into the global pool, so the monitor starts converting (S2).
         let mut c2 = m.channel("nqn.c2").unwrap();
-        assert!(c2.try_admit(IoKind::Read, 4096).is_admitted());
+        assert!(c2.try_admit(IoKind::Read, 4096, T0).is_admitted());
         c2.record_completion(IoKind::Read, 4096);
         c2.flush();
+        // A host is idle when nothing was admitted since the previous check interval.
+        m.tick(at_ms(599));
         m.tick(at_ms(600));
         let h = m.host("nqn.c1").unwrap();
         assert_eq!(h.reservation_available().ops, kept, "issued {issued}");
@@ -110,8 +114,8 @@ fn a_command_larger_than_a_whole_period_is_still_admitted() {
         .unwrap();
     let mut ch = m.channel("nqn.big").unwrap();
     // 4 MiB at 1 MiB/s with 100 ms periods: charged one period's worth, not refused forever.
-    assert!(ch.try_admit(IoKind::Write, 4 * MIB).is_admitted());
-    assert!(!ch.try_admit(IoKind::Write, 4096).is_admitted());
+    assert!(ch.try_admit(IoKind::Write, 4 * MIB, T0).is_admitted());
+    assert!(!ch.try_admit(IoKind::Write, 4096, T0).is_admitted());
 }
 
 #[test]
@@ -129,16 +133,16 @@ fn roll_over_refills_and_expires_cached_tokens() {
     .unwrap();
     let mut ch = m.channel("nqn.a").unwrap();
     for _ in 0..1000 {
-        assert!(ch.try_admit(IoKind::Read, 512).is_admitted());
+        assert!(ch.try_admit(IoKind::Read, 512, T0).is_admitted());
     }
-    assert!(ch.try_admit(IoKind::Read, 512).is_admitted()); // global from here
+    assert!(ch.try_admit(IoKind::Read, 512, T0).is_admitted()); // global from here
     let (_, glob) = ch.cached();
     assert_eq!(glob.ops, 100, "a batch was fetched, one used");
     let tick = m.tick(at_ms(1000));
     let rep = tick.ended.expect("period ended");
     assert_eq!(rep.epoch, 1);
     assert_eq!(m.host("nqn.a").unwrap().reservation_available().ops, 1000);
-    assert!(ch.try_admit(IoKind::Read, 512).is_admitted());
+    assert!(ch.try_admit(IoKind::Read, 512, T0).is_admitted());
     ch.flush();
     assert_eq!(m.host("nqn.a").unwrap().counters().expired.ops, 100);
     assert_eq!(tick.next_deadline, at_ms(1001));
@@ -226,7 +230,7 @@ fn removed_host_carries_on_best_effort() {
     );
     assert!(m.host("nqn.r").is_none());
     let mut n = 0;
-    while ch.try_admit(IoKind::Read, 4096).is_admitted() {
+    while ch.try_admit(IoKind::Read, 4096, T0).is_admitted() {
         n += 1;
     }
     assert_eq!(n, 1000, "no limit any more, global tokens only");
@@ -234,7 +238,7 @@ fn removed_host_carries_on_best_effort() {
     assert_eq!(s.flags & wire::flags::CONFIGURED, 0);
     // Next period: re-armed best-effort.
     m.tick(at_ms(1000));
-    assert!(ch.try_admit(IoKind::Read, 4096).is_admitted());
+    assert!(ch.try_admit(IoKind::Read, 4096, T0).is_admitted());
     assert!(m.remove_host("nqn.r", T0).is_err());
 }
 
@@ -277,7 +281,7 @@ fn estimator_raises_capacity_after_a_saturated_period() {
     let mut m = Monitor::new(d, T0).unwrap();
     m.add_host(HostConfig::new("nqn.e"), T0).unwrap();
     let mut ch = m.channel("nqn.e").unwrap();
-    while ch.try_admit(IoKind::Read, 4096).is_admitted() {
+    while ch.try_admit(IoKind::Read, 4096, T0).is_admitted() {
         ch.record_completion(IoKind::Read, 4096);
     }
     ch.flush();
@@ -349,10 +353,10 @@ fn basic_mode_never_converts() {
     .unwrap();
     m.add_host(HostConfig::new("nqn.busy"), T0).unwrap();
     let mut busy = m.channel("nqn.busy").unwrap();
-    while busy.try_admit(IoKind::Read, 1).is_admitted() {}
+    while busy.try_admit(IoKind::Read, 1, T0).is_admitted() {}
     m.tick(at_ms(900));
     assert_eq!(m.host("nqn.idle").unwrap().reservation_available().ops, 500);
-    assert!(!busy.try_admit(IoKind::Read, 1).is_admitted());
+    assert!(!busy.try_admit(IoKind::Read, 1, T0).is_admitted());
 }
 
 #[test]
@@ -367,7 +371,7 @@ fn apart_reservations_serve_each_direction() {
     let mut reserved_writes = 0;
     let mut writes = 0;
     loop {
-        match ch.try_admit(IoKind::Write, 4096) {
+        match ch.try_admit(IoKind::Write, 4096, T0) {
             qos_core::Admission::Admitted { reserved } => {
                 writes += 1;
                 reserved_writes += reserved as u32;
@@ -381,7 +385,7 @@ fn apart_reservations_serve_each_direction() {
     assert_eq!((writes, reserved_writes), (60, 50));
     // Reads are untouched by the write limit, and have their own reservation.
     assert!(matches!(
-        ch.try_admit(IoKind::Read, 4096),
+        ch.try_admit(IoKind::Read, 4096, T0),
         qos_core::Admission::Admitted { reserved: true }
     ));
 }
@@ -396,7 +400,7 @@ fn stats_report_hosts_and_periods() {
     .unwrap();
     let mut ch = m.channel("nqn.s").unwrap();
     for _ in 0..10 {
-        ch.try_admit(IoKind::Read, 4096);
+        ch.try_admit(IoKind::Read, 4096, T0);
         ch.record_completion(IoKind::Read, 4096);
     }
     ch.flush();
@@ -418,4 +422,86 @@ fn stats_report_hosts_and_periods() {
 
 fn serde_json_string<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap()
+}
+
+#[test]
+fn paced_release_hands_out_the_reservation_over_the_period() {
+    let mut d = domain(100_000);
+    d.release = ReservationRelease::Paced;
+    d.release_burst = Some(Nanos::from_millis(10));
+    d.global_batch = BatchSize::Fixed {
+        ops: 1,
+        bytes: 1 << 40,
+    };
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(
+        HostConfig::new("nqn.p").with_reservation(Rate::iops(1000)),
+        T0,
+    )
+    .unwrap();
+    m.add_host(
+        HostConfig::new("nqn.other").with_reservation(Rate::iops(90_000)),
+        T0,
+    )
+    .unwrap();
+    m.tick(T0);
+    let mut ch = m.channel("nqn.p").unwrap();
+    let reserved = |ch: &mut qos_core::ChannelTokens| {
+        ch.flush();
+        ch.host().counters().consumed_res.ops
+    };
+    for _ in 0..100 {
+        ch.try_admit(IoKind::Read, 4096, T0);
+    }
+    assert_eq!(reserved(&mut ch), 10, "10 ms of burst at 1000 per second");
+    m.tick(at_ms(500));
+    for _ in 0..1000 {
+        ch.try_admit(IoKind::Read, 4096, at_ms(500));
+    }
+    assert_eq!(reserved(&mut ch), 510);
+    // The initiator mirrors it from the state reply.
+    let r = ch.serve_request(Request::GetState, at_ms(500));
+    assert_ne!(r.flags & wire::flags::PACED, 0);
+    assert_eq!(r.release_burst_ns, Nanos::from_millis(10).0);
+}
+
+#[test]
+fn global_pool_closes_while_a_backlogged_host_lags() {
+    let mut d = domain(100_000);
+    d.period = Nanos::from_millis(100);
+    d.release = ReservationRelease::Paced;
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(
+        HostConfig::new("nqn.slow").with_reservation(Rate::iops(50_000)),
+        T0,
+    )
+    .unwrap();
+    m.add_host(HostConfig::new("nqn.greedy"), T0).unwrap();
+    let mut slow = m.channel("nqn.slow").unwrap();
+    let mut greedy = m.channel("nqn.greedy").unwrap();
+    // The slow host has a command in flight (backlogged) but is not served for 20 ms.
+    assert!(slow.try_admit(IoKind::Read, 4096, T0).is_admitted());
+    slow.flush();
+    for ms in 1..=20 {
+        m.tick(at_ms(ms));
+    }
+    assert!(
+        !greedy
+            .try_admit(IoKind::Read, 4096, at_ms(20))
+            .is_admitted(),
+        "closed"
+    );
+    // It catches up: the pool opens at the next check interval.
+    slow.record_completion(IoKind::Read, 4096);
+    while slow.try_admit(IoKind::Read, 4096, at_ms(20)).is_admitted() {
+        slow.record_completion(IoKind::Read, 4096);
+    }
+    slow.flush();
+    m.tick(at_ms(21));
+    assert!(
+        greedy
+            .try_admit(IoKind::Read, 4096, at_ms(21))
+            .is_admitted(),
+        "open again"
+    );
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use qos_core::{TokenMode, check_admission};
+use qos_core::{ReservationRelease, TokenMode, check_admission};
 
 use crate::report::thousands;
 use crate::scenario::Scenario;
@@ -19,7 +19,7 @@ pub struct CheckReport {
 
 /// Checks every run (variant) of `scenario` with the scenario's real figures.
 pub fn check(scenario: &Scenario) -> CheckReport {
-    let domain = scenario.domain_config(1, TokenMode::Haechi);
+    let domain = scenario.domain_config(1, TokenMode::Haechi, ReservationRelease::Paced);
     let c_g = domain.capacity.iops;
     let c_l = scenario.target.per_host_max_iops;
     let mut text = String::new();

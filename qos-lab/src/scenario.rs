@@ -210,7 +210,10 @@ pub enum Enforcement {
     NsLimit,
     /// Haechi without token conversion.
     BasicHaechi,
-    /// Haechi.
+    /// Haechi as published: the whole reservation at the start of each period.
+    HaechiStart,
+    /// Haechi as nvmf-qos runs it: conversion, and reservations released paced over
+    /// the period (qos-core's default `ReservationRelease::Paced`).
     Haechi,
 }
 
@@ -223,7 +226,8 @@ pub struct Policy {
 }
 
 impl Policy {
-    pub const NAMES: [&'static str; 4] = ["bare", "ns-limit", "basic-haechi", "haechi"];
+    pub const NAMES: [&'static str; 5] =
+        ["bare", "ns-limit", "basic-haechi", "haechi-start", "haechi"];
 
     pub fn parse(s: &str) -> Option<Policy> {
         let (base, pacing) = match s.strip_suffix("+pacing") {
@@ -234,6 +238,7 @@ impl Policy {
             "bare" => Enforcement::Bare,
             "ns-limit" => Enforcement::NsLimit,
             "basic-haechi" => Enforcement::BasicHaechi,
+            "haechi-start" => Enforcement::HaechiStart,
             "haechi" => Enforcement::Haechi,
             _ => return None,
         };
@@ -248,6 +253,7 @@ impl Policy {
             Enforcement::Bare => "bare",
             Enforcement::NsLimit => "ns-limit",
             Enforcement::BasicHaechi => "basic-haechi",
+            Enforcement::HaechiStart => "haechi-start",
             Enforcement::Haechi => "haechi",
         };
         if self.pacing {
@@ -261,7 +267,7 @@ impl Policy {
     pub fn uses_tokens(&self) -> bool {
         matches!(
             self.enforcement,
-            Enforcement::BasicHaechi | Enforcement::Haechi
+            Enforcement::BasicHaechi | Enforcement::HaechiStart | Enforcement::Haechi
         )
     }
 }
@@ -437,8 +443,14 @@ impl Scenario {
         resolve(raw, &ctx, default_name)
     }
 
-    /// The core's domain configuration, with rates divided by `scale`, for `mode`.
-    pub fn domain_config(&self, scale: u64, mode: qos_core::TokenMode) -> DomainConfig {
+    /// The core's domain configuration, with rates divided by `scale`, for `mode` and
+    /// `release`.
+    pub fn domain_config(
+        &self,
+        scale: u64,
+        mode: qos_core::TokenMode,
+        release: qos_core::ReservationRelease,
+    ) -> DomainConfig {
         let q = &self.qos;
         DomainConfig {
             period: q.period,
@@ -455,6 +467,7 @@ impl Scenario {
                 ..qos_core::EstimatorConfig::default()
             },
             mode,
+            release,
             ..DomainConfig::default()
         }
     }
@@ -893,7 +906,11 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
         runs,
     };
     // The core validates the domain and every host; map its refusals to fields.
-    let domain = scenario.domain_config(1, qos_core::TokenMode::Haechi);
+    let domain = scenario.domain_config(
+        1,
+        qos_core::TokenMode::Haechi,
+        qos_core::ReservationRelease::Paced,
+    );
     domain.validate().map_err(|e| {
         let field = match e {
             qos_core::ConfigError::Period { .. } => qp("period_ms"),

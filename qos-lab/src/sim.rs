@@ -26,7 +26,7 @@ use qos_core::initiator::{InitiatorConfig, InitiatorEngine};
 use qos_core::latency::LatencyHistogram;
 use qos_core::pacer::{ChunkPlan, Pacer, PacerConfig, StreamId, plan_chunks};
 use qos_core::wire::{Request, StateReply};
-use qos_core::{ChannelTokens, IoKind, Monitor, Nanos, TokenMode};
+use qos_core::{ChannelTokens, IoKind, Monitor, Nanos, ReservationRelease, TokenMode};
 use thiserror::Error;
 
 use crate::nslimit::{NsLimit, TIMESLICE_NS};
@@ -425,12 +425,12 @@ impl Sim {
         let mut monitor = None;
         let mut estimates = Vec::new();
         if policy.uses_tokens() {
-            let mode = if policy.enforcement == Enforcement::Haechi {
-                TokenMode::Haechi
-            } else {
-                TokenMode::Basic
+            let (mode, release) = match policy.enforcement {
+                Enforcement::BasicHaechi => (TokenMode::Basic, ReservationRelease::Start),
+                Enforcement::HaechiStart => (TokenMode::Haechi, ReservationRelease::Start),
+                _ => (TokenMode::Haechi, ReservationRelease::Paced),
             };
-            let domain = sc.domain_config(scale, mode);
+            let domain = sc.domain_config(scale, mode, release);
             let mut m = Monitor::new(domain, Nanos::ZERO).map_err(|source| RunError::Domain {
                 file: file.clone(),
                 source: Box::new(source),
@@ -764,7 +764,7 @@ impl Sim {
             let mut plan = plan_chunks(0, blocks, 4096, self.chunk_bytes);
             let left = plan.chunk_count() as u32;
             let next_chunk = plan.next().map(|c| c.num_blocks * 4096);
-            let stream = self.machines[m].pacer.open_stream(Nanos(now));
+            let stream = self.machines[m].pacer.open_stream(h as u64, Nanos(now));
             let pid = self.parents.insert(Parent {
                 host: h as u16,
                 write,
@@ -838,7 +838,7 @@ impl Sim {
                     self.server_enqueue(io);
                 }
             }
-            Enforcement::BasicHaechi | Enforcement::Haechi => {
+            Enforcement::BasicHaechi | Enforcement::HaechiStart | Enforcement::Haechi => {
                 let host = &mut self.hosts[i.host as usize];
                 let c = i.chan as usize;
                 if let Some(io) = host.holds[c].admit_or_hold(

@@ -131,7 +131,10 @@ impl Sim {
                     && h.demand.is_none_or(|d| h.issued_this_period < d)
                 {
                     let c = self.rng.below(h.channels.len() as u64) as usize;
-                    if !h.channels[c].try_admit(IoKind::Read, 4096).is_admitted() {
+                    if !h.channels[c]
+                        .try_admit(IoKind::Read, 4096, self.now)
+                        .is_admitted()
+                    {
                         break;
                     }
                     h.issued_this_period += 1;
@@ -199,12 +202,6 @@ impl Sim {
         let global = self.monitor.shared().global_available().ops as i128;
         // Caches hold at most a batch per channel: Haechi's clients hold batches too.
         let bound = remaining.max(res);
-        if std::env::var("SIMDBG").is_ok() {
-            eprintln!(
-                "t={t} remaining={remaining} global={global} res={res} epoch={}",
-                self.monitor.epoch()
-            );
-        }
         self.max_excess = self.max_excess.max(global + res - bound);
         let _ = cached;
     }
