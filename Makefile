@@ -5,12 +5,16 @@ SPDK_DIR ?= /opt/spdk
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test test-rust test-rpc test-spdk lint lab bench
+.PHONY: test test-rust test-loom test-rpc test-spdk lint lab bench
 
-test: test-rust test-rpc test-spdk
+test: test-rust test-loom test-rpc test-spdk
 
 test-rust:
 	cargo test
+
+# The ledger's lock-free parts, model-checked by loom (own target dir: other cfg).
+test-loom:
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p qos-core --release --lib loom
 
 # The rpc.py plugin's tests, in a virtualenv with pytest (and the PyPI spdk package,
 # whose rpc.py the real-parser tests drive).

@@ -17,7 +17,7 @@
 
 use crate::config::{BudgetClass, UNLIMITED};
 use crate::cost::{Amount, CostModel, Direction, IoKind, Resource};
-use crate::sync::{Arc, AtomicU64, Ordering, POOL_MAX, TokenPool, fence};
+use crate::sync::{Arc, AtomicU64, Ordering, POOL_MAX, SeqLock, TokenPool};
 use crate::time::Nanos;
 use crate::wire;
 
@@ -113,7 +113,53 @@ pub(crate) struct HostParams {
     pub(crate) configured: bool,
 }
 
+/// Words of [`HostParams`] in its sequence lock.
+const PARAM_WORDS: usize = 22;
+
 impl HostParams {
+    fn to_words(&self) -> [u64; PARAM_WORDS] {
+        let flags =
+            self.together as u64 | (self.limit_mask as u64) << 1 | (self.configured as u64) << 9;
+        let a = |x: Amount| [x.ops, x.bytes];
+        let mut w = [0u64; PARAM_WORDS];
+        w[0] = self.epoch;
+        w[1] = flags;
+        let pairs = [
+            a(self.limit[0]),
+            a(self.limit[1]),
+            a(self.limit[2]),
+            a(self.res_batch),
+            a(self.global_batch),
+            a(self.limit_batch),
+            a(self.capacity),
+            a(self.credit_cap),
+            a(self.pool_res[0]),
+            a(self.pool_res[1]),
+        ];
+        for (i, p) in pairs.iter().enumerate() {
+            w[2 + 2 * i] = p[0];
+            w[3 + 2 * i] = p[1];
+        }
+        w
+    }
+
+    fn from_words(w: &[u64; PARAM_WORDS]) -> Self {
+        let a = |i: usize| Amount::new(w[2 + 2 * i], w[3 + 2 * i]);
+        HostParams {
+            epoch: w[0],
+            together: w[1] & 1 == 1,
+            limit_mask: ((w[1] >> 1) & 0xff) as u8,
+            configured: (w[1] >> 9) & 1 == 1,
+            limit: [a(0), a(1), a(2)],
+            res_batch: a(3),
+            global_batch: a(4),
+            limit_batch: a(5),
+            capacity: a(6),
+            credit_cap: a(7),
+            pool_res: [a(8), a(9)],
+        }
+    }
+
     #[inline]
     fn pool(&self, dir: Direction) -> usize {
         if self.together { 0 } else { dir as usize }
@@ -124,26 +170,12 @@ impl HostParams {
     }
 }
 
-fn atomic_amount(a: Amount) -> [AtomicU64; 2] {
-    [AtomicU64::new(a.ops), AtomicU64::new(a.bytes)]
-}
-
 /// Shared state of one host.
 #[derive(Debug)]
 pub struct HostShared {
     pub(crate) id: u32,
     pub(crate) nqn: String,
-    /// Sequence-lock generation of the params below: odd while the monitor writes.
-    pub(crate) gen_: AtomicU64,
-    p_epoch: AtomicU64,
-    p_flags: AtomicU64,
-    p_limit: [[AtomicU64; 2]; 3],
-    p_res_batch: [AtomicU64; 2],
-    p_global_batch: [AtomicU64; 2],
-    p_limit_batch: [AtomicU64; 2],
-    p_capacity: [AtomicU64; 2],
-    p_credit_cap: [AtomicU64; 2],
-    p_pool_res: [[AtomicU64; 2]; 2],
+    params: SeqLock<PARAM_WORDS>,
     /// Reservation tokens per pool and resource.
     pub(crate) res: [[TokenPool; 2]; 2],
     /// Global tokens granted to this host ahead of its I/O (cooperative initiators).
@@ -231,20 +263,7 @@ impl HostShared {
         let h = HostShared {
             id,
             nqn,
-            gen_: AtomicU64::new(0),
-            p_epoch: AtomicU64::new(0),
-            p_flags: AtomicU64::new(0),
-            p_limit: [
-                atomic_amount(Amount::ZERO),
-                atomic_amount(Amount::ZERO),
-                atomic_amount(Amount::ZERO),
-            ],
-            p_res_batch: atomic_amount(Amount::ZERO),
-            p_global_batch: atomic_amount(Amount::ZERO),
-            p_limit_batch: atomic_amount(Amount::ZERO),
-            p_capacity: atomic_amount(Amount::ZERO),
-            p_credit_cap: atomic_amount(Amount::ZERO),
-            p_pool_res: [atomic_amount(Amount::ZERO), atomic_amount(Amount::ZERO)],
+            params: SeqLock::new(params.to_words()),
             res: Default::default(),
             credit: [TokenPool::new(tag, 0), TokenPool::new(tag, 0)],
             limit: Default::default(),
@@ -293,52 +312,20 @@ impl HostShared {
 
     /// Monitor only (single writer): publishes new params and bumps the generation.
     pub(crate) fn write_params(&self, p: &HostParams) {
-        let g = self.gen_.load(Ordering::Relaxed);
-        self.gen_.store(g.wrapping_add(1), Ordering::Relaxed);
-        fence(Ordering::Release);
-        self.p_epoch.store(p.epoch, Ordering::Relaxed);
-        let flags = p.together as u64 | (p.limit_mask as u64) << 1 | (p.configured as u64) << 9;
-        self.p_flags.store(flags, Ordering::Relaxed);
-        for c in 0..3 {
-            store2(&self.p_limit[c], p.limit[c]);
-        }
-        store2(&self.p_res_batch, p.res_batch);
-        store2(&self.p_global_batch, p.global_batch);
-        store2(&self.p_limit_batch, p.limit_batch);
-        store2(&self.p_capacity, p.capacity);
-        store2(&self.p_credit_cap, p.credit_cap);
-        store2(&self.p_pool_res[0], p.pool_res[0]);
-        store2(&self.p_pool_res[1], p.pool_res[1]);
-        self.gen_.store(g.wrapping_add(2), Ordering::Release);
+        self.params.write(&p.to_words());
     }
 
     /// Reads the params consistently; `None` while the monitor is writing them.
     pub(crate) fn try_read_params(&self) -> Option<(u64, HostParams)> {
-        let g1 = self.gen_.load(Ordering::Acquire);
-        if g1 & 1 == 1 {
-            return None;
-        }
-        let flags = self.p_flags.load(Ordering::Relaxed);
-        let p = HostParams {
-            epoch: self.p_epoch.load(Ordering::Relaxed),
-            together: flags & 1 == 1,
-            limit_mask: ((flags >> 1) & 0xff) as u8,
-            limit: [
-                load2r(&self.p_limit[0]),
-                load2r(&self.p_limit[1]),
-                load2r(&self.p_limit[2]),
-            ],
-            res_batch: load2r(&self.p_res_batch),
-            global_batch: load2r(&self.p_global_batch),
-            limit_batch: load2r(&self.p_limit_batch),
-            capacity: load2r(&self.p_capacity),
-            credit_cap: load2r(&self.p_credit_cap),
-            pool_res: [load2r(&self.p_pool_res[0]), load2r(&self.p_pool_res[1])],
-            configured: (flags >> 9) & 1 == 1,
-        };
-        fence(Ordering::Acquire);
-        let g2 = self.gen_.load(Ordering::Relaxed);
-        (g1 == g2).then_some((g1, p))
+        self.params
+            .try_read()
+            .map(|(g, w)| (g, HostParams::from_words(&w)))
+    }
+
+    /// The params' generation: channels compare it on every command.
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        self.params.generation()
     }
 
     pub(crate) fn read_params(&self) -> HostParams {
@@ -349,14 +336,6 @@ impl HostShared {
             std::hint::spin_loop();
         }
     }
-}
-
-fn store2(a: &[AtomicU64; 2], v: Amount) {
-    a[0].store(v.ops, Ordering::Relaxed);
-    a[1].store(v.bytes, Ordering::Relaxed);
-}
-fn load2r(a: &[AtomicU64; 2]) -> Amount {
-    Amount::new(a[0].load(Ordering::Relaxed), a[1].load(Ordering::Relaxed))
 }
 
 /// Why an I/O could not be admitted now.
@@ -432,7 +411,7 @@ pub struct ChannelTokens {
 impl ChannelTokens {
     pub fn new(domain: Arc<DomainShared>, host: Arc<HostShared>) -> Self {
         let params = host.read_params();
-        let gen_ = host.gen_.load(Ordering::Acquire);
+        let gen_ = host.generation();
         let cost = domain.cost;
         ChannelTokens {
             domain,
@@ -471,7 +450,7 @@ impl ChannelTokens {
     /// Picks up a roll-over or a reconfiguration published by the monitor.
     #[inline]
     fn sync(&mut self) {
-        if self.host.gen_.load(Ordering::Acquire) != self.gen_ {
+        if self.host.generation() != self.gen_ {
             self.refresh();
         }
     }
@@ -802,49 +781,25 @@ pub(crate) fn clamp_pool(v: u64) -> u64 {
     v.min(POOL_MAX)
 }
 
-/// The sequence lock between the monitor (writer) and a channel (reader): a reader
-/// never sees a mix of two configurations.
-#[cfg(all(test, loom))]
-mod loom_tests {
+#[cfg(all(test, not(loom)))]
+mod tests {
     use super::*;
-    use loom::thread;
-
-    /// Every interleaving with one preemption: the params are some twenty
-    /// atomics, and each relaxed load may see several stores, so the unbounded space
-    /// is far too large; a torn read needs only one preemption inside the write.
-    fn bounded(f: impl Fn() + Sync + Send + 'static) {
-        let mut b = loom::model::Builder::new();
-        b.preemption_bound = Some(1);
-        b.check(f);
-    }
-
-    fn params(v: u64) -> HostParams {
-        HostParams {
-            epoch: v,
-            together: true,
-            limit_mask: 0,
-            limit: [Amount::new(v, v); 3],
-            res_batch: Amount::new(v, v),
-            global_batch: Amount::new(v, v),
-            limit_batch: Amount::new(v, v),
-            capacity: Amount::new(v, v),
-            credit_cap: Amount::new(v, v),
-            pool_res: [Amount::new(v, v); 2],
-            configured: true,
-        }
-    }
 
     #[test]
-    fn params_are_read_whole() {
-        bounded(|| {
-            let h = Arc::new(HostShared::new(0, "nqn.loom".into(), &params(1)));
-            let h2 = h.clone();
-            let reader = thread::spawn(move || h2.try_read_params());
-            h.write_params(&params(2));
-            if let Some((g, p)) = reader.join().unwrap() {
-                assert!(p == params(1) || p == params(2), "torn read: {p:?}");
-                assert_eq!(g % 2, 0);
-            }
-        });
+    fn params_round_trip_through_the_seqlock_words() {
+        let p = HostParams {
+            epoch: 7,
+            together: false,
+            limit_mask: 0b10_0101,
+            limit: [Amount::new(1, 2), Amount::new(3, 4), Amount::new(5, 6)],
+            res_batch: Amount::new(7, 8),
+            global_batch: Amount::new(9, 10),
+            limit_batch: Amount::new(11, 12),
+            capacity: Amount::new(13, 14),
+            credit_cap: Amount::new(15, 16),
+            pool_res: [Amount::new(17, 18), Amount::new(19, 20)],
+            configured: true,
+        };
+        assert_eq!(HostParams::from_words(&p.to_words()), p);
     }
 }

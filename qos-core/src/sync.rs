@@ -168,6 +168,55 @@ impl TokenPool {
     }
 }
 
+/// A sequence lock over `N` words: one writer (the monitor) publishes a whole record,
+/// many readers (channels) copy it out and retry or give up if a write overlapped.
+/// All words are atomics, so a torn read is detected, never undefined behaviour.
+#[derive(Debug)]
+pub struct SeqLock<const N: usize> {
+    gen_: AtomicU64,
+    words: [AtomicU64; N],
+}
+
+impl<const N: usize> SeqLock<N> {
+    pub fn new(words: [u64; N]) -> Self {
+        SeqLock {
+            gen_: AtomicU64::new(0),
+            words: words.map(AtomicU64::new),
+        }
+    }
+
+    /// The generation: it changes with every write (odd while one is under way).
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.gen_.load(Ordering::Acquire)
+    }
+
+    /// Single writer only.
+    pub fn write(&self, words: &[u64; N]) {
+        let g = self.gen_.load(Ordering::Relaxed);
+        self.gen_.store(g.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (w, v) in self.words.iter().zip(words) {
+            w.store(*v, Ordering::Relaxed);
+        }
+        self.gen_.store(g.wrapping_add(2), Ordering::Release);
+    }
+
+    /// A consistent copy and its generation, or `None` while a write is under way.
+    pub fn try_read(&self) -> Option<(u64, [u64; N])> {
+        let g1 = self.gen_.load(Ordering::Acquire);
+        if g1 & 1 == 1 {
+            return None;
+        }
+        let mut out = [0u64; N];
+        for (o, w) in out.iter_mut().zip(&self.words) {
+            *o = w.load(Ordering::Relaxed);
+        }
+        fence(Ordering::Acquire);
+        (self.gen_.load(Ordering::Relaxed) == g1).then_some((g1, out))
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -256,6 +305,21 @@ mod loom_tests {
                 "period 1 tokens: taken or expired"
             );
             assert_eq!(a_new + b_new + left, 4, "period 2 tokens: taken or left");
+        });
+    }
+
+    /// A reader never sees a mix of two records.
+    #[test]
+    fn seqlock_reads_are_whole() {
+        loom::model(|| {
+            let l = Arc::new(SeqLock::new([1, 1, 1]));
+            let l2 = l.clone();
+            let reader = thread::spawn(move || l2.try_read());
+            l.write(&[2, 2, 2]);
+            if let Some((g, w)) = reader.join().unwrap() {
+                assert!(w == [1, 1, 1] || w == [2, 2, 2], "torn read: {w:?}");
+                assert_eq!(g % 2, 0);
+            }
         });
     }
 
