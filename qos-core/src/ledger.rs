@@ -117,7 +117,7 @@ pub(crate) struct HostParams {
 const PARAM_WORDS: usize = 22;
 
 impl HostParams {
-    fn to_words(&self) -> [u64; PARAM_WORDS] {
+    fn to_words(self) -> [u64; PARAM_WORDS] {
         let flags =
             self.together as u64 | (self.limit_mask as u64) << 1 | (self.configured as u64) << 9;
         let a = |x: Amount| [x.ops, x.bytes];
