@@ -69,6 +69,14 @@ fn link(spdk_dir: &Path, pc_dir: &Path) {
             println!("cargo:rustc-link-lib=dylib={lib}");
         }
     }
+    // SPDK's shared libraries leave symbols (ISA-L, DPDK) for the application binary to
+    // provide; unit-test executables are not such applications and only need the
+    // libraries to load (symbols bind lazily, on first call, which tests never make).
+    println!("cargo:rustc-link-arg=-Wl,--allow-shlib-undefined");
+    println!(
+        "cargo:rustc-link-arg=-Wl,-rpath,{}",
+        spdk_dir.join("build/lib").display()
+    );
     // Exposed to dependents' build scripts as DEP_SPDK_LIB_DIR and DEP_SPDK_ROOT.
     println!("cargo:lib_dir={}", spdk_dir.join("build/lib").display());
     println!("cargo:root={}", spdk_dir.display());
