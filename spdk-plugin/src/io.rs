@@ -10,8 +10,8 @@
 //!
 //! | bdev I/O | charged as | cost | notes |
 //! |---|---|---|---|
-//! | READ | read | 1 op + its bytes | credit in completion dword 0 |
-//! | WRITE | write | 1 op + its bytes (x write weight) | credit in completion dword 0 |
+//! | READ | read | 1 op + its bytes | credit in completion dword 0 (cooperative hosts) |
+//! | WRITE | write | 1 op + its bytes (x write weight) | credit in completion dword 0 (cooperative hosts) |
 //! | COMPARE | other (read direction) | 1 op + its bytes | |
 //! | FLUSH, UNMAP, WRITE_ZEROES | write direction | 1 op, 0 bytes (x write weight) | no data crosses the fabric |
 //! | NVMe passthru forwarded to the base | other | 1 op + its data bytes | |
@@ -488,6 +488,9 @@ impl Inner {
         };
         match wire::decode_request(opc, &cmd, len) {
             Ok(req) => {
+                if !node.cooperative.load(Ordering::Relaxed) {
+                    node.cooperative.store(true, Ordering::Relaxed);
+                }
                 let (reply, credit) = {
                     let mut st = self.st.borrow_mut();
                     let r = st.tokens.serve_request(req, now());
@@ -642,8 +645,10 @@ unsafe extern "C" fn base_done(base: *mut ffi::spdk_bdev_io, success: bool, arg:
     let credit = if c.accounted {
         let mut st = inner.st.borrow_mut();
         st.tokens.record_completion(c.kind, c.bytes);
-        (success && (t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE))
-            .then(|| st.tokens.credit_hint().encode())
+        (success
+            && (t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE)
+            && inner.node().cooperative.load(Ordering::Relaxed))
+        .then(|| st.tokens.credit_hint().encode())
     } else {
         None
     };

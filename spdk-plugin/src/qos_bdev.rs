@@ -88,6 +88,11 @@ pub struct QosNode {
     pub deleting: AtomicBool,
     /// The base accepts NVMe I/O passthru (unknown opcodes are forwarded to it).
     pub base_nvme_io: bool,
+    /// The host has sent a valid token-protocol command: from then on successful reads
+    /// and writes carry its credit in completion dword 0. Until then dword 0 stays 0,
+    /// which keeps SPDK's NVMe/TCP "C2H success" optimisation (no response capsule after
+    /// the data of a successful read) for hosts that do not use the credit.
+    pub cooperative: AtomicBool,
 }
 
 // SAFETY: `bdev` is never read or written by Rust after registration (only its address
@@ -498,6 +503,7 @@ pub fn create(p: BdevParams) -> Result<String, Refusal> {
         host_shared: hshared,
         deleting: AtomicBool::new(false),
         base_nvme_io,
+        cooperative: AtomicBool::new(false),
     });
     let ptr: *const QosNode = Box::into_raw(node);
     // SAFETY: `ptr` is the fresh node; its bdev is not registered yet, so nothing else
