@@ -6,6 +6,8 @@
 //!
 //! Nothing here links SPDK: on a machine without it the test prints a SKIPPED line.
 
+pub mod nvme_tcp;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};

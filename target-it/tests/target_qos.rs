@@ -573,3 +573,148 @@ fn rpcs_refuse_bad_input() {
     t.call("qos_domain_delete", json!({"name": "d"}));
     assert_eq!(t.call("qos_domain_get", Value::Null), json!([]));
 }
+
+#[test]
+fn token_protocol_over_nvme_tcp() {
+    use qos_core::wire::{self, Credit, Request, StateReply};
+    use target_it::nvme_tcp::{Qpair, Sqe, connect_io};
+    let Some(spdk) = spdk_or_skip("target_qos::token_protocol_over_nvme_tcp") else {
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
+    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    let mut t = target(&spdk, Some(&plugin));
+    malloc(&mut t);
+    t.call(
+        "qos_domain_create",
+        json!({"name": "d", "capacity_iops": 100000, "period_ms": 1000, "estimator": false}),
+    );
+    for (i, min) in [(1, 1000), (2, 3000)] {
+        t.call(
+            "qos_host_set",
+            json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": min, "max_iops": 50000}),
+        );
+        t.call(
+            "qos_bdev_create",
+            json!({"name": format!("qos{i}"), "base_bdev_name": "Malloc0", "domain": "d",
+                   "host_nqn": host_nqn(i)}),
+        );
+    }
+    expose_per_host(&mut t, &["qos1".into(), "qos2".into()], PORT);
+
+    // Host 2 cannot reach host 1's QoS bdev (its subsystem allows host 1 only).
+    let (_q, c) = Qpair::connect(PORT, &subsys_nqn(1), &host_nqn(2), 0, 0xFFFF)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!c.ok(), "host 2 must not connect to host 1's subsystem");
+    println!(
+        "host 2 -> host 1's subsystem: refused (sct {} sc {:#x})",
+        c.sct, c.sc
+    );
+
+    let (_admin, mut io) =
+        connect_io(PORT, &subsys_nqn(1), &host_nqn(1)).unwrap_or_else(|e| panic!("{e}"));
+    let mut buf = Vec::new();
+    let read = Sqe::new(0x02, 1).cdw(10, 0).cdw(11, 0).cdw(12, 7); // 8 x 512 B
+    // Before the host speaks the protocol, reads complete plainly (C2H success).
+    let c = io
+        .command(read, 4096, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.ok() && buf.len() == 4096, "{c:?}");
+    assert_eq!(c.cdw0, 0, "no credit before the host speaks the protocol");
+
+    let vendor = |req: Request| {
+        let (opc, v) = wire::encode_request(req);
+        Sqe::new(opc, 1)
+            .cdw(10, v.cdw10)
+            .cdw(11, v.cdw11)
+            .cdw(12, v.cdw12)
+            .cdw(13, v.cdw13)
+    };
+    let c = io
+        .command(vendor(Request::GetState), 4096, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.ok(), "GET_STATE failed: {c:?}");
+    let r = StateReply::decode(&buf).unwrap_or_else(|e| panic!("{e}"));
+    println!("GET_STATE: {r:?}; cdw0 {:#010x}", c.cdw0);
+    assert!(r.flags & wire::flags::CONFIGURED != 0);
+    assert_eq!(r.reservation_per_period_ops, 1000);
+    assert_eq!(r.period_ns, 1_000_000_000);
+    assert!(
+        Credit::decode(c.cdw0).is_some(),
+        "vendor completion carries the credit"
+    );
+
+    let c = io
+        .command(
+            vendor(Request::Acquire { ops: 50, bytes: 0 }),
+            128,
+            &mut buf,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let a = StateReply::decode(&buf).unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "ACQUIRE 50: granted {} credit {}",
+        a.granted_ops, a.credit_ops
+    );
+    assert!(c.ok() && a.granted_ops == 50 && a.credit_ops >= 50, "{a:?}");
+
+    // Now reads carry the credit in dword 0 (so SPDK sends a response capsule).
+    let c = io
+        .command(read, 4096, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let credit = Credit::decode(c.cdw0).unwrap_or_else(|| panic!("no credit in {c:?}"));
+    println!(
+        "READ after the protocol: cdw0 {:#010x} = {credit:?}",
+        c.cdw0
+    );
+    assert!(c.ok() && !c.implied && credit.available_ops > 0);
+
+    // Bad fields get NVMe errors.
+    let bad_version = vendor(Request::GetState).cdw(11, 2);
+    let c = io
+        .command(bad_version, 128, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (c.sct, c.sc),
+        (0, wire::status::INVALID_FIELD),
+        "bad version: {c:?}"
+    );
+    let bad_magic = vendor(Request::GetState).cdw(10, 0x1234);
+    let c = io
+        .command(bad_magic, 128, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (c.sct, c.sc),
+        (0, wire::status::INVALID_FIELD),
+        "bad magic: {c:?}"
+    );
+    let c = io
+        .command(vendor(Request::GetState), 64, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (c.sct, c.sc),
+        (0, wire::status::DATA_SGL_LENGTH_INVALID),
+        "short buffer: {c:?}"
+    );
+    let c = io
+        .command(Sqe::new(0xC4, 1), 0, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (c.sct, c.sc),
+        (0, wire::status::INVALID_OPCODE),
+        "unknown opcode: {c:?}"
+    );
+
+    // Host 2's commands see host 2's ledger.
+    let (_admin2, mut io2) =
+        connect_io(PORT, &subsys_nqn(2), &host_nqn(2)).unwrap_or_else(|e| panic!("{e}"));
+    let c = io2
+        .command(vendor(Request::GetState), 128, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let r2 = StateReply::decode(&buf).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        c.ok() && r2.reservation_per_period_ops == 3000 && r2.credit_ops == 0,
+        "{r2:?}"
+    );
+}
