@@ -25,7 +25,93 @@ enum Config {
     BdevQosLimit(u64),
 }
 
+/// Share of the target's samples in the plugin and in SPDK's bdev layer, from
+/// `perf record` on the running `nvmf_tgt` (when the `perf` tool is installed).
+#[derive(Debug, Clone, Copy)]
+struct Profile {
+    plugin: f64,
+    bdev: f64,
+    samples: u64,
+}
+
+fn profile_target(shm_id: u32, secs: u32) -> Option<Profile> {
+    let pid = String::from_utf8(
+        std::process::Command::new("pgrep")
+            .args(["-f", &format!("nvmf_tgt -m 0x1 -i {shm_id} ")])
+            .output()
+            .ok()?
+            .stdout,
+    )
+    .ok()?
+    .split_whitespace()
+    .last()?
+    .to_string();
+    let data = std::env::temp_dir().join(format!("nvmf-qos-bench-{}.perf", std::process::id()));
+    let ok = std::process::Command::new("perf")
+        .args(["record", "-q", "-F", "999", "-p", &pid, "-o"])
+        .arg(&data)
+        .args(["--", "sleep", &secs.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?
+        .success();
+    if !ok {
+        return None;
+    }
+    let out = std::process::Command::new("perf")
+        .args(["report", "--stdio", "--sort", "dso", "-i"])
+        .arg(&data)
+        .output()
+        .ok()?;
+    let _ = std::fs::remove_file(&data);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let share = |dso: &str| {
+        text.lines()
+            .filter(|l| l.contains(dso))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .next()?
+                    .trim_end_matches('%')
+                    .parse::<f64>()
+                    .ok()
+            })
+            .sum::<f64>()
+    };
+    let samples = text
+        .lines()
+        .find(|l| l.contains("Samples:"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|n| {
+            n.trim_end_matches('K')
+                .parse::<f64>()
+                .ok()
+                .map(|v| if l_has_k(n) { v * 1000.0 } else { v })
+        })
+        .unwrap_or(0.0) as u64;
+    Some(Profile {
+        plugin: share("libnvmf_qos_tgt"),
+        bdev: share("libspdk_bdev.so"),
+        samples,
+    })
+}
+
+fn l_has_k(n: &str) -> bool {
+    n.ends_with('K')
+}
+
 fn run(spdk: &Spdk, plugin: &std::path::Path, c: Config, secs: u32, qd: u32) -> PerfResult {
+    run_profiled(spdk, plugin, c, secs, qd, false).0
+}
+
+fn run_profiled(
+    spdk: &Spdk,
+    plugin: &std::path::Path,
+    c: Config,
+    secs: u32,
+    qd: u32,
+    profile: bool,
+) -> (PerfResult, Option<Profile>) {
     let with_plugin = matches!(c, Config::Plugin | Config::PluginLimit(_));
     let mut t = Target::start(
         spdk,
@@ -83,11 +169,18 @@ fn run(spdk: &Spdk, plugin: &std::path::Path, c: Config, secs: u32, qd: u32) -> 
         shm_id: 62,
         latency: true,
     };
-    let r = job.spawn(spdk).unwrap_or_else(|e| panic!("{e}")).wait();
+    let running = job.spawn(spdk).unwrap_or_else(|e| panic!("{e}"));
+    let prof = if profile && secs > 4 {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        profile_target(61, secs - 3)
+    } else {
+        None
+    };
+    let r = running.wait();
     if !r.ok {
         panic!("perf failed:\n{}", r.output);
     }
-    r
+    (r, prof)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -121,9 +214,17 @@ fn main() {
     let mut ratios = Vec::new();
     let mut p99_diff = Vec::new();
     let mut rows = Vec::new();
+    let mut profs = Vec::new();
     for round in 1..=rounds {
-        let b = run(&spdk, &plugin, Config::Bare, secs, 32);
-        let p = run(&spdk, &plugin, Config::Plugin, secs, 32);
+        let (b, pb) = run_profiled(&spdk, &plugin, Config::Bare, secs, 32, true);
+        let (p, pp) = run_profiled(&spdk, &plugin, Config::Plugin, secs, 32, true);
+        if let (Some(pb), Some(pp)) = (pb, pp) {
+            println!(
+                "round {round}: target CPU samples in libspdk_bdev {:.2}% (bare) vs {:.2}% (plugin); in the plugin {:.2}%",
+                pb.bdev, pp.bdev, pp.plugin
+            );
+            profs.push((pb, pp));
+        }
         let ratio = p.iops / b.iops;
         let d = p.p99_us.unwrap_or(f64::NAN) - b.p99_us.unwrap_or(f64::NAN);
         println!(
@@ -176,14 +277,34 @@ fn main() {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let (b, p) = &rows[rows.len() / 2];
+    let mid = ratios
+        .iter()
+        .position(|r| *r == ratio)
+        .unwrap_or(rows.len() / 2);
+    let (b, p) = &rows[mid];
     println!(
-        "| bare / plugin, middle round | {:.0} / {:.0} IOPS, p99 {:.1} / {:.1} us |",
+        "| bare / plugin, median round | {:.0} / {:.0} IOPS, p99 {:.1} / {:.1} us |",
         b.iops,
         p.iops,
         b.p99_us.unwrap_or(f64::NAN),
         p.p99_us.unwrap_or(f64::NAN)
     );
+    if !profs.is_empty() {
+        let extra = median(
+            profs
+                .iter()
+                .map(|(b, p)| p.plugin + p.bdev - b.bdev)
+                .collect(),
+        );
+        println!(
+            "| target CPU spent in the plugin plus the extra bdev layer (perf record, median; samples {}) | {extra:.2}% |",
+            profs
+                .iter()
+                .map(|(_, p)| p.samples.to_string())
+                .collect::<Vec<_>>()
+                .join("/")
+        );
+    }
     for (limit, q, s) in &acc {
         println!(
             "| limit {limit} IOPS: achieved/limit, plugin vs bdev_set_qos_limit | {:.4} vs {:.4} |",
