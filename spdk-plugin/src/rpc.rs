@@ -160,7 +160,7 @@ methods! {
     MHostSet = c"qos_host_set", ANY, |q, p| answer(q, host_set(p));
     MHostRemove = c"qos_host_remove", rpc::RUNTIME, |q, p| answer(q, host_remove(p));
     MHostGet = c"qos_host_get", rpc::RUNTIME, |q, p| answer(q, host_get(p));
-    MBdevCreate = c"qos_bdev_create", ANY, |q, p| answer(q, bdev_create(p));
+    MBdevCreate = c"qos_bdev_create", rpc::RUNTIME, |q, p| answer(q, bdev_create(p));
     MBdevDelete = c"qos_bdev_delete", rpc::RUNTIME, |q: RpcRequest, p| {
         match parse::<NameReq>("qos_bdev_delete", p) {
             Ok(n) => qos_bdev::delete(&n.name, move |r| answer(q, r.map(|()| json!(true)))),

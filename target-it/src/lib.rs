@@ -66,17 +66,17 @@ pub fn plugin_lib() -> Result<PathBuf, String> {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    // <target>/<profile>/deps/<test> or <target>/<profile>/<bin>
+    // <target>/<profile>/deps/<test> or <target>/<profile>/<bin>: the release build
+    // first, then the executable's own profile, then debug.
+    let lib = "libnvmf_qos_tgt.so";
+    let ancestors: Vec<&Path> = exe.ancestors().skip(1).take(3).collect();
     let mut candidates = Vec::new();
-    for anc in exe.ancestors().skip(1).take(3) {
-        for profile in ["release", "debug"] {
-            candidates.push(anc.join(profile).join("libnvmf_qos_tgt.so"));
-        }
-        candidates.push(anc.join("libnvmf_qos_tgt.so"));
-    }
     if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
-        candidates.insert(0, Path::new(&t).join("release/libnvmf_qos_tgt.so"));
+        candidates.push(Path::new(&t).join("release").join(lib));
     }
+    candidates.extend(ancestors.iter().map(|a| a.join("release").join(lib)));
+    candidates.extend(ancestors.iter().map(|a| a.join(lib)));
+    candidates.extend(ancestors.iter().map(|a| a.join("debug").join(lib)));
     candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
         "libnvmf_qos_tgt.so not found: build it first with `cargo build --release -p spdk-plugin` \
          (same CARGO_TARGET_DIR) or set NVMF_QOS_TGT_LIB"
@@ -153,6 +153,8 @@ pub struct TargetOpts {
     pub core_mask: String,
     /// Hard bound on the target's lifetime.
     pub max_secs: u64,
+    /// A JSON configuration to start from (`--json`).
+    pub json_config: Option<PathBuf>,
 }
 
 impl Target {
@@ -190,8 +192,11 @@ impl Target {
                 "--disable-cpumask-locks",
                 "-r",
             ])
-            .arg(&sock)
-            .stdout(logf.try_clone().map_err(|e| e.to_string())?)
+            .arg(&sock);
+        if let Some(j) = &o.json_config {
+            cmd.arg("--json").arg(j);
+        }
+        cmd.stdout(logf.try_clone().map_err(|e| e.to_string())?)
             .stderr(logf)
             .stdin(Stdio::null());
         let child = cmd.spawn().map_err(|e| format!("spawn nvmf_tgt: {e}"))?;
@@ -254,6 +259,18 @@ impl Target {
             });
         }
         Ok(resp.get("result").cloned().unwrap_or(Value::Null))
+    }
+
+    /// What `rpc.py save_config` writes: every subsystem's configuration.
+    pub fn save_config(&mut self) -> Value {
+        let subs = self.call("framework_get_subsystems", Value::Null);
+        let mut out = Vec::new();
+        for s in subs.as_array().into_iter().flatten() {
+            let name = s["subsystem"].as_str().unwrap_or_default().to_string();
+            let cfg = self.call("framework_get_config", json!({"name": name}));
+            out.push(json!({"subsystem": name, "config": cfg}));
+        }
+        json!({"subsystems": out})
     }
 
     /// `rpc`, panicking with the method and error (test setup steps).

@@ -43,6 +43,7 @@ fn target(spdk: &Spdk, plugin: Option<&std::path::Path>) -> Target {
             shm_id: TGT_SHM,
             core_mask: "0x1".into(),
             max_secs: 240,
+            json_config: None,
         },
     )
     .unwrap_or_else(|e| panic!("{e}"))
@@ -568,10 +569,59 @@ fn rpcs_refuse_bad_input() {
         pos("bdev_malloc_create") < pos("qos_bdev_create"),
         "{methods:?}"
     );
-    t.call("qos_bdev_delete", json!({"name": "q1"}));
-    t.call("qos_bdev_delete", json!({"name": "q2"}));
-    t.call("qos_domain_delete", json!({"name": "d"}));
-    assert_eq!(t.call("qos_domain_get", Value::Null), json!([]));
+    // save_config replays to the same state.
+    t.call(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": h1, "min_iops": 300, "max_iops": 600,
+               "weight": 5, "priority": "high"}),
+    );
+    let state = |t: &mut Target| {
+        (
+            t.call("qos_domain_get", Value::Null),
+            t.call("qos_host_get", json!({"domain": "d"})),
+            t.call("qos_bdev_get", Value::Null),
+        )
+    };
+    let before = state(&mut t);
+    let cfg = t.save_config();
+    let file = std::env::temp_dir().join(format!("nvmf-qos-it-{}.json", std::process::id()));
+    std::fs::write(&file, cfg.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let bdev_cfg: Vec<String> = cfg["subsystems"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["subsystem"] == "bdev")
+        .flat_map(|s| s["config"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["method"].as_str().map(str::to_string))
+        .collect();
+    println!("saved bdev section: {bdev_cfg:?}");
+    drop(t);
+    let mut t2 = Target::start(
+        &spdk,
+        &TargetOpts {
+            plugin: Some(plugin.clone()),
+            shm_id: TGT_SHM,
+            core_mask: "0x1".into(),
+            max_secs: 60,
+            json_config: Some(file.clone()),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let after = state(&mut t2);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(
+        before, after,
+        "save_config did not replay to the same state"
+    );
+    println!(
+        "save_config replayed: {} QoS bdevs, hosts {}",
+        after.2.as_array().map_or(0, Vec::len),
+        after.1
+    );
+    t2.call("qos_bdev_delete", json!({"name": "q1"}));
+    t2.call("qos_bdev_delete", json!({"name": "q2"}));
+    t2.call("qos_domain_delete", json!({"name": "d"}));
+    assert_eq!(t2.call("qos_domain_get", Value::Null), json!([]));
 }
 
 #[test]

@@ -31,7 +31,8 @@ enum Config {
 struct Profile {
     plugin: f64,
     bdev: f64,
-    samples: u64,
+    /// CPU time of the target during the recording, ns.
+    cpu_ns: f64,
 }
 
 fn profile_target(shm_id: u32, secs: u32) -> Option<Profile> {
@@ -78,26 +79,18 @@ fn profile_target(shm_id: u32, secs: u32) -> Option<Profile> {
             })
             .sum::<f64>()
     };
-    let samples = text
+    // For the cpu-clock event the count is the CPU time sampled, in nanoseconds.
+    let cpu_ns = text
         .lines()
-        .find(|l| l.contains("Samples:"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .and_then(|n| {
-            n.trim_end_matches('K')
-                .parse::<f64>()
-                .ok()
-                .map(|v| if l_has_k(n) { v * 1000.0 } else { v })
-        })
-        .unwrap_or(0.0) as u64;
+        .find(|l| l.contains("Event count (approx.):"))
+        .and_then(|l| l.rsplit(':').next())
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
     Some(Profile {
         plugin: share("libnvmf_qos_tgt"),
         bdev: share("libspdk_bdev.so"),
-        samples,
+        cpu_ns,
     })
-}
-
-fn l_has_k(n: &str) -> bool {
-    n.ends_with('K')
 }
 
 fn run(spdk: &Spdk, plugin: &std::path::Path, c: Config, secs: u32, qd: u32) -> PerfResult {
@@ -120,6 +113,7 @@ fn run_profiled(
             shm_id: 61,
             core_mask: "0x1".into(),
             max_secs: secs as u64 + 60,
+            json_config: None,
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -219,11 +213,20 @@ fn main() {
         let (b, pb) = run_profiled(&spdk, &plugin, Config::Bare, secs, 32, true);
         let (p, pp) = run_profiled(&spdk, &plugin, Config::Plugin, secs, 32, true);
         if let (Some(pb), Some(pp)) = (pb, pp) {
-            println!(
-                "round {round}: target CPU samples in libspdk_bdev {:.2}% (bare) vs {:.2}% (plugin); in the plugin {:.2}%",
-                pb.bdev, pp.bdev, pp.plugin
+            // CPU time per I/O in a DSO: its share of the samples times the target's CPU
+            // time during the recording, over the I/O completed meanwhile.
+            let psecs = (secs - 3) as f64;
+            let ns =
+                |share: f64, pr: &Profile, iops: f64| share / 100.0 * pr.cpu_ns / (iops * psecs);
+            let (bdev_b, bdev_p, plug) = (
+                ns(pb.bdev, &pb, b.iops),
+                ns(pp.bdev, &pp, p.iops),
+                ns(pp.plugin, &pp, p.iops),
             );
-            profs.push((pb, pp));
+            println!(
+                "round {round}: target CPU per I/O: bdev layer {bdev_b:.0} ns (bare) vs {bdev_p:.0} ns (plugin, two layers); plugin code {plug:.0} ns"
+            );
+            profs.push((plug, bdev_p - bdev_b, 1e9 / b.iops));
         }
         let ratio = p.iops / b.iops;
         let d = p.p99_us.unwrap_or(f64::NAN) - b.p99_us.unwrap_or(f64::NAN);
@@ -290,19 +293,12 @@ fn main() {
         p.p99_us.unwrap_or(f64::NAN)
     );
     if !profs.is_empty() {
-        let extra = median(
-            profs
-                .iter()
-                .map(|(b, p)| p.plugin + p.bdev - b.bdev)
-                .collect(),
-        );
+        let plug = median(profs.iter().map(|p| p.0).collect());
+        let layer = median(profs.iter().map(|p| p.1).collect());
+        let bare = median(profs.iter().map(|p| p.2).collect());
         println!(
-            "| target CPU spent in the plugin plus the extra bdev layer (perf record, median; samples {}) | {extra:.2}% |",
-            profs
-                .iter()
-                .map(|(_, p)| p.samples.to_string())
-                .collect::<Vec<_>>()
-                .join("/")
+            "| target CPU per I/O added (perf record, median of {}): plugin code + second bdev layer | {plug:.0} ns + {layer:.0} ns (bare: {bare:.0} ns of wall time per I/O) |",
+            profs.len()
         );
     }
     for (limit, q, s) in &acc {
