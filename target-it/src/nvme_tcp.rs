@@ -140,6 +140,52 @@ impl Qpair {
         self.submit(sqe, None, Some(out))
     }
 
+    /// Sends a command asking for `c2h_len` bytes back, without waiting; returns its
+    /// command id. Collect completions with [`Qpair::recv`].
+    pub fn send(&mut self, sqe: Sqe, c2h_len: u32) -> std::io::Result<u16> {
+        let mut sqe = sqe.sgl(c2h_len, 0x5A);
+        self.cid = self.cid.wrapping_add(1);
+        sqe.0[2..4].copy_from_slice(&self.cid.to_le_bytes());
+        let mut pdu = vec![0u8; 72];
+        pdu[0] = CAPSULE_CMD;
+        pdu[2] = 72;
+        pdu[4..8].copy_from_slice(&72u32.to_le_bytes());
+        pdu[8..72].copy_from_slice(&sqe.0);
+        self.s.write_all(&pdu)?;
+        Ok(self.cid)
+    }
+
+    /// The next completion on this queue pair, with its command id (data is dropped).
+    pub fn recv(&mut self) -> std::io::Result<(u16, Completion)> {
+        loop {
+            let p = self.read_pdu()?;
+            match p[0] {
+                C2H_DATA if p.len() >= 24 && p[1] & C2H_SUCCESS != 0 => {
+                    let cid = u16::from_le_bytes([p[8], p[9]]);
+                    let c = Completion {
+                        cdw0: 0,
+                        sct: 0,
+                        sc: 0,
+                        implied: true,
+                    };
+                    return Ok((cid, c));
+                }
+                C2H_DATA => {}
+                CAPSULE_RESP if p.len() >= 24 => {
+                    let st = u16::from_le_bytes([p[22], p[23]]);
+                    let c = Completion {
+                        cdw0: u32::from_le_bytes([p[8], p[9], p[10], p[11]]),
+                        sc: ((st >> 1) & 0xFF) as u8,
+                        sct: ((st >> 9) & 0x7) as u8,
+                        implied: false,
+                    };
+                    return Ok((u16::from_le_bytes([p[20], p[21]]), c));
+                }
+                t => return Err(io_err(format!("unexpected PDU type {t:#x}"))),
+            }
+        }
+    }
+
     fn submit(
         &mut self,
         mut sqe: Sqe,
