@@ -228,7 +228,7 @@ pub enum TokenMode {
 
 /// When a period's reservation tokens become usable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", tag = "release")]
+#[serde(rename_all = "snake_case")]
 pub enum ReservationRelease {
     /// Haechi: all of R_i at the start of the period.
     Start,

@@ -496,7 +496,7 @@ impl ChannelTokens {
                 for r in 0..2 {
                     if self.params.limited(c, r) {
                         let n = need[r].min(self.params.limit[c].get(RES[r]));
-                        if self.lim[c][r] < n && !self.refill_limit(c, r, n) {
+                        if self.lim[c][r] < n && !self.refill_limit(c, r, n, now) {
                             self.held_events += 1;
                             return Admission::Held(HoldReason::Limit);
                         }
@@ -536,9 +536,14 @@ impl ChannelTokens {
     }
 
     #[cold]
-    fn refill_limit(&mut self, c: usize, r: usize, need: u64) -> bool {
+    fn refill_limit(&mut self, c: usize, r: usize, need: u64, now: Nanos) -> bool {
         let want = need - self.lim[c][r] + self.params.limit_batch.get(RES[r]);
-        self.lim[c][r] += self.host.limit[c][r].take(self.tag(), want);
+        // Paced release applies to the limit too: the allowance of a period comes out
+        // over the period, so a limit is a rate, not a burst at every period start.
+        let floor = self
+            .domain
+            .unreleased(self.params.limit[c].get(RES[r]), now);
+        self.lim[c][r] += self.host.limit[c][r].take_above(self.tag(), want, floor);
         self.lim[c][r] >= need
     }
 

@@ -510,8 +510,16 @@ impl Monitor {
         let lag_slack = self.cfg.release_burst().0;
         let mut closed = 0u64;
         let mut outstanding = [0u64; 2];
+        let mut in_flight_all = [0u64; 2];
+        let mut used = [0u64; 2];
         for h in &mut self.hosts {
             let c = h.shared.counters();
+            let spent = c.consumed_res.saturating_add(c.consumed_global);
+            let spent_before = h.last.consumed_res.saturating_add(h.last.consumed_global);
+            for r in 0..2 {
+                used[r] = used[r]
+                    .saturating_add(spent.get(RES[r]).saturating_sub(spent_before.get(RES[r])));
+            }
             // Idle: nothing outstanding now and nothing admitted since the last tick (a
             // host whose commands are still on their way is not idle).
             let idle = c.outstanding() == 0 && c.admitted_ios == h.admitted_at_tick;
@@ -550,6 +558,7 @@ impl Monitor {
                     .saturating_add(h.shared.credit[r].load().1)
                     .saturating_add(in_flight.get(RES[r]))
                     .saturating_add(cached.get(RES[r]));
+                in_flight_all[r] = in_flight_all[r].saturating_add(in_flight.get(RES[r]));
             }
         }
         self.shared.global_closed.store(closed, Ordering::Release);
@@ -558,7 +567,16 @@ impl Monitor {
         }
         for r in 0..2 {
             let remaining = mul_div(self.budget.get(RES[r]), num, den);
-            let g = clamp_pool(remaining.saturating_sub(outstanding[r]));
+            // Never more in a period than its budget: a target faster than its
+            // configured capacity must not turn every check interval's
+            // `C (T - t) - L` into fresh tokens on top of what was already spent.
+            let held = outstanding[r].saturating_sub(in_flight_all[r]);
+            let unspent = self
+                .budget
+                .get(RES[r])
+                .saturating_sub(used[r])
+                .saturating_sub(held);
+            let g = clamp_pool(remaining.saturating_sub(outstanding[r]).min(unspent));
             if let Some(old) = self.shared.global[r].set_in_period(tag, g) {
                 self.audit.issued[r] += g as i128 - old as i128;
             }

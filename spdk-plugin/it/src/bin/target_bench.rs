@@ -1,0 +1,318 @@
+//! Benchmark of the target plugin, as ratios measured in one run on one machine:
+//!
+//! 1. overhead: bare `nvmf_tgt` (malloc namespace) against `nvmf_tgt` with the plugin
+//!    and a domain whose capacity is far above demand (QoS bdev over the same malloc),
+//!    4 KiB random reads at queue depth 32 from one `spdk_nvme_perf`; IOPS ratio and
+//!    p99 latency difference, rounds interleaved (bare, plugin, bare, plugin, ...);
+//! 2. limit accuracy: the plugin's per-host limit (`max_iops`) against SPDK's
+//!    `bdev_set_qos_limit` (`rw_ios_per_sec`) at the same limit, with a load that
+//!    wants more: achieved/limit, average and p99 latency.
+//!
+//! Usage: `cargo run --release -p target-it --bin target-bench -- [rounds] [secs]`
+//! (SPDK at `SPDK_DIR`, the plugin built with `cargo build --release -p spdk-plugin`).
+//! Prints a Markdown table for docs/benchmarks.md.
+
+use serde_json::json;
+use target_it::*;
+
+const PORT: u16 = 4453;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Config {
+    Bare,
+    Plugin,
+    PluginLimit(u64),
+    BdevQosLimit(u64),
+}
+
+/// Share of the target's samples in the plugin and in SPDK's bdev layer, from
+/// `perf record` on the running `nvmf_tgt` (when the `perf` tool is installed).
+#[derive(Debug, Clone, Copy)]
+struct Profile {
+    plugin: f64,
+    bdev: f64,
+    /// CPU time of the target during the recording, ns.
+    cpu_ns: f64,
+}
+
+fn profile_target(shm_id: u32, secs: u32) -> Option<Profile> {
+    let pid = String::from_utf8(
+        std::process::Command::new("pgrep")
+            .args(["-f", &format!("nvmf_tgt -m 0x1 -i {shm_id} ")])
+            .output()
+            .ok()?
+            .stdout,
+    )
+    .ok()?
+    .split_whitespace()
+    .last()?
+    .to_string();
+    let data = std::env::temp_dir().join(format!("nvmf-qos-bench-{}.perf", std::process::id()));
+    let ok = std::process::Command::new("perf")
+        .args(["record", "-q", "-F", "999", "-p", &pid, "-o"])
+        .arg(&data)
+        .args(["--", "sleep", &secs.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?
+        .success();
+    if !ok {
+        return None;
+    }
+    let out = std::process::Command::new("perf")
+        .args(["report", "--stdio", "--sort", "dso", "-i"])
+        .arg(&data)
+        .output()
+        .ok()?;
+    let _ = std::fs::remove_file(&data);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let share = |dso: &str| {
+        text.lines()
+            .filter(|l| l.contains(dso))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .next()?
+                    .trim_end_matches('%')
+                    .parse::<f64>()
+                    .ok()
+            })
+            .sum::<f64>()
+    };
+    // For the cpu-clock event the count is the CPU time sampled, in nanoseconds.
+    let cpu_ns = text
+        .lines()
+        .find(|l| l.contains("Event count (approx.):"))
+        .and_then(|l| l.rsplit(':').next())
+        .and_then(|n| n.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    Some(Profile {
+        plugin: share("libnvmf_qos_tgt"),
+        bdev: share("libspdk_bdev.so"),
+        cpu_ns,
+    })
+}
+
+fn run(spdk: &Spdk, plugin: &std::path::Path, c: Config, secs: u32, qd: u32) -> PerfResult {
+    run_profiled(spdk, plugin, c, secs, qd, false).0
+}
+
+fn run_profiled(
+    spdk: &Spdk,
+    plugin: &std::path::Path,
+    c: Config,
+    secs: u32,
+    qd: u32,
+    profile: bool,
+) -> (PerfResult, Option<Profile>) {
+    let with_plugin = matches!(c, Config::Plugin | Config::PluginLimit(_));
+    let mut t = Target::start(
+        spdk,
+        &TargetOpts {
+            plugin: with_plugin.then(|| plugin.to_path_buf()),
+            shm_id: 61,
+            core_mask: "0x1".into(),
+            max_secs: secs as u64 + 60,
+            json_config: None,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    t.call(
+        "bdev_malloc_create",
+        json!({"name": "Malloc0", "num_blocks": 131072, "block_size": 512}),
+    );
+    let ns = if with_plugin {
+        t.call(
+            "qos_domain_create",
+            // 100 ms periods: a perf run starts at an arbitrary point of a period and may
+            // use that period's whole allowance, so the error of a rate measured over
+            // `secs` is at most one period's allowance (1.25% of 8 s).
+            json!({"name": "d", "capacity_iops": 10_000_000u64, "period_ms": 100,
+                   "estimator": false}),
+        );
+        let mut h = json!({"domain": "d", "host_nqn": host_nqn(1)});
+        if let Config::PluginLimit(l) = c {
+            h["max_iops"] = json!(l);
+        }
+        t.call("qos_host_set", h);
+        t.call(
+            "qos_bdev_create",
+            json!({"name": "qos1", "base_bdev_name": "Malloc0", "domain": "d",
+                   "host_nqn": host_nqn(1)}),
+        );
+        "qos1"
+    } else {
+        if let Config::BdevQosLimit(l) = c {
+            t.call(
+                "bdev_set_qos_limit",
+                json!({"name": "Malloc0", "rw_ios_per_sec": l}),
+            );
+        }
+        "Malloc0"
+    };
+    expose_per_host(&mut t, &[ns.to_string()], PORT);
+    let job = PerfJob {
+        host_nqn: host_nqn(1),
+        subnqn: subsys_nqn(1),
+        port: PORT,
+        qd,
+        io_size: 4096,
+        pattern: "randread".into(),
+        secs,
+        core_mask: "0x2".into(),
+        shm_id: 62,
+        latency: true,
+    };
+    let running = job.spawn(spdk).unwrap_or_else(|e| panic!("{e}"));
+    let prof = if profile && secs > 4 {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        profile_target(61, secs - 3)
+    } else {
+        None
+    };
+    let r = running.wait();
+    if !r.ok {
+        panic!("perf failed:\n{}", r.output);
+    }
+    (r, prof)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let secs: u32 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(8);
+    let Some(spdk) = spdk_or_skip("target-bench") else {
+        return;
+    };
+    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
+    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "target-bench: {rounds} rounds of {secs} s, 4 KiB randread QD32, nvmf_tgt on core 0, \
+         spdk_nvme_perf on core 1, NVMe/TCP 127.0.0.1, malloc bdev"
+    );
+
+    // 1. Overhead, interleaved.
+    let mut ratios = Vec::new();
+    let mut p99_diff = Vec::new();
+    let mut rows = Vec::new();
+    let mut profs = Vec::new();
+    for round in 1..=rounds {
+        let (b, pb) = run_profiled(&spdk, &plugin, Config::Bare, secs, 32, true);
+        let (p, pp) = run_profiled(&spdk, &plugin, Config::Plugin, secs, 32, true);
+        if let (Some(pb), Some(pp)) = (pb, pp) {
+            // CPU time per I/O in a DSO: its share of the samples times the target's CPU
+            // time during the recording, over the I/O completed meanwhile.
+            let psecs = (secs - 3) as f64;
+            let ns =
+                |share: f64, pr: &Profile, iops: f64| share / 100.0 * pr.cpu_ns / (iops * psecs);
+            let (bdev_b, bdev_p, plug) = (
+                ns(pb.bdev, &pb, b.iops),
+                ns(pp.bdev, &pp, p.iops),
+                ns(pp.plugin, &pp, p.iops),
+            );
+            println!(
+                "round {round}: target CPU per I/O: bdev layer {bdev_b:.0} ns (bare) vs {bdev_p:.0} ns (plugin, two layers); plugin code {plug:.0} ns"
+            );
+            profs.push((plug, bdev_p - bdev_b, 1e9 / b.iops));
+        }
+        let ratio = p.iops / b.iops;
+        let d = p.p99_us.unwrap_or(f64::NAN) - b.p99_us.unwrap_or(f64::NAN);
+        println!(
+            "round {round}: bare {:.0} IOPS p99 {:.1} us | plugin {:.0} IOPS p99 {:.1} us | ratio {ratio:.3}, p99 {d:+.1} us",
+            b.iops,
+            b.p99_us.unwrap_or(f64::NAN),
+            p.iops,
+            p.p99_us.unwrap_or(f64::NAN)
+        );
+        ratios.push(ratio);
+        p99_diff.push(d);
+        rows.push((b, p));
+    }
+    let ratio = median(ratios.clone());
+    let dp99 = median(p99_diff.clone());
+
+    // 2. Limit accuracy, plugin vs bdev QoS.
+    let mut acc = Vec::new();
+    for limit in [5_000u64, 20_000] {
+        let q = run(&spdk, &plugin, Config::PluginLimit(limit), secs, 32);
+        let s = run(&spdk, &plugin, Config::BdevQosLimit(limit), secs, 32);
+        println!(
+            "limit {limit}: plugin {:.0} IOPS ({:.4}x) avg {:.0} us p99 {:.0} us | bdev_set_qos_limit {:.0} IOPS ({:.4}x) avg {:.0} us p99 {:.0} us",
+            q.iops,
+            q.iops / limit as f64,
+            q.avg_us,
+            q.p99_us.unwrap_or(f64::NAN),
+            s.iops,
+            s.iops / limit as f64,
+            s.avg_us,
+            s.p99_us.unwrap_or(f64::NAN)
+        );
+        acc.push((limit, q, s));
+    }
+
+    println!("\n| measurement | value |\n|---|---|");
+    println!(
+        "| plugin/bare IOPS ratio (median of {rounds}; target >= 0.98) | {ratio:.3} (rounds: {}) |",
+        ratios
+            .iter()
+            .map(|r| format!("{r:.3}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "| p99 latency, plugin minus bare (median) | {dp99:+.1} us (rounds: {}) |",
+        p99_diff
+            .iter()
+            .map(|r| format!("{r:+.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mid = ratios
+        .iter()
+        .position(|r| *r == ratio)
+        .unwrap_or(rows.len() / 2);
+    let (b, p) = &rows[mid];
+    println!(
+        "| bare / plugin, median round | {:.0} / {:.0} IOPS, p99 {:.1} / {:.1} us |",
+        b.iops,
+        p.iops,
+        b.p99_us.unwrap_or(f64::NAN),
+        p.p99_us.unwrap_or(f64::NAN)
+    );
+    if !profs.is_empty() {
+        let plug = median(profs.iter().map(|p| p.0).collect());
+        let layer = median(profs.iter().map(|p| p.1).collect());
+        let bare = median(profs.iter().map(|p| p.2).collect());
+        println!(
+            "| target CPU per I/O added (perf record, median of {}): plugin code + second bdev layer | {plug:.0} ns + {layer:.0} ns (bare: {bare:.0} ns of wall time per I/O) |",
+            profs.len()
+        );
+    }
+    for (limit, q, s) in &acc {
+        println!(
+            "| limit {limit} IOPS: achieved/limit, plugin vs bdev_set_qos_limit | {:.4} vs {:.4} |",
+            q.iops / *limit as f64,
+            s.iops / *limit as f64
+        );
+        println!(
+            "| limit {limit} IOPS: avg / p99 latency, plugin vs bdev_set_qos_limit | {:.0} / {:.0} us vs {:.0} / {:.0} us |",
+            q.avg_us,
+            q.p99_us.unwrap_or(f64::NAN),
+            s.avg_us,
+            s.p99_us.unwrap_or(f64::NAN)
+        );
+    }
+}

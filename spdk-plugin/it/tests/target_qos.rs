@@ -1,0 +1,842 @@
+//! The target plugin in a real `nvmf_tgt` (SPDK at `SPDK_DIR`), over NVMe/TCP on
+//! 127.0.0.1, with one `spdk_nvme_perf` per host (each with its own host NQN).
+//! Prints `SKIPPED: ...` and passes when SPDK is not found.
+//!
+//! The QoS test runs the same load twice on the same machine (4 hosts, 4 KiB random
+//! reads, queue depth 32 each except the aggressive host 2 at 128, every perf process on
+//! core 1, the target on core 0):
+//! 1. baseline, without the plugin (one malloc partition per host): the split follows
+//!    the queue depths and the CPU scheduler, not the reservations, and nothing stops
+//!    host 2. Its aggregate A is what the machine can do with this load;
+//! 2. with the plugin: one QoS bdev per host over the shared malloc bdev, a domain with
+//!    capacity C = min(A/4, 8000 IOPS) (clearly below what the machine can do), Zipf reservations
+//!    adding up to 0.9 C, a limit on every host (1.2x to 2x its reservation),
+//!    500 ms periods. From
+//!    `qos_stats_get`'s per-period history: every host completes >= 99% of its
+//!    reservation in >= 95% of the periods, and no limited host exceeds its limit by
+//!    more than 1% (average over the window).
+//!
+//! The other tests check reconfiguration without disconnect, deletion and shutdown with
+//! held I/O, and the RPCs' refusals of bad input.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use target_it::*;
+
+/// SPDK processes of the tests must not overlap (cores, hugepages, ports).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const HOSTS: usize = 4;
+const PORT: u16 = 4452;
+const QD: u32 = 32;
+const PERIOD_MS: u64 = 500;
+const TGT_SHM: u32 = 41;
+
+fn target(spdk: &Spdk, plugin: Option<&std::path::Path>) -> Target {
+    Target::start(
+        spdk,
+        &TargetOpts {
+            plugin: plugin.map(|p| p.to_path_buf()),
+            shm_id: TGT_SHM,
+            core_mask: "0x1".into(),
+            max_secs: 240,
+            json_config: None,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn jobs(secs: u32, qds: &[u32]) -> Vec<PerfJob> {
+    (1..=HOSTS)
+        .map(|i| PerfJob {
+            host_nqn: host_nqn(i),
+            subnqn: subsys_nqn(i),
+            port: PORT,
+            qd: qds[i - 1],
+            io_size: 4096,
+            pattern: "randread".into(),
+            secs,
+            core_mask: "0x2".into(),
+            shm_id: 50 + i as u32,
+            latency: false,
+        })
+        .collect()
+}
+
+fn run_all(spdk: &Spdk, jobs: &[PerfJob]) -> Vec<PerfRun> {
+    jobs.iter()
+        .map(|j| j.spawn(spdk).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+fn malloc(t: &mut Target) {
+    t.call(
+        "bdev_malloc_create",
+        json!({"name": "Malloc0", "num_blocks": 131072, "block_size": 512}),
+    );
+}
+
+/// Plain namespaces: the malloc bdev split in one partition per host.
+fn plain_setup(t: &mut Target, device_iops: Option<u64>) {
+    malloc(t);
+    t.call(
+        "bdev_split_create",
+        json!({"base_bdev": "Malloc0", "split_count": HOSTS}),
+    );
+    if let Some(l) = device_iops {
+        t.call(
+            "bdev_set_qos_limit",
+            json!({"name": "Malloc0", "rw_ios_per_sec": l}),
+        );
+    }
+    let bdevs: Vec<String> = (0..HOSTS).map(|i| format!("Malloc0p{i}")).collect();
+    expose_per_host(t, &bdevs, PORT);
+}
+
+fn print_perf(title: &str, res: &[u64], r: &[PerfResult]) {
+    println!("{title}");
+    println!("  host  reservation_iops  iops      avg_us");
+    for (i, p) in r.iter().enumerate() {
+        println!(
+            "  h{}    {:>8}          {:>8.0}  {:>8.0}",
+            i + 1,
+            res[i],
+            p.iops,
+            p.avg_us
+        );
+    }
+}
+
+/// Per-host completed ops by epoch, merged from polls of `qos_stats_get`, and the wall
+/// time each epoch started.
+#[derive(Default)]
+struct History {
+    ops: Vec<BTreeMap<u64, u64>>,
+    start: BTreeMap<u64, Instant>,
+    period: Duration,
+}
+
+impl History {
+    fn poll(&mut self, t: &mut Target) {
+        let now = Instant::now();
+        let s = t.call("qos_stats_get", json!({"domain": "d", "periods": 64}));
+        let d = &s[0];
+        let epoch = d["epoch"].as_u64().unwrap_or(0);
+        let elapsed = Duration::from_nanos(d["elapsed_ns"].as_u64().unwrap_or(0));
+        self.period = Duration::from_nanos(d["period_ns"].as_u64().unwrap_or(1));
+        let cur_start = now.checked_sub(elapsed).unwrap_or(now);
+        for back in 0..64u32 {
+            let e = epoch.saturating_sub(back as u64);
+            self.start.entry(e).or_insert(
+                cur_start
+                    .checked_sub(self.period * back)
+                    .unwrap_or(cur_start),
+            );
+        }
+        if self.ops.is_empty() {
+            self.ops = vec![BTreeMap::new(); HOSTS];
+        }
+        for h in d["hosts"].as_array().into_iter().flatten() {
+            let nqn = h["host_nqn"].as_str().unwrap_or("");
+            let Some(i) = (1..=HOSTS).position(|i| host_nqn(i) == nqn) else {
+                continue;
+            };
+            for p in h["periods"].as_array().into_iter().flatten() {
+                if let (Some(e), Some(o)) = (p["epoch"].as_u64(), p["ops"].as_u64()) {
+                    self.ops[i].insert(e, o);
+                }
+            }
+        }
+    }
+
+    /// Ops per host for the epochs that lie entirely inside `[from, to]`.
+    fn window(&self, from: Instant, to: Instant) -> Vec<Vec<u64>> {
+        let epochs: Vec<u64> = self
+            .start
+            .iter()
+            .filter(|(_, s)| **s >= from && **s + self.period <= to)
+            .map(|(e, _)| *e)
+            .collect();
+        self.ops
+            .iter()
+            .map(|m| epochs.iter().filter_map(|e| m.get(e).copied()).collect())
+            .collect()
+    }
+}
+
+#[test]
+fn qos_meets_reservations_and_limits() {
+    let Some(spdk) = spdk_or_skip("target_qos::qos_meets_reservations_and_limits") else {
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
+    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    // Host 2 is the aggressive neighbour.
+    let qds = [QD, 4 * QD, QD, QD];
+
+    // 1. Baseline: no plugin. Its aggregate A is what the machine can do with this load.
+    let base: Vec<PerfResult> = {
+        let mut t = target(&spdk, None);
+        plain_setup(&mut t, None);
+        run_all(&spdk, &jobs(8, &qds))
+            .into_iter()
+            .map(PerfRun::wait)
+            .collect()
+    };
+    for p in &base {
+        assert!(p.ok, "baseline perf failed:\n{}", p.output);
+    }
+    let agg: f64 = base.iter().map(|p| p.iops).sum();
+    // At most 8000 IOPS: what four closed-loop initiators sharing one core sustain
+    // steadily even when the machine is busy; at most A/4 when it is slower still.
+    let capacity = ((agg * 0.25 / 100.0).floor() as u64 * 100).clamp(1000, 8000);
+    let res = zipf(HOSTS, capacity * 9 / 10);
+    // Every host has a limit (tightest on the aggressive host 2). Without limits the
+    // work-conserving pool lets the unlimited hosts take the whole machine, and on two
+    // shared cores the busy-polling initiators then starve each other for CPU in bursts
+    // that no target can compensate (see docs/target-plugin.md).
+    let limits: Vec<Option<u64>> = vec![
+        Some(res[0] * 2),
+        Some(res[1] * 6 / 5),
+        Some(res[2] * 3 / 2),
+        Some(res[3] * 2),
+    ];
+    println!(
+        "machine with this load, no QoS: {agg:.0} IOPS; QoS capacity {capacity} IOPS (min(A/4, 8000)); \
+         reservations {res:?} (sum {}, Zipf, 90% of capacity); limits {limits:?}",
+        res.iter().sum::<u64>()
+    );
+    print_perf("baseline without QoS (same load):", &res, &base);
+    let ratios: Vec<f64> = base
+        .iter()
+        .zip(&res)
+        .map(|(p, r)| p.iops / *r as f64)
+        .collect();
+    let spread = ratios.iter().cloned().fold(0.0, f64::max)
+        / ratios.iter().cloned().fold(f64::MAX, f64::min).max(1e-9);
+    let over: Vec<String> = (0..HOSTS)
+        .filter_map(|i| {
+            limits[i].map(|l| {
+                format!(
+                    "h{} at {:+.0}% of its limit",
+                    i + 1,
+                    (base[i].iops / l as f64 - 1.0) * 100.0
+                )
+            })
+        })
+        .collect();
+    println!(
+        "  served/reserved per host: {:?} (spread {spread:.1}x); {}",
+        ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>(),
+        over.join(", ")
+    );
+
+    // 2. QoS.
+    let secs = 24u32;
+    let mut t = target(&spdk, Some(&plugin));
+    malloc(&mut t);
+    t.call(
+        "qos_domain_create",
+        json!({"name": "d", "capacity_iops": capacity, "period_ms": PERIOD_MS,
+               "check_interval_us": 1000, "estimator": false}),
+    );
+    for i in 1..=HOSTS {
+        let mut p = json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": res[i - 1]});
+        if let Some(l) = limits[i - 1] {
+            p["max_iops"] = json!(l);
+        }
+        t.call("qos_host_set", p);
+        t.call(
+            "qos_bdev_create",
+            json!({"name": format!("qos{i}"), "base_bdev_name": "Malloc0", "domain": "d",
+                   "host_nqn": host_nqn(i)}),
+        );
+    }
+    let bdevs: Vec<String> = (1..=HOSTS).map(|i| format!("qos{i}")).collect();
+    expose_per_host(&mut t, &bdevs, PORT);
+    let mut hist = History::default();
+    let t0 = Instant::now();
+    let runs = run_all(&spdk, &jobs(secs, &qds));
+    while t0.elapsed() < Duration::from_secs(secs as u64 + 2) {
+        std::thread::sleep(Duration::from_millis(1500));
+        hist.poll(&mut t);
+    }
+    let qos: Vec<PerfResult> = runs.into_iter().map(PerfRun::wait).collect();
+    hist.poll(&mut t);
+    print_perf("with QoS:", &res, &qos);
+    for p in &qos {
+        assert!(p.ok, "perf under QoS failed:\n{}", p.output);
+    }
+    let win = hist.window(
+        t0 + Duration::from_secs(3),
+        t0 + Duration::from_secs(secs as u64),
+    );
+    let per_period = |v: u64| v as f64 * PERIOD_MS as f64 / 1000.0;
+    let mut failures = Vec::new();
+    println!(
+        "  host  periods  reservation/period  met>=99%  avg_ops/period  limit/period  limit_excess"
+    );
+    for i in 0..HOSTS {
+        let ops = &win[i];
+        let need = per_period(res[i]) * 0.99;
+        let met = ops.iter().filter(|o| **o as f64 >= need).count();
+        let frac = met as f64 / ops.len().max(1) as f64;
+        let avg = ops.iter().sum::<u64>() as f64 / ops.len().max(1) as f64;
+        let (lim, excess) = match limits[i] {
+            Some(l) => (per_period(l), avg / per_period(l) - 1.0),
+            None => (f64::NAN, f64::NAN),
+        };
+        println!(
+            "  h{}    {:>5}    {:>10.1}          {:>6.1}%   {:>10.1}      {:>10.1}    {:>+7.2}%",
+            i + 1,
+            ops.len(),
+            per_period(res[i]),
+            frac * 100.0,
+            avg,
+            lim,
+            excess * 100.0
+        );
+        if ops.len() < 20 {
+            failures.push(format!("h{}: only {} periods observed", i + 1, ops.len()));
+        }
+        if frac < 0.95 {
+            failures.push(format!(
+                "h{}: reservation met (>=99%) in {:.1}% of periods (< 95%); ops per period {ops:?}",
+                i + 1,
+                frac * 100.0
+            ));
+        }
+        if excess > 0.01 {
+            failures.push(format!(
+                "h{}: exceeded its limit by {:.2}% (> 1%)",
+                i + 1,
+                excess * 100.0
+            ));
+        }
+    }
+    let stats = t.call("qos_stats_get", json!({"domain": "d"}));
+    drop(t);
+    assert!(
+        failures.is_empty(),
+        "QoS targets missed:\n{}\nlast stats: {stats}",
+        failures.join("\n")
+    );
+    assert!(
+        spread > 1.5,
+        "the baseline should show a split unrelated to reservations (spread {spread:.2})"
+    );
+}
+
+fn one_host_with_plugin(spdk: &Spdk, plugin: &std::path::Path, max_iops: u64) -> Target {
+    let mut t = target(spdk, Some(plugin));
+    malloc(&mut t);
+    t.call(
+        "qos_domain_create",
+        json!({"name": "d", "capacity_iops": 100000, "period_ms": 200, "estimator": false}),
+    );
+    t.call(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": (max_iops / 2).min(50),
+               "max_iops": max_iops}),
+    );
+    t.call(
+        "qos_bdev_create",
+        json!({"name": "qos1", "base_bdev_name": "Malloc0", "domain": "d", "host_nqn": host_nqn(1)}),
+    );
+    expose_per_host(&mut t, &["qos1".to_string()], PORT);
+    t
+}
+
+fn host_stats(t: &mut Target) -> Value {
+    let s = t.call("qos_stats_get", json!({"domain": "d", "periods": 8}));
+    s[0]["hosts"]
+        .as_array()
+        .and_then(|h| h.iter().find(|h| h["host_nqn"] == host_nqn(1)).cloned())
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn reconfigure_delete_and_shutdown_with_held_io() {
+    let Some(spdk) = spdk_or_skip("target_qos::reconfigure_delete_and_shutdown_with_held_io")
+    else {
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
+    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    let mut t = one_host_with_plugin(&spdk, &plugin, 500);
+    let mut job = jobs(9, &[QD; HOSTS]).remove(0);
+    job.core_mask = "0x2".into();
+    let run = job.spawn(&spdk).unwrap_or_else(|e| panic!("{e}"));
+    std::thread::sleep(Duration::from_secs(3));
+    let before = host_stats(&mut t);
+    assert!(
+        before["held"].as_i64().unwrap_or(0) > 0,
+        "a host at its limit should have held I/O: {before}"
+    );
+    // Raise the limit without disconnecting the host.
+    t.call(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": 50, "max_iops": 2000}),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let after = host_stats(&mut t);
+    let last = |v: &Value| {
+        v["last_periods"].as_array().map_or(0, |a| {
+            a.iter()
+                .skip(1)
+                .take(3)
+                .filter_map(Value::as_u64)
+                .sum::<u64>()
+                / 3
+        })
+    };
+    let (b, a) = (last(&before), last(&after));
+    println!("ops per 200 ms period: {b} at max_iops 500, {a} at max_iops 2000");
+    assert!(b <= 101, "limit 500 IOPS allows 100 per period, saw {b}");
+    assert!(
+        a > 2 * b,
+        "raising the limit should raise the rate ({b} -> {a})"
+    );
+    // Back to a low limit so that I/O is held, then delete the QoS bdev under load.
+    t.call(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": 10, "max_iops": 20}),
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let held = host_stats(&mut t)["held"].as_i64().unwrap_or(0);
+    assert!(held > 0, "expected held I/O before the delete");
+    let d0 = Instant::now();
+    t.call("qos_bdev_delete", json!({"name": "qos1"}));
+    let took = d0.elapsed();
+    println!("qos_bdev_delete with {held} held I/O took {took:?}");
+    assert!(took < Duration::from_secs(3));
+    assert_eq!(t.call("qos_bdev_get", Value::Null), json!([]));
+    assert_eq!(host_stats(&mut t)["held"], json!(0));
+    let r = run.wait();
+    assert!(
+        r.output.contains("error") || !r.ok,
+        "the host should have seen its held I/O aborted"
+    );
+    // Shutdown with held I/O: must not wait for tokens.
+    drop(t);
+    let mut t = one_host_with_plugin(&spdk, &plugin, 20);
+    let run = job.spawn(&spdk).unwrap_or_else(|e| panic!("{e}"));
+    std::thread::sleep(Duration::from_secs(3));
+    let held = host_stats(&mut t)["held"].as_i64().unwrap_or(0);
+    assert!(held > 0, "expected held I/O before shutdown");
+    let took = t.stop(20);
+    println!("nvmf_tgt shutdown with {held} held I/O took {took:?}");
+    assert!(
+        took.is_some_and(|d| d < Duration::from_secs(10)),
+        "shutdown with held I/O hung"
+    );
+    drop(run);
+}
+
+#[test]
+fn rpcs_refuse_bad_input() {
+    let Some(spdk) = spdk_or_skip("target_qos::rpcs_refuse_bad_input") else {
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
+    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    let mut t = target(&spdk, Some(&plugin));
+    malloc(&mut t);
+    let code = |t: &mut Target, m: &str, p: Value| match t.rpc(m, p.clone()) {
+        Ok(v) => panic!("{m} {p} should fail, returned {v}"),
+        Err(e) => {
+            println!("{m}: {} {}", e.code, e.message);
+            assert!(!e.message.is_empty());
+            e.code
+        }
+    };
+    let h1 = host_nqn(1);
+    assert_eq!(code(&mut t, "qos_domain_create", json!({"name": "d"})), -22);
+    assert_eq!(
+        code(
+            &mut t,
+            "qos_domain_create",
+            json!({"name": "d", "capacity_iops": 1000, "typo": 1})
+        ),
+        -22
+    );
+    assert_eq!(
+        code(
+            &mut t,
+            "qos_domain_create",
+            json!({"name": "d", "capacity_iops": 0})
+        ),
+        -22
+    );
+    t.call(
+        "qos_domain_create",
+        json!({"name": "d", "capacity_iops": 1000}),
+    );
+    assert_eq!(
+        code(
+            &mut t,
+            "qos_domain_create",
+            json!({"name": "d", "capacity_iops": 1000})
+        ),
+        -17
+    );
+    // Reservation above limit; admission refused with the numbers; unknown domain.
+    let e = t
+        .rpc(
+            "qos_host_set",
+            json!({"domain": "d", "host_nqn": h1, "min_iops": 500, "max_iops": 100}),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, -22);
+    assert!(
+        e.message.contains("500") && e.message.contains("100"),
+        "{}",
+        e.message
+    );
+    let e = t
+        .rpc(
+            "qos_host_set",
+            json!({"domain": "d", "host_nqn": h1, "min_iops": 1500}),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, -28);
+    assert!(
+        e.message.contains("1500") && e.message.contains("1000"),
+        "{}",
+        e.message
+    );
+    assert_eq!(
+        code(
+            &mut t,
+            "qos_host_set",
+            json!({"domain": "nope", "host_nqn": h1})
+        ),
+        -2
+    );
+    assert_eq!(
+        code(
+            &mut t,
+            "qos_host_remove",
+            json!({"domain": "d", "host_nqn": "nqn.unknown"})
+        ),
+        -2
+    );
+    // Unknown base bdev, duplicate bdev name, domain in use, bad NQN.
+    let b = |n: &str, base: &str, host: &str| json!({"name": n, "base_bdev_name": base, "domain": "d", "host_nqn": host});
+    assert_eq!(
+        code(&mut t, "qos_bdev_create", b("q1", "NoSuchBdev", &h1)),
+        -2
+    );
+    assert_eq!(
+        code(&mut t, "qos_bdev_create", b("q1", "Malloc0", "bad nqn")),
+        -22
+    );
+    t.call("qos_bdev_create", b("q1", "Malloc0", &h1));
+    assert_eq!(
+        code(&mut t, "qos_bdev_create", b("q1", "Malloc0", &h1)),
+        -17
+    );
+    assert_eq!(
+        code(&mut t, "qos_bdev_create", b("Malloc0", "Malloc0", &h1)),
+        -17
+    );
+    // A second host shares the base descriptor.
+    t.call("qos_bdev_create", b("q2", "Malloc0", &host_nqn(2)));
+    assert_eq!(code(&mut t, "qos_domain_delete", json!({"name": "d"})), -16);
+    assert_eq!(code(&mut t, "qos_bdev_delete", json!({"name": "nope"})), -2);
+    assert_eq!(code(&mut t, "qos_bdev_get", json!({"name": "nope"})), -2);
+    assert_eq!(code(&mut t, "qos_stats_get", json!({"domain": "nope"})), -2);
+    // save_config lines: domain, hosts, then bdevs after their base.
+    let cfg = t.call("framework_get_config", json!({"name": "bdev"}));
+    let methods: Vec<&str> = cfg
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["method"].as_str())
+        .collect();
+    let pos = |m: &str| methods.iter().position(|x| *x == m);
+    assert!(
+        pos("qos_domain_create") < pos("bdev_malloc_create"),
+        "{methods:?}"
+    );
+    assert!(
+        pos("bdev_malloc_create") < pos("qos_bdev_create"),
+        "{methods:?}"
+    );
+    // save_config replays to the same state.
+    t.call(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": h1, "min_iops": 300, "max_iops": 600,
+               "weight": 5, "priority": "high"}),
+    );
+    let state = |t: &mut Target| {
+        (
+            t.call("qos_domain_get", Value::Null),
+            t.call("qos_host_get", json!({"domain": "d"})),
+            t.call("qos_bdev_get", Value::Null),
+        )
+    };
+    let before = state(&mut t);
+    let cfg = t.save_config();
+    let file = std::env::temp_dir().join(format!("nvmf-qos-it-{}.json", std::process::id()));
+    std::fs::write(&file, cfg.to_string()).unwrap_or_else(|e| panic!("{e}"));
+    let bdev_cfg: Vec<String> = cfg["subsystems"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["subsystem"] == "bdev")
+        .flat_map(|s| s["config"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["method"].as_str().map(str::to_string))
+        .collect();
+    println!("saved bdev section: {bdev_cfg:?}");
+    drop(t);
+    let mut t2 = Target::start(
+        &spdk,
+        &TargetOpts {
+            plugin: Some(plugin.clone()),
+            shm_id: TGT_SHM,
+            core_mask: "0x1".into(),
+            max_secs: 60,
+            json_config: Some(file.clone()),
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let after = state(&mut t2);
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(
+        before, after,
+        "save_config did not replay to the same state"
+    );
+    println!(
+        "save_config replayed: {} QoS bdevs, hosts {}",
+        after.2.as_array().map_or(0, Vec::len),
+        after.1
+    );
+    t2.call("qos_bdev_delete", json!({"name": "q1"}));
+    t2.call("qos_bdev_delete", json!({"name": "q2"}));
+    t2.call("qos_domain_delete", json!({"name": "d"}));
+    assert_eq!(t2.call("qos_domain_get", Value::Null), json!([]));
+}
+
+#[test]
+fn token_protocol_over_nvme_tcp() {
+    use qos_core::wire::{self, Credit, Request, StateReply};
+    use target_it::nvme_tcp::{Qpair, Sqe, connect_io};
+    let Some(spdk) = spdk_or_skip("target_qos::token_protocol_over_nvme_tcp") else {
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
+    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    let mut t = target(&spdk, Some(&plugin));
+    malloc(&mut t);
+    t.call(
+        "qos_domain_create",
+        json!({"name": "d", "capacity_iops": 100000, "period_ms": 1000, "estimator": false}),
+    );
+    for (i, min) in [(1, 1000), (2, 3000)] {
+        t.call(
+            "qos_host_set",
+            json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": min, "max_iops": 50000}),
+        );
+        t.call(
+            "qos_bdev_create",
+            json!({"name": format!("qos{i}"), "base_bdev_name": "Malloc0", "domain": "d",
+                   "host_nqn": host_nqn(i)}),
+        );
+    }
+    expose_per_host(&mut t, &["qos1".into(), "qos2".into()], PORT);
+
+    // Host 2 cannot reach host 1's QoS bdev (its subsystem allows host 1 only).
+    let (_q, c) = Qpair::connect(PORT, &subsys_nqn(1), &host_nqn(2), 0, 0xFFFF)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!c.ok(), "host 2 must not connect to host 1's subsystem");
+    println!(
+        "host 2 -> host 1's subsystem: refused (sct {} sc {:#x})",
+        c.sct, c.sc
+    );
+
+    let (_admin, mut io) =
+        connect_io(PORT, &subsys_nqn(1), &host_nqn(1)).unwrap_or_else(|e| panic!("{e}"));
+    let mut buf = Vec::new();
+    let read = Sqe::new(0x02, 1).cdw(10, 0).cdw(11, 0).cdw(12, 7); // 8 x 512 B
+    // Before the host speaks the protocol, reads complete plainly (C2H success).
+    let c = io
+        .command(read, 4096, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.ok() && buf.len() == 4096, "{c:?}");
+    assert_eq!(c.cdw0, 0, "no credit before the host speaks the protocol");
+
+    let vendor = |req: Request| {
+        let (opc, v) = wire::encode_request(req);
+        Sqe::new(opc, 1)
+            .cdw(10, v.cdw10)
+            .cdw(11, v.cdw11)
+            .cdw(12, v.cdw12)
+            .cdw(13, v.cdw13)
+    };
+    let c = io
+        .command(vendor(Request::GetState), 4096, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.ok(), "GET_STATE failed: {c:?}");
+    let r = StateReply::decode(&buf).unwrap_or_else(|e| panic!("{e}"));
+    println!("GET_STATE: {r:?}; cdw0 {:#010x}", c.cdw0);
+    assert!(r.flags & wire::flags::CONFIGURED != 0);
+    assert_eq!(r.reservation_per_period_ops, 1000);
+    assert_eq!(r.period_ns, 1_000_000_000);
+    assert!(
+        Credit::decode(c.cdw0).is_some(),
+        "vendor completion carries the credit"
+    );
+
+    let c = io
+        .command(
+            vendor(Request::Acquire { ops: 50, bytes: 0 }),
+            wire::REPLY_LEN as _,
+            &mut buf,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let a = StateReply::decode(&buf).unwrap_or_else(|e| panic!("{e}"));
+    println!(
+        "ACQUIRE 50: granted {} credit {}",
+        a.granted_ops, a.credit_ops
+    );
+    assert!(c.ok() && a.granted_ops == 50 && a.credit_ops >= 50, "{a:?}");
+
+    // Now reads carry the credit in dword 0 (so SPDK sends a response capsule).
+    let c = io
+        .command(read, 4096, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let credit = Credit::decode(c.cdw0).unwrap_or_else(|| panic!("no credit in {c:?}"));
+    println!(
+        "READ after the protocol: cdw0 {:#010x} = {credit:?}",
+        c.cdw0
+    );
+    assert!(c.ok() && !c.implied && credit.available_ops > 0);
+
+    // Bad fields get NVMe errors.
+    let bad_version = vendor(Request::GetState).cdw(11, 2);
+    let c = io
+        .command(bad_version, wire::REPLY_LEN as _, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (c.sct, c.sc),
+        (0, wire::status::INVALID_FIELD),
+        "bad version: {c:?}"
+    );
+    let bad_magic = vendor(Request::GetState).cdw(10, 0x1234);
+    let c = io
+        .command(bad_magic, wire::REPLY_LEN as _, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (c.sct, c.sc),
+        (0, wire::status::INVALID_FIELD),
+        "bad magic: {c:?}"
+    );
+    let c = io
+        .command(vendor(Request::GetState), 64, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (c.sct, c.sc),
+        (0, wire::status::DATA_SGL_LENGTH_INVALID),
+        "short buffer: {c:?}"
+    );
+    let c = io
+        .command(Sqe::new(0xC4, 1), 0, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (c.sct, c.sc),
+        (0, wire::status::INVALID_OPCODE),
+        "unknown opcode: {c:?}"
+    );
+
+    // Host 2's commands see host 2's ledger.
+    let (_admin2, mut io2) =
+        connect_io(PORT, &subsys_nqn(2), &host_nqn(2)).unwrap_or_else(|e| panic!("{e}"));
+    let c = io2
+        .command(vendor(Request::GetState), wire::REPLY_LEN as _, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let r2 = StateReply::decode(&buf).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        c.ok() && r2.reservation_per_period_ops == 3000 && r2.credit_ops == 0,
+        "{r2:?}"
+    );
+}
+
+#[test]
+fn host_abort_of_held_io() {
+    use target_it::nvme_tcp::{Sqe, connect_io};
+    let Some(spdk) = spdk_or_skip("target_qos::host_abort_of_held_io") else {
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
+    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    let mut t = one_host_with_plugin(&spdk, &plugin, 20);
+    let (mut admin, mut io) =
+        connect_io(PORT, &subsys_nqn(1), &host_nqn(1)).unwrap_or_else(|e| panic!("{e}"));
+    // 40 reads against a limit of 20 IOPS (4 per 200 ms period): most are held.
+    let read = Sqe::new(0x02, 1).cdw(12, 7);
+    let cids: Vec<u16> = (0..40)
+        .map(|_| io.send(read, 4096).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    // (SPDK's examine reads of the new bdev used the first period's small allowance.)
+    let held = host_stats(&mut t)["held"].as_i64().unwrap_or(0);
+    assert!(held > 10, "expected held reads, stats say {held}");
+    // Abort the last one: SQID 1, its CID.
+    let victim = *cids.last().unwrap_or(&0);
+    let abort = Sqe::new(0x08, 0).cdw(10, 1 | (victim as u32) << 16);
+    let mut buf = Vec::new();
+    let c = admin
+        .command(abort, 0, &mut buf)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(c.ok(), "abort command failed: {c:?}");
+    assert_eq!(
+        c.cdw0 & 1,
+        0,
+        "the held read should have been aborted: {c:?}"
+    );
+    // The victim completes at once with "aborted by request"; nothing else is lost.
+    let mut done = 0;
+    let mut ok = 0;
+    let (cid, cpl) = loop {
+        let (cid, cpl) = io.recv().unwrap_or_else(|e| panic!("{e}"));
+        done += 1;
+        if cid == victim {
+            break (cid, cpl);
+        }
+        ok += cpl.ok() as usize;
+    };
+    println!(
+        "abort of held read cid {cid}: abort cdw0 {}, read status sct {} sc {:#x}",
+        c.cdw0, cpl.sct, cpl.sc
+    );
+    assert_eq!((cpl.sct, cpl.sc), (0, 0x07), "aborted read status");
+    // Delete the QoS bdev: the remaining held reads complete (aborted), none is lost.
+    t.call("qos_bdev_delete", json!({"name": "qos1"}));
+    let mut aborted = 0;
+    while done < cids.len() {
+        match io.recv() {
+            Ok((_, c)) => {
+                done += 1;
+                if c.ok() {
+                    ok += 1;
+                } else {
+                    assert_eq!((c.sct, c.sc), (0, 0x07), "held reads end aborted: {c:?}");
+                    aborted += 1;
+                }
+            }
+            Err(e) => panic!("after {done} completions: {e}"),
+        }
+    }
+    println!(
+        "all {done} reads completed: {ok} served, 1 aborted by the host, {aborted} aborted by qos_bdev_delete"
+    );
+}

@@ -1,0 +1,666 @@
+//! The I/O path of a QoS bdev, on the nvmf poll-group threads.
+//!
+//! Each (QoS bdev, thread) pair has a [`QosChannel`]: the host's token caches on this
+//! thread (`qos_core::ChannelTokens`), a FIFO of held I/O (`qos_core::HoldQueue`), the
+//! base bdev's channel, and a poller that releases held I/O as tokens come (period
+//! roll-over, conversion) and publishes counters. Released I/O is resubmitted on its
+//! own thread, by that poller or by the completion of another I/O.
+//!
+//! What each I/O costs (the domain's cost model, `qos_core::CostModel`; defaults):
+//!
+//! | bdev I/O | charged as | cost | notes |
+//! |---|---|---|---|
+//! | READ | read | 1 op + its bytes | credit in completion dword 0 (cooperative hosts) |
+//! | WRITE | write | 1 op + its bytes (x write weight) | credit in completion dword 0 (cooperative hosts) |
+//! | COMPARE | other (read direction) | 1 op + its bytes | |
+//! | FLUSH, UNMAP, WRITE_ZEROES | write direction | 1 op, 0 bytes (x write weight) | no data crosses the fabric |
+//! | NVMe passthru forwarded to the base | other | 1 op + its data bytes | |
+//! | vendor token commands (0xC2, 0xC6) | free | — | answered here |
+//! | RESET, ABORT | free | — | |
+//!
+//! Borrowing discipline: the channel state sits in a `RefCell` and is borrowed only for
+//! short stretches that call no SPDK function which could complete an upper I/O (a
+//! completion can re-enter `submit_request` on this channel). Held or released I/O is
+//! moved out of the state before it is submitted or completed.
+
+use std::cell::RefCell;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering;
+
+use qos_core::hold::HoldQueue;
+use qos_core::wire::{self, RequestError, VendorCmd};
+use qos_core::{ChannelTokens, IoKind, Nanos};
+use spdk_sys::bdev_io::{BaseIo, BdevIo, IoStatus, nvme_cmd_dwords};
+use spdk_sys::io_device;
+use spdk_sys::poller::{PollStatus, Poller};
+use spdk_sys::time::now_ns;
+use spdk_sys::{self as ffi, spdk_bdev_io_type as T};
+
+use crate::qos_bdev::{QosNode, SHUTDOWN};
+
+/// Period of the per-channel poller that releases held I/O and publishes counters.
+pub const CHANNEL_POLL_US: u64 = 100;
+
+const ENOMEM: c_int = -12;
+const SCT_GENERIC: u8 = 0;
+
+/// Per-I/O context in the bdev_io's `driver_ctx`.
+#[repr(C)]
+struct IoCtx {
+    /// For `spdk_bdev_queue_io_wait` when the base is out of bdev_ios.
+    wait: ffi::spdk_bdev_io_wait_entry,
+    /// Our channel this I/O was submitted on.
+    ch: *mut ffi::spdk_io_channel,
+    bytes: u64,
+    kind: IoKind,
+    /// Admitted with tokens: its completion is recorded in the ledger.
+    accounted: bool,
+}
+
+const _: () = assert!(std::mem::offset_of!(ffi::spdk_bdev_io, driver_ctx) % 8 == 0);
+
+/// Bytes of `driver_ctx` the module asks for.
+pub fn ctx_size() -> usize {
+    std::mem::size_of::<IoCtx>()
+}
+
+fn ctx(io: &BdevIo) -> *mut IoCtx {
+    // `driver_ctx` is 8-byte aligned (asserted above) and `ctx_size()` bytes long.
+    io.driver_ctx().cast::<IoCtx>()
+}
+
+fn now() -> Nanos {
+    Nanos(now_ns())
+}
+
+struct State {
+    tokens: ChannelTokens,
+    held: HoldQueue<BdevIo>,
+}
+
+/// What the per-channel poller closure holds: the channel's heap address.
+struct InnerPtr(*const Inner);
+// SAFETY: the poller runs only on the thread that registered it, which is the
+// channel's thread; the pointer is never dereferenced elsewhere.
+unsafe impl Send for InnerPtr {}
+impl InnerPtr {
+    fn get(&self) -> *const Inner {
+        self.0
+    }
+}
+
+struct Inner {
+    node: *const QosNode,
+    base_ch: *mut ffi::spdk_io_channel,
+    st: RefCell<State>,
+}
+
+/// One QoS bdev on one thread.
+pub struct QosChannel {
+    /// Declared first: dropped (unregistered) before `inner`.
+    poller: Option<Poller>,
+    inner: Box<Inner>,
+}
+
+impl std::fmt::Debug for QosChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QosChannel").finish_non_exhaustive()
+    }
+}
+
+impl QosChannel {
+    /// Builds the channel on the current thread (io_device create callback).
+    pub fn new(node: &QosNode) -> Option<QosChannel> {
+        // SAFETY: the base descriptor is open while the node lives; we are on an SPDK
+        // thread; the channel is put in `destroy`.
+        let base_ch = unsafe { ffi::spdk_bdev_get_io_channel(node.base_desc.0) };
+        if base_ch.is_null() {
+            tracing::error!(bdev = node.name(), "cannot get a channel of the base bdev");
+            return None;
+        }
+        let inner = Box::new(Inner {
+            node,
+            base_ch,
+            st: RefCell::new(State {
+                tokens: ChannelTokens::new(node.domain_shared.clone(), node.host_shared.clone()),
+                held: HoldQueue::new(),
+            }),
+        });
+        let p = InnerPtr(&*inner);
+        let poller = Poller::new(c"qos_channel", CHANNEL_POLL_US, move || {
+            // SAFETY: the poller is dropped (unregistered) before `inner` is freed, and
+            // runs on this channel's thread only.
+            unsafe { (*p.get()).poll() }
+        });
+        match poller {
+            Ok(poller) => Some(QosChannel {
+                poller: Some(poller),
+                inner,
+            }),
+            Err(e) => {
+                tracing::error!(bdev = node.name(), "channel poller: {e}");
+                // SAFETY: got above on this thread, put once.
+                unsafe { ffi::spdk_put_io_channel(base_ch) };
+                None
+            }
+        }
+    }
+
+    /// io_device destroy callback: nothing can be held any more (the bdev layer keeps a
+    /// channel while it has I/O), but anything left is aborted rather than lost.
+    pub fn destroy(mut self) {
+        self.abort_all_held();
+        self.poller.take();
+        let mut st = self.inner.st.borrow_mut();
+        st.tokens.flush();
+        drop(st);
+        // SAFETY: got in `new` on this thread, put once.
+        unsafe { ffi::spdk_put_io_channel(self.inner.base_ch) };
+    }
+
+    /// Completes every held I/O with an abort status (reset, delete).
+    pub fn abort_all_held(&self) {
+        for io in self.inner.take_all_held() {
+            io.complete(IoStatus::Aborted);
+        }
+    }
+}
+
+impl Inner {
+    fn node(&self) -> &QosNode {
+        // SAFETY: the node outlives its io_device's channels.
+        unsafe { &*self.node }
+    }
+
+    /// Takes every held I/O out (never admitted, so not accounted).
+    fn take_all_held(&self) -> Vec<BdevIo> {
+        let mut st = self.st.borrow_mut();
+        let State { tokens, held } = &mut *st;
+        let all: Vec<BdevIo> = held.drain(tokens).collect();
+        drop(st);
+        for io in &all {
+            // SAFETY: our driver context, initialised at submit.
+            unsafe { (*ctx(io)).accounted = false };
+        }
+        all
+    }
+
+    /// The admission decision: send now, or hold.
+    fn admit(&self, io: BdevIo, kind: IoKind, bytes: u64) {
+        let node = self.node();
+        if SHUTDOWN.load(Ordering::Relaxed) || node.deleting.load(Ordering::Relaxed) {
+            return self.send(io);
+        }
+        // SAFETY: our driver context, initialised at submit.
+        unsafe {
+            let c = ctx(&io);
+            (*c).kind = kind;
+            (*c).bytes = bytes;
+            (*c).accounted = true;
+        }
+        let out = {
+            let mut st = self.st.borrow_mut();
+            let State { tokens, held } = &mut *st;
+            held.admit_or_hold(tokens, kind, bytes, now(), io)
+        };
+        if let Some(io) = out {
+            self.send(io);
+        }
+    }
+
+    /// Releases held I/O while tokens allow, in order.
+    fn release(&self) -> usize {
+        let ready = {
+            let mut st = self.st.borrow_mut();
+            if st.held.is_empty() {
+                return 0;
+            }
+            let State { tokens, held } = &mut *st;
+            let mut v = Vec::new();
+            held.release(tokens, now(), |io, _waited| v.push(io));
+            v
+        };
+        let n = ready.len();
+        for io in ready {
+            self.send(io);
+        }
+        n
+    }
+
+    fn poll(&self) -> PollStatus {
+        let mut busy = 0;
+        if SHUTDOWN.load(Ordering::Relaxed) {
+            // nvmf_tgt is stopping: let everything through, so no qpair waits for tokens.
+            for io in self.take_all_held() {
+                busy += 1;
+                self.send(io);
+            }
+        }
+        busy += self.release();
+        self.st.borrow_mut().tokens.flush();
+        if busy > 0 {
+            PollStatus::Busy
+        } else {
+            PollStatus::Idle
+        }
+    }
+
+    /// Completes an I/O that will not reach the base, recording it if it was admitted.
+    fn fail(&self, io: BdevIo, status: IoStatus) {
+        // SAFETY: our driver context, initialised at submit.
+        let c = unsafe { &*ctx(&io) };
+        if c.accounted {
+            self.st
+                .borrow_mut()
+                .tokens
+                .record_completion(c.kind, c.bytes);
+        }
+        io.complete(status);
+    }
+
+    /// Sends an admitted (or unaccounted) I/O to the base bdev.
+    fn send(&self, io: BdevIo) {
+        let t = io.io_type();
+        if t == T::SPDK_BDEV_IO_TYPE_READ {
+            // Make sure the read has a buffer we own before the base sees it.
+            // SAFETY: READ has block parameters.
+            let len = unsafe { io.block_bytes() };
+            // SAFETY: ownership moves to `read_buf_ready`, called once (now or later).
+            unsafe { ffi::spdk_bdev_io_get_buf(io.into_raw(), Some(read_buf_ready), len) };
+            return;
+        }
+        let rc = self.submit_base(&io, t);
+        self.after_submit(io, rc);
+    }
+
+    /// Issues the base I/O for `io` (not READ) with `base_done` as callback and `io` as
+    /// its argument.
+    fn submit_base(&self, io: &BdevIo, t: T) -> c_int {
+        let node = self.node();
+        let (desc, ch) = (node.base_desc.0, self.base_ch);
+        let cb = Some(base_done as unsafe extern "C" fn(*mut ffi::spdk_bdev_io, bool, *mut c_void));
+        let arg = io.as_ptr().cast::<c_void>();
+        // SAFETY: (all arms) the descriptor and channel are valid on this thread; the
+        // parameters are the upper I/O's own, alive until it completes; `io` is handed
+        // to `base_done` through `arg` only when the call returns 0 (see
+        // `after_submit`), and SPDK never completes inside the submit call.
+        unsafe {
+            match t {
+                T::SPDK_BDEV_IO_TYPE_WRITE => {
+                    let b = io.block();
+                    let mut opts = ext_opts(b);
+                    ffi::spdk_bdev_writev_blocks_ext(
+                        desc,
+                        ch,
+                        b.iovs,
+                        b.iovcnt,
+                        b.offset_blocks,
+                        b.num_blocks,
+                        cb,
+                        arg,
+                        &mut opts,
+                    )
+                }
+                T::SPDK_BDEV_IO_TYPE_UNMAP => {
+                    let b = io.block();
+                    ffi::spdk_bdev_unmap_blocks(desc, ch, b.offset_blocks, b.num_blocks, cb, arg)
+                }
+                T::SPDK_BDEV_IO_TYPE_FLUSH => {
+                    let b = io.block();
+                    ffi::spdk_bdev_flush_blocks(desc, ch, b.offset_blocks, b.num_blocks, cb, arg)
+                }
+                T::SPDK_BDEV_IO_TYPE_WRITE_ZEROES => {
+                    let b = io.block();
+                    ffi::spdk_bdev_write_zeroes_blocks(
+                        desc,
+                        ch,
+                        b.offset_blocks,
+                        b.num_blocks,
+                        cb,
+                        arg,
+                    )
+                }
+                T::SPDK_BDEV_IO_TYPE_COMPARE => {
+                    let b = io.block();
+                    ffi::spdk_bdev_comparev_blocks(
+                        desc,
+                        ch,
+                        b.iovs,
+                        b.iovcnt,
+                        b.offset_blocks,
+                        b.num_blocks,
+                        cb,
+                        arg,
+                    )
+                }
+                T::SPDK_BDEV_IO_TYPE_NVME_IO => {
+                    let p = io.nvme_passthru();
+                    ffi::spdk_bdev_nvme_io_passthru(desc, ch, &p.cmd, p.buf, p.nbytes, cb, arg)
+                }
+                T::SPDK_BDEV_IO_TYPE_NVME_IO_MD => {
+                    let p = io.nvme_passthru();
+                    ffi::spdk_bdev_nvme_io_passthru_md(
+                        desc, ch, &p.cmd, p.buf, p.nbytes, p.md_buf, p.md_len, cb, arg,
+                    )
+                }
+                T::SPDK_BDEV_IO_TYPE_NVME_IOV_MD => {
+                    let p = io.nvme_passthru();
+                    ffi::spdk_bdev_nvme_iov_passthru_md(
+                        desc, ch, &p.cmd, p.iovs, p.iovcnt, p.nbytes, p.md_buf, p.md_len, cb, arg,
+                    )
+                }
+                _ => -22,
+            }
+        }
+    }
+
+    fn after_submit(&self, io: BdevIo, rc: c_int) {
+        if rc == 0 {
+            // `base_done` owns it now.
+            let _ = io.into_raw();
+        } else if rc == ENOMEM {
+            self.queue_wait(io);
+        } else {
+            tracing::error!(
+                bdev = self.node().name(),
+                "base bdev refused an I/O: error {rc}"
+            );
+            self.fail(io, IoStatus::Failed);
+        }
+    }
+
+    /// The base is out of bdev_ios: retry when one frees up.
+    fn queue_wait(&self, io: BdevIo) {
+        let node = self.node();
+        let c = ctx(&io);
+        let raw = io.into_raw();
+        // SAFETY: our driver context holds the wait entry for the I/O's lifetime; the
+        // entry names the base bdev whose channel we queue on, as SPDK requires; the
+        // retry callback takes ownership of `raw` back.
+        let rc = unsafe {
+            (*c).wait = std::mem::zeroed();
+            (*c).wait.bdev = node.base_bdev.0;
+            (*c).wait.cb_fn = Some(retry);
+            (*c).wait.cb_arg = raw.cast();
+            ffi::spdk_bdev_queue_io_wait(node.base_bdev.0, self.base_ch, &mut (*c).wait)
+        };
+        if rc != 0 {
+            // SAFETY: not queued, so still ours.
+            let io = unsafe { BdevIo::from_raw(raw) };
+            self.fail(io, IoStatus::Failed);
+        }
+    }
+
+    fn reset(&self, io: BdevIo, ch: *mut ffi::spdk_io_channel) {
+        // Abort what every channel holds (like vbdev_delay), then reset the base.
+        let node = self.node;
+        // SAFETY: the node is a registered io_device, alive while its bdev has I/O (this
+        // reset); `ch` stays alive while the reset is outstanding.
+        unsafe {
+            io_device::for_each_channel(
+                node,
+                |_, c: &QosChannel| c.abort_all_held(),
+                move |_| {
+                    let inner = &io_device::channel::<QosNode>(ch).inner;
+                    let n = inner.node();
+                    let raw = io.into_raw();
+                    let rc = ffi::spdk_bdev_reset(
+                        n.base_desc.0,
+                        inner.base_ch,
+                        Some(base_done),
+                        raw.cast(),
+                    );
+                    if rc != 0 {
+                        let io = BdevIo::from_raw(raw);
+                        io.complete(if rc == -95 {
+                            IoStatus::Success
+                        } else {
+                            IoStatus::Failed
+                        });
+                    }
+                },
+            )
+        };
+    }
+
+    fn abort(&self, io: BdevIo) {
+        // SAFETY: an ABORT's parameters are `u.abort`.
+        let target = unsafe { io.abort_target() };
+        let victim = {
+            let mut st = self.st.borrow_mut();
+            let State { tokens, held } = &mut *st;
+            held.remove_first(tokens, |h| h.as_ptr() == target)
+        };
+        if let Some(v) = victim {
+            v.complete(IoStatus::Aborted);
+            io.complete(IoStatus::Success);
+            return;
+        }
+        // Not held here: it is at the base (or gone); the base matches it by the callback
+        // argument we gave it, which is the upper bdev_io.
+        let node = self.node();
+        let raw = io.into_raw();
+        // SAFETY: valid descriptor/channel on this thread; `raw` goes to `base_done`
+        // when the call returns 0.
+        let rc = unsafe {
+            ffi::spdk_bdev_abort(
+                node.base_desc.0,
+                self.base_ch,
+                target.cast(),
+                Some(base_done),
+                raw.cast(),
+            )
+        };
+        if rc != 0 {
+            // SAFETY: not submitted, so still ours.
+            unsafe { BdevIo::from_raw(raw) }.complete(IoStatus::Failed);
+        }
+    }
+
+    /// NVMe I/O passthru: the token protocol's vendor commands are answered here; other
+    /// opcodes go to the base when it takes NVMe passthru.
+    fn passthru(&self, io: BdevIo) {
+        let node = self.node();
+        // SAFETY: passthru types carry `u.nvme_passthru`.
+        let (dw, nbytes, len) = unsafe {
+            let p = io.nvme_passthru();
+            (
+                nvme_cmd_dwords(&p.cmd),
+                p.nbytes as u64,
+                io.passthru_buf_len(),
+            )
+        };
+        let opc = (dw[0] & 0xff) as u8;
+        if !wire::is_qos_opcode(opc) {
+            return if node.base_nvme_io {
+                self.admit(io, IoKind::Other, nbytes)
+            } else {
+                io.complete_nvme(0, SCT_GENERIC, wire::status::INVALID_OPCODE)
+            };
+        }
+        let cmd = VendorCmd {
+            cdw10: dw[10],
+            cdw11: dw[11],
+            cdw12: dw[12],
+            cdw13: dw[13],
+            cdw14: dw[14],
+            cdw15: dw[15],
+        };
+        match wire::decode_request(opc, &cmd, len) {
+            Ok(req) => {
+                if !node.cooperative.load(Ordering::Relaxed) {
+                    node.cooperative.store(true, Ordering::Relaxed);
+                }
+                let (reply, credit) = {
+                    let mut st = self.st.borrow_mut();
+                    let r = st.tokens.serve_request(req, now());
+                    (r, st.tokens.credit_hint().encode())
+                };
+                let mut buf = [0u8; wire::REPLY_LEN];
+                match reply.encode(&mut buf) {
+                    Ok(()) => {
+                        // SAFETY: a controller-to-host passthru with at least REPLY_LEN
+                        // bytes (checked by decode_request).
+                        unsafe { io.copy_to_passthru_buf(&buf, len) };
+                        io.complete_nvme(credit, SCT_GENERIC, wire::status::SUCCESS);
+                    }
+                    Err(e) => io.complete_nvme(0, SCT_GENERIC, e.status_code()),
+                }
+            }
+            // Another product's command that happens to use the same opcode.
+            Err(RequestError::BadMagic(_)) if node.base_nvme_io => {
+                self.admit(io, IoKind::Other, nbytes)
+            }
+            Err(e) => {
+                tracing::debug!(bdev = node.name(), "vendor command refused: {e}");
+                io.complete_nvme(0, SCT_GENERIC, e.status_code())
+            }
+        }
+    }
+}
+
+/// Ext-I/O options forwarding the upper I/O's memory domain, metadata and DIF
+/// settings, as passthru does.
+fn ext_opts(b: &ffi::spdk_bdev_io_block_params) -> ffi::spdk_bdev_ext_io_opts {
+    // SAFETY: all-zero is the documented starting point of the options (C code memsets
+    // them), and `size` is then set.
+    let mut o: ffi::spdk_bdev_ext_io_opts = unsafe { std::mem::zeroed() };
+    o.size = std::mem::size_of::<ffi::spdk_bdev_ext_io_opts>();
+    o.memory_domain = b.memory_domain;
+    o.memory_domain_ctx = b.memory_domain_ctx;
+    o.metadata = b.md_buf;
+    o.dif_check_flags_exclude_mask = !b.dif_check_flags;
+    o.nvme_cdw12 = b.nvme_cdw12;
+    o.nvme_cdw13 = b.nvme_cdw13;
+    o
+}
+
+/// The bdev layer's entry point for our bdevs.
+///
+/// # Safety
+/// Called by SPDK with one of our channels and a bdev_io of one of our bdevs.
+pub unsafe extern "C" fn submit_request(
+    ch: *mut ffi::spdk_io_channel,
+    raw: *mut ffi::spdk_bdev_io,
+) {
+    // SAFETY: per the contract: a fresh I/O we own, and a live channel of our device on
+    // this thread.
+    let (io, qch) = unsafe { (BdevIo::from_raw(raw), io_device::channel::<QosNode>(ch)) };
+    let inner = &qch.inner;
+    // SAFETY: our driver context (ctx_size bytes), written in full before any read.
+    unsafe {
+        let c = ctx(&io);
+        std::ptr::addr_of_mut!((*c).ch).write(ch);
+        std::ptr::addr_of_mut!((*c).bytes).write(0);
+        std::ptr::addr_of_mut!((*c).kind).write(IoKind::Other);
+        std::ptr::addr_of_mut!((*c).accounted).write(false);
+    }
+    let t = io.io_type();
+    // SAFETY: block I/O types carry `u.bdev`.
+    let bytes = || unsafe { io.block_bytes() };
+    match t {
+        T::SPDK_BDEV_IO_TYPE_READ => {
+            let b = bytes();
+            inner.admit(io, IoKind::Read, b)
+        }
+        T::SPDK_BDEV_IO_TYPE_WRITE => {
+            let b = bytes();
+            inner.admit(io, IoKind::Write, b)
+        }
+        T::SPDK_BDEV_IO_TYPE_COMPARE => {
+            let b = bytes();
+            inner.admit(io, IoKind::Other, b)
+        }
+        T::SPDK_BDEV_IO_TYPE_UNMAP => inner.admit(io, IoKind::Unmap, 0),
+        T::SPDK_BDEV_IO_TYPE_FLUSH => inner.admit(io, IoKind::Flush, 0),
+        T::SPDK_BDEV_IO_TYPE_WRITE_ZEROES => inner.admit(io, IoKind::WriteZeroes, 0),
+        T::SPDK_BDEV_IO_TYPE_RESET => inner.reset(io, ch),
+        T::SPDK_BDEV_IO_TYPE_ABORT => inner.abort(io),
+        T::SPDK_BDEV_IO_TYPE_NVME_IO
+        | T::SPDK_BDEV_IO_TYPE_NVME_IO_MD
+        | T::SPDK_BDEV_IO_TYPE_NVME_IOV_MD => inner.passthru(io),
+        _ => io.complete(IoStatus::Failed),
+    }
+}
+
+/// The read's buffer is ready: send it to the base.
+unsafe extern "C" fn read_buf_ready(
+    ch: *mut ffi::spdk_io_channel,
+    raw: *mut ffi::spdk_bdev_io,
+    success: bool,
+) {
+    // SAFETY: `raw` was handed over by `send` with `into_raw`; `ch` is our channel the
+    // read was submitted on.
+    let (io, inner) = unsafe {
+        (
+            BdevIo::from_raw(raw),
+            &io_device::channel::<QosNode>(ch).inner,
+        )
+    };
+    if !success {
+        return inner.fail(io, IoStatus::NoMem);
+    }
+    let node = inner.node();
+    // SAFETY: READ carries `u.bdev`, now with buffers; see `submit_base` for the rest.
+    let rc = unsafe {
+        let b = io.block();
+        let mut opts = ext_opts(b);
+        ffi::spdk_bdev_readv_blocks_ext(
+            node.base_desc.0,
+            inner.base_ch,
+            b.iovs,
+            b.iovcnt,
+            b.offset_blocks,
+            b.num_blocks,
+            Some(base_done),
+            io.as_ptr().cast(),
+            &mut opts,
+        )
+    };
+    inner.after_submit(io, rc);
+}
+
+unsafe extern "C" fn retry(arg: *mut c_void) {
+    // SAFETY: `arg` is the I/O handed over in `queue_wait`; its context names its channel.
+    unsafe {
+        let io = BdevIo::from_raw(arg.cast());
+        let inner = &io_device::channel::<QosNode>((*ctx(&io)).ch).inner;
+        inner.send(io);
+    }
+}
+
+/// Completion of a base I/O: record it, complete the upper I/O (with the host's credit
+/// in dword 0 for successful reads and writes), and release held I/O.
+unsafe extern "C" fn base_done(base: *mut ffi::spdk_bdev_io, success: bool, arg: *mut c_void) {
+    // SAFETY: `base` is the completed child (freed by `BaseIo`), `arg` the upper I/O
+    // handed over at submit; its context names our channel, alive while it is outstanding.
+    let (base, io, inner) = unsafe {
+        let io = BdevIo::from_raw(arg.cast());
+        let inner = &io_device::channel::<QosNode>((*ctx(&io)).ch).inner;
+        (BaseIo::from_raw(base), io, inner)
+    };
+    // SAFETY: our driver context, initialised at submit.
+    let c = unsafe { &*ctx(&io) };
+    let t = io.io_type();
+    let credit = if c.accounted {
+        let mut st = inner.st.borrow_mut();
+        st.tokens.record_completion(c.kind, c.bytes);
+        (success
+            && (t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE)
+            && inner.node().cooperative.load(Ordering::Relaxed))
+        .then(|| st.tokens.credit_hint().encode())
+    } else {
+        None
+    };
+    match credit {
+        Some(cdw0) => {
+            drop(base);
+            io.complete_nvme(cdw0, SCT_GENERIC, wire::status::SUCCESS);
+        }
+        None => {
+            io.complete_like(&base);
+            drop(base);
+        }
+    }
+    inner.release();
+}

@@ -1,0 +1,485 @@
+//! Parameters of the RPC methods (the contract in `docs/rpc.md`), and their mapping to
+//! and from `qos-core`'s configuration. Pure Rust: no SPDK, unit-tested.
+//!
+//! Unknown parameters are refused (`deny_unknown_fields`), so a typo is an error, not a
+//! silently ignored setting.
+
+use qos_core::config::{BatchSize, Capacity, EstimatorConfig};
+use qos_core::{
+    CostModel, DomainConfig, HostConfig, Nanos, PriorityClass, Rate, RateSet, ReservationRelease,
+    TokenMode,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Longest domain or bdev name accepted.
+pub const MAX_NAME_LEN: usize = 255;
+
+/// Error codes (negative errno, as SPDK's own methods use).
+pub mod code {
+    pub const EINVAL: i32 = -22;
+    pub const ENOENT: i32 = -2;
+    pub const EEXIST: i32 = -17;
+    pub const ENOSPC: i32 = -28;
+    pub const EBUSY: i32 = -16;
+    pub const ENOMEM: i32 = -12;
+}
+
+/// A refusal: the JSON-RPC error code and a message a person can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Refusal::new(code::EINVAL, message)
+    }
+}
+
+/// Parses `params` (absent params are `{}`) into `T`, refusing with -EINVAL.
+pub fn parse<T: for<'de> Deserialize<'de>>(method: &str, params: Value) -> Result<T, Refusal> {
+    let params = if params.is_null() { json!({}) } else { params };
+    serde_json::from_value(params)
+        .map_err(|e| Refusal::invalid(format!("{method}: invalid parameters: {e}")))
+}
+
+/// Checks a domain or bdev name: 1 ..= 255 printable ASCII characters.
+pub fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Refusal::invalid(format!(
+            "{what} name {name:?} must be 1 ..= {MAX_NAME_LEN} printable ASCII characters without spaces"
+        )));
+    }
+    Ok(())
+}
+
+fn default_period_ms() -> u64 {
+    1000
+}
+fn default_check_interval_us() -> u64 {
+    1000
+}
+fn default_true() -> bool {
+    true
+}
+fn default_history() -> usize {
+    EstimatorConfig::default().history
+}
+fn default_increment() -> u64 {
+    EstimatorConfig::default().increment_milli
+}
+fn default_underuse() -> u32 {
+    EstimatorConfig::default().underuse_periods
+}
+fn default_write_weight() -> u64 {
+    CostModel::default().write_weight_milli
+}
+
+/// `qos_domain_create` parameters; also what `qos_domain_get` and `save_config` print.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainParams {
+    pub name: String,
+    pub capacity_iops: u64,
+    #[serde(default)]
+    pub capacity_iops_stddev: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_mibps: Option<u64>,
+    #[serde(default)]
+    pub capacity_mibps_stddev: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_host_max_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_host_max_mibps: Option<u64>,
+    #[serde(default = "default_period_ms")]
+    pub period_ms: u64,
+    #[serde(default = "default_check_interval_us")]
+    pub check_interval_us: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_ops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_bytes: Option<u64>,
+    #[serde(default = "default_true")]
+    pub estimator: bool,
+    #[serde(default = "default_history")]
+    pub estimator_history: usize,
+    #[serde(default = "default_increment")]
+    pub estimator_increment_milli: u64,
+    #[serde(default = "default_underuse")]
+    pub underuse_periods: u32,
+    #[serde(default)]
+    pub mode: TokenMode,
+    /// `paced` (default) or `start` (Haechi as published).
+    #[serde(default)]
+    pub release: ReservationRelease,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_burst_us: Option<u64>,
+    #[serde(default = "default_write_weight")]
+    pub write_weight_milli: u64,
+    #[serde(default)]
+    pub size_unit: u64,
+}
+
+/// `qos_domain_update` parameters: `name` and whatever changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DomainUpdate {
+    pub name: String,
+    pub capacity_iops: Option<u64>,
+    pub capacity_iops_stddev: Option<u64>,
+    pub capacity_mibps: Option<u64>,
+    pub capacity_mibps_stddev: Option<u64>,
+    pub per_host_max_iops: Option<u64>,
+    pub per_host_max_mibps: Option<u64>,
+    pub period_ms: Option<u64>,
+    pub check_interval_us: Option<u64>,
+    pub batch_ops: Option<u64>,
+    pub batch_bytes: Option<u64>,
+    pub estimator: Option<bool>,
+    pub estimator_history: Option<usize>,
+    pub estimator_increment_milli: Option<u64>,
+    pub underuse_periods: Option<u32>,
+    pub mode: Option<TokenMode>,
+    pub release: Option<ReservationRelease>,
+    pub release_burst_us: Option<u64>,
+    pub write_weight_milli: Option<u64>,
+    pub size_unit: Option<u64>,
+}
+
+impl DomainParams {
+    /// The core configuration, refusing what the core refuses.
+    pub fn to_config(&self) -> Result<DomainConfig, Refusal> {
+        check_name("domain", &self.name)?;
+        let global_batch = match (self.batch_ops, self.batch_bytes) {
+            (None, None) => BatchSize::Auto,
+            (Some(ops), Some(bytes)) => BatchSize::Fixed { ops, bytes },
+            _ => {
+                return Err(Refusal::invalid(
+                    "give batch_ops and batch_bytes together, or neither (automatic batch)",
+                ));
+            }
+        };
+        let cfg = DomainConfig {
+            period: Nanos::from_millis(self.period_ms),
+            check_interval: Nanos::from_micros(self.check_interval_us),
+            capacity: Capacity {
+                iops: self.capacity_iops,
+                iops_stddev: self.capacity_iops_stddev,
+                mibps: self.capacity_mibps,
+                mibps_stddev: self.capacity_mibps_stddev,
+            },
+            per_host_max: Rate {
+                iops: self.per_host_max_iops,
+                mibps: self.per_host_max_mibps,
+            },
+            global_batch,
+            estimator: EstimatorConfig {
+                enabled: self.estimator,
+                increment_milli: self.estimator_increment_milli,
+                history: self.estimator_history,
+                underuse_periods: self.underuse_periods,
+                ..EstimatorConfig::default()
+            },
+            mode: self.mode,
+            release: self.release,
+            release_burst: self.release_burst_us.map(Nanos::from_micros),
+            cost: CostModel {
+                write_weight_milli: self.write_weight_milli,
+                size_unit: self.size_unit,
+            },
+        };
+        cfg.validate()
+            .map_err(|e| Refusal::invalid(format!("domain {}: {e}", self.name)))?;
+        Ok(cfg)
+    }
+
+    /// These parameters with `u`'s changes applied.
+    pub fn updated(&self, u: &DomainUpdate) -> DomainParams {
+        let mut p = self.clone();
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = u.$f { p.$f = v; } )* };
+        }
+        macro_rules! set_opt {
+            ($($f:ident),*) => { $( if u.$f.is_some() { p.$f = u.$f; } )* };
+        }
+        set!(
+            capacity_iops,
+            capacity_iops_stddev,
+            capacity_mibps_stddev,
+            period_ms,
+            check_interval_us,
+            estimator,
+            estimator_history,
+            estimator_increment_milli,
+            underuse_periods,
+            mode,
+            release,
+            write_weight_milli,
+            size_unit
+        );
+        set_opt!(
+            capacity_mibps,
+            per_host_max_iops,
+            per_host_max_mibps,
+            batch_ops,
+            batch_bytes,
+            release_burst_us
+        );
+        p
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// `qos_host_set` parameters; also what `qos_host_get` and `save_config` print.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostParams {
+    pub domain: String,
+    pub host_nqn: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_mibps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_read_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_read_mibps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_write_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_write_mibps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_mibps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_read_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_read_mibps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_write_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_write_mibps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<PriorityClass>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_min_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soft_min_mibps: Option<u64>,
+}
+
+impl HostParams {
+    /// The core's host configuration (validated later against the domain).
+    pub fn to_config(&self) -> HostConfig {
+        let rate = |iops, mibps| Rate { iops, mibps };
+        HostConfig {
+            host_nqn: self.host_nqn.clone(),
+            reservation: RateSet {
+                total: rate(self.min_iops, self.min_mibps),
+                read: rate(self.min_read_iops, self.min_read_mibps),
+                write: rate(self.min_write_iops, self.min_write_mibps),
+            },
+            limit: RateSet {
+                total: rate(self.max_iops, self.max_mibps),
+                read: rate(self.max_read_iops, self.max_read_mibps),
+                write: rate(self.max_write_iops, self.max_write_mibps),
+            },
+            weight: self.weight.unwrap_or(1),
+            priority: self.priority.unwrap_or_default(),
+            soft_reservation: rate(self.soft_min_iops, self.soft_min_mibps),
+        }
+    }
+
+    /// The parameters that configure `cfg` in `domain` (inverse of [`Self::to_config`]).
+    pub fn from_config(domain: &str, cfg: &HostConfig) -> HostParams {
+        let (r, l) = (&cfg.reservation, &cfg.limit);
+        HostParams {
+            domain: domain.to_string(),
+            host_nqn: cfg.host_nqn.clone(),
+            min_iops: r.total.iops,
+            min_mibps: r.total.mibps,
+            min_read_iops: r.read.iops,
+            min_read_mibps: r.read.mibps,
+            min_write_iops: r.write.iops,
+            min_write_mibps: r.write.mibps,
+            max_iops: l.total.iops,
+            max_mibps: l.total.mibps,
+            max_read_iops: l.read.iops,
+            max_read_mibps: l.read.mibps,
+            max_write_iops: l.write.iops,
+            max_write_mibps: l.write.mibps,
+            weight: Some(cfg.weight),
+            priority: Some(cfg.priority),
+            soft_min_iops: cfg.soft_reservation.iops,
+            soft_min_mibps: cfg.soft_reservation.mibps,
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// `qos_host_remove` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostKey {
+    pub domain: String,
+    pub host_nqn: String,
+}
+
+/// `qos_host_get` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostQuery {
+    pub domain: String,
+    #[serde(default)]
+    pub host_nqn: Option<String>,
+}
+
+/// `qos_bdev_create` parameters; also what `save_config` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BdevParams {
+    pub name: String,
+    pub base_bdev_name: String,
+    pub domain: String,
+    pub host_nqn: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+}
+
+/// Parameters that name one object, or none for all (`*_get`, `*_delete`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NameQuery {
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// `qos_stats_get` parameters.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsQuery {
+    #[serde(default)]
+    pub domain: Option<String>,
+    /// How many past periods to list per host (default 16, at most 128).
+    #[serde(default)]
+    pub periods: Option<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn domain(v: Value) -> Result<DomainParams, Refusal> {
+        parse("qos_domain_create", v)
+    }
+
+    #[test]
+    fn domain_defaults_follow_the_contract() {
+        let p = domain(json!({"name": "d", "capacity_iops": 400000})).unwrap();
+        assert_eq!(p.period_ms, 1000);
+        assert_eq!(p.check_interval_us, 1000);
+        assert!(p.estimator);
+        assert_eq!(p.mode, TokenMode::Haechi);
+        let c = p.to_config().unwrap();
+        assert_eq!(c.period, Nanos::from_secs(1));
+        assert_eq!(c.capacity.iops, 400000);
+        assert_eq!(c.global_batch, BatchSize::Auto);
+    }
+
+    #[test]
+    fn domain_refusals_name_the_problem() {
+        let e = domain(json!({"name": "d"})).unwrap_err();
+        assert_eq!(e.code, code::EINVAL);
+        assert!(e.message.contains("capacity_iops"), "{e}");
+        let e = domain(json!({"name": "d", "capacity_iops": 1, "bogus": 2})).unwrap_err();
+        assert!(e.message.contains("bogus"), "{e}");
+        let e = domain(json!({"name": "d", "capacity_iops": -5})).unwrap_err();
+        assert_eq!(e.code, code::EINVAL);
+        let p = domain(json!({"name": "d", "capacity_iops": 1000, "period_ms": 5})).unwrap();
+        let e = p.to_config().unwrap_err();
+        assert!(e.message.contains("period"), "{e}");
+        let p = domain(json!({"name": "d", "capacity_iops": 1000, "batch_ops": 5})).unwrap();
+        assert!(p.to_config().unwrap_err().message.contains("batch_bytes"));
+        let p = domain(json!({"name": "a b", "capacity_iops": 1000})).unwrap();
+        assert!(p.to_config().is_err());
+    }
+
+    #[test]
+    fn domain_update_changes_only_what_is_given() {
+        let p = domain(json!({"name": "d", "capacity_iops": 1000, "capacity_mibps": 50})).unwrap();
+        let u: DomainUpdate =
+            parse("qos_domain_update", json!({"name": "d", "period_ms": 200})).unwrap();
+        let q = p.updated(&u);
+        assert_eq!(q.period_ms, 200);
+        assert_eq!(q.capacity_mibps, Some(50));
+        assert_eq!(q.capacity_iops, 1000);
+    }
+
+    #[test]
+    fn domain_params_round_trip_through_json() {
+        let p = domain(json!({"name": "d", "capacity_iops": 1000, "batch_ops": 4, "batch_bytes": 4096, "mode": "basic"}))
+            .unwrap();
+        let back: DomainParams = parse("x", p.to_json()).unwrap();
+        assert_eq!(back, p);
+    }
+
+    #[test]
+    fn host_params_map_to_core_and_back() {
+        let h: HostParams = parse(
+            "qos_host_set",
+            json!({"domain": "d", "host_nqn": "nqn.h1", "min_iops": 100, "max_iops": 200,
+                   "max_read_mibps": 10, "weight": 3, "priority": "high"}),
+        )
+        .unwrap();
+        let c = h.to_config();
+        assert_eq!(c.reservation.total.iops, Some(100));
+        assert_eq!(c.limit.read.mibps, Some(10));
+        assert_eq!(c.weight, 3);
+        assert_eq!(c.priority, PriorityClass::High);
+        let back = HostParams::from_config("d", &c);
+        assert_eq!(back.to_config(), c);
+        let again: HostParams = parse("x", back.to_json()).unwrap();
+        assert_eq!(again, back);
+    }
+
+    #[test]
+    fn host_refuses_unknown_fields_and_bad_priority() {
+        let e = parse::<HostParams>(
+            "qos_host_set",
+            json!({"domain": "d", "host_nqn": "h", "reservation": 1}),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("reservation"), "{e}");
+        assert!(
+            parse::<HostParams>(
+                "qos_host_set",
+                json!({"domain": "d", "host_nqn": "h", "priority": "max"})
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("bdev", "qos0").is_ok());
+        assert!(check_name("bdev", "").is_err());
+        assert!(check_name("bdev", &"x".repeat(300)).is_err());
+    }
+}

@@ -1,0 +1,172 @@
+//! The JSON-RPC methods (contract: `docs/rpc.md`). Every handler runs on the app
+//! thread; every refusal is a JSON-RPC error with a negative errno code and a message
+//! that names the object and the numbers.
+
+use std::ffi::CStr;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use spdk_sys::rpc::{self, RpcError, RpcMethod, RpcRequest};
+
+use crate::params::{
+    BdevParams, DomainParams, DomainUpdate, HostKey, HostParams, HostQuery, NameQuery, Refusal,
+    StatsQuery, code, parse,
+};
+use crate::{qos_bdev, registry, stats};
+
+fn answer(req: RpcRequest, r: Result<Value, Refusal>) {
+    req.reply(r.map_err(|e| RpcError::new(e.code, e.message)));
+}
+
+/// Parameters that must name one object.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NameReq {
+    name: String,
+}
+
+fn domain_create(p: Value) -> Result<Value, Refusal> {
+    let p: DomainParams = parse("qos_domain_create", p)?;
+    registry::create_domain(p)?;
+    Ok(json!(true))
+}
+
+fn domain_update(p: Value) -> Result<Value, Refusal> {
+    let u: DomainUpdate = parse("qos_domain_update", p)?;
+    registry::update_domain(&u)?;
+    Ok(json!(true))
+}
+
+fn domain_delete(p: Value) -> Result<Value, Refusal> {
+    let n: NameReq = parse("qos_domain_delete", p)?;
+    registry::delete_domain(&n.name)?;
+    Ok(json!(true))
+}
+
+fn domain_get(p: Value) -> Result<Value, Refusal> {
+    let q: NameQuery = parse("qos_domain_get", p)?;
+    registry::with(|r| match &q.name {
+        Some(n) => Ok(json!([r.domain(n)?.params.to_json()])),
+        None => Ok(Value::Array(
+            r.domains.values().map(|d| d.params.to_json()).collect(),
+        )),
+    })
+}
+
+fn host_set(p: Value) -> Result<Value, Refusal> {
+    let h: HostParams = parse("qos_host_set", p)?;
+    registry::set_host(&h)?;
+    Ok(json!(true))
+}
+
+fn host_remove(p: Value) -> Result<Value, Refusal> {
+    let k: HostKey = parse("qos_host_remove", p)?;
+    registry::remove_host(&k.domain, &k.host_nqn)?;
+    Ok(json!(true))
+}
+
+fn host_get(p: Value) -> Result<Value, Refusal> {
+    let q: HostQuery = parse("qos_host_get", p)?;
+    registry::with(|r| {
+        let hosts = registry::host_params(r, &q.domain)?;
+        match &q.host_nqn {
+            Some(n) => hosts
+                .into_iter()
+                .find(|h| &h.host_nqn == n)
+                .map(|h| json!([h.to_json()]))
+                .ok_or_else(|| {
+                    Refusal::new(
+                        code::ENOENT,
+                        format!("host {n:?} is not configured in QoS domain {:?}", q.domain),
+                    )
+                }),
+            None => Ok(Value::Array(
+                hosts.iter().map(HostParams::to_json).collect(),
+            )),
+        }
+    })
+}
+
+fn bdev_create(p: Value) -> Result<Value, Refusal> {
+    let b: BdevParams = parse("qos_bdev_create", p)?;
+    Ok(json!(qos_bdev::create(b)?))
+}
+
+fn bdev_get(p: Value) -> Result<Value, Refusal> {
+    let q: NameQuery = parse("qos_bdev_get", p)?;
+    registry::with(|r| {
+        let one = |e: &registry::BdevEntry| {
+            // SAFETY: nodes in the registry are alive.
+            let n = unsafe { e.node.get() };
+            let mut v = serde_json::to_value(n.params()).unwrap_or(Value::Null);
+            v["deleting"] = json!(e.deleting);
+            v
+        };
+        match &q.name {
+            Some(n) => r
+                .bdevs
+                .get(n)
+                .map(|e| json!([one(e)]))
+                .ok_or_else(|| Refusal::new(code::ENOENT, format!("unknown QoS bdev {n:?}"))),
+            None => Ok(Value::Array(r.bdevs.values().map(one).collect())),
+        }
+    })
+}
+
+fn stats_get(p: Value) -> Result<Value, Refusal> {
+    let q: StatsQuery = parse("qos_stats_get", p)?;
+    let periods = q
+        .periods
+        .unwrap_or(16)
+        .min(qos_core::monitor::HISTORY_PERIODS);
+    registry::with(|r| match &q.domain {
+        Some(n) => Ok(json!([stats::domain(n, r.domain(n)?, periods)])),
+        None => Ok(Value::Array(
+            r.domains
+                .iter()
+                .map(|(n, d)| stats::domain(n, d, periods))
+                .collect(),
+        )),
+    })
+}
+
+macro_rules! methods {
+    ($( $ty:ident = $name:literal, $state:expr, $body:expr; )*) => {
+        $(
+            struct $ty;
+            impl RpcMethod for $ty {
+                const NAME: &'static CStr = $name;
+                const STATE: u32 = $state;
+                fn call(req: RpcRequest, params: Value) {
+                    #[allow(clippy::redundant_closure_call)]
+                    ($body)(req, params)
+                }
+            }
+        )*
+        /// Registers every method (from the plugin's constructor).
+        pub fn register_all() {
+            $( rpc::register::<$ty>(); )*
+        }
+    };
+}
+
+const ANY: u32 = rpc::STARTUP | rpc::RUNTIME;
+
+methods! {
+    MDomainCreate = c"qos_domain_create", ANY, |q, p| answer(q, domain_create(p));
+    MDomainUpdate = c"qos_domain_update", rpc::RUNTIME, |q, p| answer(q, domain_update(p));
+    MDomainDelete = c"qos_domain_delete", rpc::RUNTIME, |q, p| answer(q, domain_delete(p));
+    MDomainGet = c"qos_domain_get", rpc::RUNTIME, |q, p| answer(q, domain_get(p));
+    MHostSet = c"qos_host_set", ANY, |q, p| answer(q, host_set(p));
+    MHostRemove = c"qos_host_remove", rpc::RUNTIME, |q, p| answer(q, host_remove(p));
+    MHostGet = c"qos_host_get", rpc::RUNTIME, |q, p| answer(q, host_get(p));
+    MBdevCreate = c"qos_bdev_create", rpc::RUNTIME, |q, p| answer(q, bdev_create(p));
+    MBdevDelete = c"qos_bdev_delete", rpc::RUNTIME, |q: RpcRequest, p| {
+        match parse::<NameReq>("qos_bdev_delete", p) {
+            Ok(n) => qos_bdev::delete(&n.name, move |r| answer(q, r.map(|()| json!(true)))),
+            Err(e) => answer(q, Err(e)),
+        }
+    };
+    MBdevGet = c"qos_bdev_get", rpc::RUNTIME, |q, p| answer(q, bdev_get(p));
+    MStatsGet = c"qos_stats_get", rpc::RUNTIME, |q, p| answer(q, stats_get(p));
+}

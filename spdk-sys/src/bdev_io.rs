@@ -1,0 +1,247 @@
+//! A bdev_io handed to a bdev module, as a value that must be completed exactly once.
+//!
+//! [`BdevIo`] is neither `Clone` nor `Copy`; every completion method takes it by value,
+//! and dropping one that was never completed completes it with a failure (and logs),
+//! so an I/O can be neither lost nor completed twice. [`BaseIo`] is the child bdev_io a
+//! module got back from the bdev below it; dropping it frees it.
+
+use std::ffi::c_int;
+use std::ptr::NonNull;
+
+use crate::ffi;
+
+/// Final status of a bdev_io.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoStatus {
+    Success,
+    Failed,
+    Aborted,
+    /// Ask the bdev layer to retry later.
+    NoMem,
+}
+
+impl IoStatus {
+    fn raw(self) -> ffi::spdk_bdev_io_status {
+        match self {
+            IoStatus::Success => ffi::spdk_bdev_io_status::SPDK_BDEV_IO_STATUS_SUCCESS,
+            IoStatus::Failed => ffi::spdk_bdev_io_status::SPDK_BDEV_IO_STATUS_FAILED,
+            IoStatus::Aborted => ffi::spdk_bdev_io_status::SPDK_BDEV_IO_STATUS_ABORTED,
+            IoStatus::NoMem => ffi::spdk_bdev_io_status::SPDK_BDEV_IO_STATUS_NOMEM,
+        }
+    }
+}
+
+/// A bdev_io submitted to this module and not yet completed.
+#[derive(Debug)]
+pub struct BdevIo(NonNull<ffi::spdk_bdev_io>);
+
+impl BdevIo {
+    /// Takes charge of `io`.
+    ///
+    /// # Safety
+    /// `io` is a live bdev_io submitted to this module, not yet completed, and no other
+    /// `BdevIo` for it exists (including one turned into a raw pointer that will be
+    /// taken back).
+    pub unsafe fn from_raw(io: *mut ffi::spdk_bdev_io) -> BdevIo {
+        BdevIo(NonNull::new(io).expect("bdev layer passed a null bdev_io"))
+    }
+
+    /// Gives up the value without completing it, e.g. to pass it as a callback argument;
+    /// take it back with [`BdevIo::from_raw`].
+    pub fn into_raw(self) -> *mut ffi::spdk_bdev_io {
+        let p = self.0.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    pub fn as_ptr(&self) -> *mut ffi::spdk_bdev_io {
+        self.0.as_ptr()
+    }
+
+    fn raw(&self) -> &ffi::spdk_bdev_io {
+        // SAFETY: live until completed, and completion consumes `self`.
+        unsafe { self.0.as_ref() }
+    }
+
+    pub fn io_type(&self) -> ffi::spdk_bdev_io_type {
+        ffi::spdk_bdev_io_type(self.raw().type_ as u32)
+    }
+
+    /// The bdev this I/O was submitted to.
+    pub fn bdev(&self) -> *mut ffi::spdk_bdev {
+        self.raw().bdev
+    }
+
+    /// Block size of the bdev this I/O was submitted to.
+    pub fn block_len(&self) -> u32 {
+        // SAFETY: the bdev outlives its I/O.
+        unsafe { (*self.raw().bdev).blocklen }
+    }
+
+    /// Block parameters (read, write, unmap, flush, write-zeroes, compare, reset...).
+    ///
+    /// # Safety
+    /// Only for I/O types whose parameters are `u.bdev` (not NVMe passthru, not abort).
+    pub unsafe fn block(&self) -> &ffi::spdk_bdev_io_block_params {
+        // SAFETY: per the contract above.
+        unsafe { self.raw().u.bdev.as_ref() }
+    }
+
+    /// Bytes the I/O covers (`num_blocks * block_len`), for block I/O types.
+    ///
+    /// # Safety
+    /// As for [`BdevIo::block`].
+    pub unsafe fn block_bytes(&self) -> u64 {
+        // SAFETY: per the contract above.
+        let b = unsafe { self.block() };
+        b.num_blocks.saturating_mul(self.block_len() as u64)
+    }
+
+    /// NVMe passthru parameters (`NVME_IO`, `NVME_IO_MD`, `NVME_IOV_MD`).
+    ///
+    /// # Safety
+    /// Only for those I/O types.
+    pub unsafe fn nvme_passthru(&self) -> &ffi::spdk_bdev_io_nvme_passthru_params {
+        // SAFETY: per the contract above.
+        unsafe { self.raw().u.nvme_passthru.as_ref() }
+    }
+
+    /// The I/O an `ABORT` asks to abort.
+    ///
+    /// # Safety
+    /// Only for `ABORT`.
+    pub unsafe fn abort_target(&self) -> *mut ffi::spdk_bdev_io {
+        // SAFETY: per the contract above.
+        unsafe { self.raw().u.abort.as_ref().bio_to_abort }
+    }
+
+    /// The module's per-I/O context (`get_ctx_size` bytes, 8-byte aligned).
+    pub fn driver_ctx(&self) -> *mut u8 {
+        // SAFETY: `driver_ctx` is the flexible array at the end of the live bdev_io.
+        unsafe { std::ptr::addr_of_mut!((*self.0.as_ptr()).driver_ctx).cast::<u8>() }
+    }
+
+    pub fn complete(self, status: IoStatus) {
+        let p = self.into_raw();
+        // SAFETY: completed once: `self` was consumed.
+        unsafe { ffi::spdk_bdev_io_complete(p, status.raw()) };
+    }
+
+    /// Completes with an NVMe status and completion dword 0 (which nvmf copies into the
+    /// NVMe completion it sends to the host).
+    pub fn complete_nvme(self, cdw0: u32, sct: u8, sc: u8) {
+        let p = self.into_raw();
+        // SAFETY: completed once: `self` was consumed.
+        unsafe { ffi::spdk_bdev_io_complete_nvme_status(p, cdw0, sct as c_int, sc as c_int) };
+    }
+
+    /// Completes with the status of the child I/O `base` (including NVMe status and
+    /// dword 0 when the base reported them).
+    pub fn complete_like(self, base: &BaseIo) {
+        let p = self.into_raw();
+        // SAFETY: completed once; `base` is alive (freed when the `BaseIo` drops).
+        unsafe { ffi::spdk_bdev_io_complete_base_io_status(p, base.0.as_ptr()) };
+    }
+
+    /// Copies `data` into the I/O's data buffer (`iovs`, or `buf` for `NVME_IO`),
+    /// up to `limit` bytes; returns how many bytes were copied.
+    ///
+    /// # Safety
+    /// The I/O is an NVMe passthru whose buffer is controller-to-host data owned by
+    /// the submitter for the I/O's lifetime.
+    pub unsafe fn copy_to_passthru_buf(&self, data: &[u8], limit: usize) -> usize {
+        // SAFETY: per the contract above.
+        let p = unsafe { self.nvme_passthru() };
+        let mut left = &data[..data.len().min(limit)];
+        let mut copied = 0;
+        if !p.iovs.is_null() && p.iovcnt > 0 {
+            for i in 0..p.iovcnt as usize {
+                if left.is_empty() {
+                    break;
+                }
+                // SAFETY: `iovs` has `iovcnt` entries, each a writable buffer.
+                let iov = unsafe { &*p.iovs.add(i) };
+                let n = left.len().min(iov.iov_len);
+                if n > 0 && !iov.iov_base.is_null() {
+                    // SAFETY: `n` bytes fit in this iovec; the regions are distinct.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(left.as_ptr(), iov.iov_base.cast::<u8>(), n)
+                    };
+                    left = &left[n..];
+                    copied += n;
+                }
+            }
+        } else if !p.buf.is_null() {
+            let n = left.len().min(p.nbytes);
+            // SAFETY: `buf` holds `nbytes` writable bytes.
+            unsafe { std::ptr::copy_nonoverlapping(left.as_ptr(), p.buf.cast::<u8>(), n) };
+            copied = n;
+        }
+        copied
+    }
+
+    /// Length of the data buffer of an NVMe passthru I/O: the smaller of `nbytes` and
+    /// the buffer actually attached.
+    ///
+    /// # Safety
+    /// The I/O is an NVMe passthru.
+    pub unsafe fn passthru_buf_len(&self) -> usize {
+        // SAFETY: per the contract above.
+        let p = unsafe { self.nvme_passthru() };
+        if !p.iovs.is_null() && p.iovcnt > 0 {
+            let total: usize = (0..p.iovcnt as usize)
+                // SAFETY: `iovs` has `iovcnt` entries.
+                .map(|i| unsafe { (*p.iovs.add(i)).iov_len })
+                .sum();
+            total.min(p.nbytes)
+        } else if !p.buf.is_null() {
+            p.nbytes
+        } else {
+            0
+        }
+    }
+}
+
+impl Drop for BdevIo {
+    fn drop(&mut self) {
+        tracing::error!(
+            "bdev_io {:p} dropped without completion; failing it",
+            self.0.as_ptr()
+        );
+        // SAFETY: never completed (every completion path forgets `self`).
+        unsafe {
+            ffi::spdk_bdev_io_complete(
+                self.0.as_ptr(),
+                ffi::spdk_bdev_io_status::SPDK_BDEV_IO_STATUS_FAILED,
+            )
+        };
+    }
+}
+
+/// The 16 command dwords of an NVMe command (dword 0 holds the opcode in bits 7:0).
+pub fn nvme_cmd_dwords(cmd: &ffi::spdk_nvme_cmd) -> [u32; 16] {
+    const { assert!(std::mem::size_of::<ffi::spdk_nvme_cmd>() == 64) };
+    // SAFETY: `spdk_nvme_cmd` is a plain 64-byte C struct (asserted above); every bit
+    // pattern is a valid `[u32; 16]`, and the read is unaligned-tolerant.
+    unsafe { std::ptr::read_unaligned((cmd as *const ffi::spdk_nvme_cmd).cast::<[u32; 16]>()) }
+}
+
+/// A child bdev_io this module submitted to another bdev, handed back in its
+/// completion callback. Dropping it frees it (`spdk_bdev_free_io`).
+#[derive(Debug)]
+pub struct BaseIo(NonNull<ffi::spdk_bdev_io>);
+
+impl BaseIo {
+    /// # Safety
+    /// `io` is the bdev_io passed to a completion callback, freed by nobody else.
+    pub unsafe fn from_raw(io: *mut ffi::spdk_bdev_io) -> BaseIo {
+        BaseIo(NonNull::new(io).expect("bdev layer passed a null bdev_io"))
+    }
+}
+
+impl Drop for BaseIo {
+    fn drop(&mut self) {
+        // SAFETY: completed child I/O, freed exactly once here.
+        unsafe { ffi::spdk_bdev_free_io(self.0.as_ptr()) };
+    }
+}

@@ -1,0 +1,119 @@
+//! JSON-RPC methods written in Rust: a type implementing [`RpcMethod`] is one method,
+//! registered by name with [`register`]; its handler gets the parameters as a
+//! `serde_json::Value` and an [`RpcRequest`] that must be answered exactly once
+//! (dropping it unanswered sends an internal error).
+
+use std::ffi::{CStr, CString};
+use std::ptr::NonNull;
+
+use crate::ffi;
+use crate::json::{JsonWriter, value_from_spdk};
+
+/// Method may be called before subsystems are initialised (`--wait-for-rpc`).
+pub const STARTUP: u32 = ffi::SPDK_RPC_STARTUP;
+/// Method may be called once the application runs.
+pub const RUNTIME: u32 = ffi::SPDK_RPC_RUNTIME;
+
+/// A JSON-RPC error: SPDK's methods use negative errno values as codes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RpcError {
+    pub code: i32,
+    pub message: String,
+}
+
+impl RpcError {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// A request waiting for its one response.
+#[derive(Debug)]
+pub struct RpcRequest(NonNull<ffi::spdk_jsonrpc_request>);
+
+impl RpcRequest {
+    fn into_raw(self) -> *mut ffi::spdk_jsonrpc_request {
+        let p = self.0.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    /// Sends `result`.
+    pub fn ok(self, result: &serde_json::Value) {
+        let r = self.into_raw();
+        // SAFETY: `r` is an unanswered request; begin/end are paired. A null writer
+        // means a notification (no response expected), which SPDK then frees itself.
+        unsafe {
+            let w = ffi::spdk_jsonrpc_begin_result(r);
+            if !w.is_null() {
+                JsonWriter::from_raw(w).value(result);
+                ffi::spdk_jsonrpc_end_result(r, w);
+            }
+        }
+    }
+
+    /// Sends an error.
+    pub fn err(self, e: &RpcError) {
+        let msg = CString::new(e.message.replace('\0', " ")).unwrap_or_default();
+        let r = self.into_raw();
+        // SAFETY: `r` is an unanswered request; the message is NUL-terminated and copied.
+        unsafe { ffi::spdk_jsonrpc_send_error_response(r, e.code, msg.as_ptr()) };
+    }
+
+    /// Sends `result` or the error.
+    pub fn reply(self, result: Result<serde_json::Value, RpcError>) {
+        match result {
+            Ok(v) => self.ok(&v),
+            Err(e) => self.err(&e),
+        }
+    }
+}
+
+impl Drop for RpcRequest {
+    fn drop(&mut self) {
+        // SAFETY: never answered (every answering method forgets `self`).
+        unsafe {
+            ffi::spdk_jsonrpc_send_error_response(
+                self.0.as_ptr(),
+                ffi::SPDK_JSONRPC_ERROR_INTERNAL_ERROR,
+                c"internal error: the method did not answer".as_ptr(),
+            )
+        };
+    }
+}
+
+/// One JSON-RPC method.
+pub trait RpcMethod {
+    const NAME: &'static CStr;
+    /// [`STARTUP`], [`RUNTIME`] or both.
+    const STATE: u32;
+    /// Handles one call, on the application thread. Answer `req` now or later.
+    fn call(req: RpcRequest, params: serde_json::Value);
+}
+
+unsafe extern "C" fn handler<M: RpcMethod>(
+    req: *mut ffi::spdk_jsonrpc_request,
+    params: *const ffi::spdk_json_val,
+) {
+    let Some(req) = NonNull::new(req).map(RpcRequest) else {
+        return;
+    };
+    // SAFETY: SPDK passes null or a valid token array for the duration of the call.
+    match unsafe { value_from_spdk(params) } {
+        Ok(p) => M::call(req, p),
+        Err(e) => req.err(&RpcError::new(
+            ffi::SPDK_JSONRPC_ERROR_INVALID_PARAMS,
+            format!("{}: cannot read parameters: {e}", M::NAME.to_string_lossy()),
+        )),
+    }
+}
+
+/// Registers method `M`. Call from an ELF constructor: SPDK checks the method table
+/// when its RPC server starts, and refuses duplicate names.
+pub fn register<M: RpcMethod>() {
+    // SAFETY: the name is 'static and the handler a valid function for `M`.
+    unsafe { ffi::spdk_rpc_register_method(M::NAME.as_ptr(), Some(handler::<M>), M::STATE) };
+}
