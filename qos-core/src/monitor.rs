@@ -24,6 +24,13 @@ use crate::ledger::{
 use crate::sync::{Arc, Ordering, POOL_MAX};
 use crate::time::{MonotonicClamp, Nanos, mul_div, mul_div_ceil};
 
+/// A host is idle (its unused reservation may be converted) after this many check
+/// intervals with nothing outstanding and nothing admitted (at most 1% of the period,
+/// at least one interval). One interval is too short: a backlogged host whose commands
+/// arrive in bursts (a busy initiator, a slow network) often has nothing at the target
+/// at one instant.
+pub const IDLE_INTERVALS: u64 = 10;
+
 /// How many past periods each host's history keeps for statistics.
 pub const HISTORY_PERIODS: usize = 128;
 
@@ -120,6 +127,8 @@ struct HostEntry {
     last: CounterSnapshot,
     /// Commands admitted as of the previous conversion tick.
     admitted_at_tick: u64,
+    /// When it last had a command outstanding or admitted one.
+    last_active: Nanos,
     /// Unused reservation its channels may hold in caches: not counted as lag.
     res_slack: Amount,
     history: VecDeque<PeriodRecord>,
@@ -274,6 +283,7 @@ impl Monitor {
             soft_idle: UnderuseCounter::default(),
             last,
             admitted_at_tick: 0,
+            last_active: now,
             res_slack: Amount::ZERO,
             history: VecDeque::new(),
         });
@@ -509,6 +519,14 @@ impl Monitor {
         let release_num = t.saturating_add(self.cfg.release_burst().0).min(den);
         let lag_slack = self.cfg.release_burst().0;
         let mut closed = 0u64;
+        let idle_after = Nanos(
+            self.cfg
+                .check_interval
+                .0
+                .saturating_mul(IDLE_INTERVALS)
+                .min(self.cfg.period.0 / 100)
+                .max(self.cfg.check_interval.0),
+        );
         let mut outstanding = [0u64; 2];
         let mut in_flight_all = [0u64; 2];
         let mut used = [0u64; 2];
@@ -520,10 +538,13 @@ impl Monitor {
                 used[r] = used[r]
                     .saturating_add(spent.get(RES[r]).saturating_sub(spent_before.get(RES[r])));
             }
-            // Idle: nothing outstanding now and nothing admitted since the last tick (a
-            // host whose commands are still on their way is not idle).
-            let idle = c.outstanding() == 0 && c.admitted_ios == h.admitted_at_tick;
+            // Idle: nothing outstanding and nothing admitted for IDLE_INTERVALS check
+            // intervals (a host whose commands are still on their way is not idle).
+            if c.outstanding() > 0 || c.admitted_ios != h.admitted_at_tick {
+                h.last_active = now;
+            }
             h.admitted_at_tick = c.admitted_ios;
+            let idle = now.saturating_sub(h.last_active) >= idle_after;
             let in_flight = c.in_flight();
             let pools = if h.budgets.together { 1 } else { 2 };
             let mut lag = 0u64;
