@@ -17,7 +17,7 @@
 
 use crate::config::{BudgetClass, UNLIMITED};
 use crate::cost::{Amount, CostModel, Direction, IoKind, Resource};
-use crate::sync::{Arc, AtomicU64, Ordering, POOL_MAX, SeqLock, TokenPool};
+use crate::sync::{Arc, AtomicU64, CachePadded, Ordering, POOL_MAX, SeqLock, TokenPool};
 use crate::time::Nanos;
 use crate::wire;
 
@@ -28,7 +28,7 @@ pub struct DomainShared {
     pub(crate) conversion: AtomicU64,
     /// Paced release burst in ns; `u64::MAX` when reservations are released at once.
     pub(crate) release_burst: AtomicU64,
-    pub(crate) global: [TokenPool; 2],
+    pub(crate) global: [CachePadded<TokenPool>; 2],
     pub(crate) epoch: AtomicU64,
     pub(crate) period_start: AtomicU64,
     pub(crate) period: AtomicU64,
@@ -46,7 +46,10 @@ impl DomainShared {
             cost,
             conversion: AtomicU64::new(conversion as u64),
             release_burst: AtomicU64::new(u64::MAX),
-            global: [TokenPool::new(0, 0), TokenPool::new(0, 0)],
+            global: [
+                CachePadded(TokenPool::new(0, 0)),
+                CachePadded(TokenPool::new(0, 0)),
+            ],
             epoch: AtomicU64::new(0),
             period_start: AtomicU64::new(0),
             period: AtomicU64::new(period.0),
@@ -175,14 +178,14 @@ impl HostParams {
 pub struct HostShared {
     pub(crate) id: u32,
     pub(crate) nqn: String,
-    params: SeqLock<PARAM_WORDS>,
+    params: CachePadded<SeqLock<PARAM_WORDS>>,
     /// Reservation tokens per pool and resource.
-    pub(crate) res: [[TokenPool; 2]; 2],
+    pub(crate) res: CachePadded<[[TokenPool; 2]; 2]>,
     /// Global tokens granted to this host ahead of its I/O (cooperative initiators).
-    pub(crate) credit: [TokenPool; 2],
+    pub(crate) credit: CachePadded<[TokenPool; 2]>,
     /// Limit allowance per class and resource.
-    pub(crate) limit: [[TokenPool; 2]; 3],
-    pub(crate) counters: HostCounters,
+    pub(crate) limit: CachePadded<[[TokenPool; 2]; 3]>,
+    pub(crate) counters: CachePadded<HostCounters>,
     /// Bit r: the monitor found this host behind its reservation schedule in resource r.
     pub(crate) lagging: AtomicU64,
 }
@@ -263,11 +266,11 @@ impl HostShared {
         let h = HostShared {
             id,
             nqn,
-            params: SeqLock::new(params.to_words()),
+            params: CachePadded(SeqLock::new(params.to_words())),
             res: Default::default(),
-            credit: [TokenPool::new(tag, 0), TokenPool::new(tag, 0)],
+            credit: CachePadded([TokenPool::new(tag, 0), TokenPool::new(tag, 0)]),
             limit: Default::default(),
-            counters: HostCounters::default(),
+            counters: CachePadded::default(),
             lagging: AtomicU64::new(0),
         };
         h.write_params(params);
@@ -286,7 +289,7 @@ impl HostShared {
     /// Reservation tokens left in the shared pools (not counting channel caches).
     pub fn reservation_available(&self) -> Amount {
         let mut a = Amount::ZERO;
-        for pool in &self.res {
+        for pool in self.res.iter() {
             a = a.saturating_add(Amount::new(pool[0].load().1, pool[1].load().1));
         }
         a
@@ -413,7 +416,7 @@ impl ChannelTokens {
         let params = host.read_params();
         let gen_ = host.generation();
         let cost = domain.cost;
-        ChannelTokens {
+        let mut ch = ChannelTokens {
             domain,
             host,
             cost,
@@ -432,7 +435,15 @@ impl ChannelTokens {
             held_delta: 0,
             published: [[0; 2]; 2],
             active: false,
+        };
+        for c in 0..3 {
+            for r in 0..2 {
+                if !ch.params.limited(c, r) {
+                    ch.lim[c][r] = u64::MAX;
+                }
+            }
         }
+        ch
     }
 
     pub fn host(&self) -> &Arc<HostShared> {
@@ -463,6 +474,17 @@ impl ChannelTokens {
         if p.epoch != self.params.epoch {
             self.expire_caches();
         }
+        // A limit that is not enforced never runs out (its allowance is unbounded), so
+        // the per-command check needs no branch on which limits are on.
+        for c in 0..3 {
+            for r in 0..2 {
+                if !p.limited(c, r) {
+                    self.lim[c][r] = u64::MAX;
+                } else if !self.params.limited(c, r) {
+                    self.lim[c][r] = 0;
+                }
+            }
+        }
         self.params = p;
         self.gen_ = g;
     }
@@ -491,22 +513,25 @@ impl ChannelTokens {
         // every command is admitted at the latest at the start of some period.
         let need = [cost.ops.min(cap.ops), cost.bytes.min(cap.bytes)];
         let classes = [BudgetClass::Total as usize, BudgetClass::of(dir) as usize];
+        let mut charged = [[0u64; 2]; 2];
         if self.params.limit_mask != 0 {
-            for c in classes {
+            for (i, &c) in classes.iter().enumerate() {
                 for r in 0..2 {
-                    if self.params.limited(c, r) {
-                        let n = need[r].min(self.params.limit[c].get(RES[r]));
-                        if self.lim[c][r] < n && !self.refill_limit(c, r, n, now) {
-                            self.held_events += 1;
-                            return Admission::Held(HoldReason::Limit);
-                        }
+                    let n = need[r].min(self.params.limit[c].get(RES[r]));
+                    if self.lim[c][r] < n && !self.refill_limit(c, r, n, now) {
+                        self.uncharge_limits(classes, charged);
+                        self.held_events += 1;
+                        return Admission::Held(HoldReason::Limit);
                     }
+                    self.lim[c][r] -= n;
+                    charged[i][r] = n;
                 }
             }
         }
         let p = self.params.pool(dir);
         for r in 0..2 {
             if self.res[p][r] + self.glob[r] < need[r] && !self.refill_tokens(p, r, need[r], now) {
+                self.uncharge_limits(classes, charged);
                 self.held_events += 1;
                 return Admission::Held(HoldReason::Tokens);
             }
@@ -522,17 +547,18 @@ impl ChannelTokens {
                 reserved = false;
             }
         }
-        if self.params.limit_mask != 0 {
-            for c in classes {
-                for r in 0..2 {
-                    if self.params.limited(c, r) {
-                        self.lim[c][r] -= need[r].min(self.params.limit[c].get(RES[r]));
-                    }
-                }
-            }
-        }
         self.admitted_ios += 1;
         Admission::Admitted { reserved }
+    }
+
+    /// Gives back limit allowance charged to a command that is held after all.
+    #[cold]
+    fn uncharge_limits(&mut self, classes: [usize; 2], charged: [[u64; 2]; 2]) {
+        for (i, &c) in classes.iter().enumerate() {
+            for r in 0..2 {
+                self.lim[c][r] = self.lim[c][r].saturating_add(charged[i][r]);
+            }
+        }
     }
 
     #[cold]
@@ -763,6 +789,9 @@ impl ChannelTokens {
                 self.expired[r] += n;
             }
             for c in 0..3 {
+                if !self.params.limited(c, r) {
+                    continue;
+                }
                 let n = std::mem::take(&mut self.lim[c][r]);
                 if n > 0 {
                     self.host.limit[c][r].give(tag, n);

@@ -102,7 +102,8 @@ pub struct PeriodReport {
     pub used: Amount,
     /// Estimate for the next period (Omega_t+1).
     pub next_budget: Amount,
-    pub hosts: Vec<(String, PeriodRecord)>,
+    /// Per host (by NQN), in the order they were added.
+    pub hosts: Vec<(std::sync::Arc<str>, PeriodRecord)>,
 }
 
 /// What [`Monitor::tick`] asks of its caller.
@@ -117,6 +118,8 @@ pub struct Tick {
 #[derive(Debug)]
 struct HostEntry {
     cfg: HostConfig,
+    /// The host NQN, shared with period reports without copying.
+    name: std::sync::Arc<str>,
     budgets: HostBudgets,
     shared: Arc<HostShared>,
     /// Reservation plus soft grant per pool for the current period (undecayed R').
@@ -274,6 +277,7 @@ impl Monitor {
         ));
         let last = shared.counters();
         self.hosts.push(HostEntry {
+            name: cfg.host_nqn.as_str().into(),
             cfg,
             budgets,
             shared: shared.clone(),
@@ -635,7 +639,7 @@ impl Monitor {
             h.history.push_back(rec);
             h.last = now_c;
             used = used.saturating_add(completed);
-            hosts.push((h.cfg.host_nqn.clone(), rec));
+            hosts.push((h.name.clone(), rec));
         }
         let report_budget = self.budget;
         for r in Resource::ALL {

@@ -10,6 +10,20 @@ pub(crate) use std::sync::Arc;
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicU64, Ordering, fence};
 
+/// Keeps `T` on cache lines of its own, so that threads writing neighbouring state
+/// (another pool, the counters) do not invalidate the line every command reads.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub struct CachePadded<T>(pub T);
+
+impl<T> std::ops::Deref for CachePadded<T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// Largest count a pool holds (48 bits): 256 TiB, more than any target moves in the
 /// longest period (60 s).
 pub const POOL_MAX: u64 = (1 << 48) - 1;

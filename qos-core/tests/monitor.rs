@@ -561,3 +561,34 @@ fn a_fast_target_gets_no_more_than_the_budget_per_period() {
     assert!(total <= 10_000, "{total} admitted in a period of 10,000");
     assert!(total >= 9_900, "{total}: the budget is used");
 }
+
+#[test]
+fn idle_channels_and_limit_switches_keep_limits_right() {
+    let mut m = Monitor::new(domain(100_000), T0).unwrap();
+    let mut h = HostConfig::new("nqn.sw");
+    h.limit.write = Rate::iops(10);
+    m.add_host(h.clone(), T0).unwrap();
+    let mut ch = m.channel("nqn.sw").unwrap();
+    // Idle flushes return cached tokens; unlimited reads must still pass afterwards.
+    ch.flush();
+    ch.flush();
+    assert!(ch.try_admit(IoKind::Read, 4096, T0).is_admitted());
+    let writes = (0..20)
+        .filter(|_| ch.try_admit(IoKind::Write, 4096, T0).is_admitted())
+        .count();
+    assert_eq!(writes, 10);
+    // Reads become limited too, mid-period: enforced at once (prorated: 5 in half a period).
+    h.limit.read = Rate::iops(10);
+    m.update_host(h.clone(), at_ms(500)).unwrap();
+    let reads = (0..20)
+        .filter(|_| ch.try_admit(IoKind::Read, 4096, at_ms(500)).is_admitted())
+        .count();
+    assert_eq!(reads, 5);
+    // And unlimited again.
+    h.limit.read = Rate::NONE;
+    m.update_host(h, at_ms(600)).unwrap();
+    let reads = (0..20)
+        .filter(|_| ch.try_admit(IoKind::Read, 4096, at_ms(600)).is_admitted())
+        .count();
+    assert_eq!(reads, 20);
+}
