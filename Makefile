@@ -26,17 +26,27 @@ $(VENV)/.installed: rpc-scripts/requirements-test.txt
 	$(VENV)/bin/pip install -q -r rpc-scripts/requirements-test.txt
 	touch $@
 
-# Tests against a real nvmf_tgt: run only where an SPDK shared-library build is found.
+# Tests against a real nvmf_tgt (and SPDK initiators): run only where an SPDK
+# shared-library build is found at SPDK_DIR; elsewhere they print SKIPPED and pass.
+SPDK_FOUND := $(wildcard $(SPDK_DIR)/build/lib/libspdk_nvmf.so)
+
 test-spdk:
-	@if [ -f "$(SPDK_DIR)/build/lib/libspdk_nvmf.so" ]; then \
-		SPDK_DIR="$(SPDK_DIR)" bash spdk-plugin/tests/run.sh; \
-	else \
-		echo "SKIPPED: SPDK tests: no SPDK shared-library build at SPDK_DIR=$(SPDK_DIR) (see docs/target-plugin.md)"; \
-	fi
+ifneq ($(SPDK_FOUND),)
+	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin
+	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p spdk-sys -p spdk-plugin
+	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it -- --nocapture --test-threads=1
+else
+	@echo "SKIPPED: SPDK tests: no SPDK shared-library build at SPDK_DIR=$(SPDK_DIR) (see docs/target-plugin.md)"
+	SPDK_DIR="$(SPDK_DIR)" cargo test -p target-it
+endif
 
 lint:
-	cargo fmt --check
+	cargo fmt --all --check
 	cargo clippy --all-targets -- -D warnings
+	cargo clippy -p target-it --all-targets -- -D warnings
+ifneq ($(SPDK_FOUND),)
+	SPDK_DIR="$(SPDK_DIR)" cargo clippy -p spdk-sys -p spdk-plugin --all-targets -- -D warnings
+endif
 
 lab:
 	cargo run --release -p qos-lab -- list
