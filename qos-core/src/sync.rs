@@ -71,23 +71,7 @@ impl TokenPool {
     /// pool is of another period). Fetch-and-add semantics without overdraft.
     #[inline]
     pub fn take(&self, tag: u16, want: u64) -> u64 {
-        let mut cur = self.0.load(Ordering::Acquire);
-        loop {
-            let (t, c) = unpack(cur);
-            if t != tag || c == 0 || want == 0 {
-                return 0;
-            }
-            let got = want.min(c);
-            match self.0.compare_exchange_weak(
-                cur,
-                pack(t, c - got),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return got,
-                Err(actual) => cur = actual,
-            }
-        }
+        self.take_above(tag, want, 0)
     }
 
     /// Takes up to `want` tokens of period `tag` while leaving at least `floor` in the
