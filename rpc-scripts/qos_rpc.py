@@ -194,6 +194,9 @@ _DOMAIN_OPTIONS = [
     ('estimator_history', _int_range(1, 1000), "estimator window M in periods, 1 ..= 1000 (default 8)"),
     ('estimator_increment_milli', _count, "estimator increment eta, thousandths of the profile (default 10)"),
     ('underuse_periods', _count, "periods of under-use before a host is flagged (default 3)"),
+    ('release_burst_us', _count,
+     "with --release paced: how far hosts may run ahead of the release schedule, in us "
+     "(default: one check interval)"),
 ]
 _COST_OPTIONS = [
     ('write_weight_milli', _int_range(1, 100000),
@@ -201,7 +204,7 @@ _COST_OPTIONS = [
     ('size_unit', _size_unit,
      "when set, a command costs one op per started size_unit bytes; 0 or >= 512 (default 0)"),
 ]
-_DOMAIN_PARAMS = (['name'] + [o[0] for o in _DOMAIN_OPTIONS] + ['estimator', 'mode']
+_DOMAIN_PARAMS = (['name'] + [o[0] for o in _DOMAIN_OPTIONS] + ['estimator', 'mode', 'release']
                   + [o[0] for o in _COST_OPTIONS])
 
 
@@ -216,6 +219,10 @@ def _add_domain_options(p, create):
                    help='adaptive capacity estimation, Haechi Algorithm 1 (default: on)')
     p.add_argument('--mode', choices=['haechi', 'basic'],
                    help='haechi: unused reservation becomes global tokens; basic: none (default haechi)')
+    p.add_argument('--release', choices=['paced', 'start'],
+                   help='paced: reservations and limits are released over the period, and the global pool '
+                        'closes while a backlogged host lags; start: all at the period start, as Haechi '
+                        '(default paced)')
     for dest, kind, text in _COST_OPTIONS:
         if create:
             p.add_argument(_flag(dest), type=kind, metavar='N', help=text)
