@@ -32,6 +32,8 @@ CASES = [
       'size_unit': 0}),
     (['qos_domain_create', '-n', 'dom0', '--capacity-iops', '1000', '--release', 'start'],
      'qos_domain_create', {'name': 'dom0', 'capacity_iops': 1000, 'release': 'start'}),
+    (['qos_domain_create', '-n', 'dom0', '--capacity-iops', '1000', '--release-burst-us', '500'],
+     'qos_domain_create', {'name': 'dom0', 'capacity_iops': 1000, 'release_burst_us': 500}),
     (['qos_domain_update', '-n', 'dom0', '--release', 'paced', '--release-burst-us', '2000'],
      'qos_domain_update', {'name': 'dom0', 'release': 'paced', 'release_burst_us': 2000}),
     (['qos_domain_update', '-n', 'dom0'], 'qos_domain_update', {'name': 'dom0'}),
