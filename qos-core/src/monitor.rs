@@ -102,8 +102,10 @@ pub struct PeriodReport {
     pub used: Amount,
     /// Estimate for the next period (Omega_t+1).
     pub next_budget: Amount,
-    /// Per host (by NQN), in the order they were added.
-    pub hosts: Vec<(std::sync::Arc<str>, PeriodRecord)>,
+    /// Per host, in the order of `host_nqns`.
+    pub hosts: Vec<PeriodRecord>,
+    /// The hosts' NQNs (shared between reports until the host set changes).
+    pub host_nqns: std::sync::Arc<[String]>,
 }
 
 /// What [`Monitor::tick`] asks of its caller.
@@ -118,8 +120,6 @@ pub struct Tick {
 #[derive(Debug)]
 struct HostEntry {
     cfg: HostConfig,
-    /// The host NQN, shared with period reports without copying.
-    name: std::sync::Arc<str>,
     budgets: HostBudgets,
     shared: Arc<HostShared>,
     /// Reservation plus soft grant per pool for the current period (undecayed R').
@@ -164,6 +164,8 @@ pub struct Monitor {
     global_initial: Amount,
     converting: bool,
     audit: Audit,
+    /// NQNs for period reports; dropped when hosts are added or removed.
+    nqns_cache: Option<std::sync::Arc<[String]>>,
 }
 
 impl Monitor {
@@ -189,6 +191,7 @@ impl Monitor {
             global_initial: Amount::ZERO,
             converting: false,
             audit: Audit::default(),
+            nqns_cache: None,
             cfg,
         };
         m.start_period(now);
@@ -228,6 +231,13 @@ impl Monitor {
     pub fn channel(&self, nqn: &str) -> Option<ChannelTokens> {
         self.host(nqn)
             .map(|h| ChannelTokens::new(self.shared.clone(), h.clone()))
+    }
+
+    /// The NQNs of the hosts, in order; rebuilt only when the host set changed.
+    fn host_nqns(&mut self) -> std::sync::Arc<[String]> {
+        self.nqns_cache
+            .get_or_insert_with(|| self.hosts.iter().map(|h| h.cfg.host_nqn.clone()).collect())
+            .clone()
     }
 
     fn find(&self, nqn: &str) -> Option<usize> {
@@ -277,7 +287,6 @@ impl Monitor {
         ));
         let last = shared.counters();
         self.hosts.push(HostEntry {
-            name: cfg.host_nqn.as_str().into(),
             cfg,
             budgets,
             shared: shared.clone(),
@@ -291,6 +300,7 @@ impl Monitor {
             res_slack: Amount::ZERO,
             history: VecDeque::new(),
         });
+        self.nqns_cache = None;
         let i = self.hosts.len() - 1;
         let left = self.left_fraction(now);
         self.arm_host(i, left);
@@ -376,6 +386,7 @@ impl Monitor {
             .find(nqn)
             .ok_or_else(|| RemoveHostError(nqn.to_string()))?;
         let h = self.hosts.remove(i);
+        self.nqns_cache = None;
         let tag = self.tag();
         for p in 0..2 {
             for r in 0..2 {
@@ -639,7 +650,7 @@ impl Monitor {
             h.history.push_back(rec);
             h.last = now_c;
             used = used.saturating_add(completed);
-            hosts.push((h.name.clone(), rec));
+            hosts.push(rec);
         }
         let report_budget = self.budget;
         for r in Resource::ALL {
@@ -655,6 +666,7 @@ impl Monitor {
             used,
             next_budget: self.budget,
             hosts,
+            host_nqns: self.host_nqns(),
         }
     }
 

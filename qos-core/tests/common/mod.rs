@@ -107,7 +107,7 @@ impl Sim {
                 let t = self.monitor.tick(self.now);
                 self.next_tick = t.next_deadline;
                 if let Some(rep) = t.ended {
-                    for (i, (_, rec)) in rep.hosts.iter().enumerate() {
+                    for (i, rec) in rep.hosts.iter().enumerate() {
                         let h = &mut self.hosts[i];
                         h.per_period.push(rec.completed_ios);
                         let admitted = h.channels[0].host().counters().admitted_ios;
