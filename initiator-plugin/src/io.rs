@@ -911,7 +911,7 @@ impl Inner {
             && t >= self.group.next_tick.load(Ordering::Relaxed)
             && let Some(seq) = self.group.tick(now)
         {
-            if self.shared.base_nvme_io {
+            if self.shared.probe_ok.load(Ordering::Relaxed) {
                 self.send_vendor(Request::GetState, VendorKind::Probe(seq), now);
             } else {
                 self.group.probe_not_sent(seq);
@@ -981,6 +981,17 @@ impl Inner {
 
     /// Sends a token-protocol command on this thread's base channel.
     fn send_vendor(&self, req: Request, kind: VendorKind, now: Nanos) {
+        let req = match req {
+            Request::Acquire { .. } if !self.shared.acquire_safe() => {
+                // The engine takes the state reply as an empty grant and retries later.
+                self.shared
+                    .stats
+                    .acquire_deferred
+                    .fetch_add(1, Ordering::Relaxed);
+                Request::GetState
+            }
+            r => r,
+        };
         let (opc, c) = wire::encode_request(req);
         let mut dw = [0u32; 16];
         dw[0] = opc as u32;
@@ -1119,6 +1130,8 @@ impl Inner {
 
     fn reset(&self, io: BdevIo, ch: *mut ffi::spdk_io_channel) {
         let node = self.node;
+        // Until the base's reset completes (`reset_done`), no ACQUIRE goes out.
+        self.shared.resetting.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the node is a registered io_device, alive while its bdev has I/O (this
         // reset); `ch` stays alive while the reset is outstanding.
         unsafe {
@@ -1131,10 +1144,11 @@ impl Inner {
                     let rc = ffi::spdk_bdev_reset(
                         inner.base_desc,
                         inner.base_ch,
-                        Some(base_done),
+                        Some(reset_done),
                         raw.cast(),
                     );
                     if rc != 0 {
+                        inner.shared.resetting.fetch_sub(1, Ordering::Relaxed);
                         let io = BdevIo::from_raw(raw);
                         io.complete(if rc == -95 {
                             IoStatus::Success
@@ -1352,6 +1366,7 @@ unsafe extern "C" fn base_done(base: *mut ffi::spdk_bdev_io, success: bool, arg:
         (BaseIo::from_raw(base), io, inner)
     };
     let now = now();
+    inner.shared.base_outcome(success);
     if success {
         let t = io.io_type();
         if t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE {
@@ -1366,6 +1381,17 @@ unsafe extern "C" fn base_done(base: *mut ffi::spdk_bdev_io, success: bool, arg:
     inner.after_completion(now);
 }
 
+/// Completion of the base's reset (forwarded from ours).
+unsafe extern "C" fn reset_done(base: *mut ffi::spdk_bdev_io, success: bool, arg: *mut c_void) {
+    // SAFETY: as for `base_done`: `arg` is our RESET, whose context names our channel.
+    unsafe {
+        let io = BdevIo::from_raw(arg.cast());
+        let inner = io_device::channel::<IniNode>((*ctx(&io)).ch).inner();
+        inner.shared.resetting.fetch_sub(1, Ordering::Relaxed);
+        base_done(base, success, io.into_raw().cast());
+    }
+}
+
 /// Completion of a chunk at the base.
 unsafe extern "C" fn chunk_done(base: *mut ffi::spdk_bdev_io, success: bool, arg: *mut c_void) {
     // SAFETY: `arg` is the parent handed over in `submit_chunk`, alive while this chunk
@@ -1378,6 +1404,7 @@ unsafe extern "C" fn chunk_done(base: *mut ffi::spdk_bdev_io, success: bool, arg
     let now = now();
     // SAFETY: as above; used on this thread only.
     let p = unsafe { &mut *pp.as_ptr() };
+    inner.shared.base_outcome(success);
     if success {
         let cdw0 = base.nvme_status().cdw0;
         drop(base);
@@ -1415,6 +1442,8 @@ unsafe extern "C" fn vendor_done(base: *mut ffi::spdk_bdev_io, success: bool, ar
         .borrow_mut()
         .retain(|x| !std::ptr::eq(*x, arg.cast::<VendorReq>()));
     let shared = &r.shared;
+    // A refused opcode is an answer: the path works.
+    shared.base_outcome(success || (status.sct == 0 && status.sc == wire::status::INVALID_OPCODE));
     match r.kind {
         VendorKind::Engine(seq) => {
             if !success {
@@ -1424,7 +1453,9 @@ unsafe extern "C" fn vendor_done(base: *mut ffi::spdk_bdev_io, success: bool, ar
             if e.outstanding == Some(seq) {
                 e.outstanding = None;
                 let reply = if success {
-                    StateReply::decode(r.buf.as_slice()).map_err(RequestFailure::BadReply)
+                    StateReply::decode(r.buf.as_slice())
+                        .map(mirror_for_engine)
+                        .map_err(RequestFailure::BadReply)
                 } else if status.sct == 0 {
                     Err(RequestFailure::Status(status.sc))
                 } else {
@@ -1442,6 +1473,16 @@ unsafe extern "C" fn vendor_done(base: *mut ffi::spdk_bdev_io, success: bool, ar
         VendorKind::Probe(seq) => {
             // Any completion measured a round trip through the target's queues.
             r.group.probe_done(seq, now.saturating_sub(r.sent), now);
+            if !success
+                && status.sct == 0
+                && status.sc == wire::status::INVALID_OPCODE
+                && shared.probe_ok.swap(false, Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    bdev = shared.name.as_str(),
+                    "the target refuses the nvmf-qos probe (invalid opcode): this bdev sends no more probes; the pacer gets no latency signal from it"
+                );
+            }
         }
     }
     if inner.orphan.get() {
@@ -1454,6 +1495,30 @@ unsafe extern "C" fn vendor_done(base: *mut ffi::spdk_bdev_io, success: bool, ar
         return;
     }
     inner.release_held(now);
+}
+
+/// Reservation tokens the engine may have released ahead of consumption, at least.
+const MIN_RELEASED_OPS: u64 = 4;
+
+/// Adjusts the target's state for `InitiatorEngine` (see `docs/initiator-plugin.md`,
+/// "Mirroring paced reservations").
+///
+/// With `PACED`, the engine allows `R * burst / T` reservation tokens at a time (it
+/// decays its tokens to Haechi's `X = R (T - t) / T` on every decision and subtracts
+/// the part of `R` not released yet), rounded down twice: below one token it allows
+/// none, and a host whose reservation is under one operation per burst (432 per 500 ms
+/// with the target's 1 ms burst) never uses its reservation at all (integration test:
+/// 271 of 432 operations per period, from global tokens only). The burst the engine
+/// sees is therefore widened to release at least `MIN_RELEASED_OPS` operations. The
+/// target keeps its own burst; what comes early waits there.
+fn mirror_for_engine(mut r: StateReply) -> StateReply {
+    if r.flags & wire::flags::PACED != 0 && r.reservation_per_period_ops > 0 {
+        let min = (r.period_ns as u128 * MIN_RELEASED_OPS as u128)
+            .div_ceil(r.reservation_per_period_ops as u128)
+            .min(r.period_ns as u128) as u64;
+        r.release_burst_ns = r.release_burst_ns.max(min);
+    }
+    r
 }
 
 /// Completion of an abort of an orphan's vendor command.

@@ -380,7 +380,15 @@ fn open_base(name: &str) -> Result<Arc<BaseHandle>, Refusal> {
         )
     };
     if rc != 0 || desc.is_null() {
-        return Err(if rc == -19 {
+        return Err(if rc == -1 {
+            // EPERM: claimed for writing by another module (or QoS bdev).
+            Refusal::new(
+                code::EBUSY,
+                format!(
+                    "base bdev {name:?} is already claimed (another QoS bdev or module uses it): cannot open it read-write"
+                ),
+            )
+        } else if rc == -19 {
             Refusal::new(
                 code::ENOENT,
                 format!(

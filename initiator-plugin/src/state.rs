@@ -11,7 +11,7 @@
 //! engine on one thread instead would put a message hop (microseconds) on every
 //! admission decision. Lock order: never both at once.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use qos_core::Nanos;
@@ -44,6 +44,8 @@ pub struct Stats {
     /// Upper I/O completed with an error status by this bdev itself (reset/abort).
     pub aborted: AtomicU64,
     pub engine_restarts: AtomicU64,
+    /// ACQUIREs sent as GET_STATE because the base's path was down or resetting.
+    pub acquire_deferred: AtomicU64,
 }
 
 fn get(a: &AtomicU64) -> u64 {
@@ -79,6 +81,16 @@ pub struct Shared {
     pub pacing: AtomicBool,
     /// The base takes NVMe I/O passthru (vendor commands and probes can be sent).
     pub base_nvme_io: bool,
+    /// The target answers the probe (cleared when it refuses the opcode: probing such
+    /// a target would only fill bdev_nvme's log with refused commands).
+    pub probe_ok: AtomicBool,
+    /// The last I/O completed by the base failed (path lost, controller resetting or
+    /// failed) until one succeeds again; and resets of the base in progress. While
+    /// either is set, ACQUIRE is sent as GET_STATE: bdev_nvme (v25.09) reads
+    /// `u.bdev.accel_sequence` of a passthru I/O it fails without a path, which
+    /// aliases the command's dwords 12-13, where ACQUIRE carries its amounts.
+    pub path_down: AtomicBool,
+    pub resetting: AtomicU32,
     pub stats: Stats,
 }
 
@@ -99,8 +111,24 @@ impl Shared {
             token_protocol: AtomicBool::new(opts.token_protocol),
             pacing: AtomicBool::new(opts.pacing),
             base_nvme_io,
+            probe_ok: AtomicBool::new(base_nvme_io),
+            path_down: AtomicBool::new(false),
+            resetting: AtomicU32::new(0),
             stats: Stats::default(),
         }
+    }
+
+    /// Records the outcome of an I/O at the base (see `path_down`).
+    #[inline]
+    pub fn base_outcome(&self, success: bool) {
+        if success == self.path_down.load(Ordering::Relaxed) {
+            self.path_down.store(!success, Ordering::Relaxed);
+        }
+    }
+
+    /// ACQUIRE may be sent now (see `path_down`).
+    pub fn acquire_safe(&self) -> bool {
+        !self.path_down.load(Ordering::Relaxed) && self.resetting.load(Ordering::Relaxed) == 0
     }
 
     /// The token engine is in use (protocol on and possible with this base).
@@ -163,8 +191,10 @@ impl Shared {
             "vendor_late": get(&s.vendor_late),
             "vendor_submit_failed": get(&s.vendor_submit_failed),
             "probes_sent": get(&s.probes_sent),
+            "probing": self.probe_ok.load(Ordering::Relaxed),
             "aborted": get(&s.aborted),
             "engine_restarts": get(&s.engine_restarts),
+            "acquire_deferred": get(&s.acquire_deferred),
         })
     }
 }
