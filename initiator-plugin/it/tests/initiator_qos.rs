@@ -235,7 +235,7 @@ fn run_polling(
                 for q in v.as_array().into_iter().flatten() {
                     let s = &q["state"];
                     println!(
-                        "  initiator {}: mode {}, held now {}, held so far {}, vendor commands {} (late {}, errors {}), engine restarts {}",
+                        "  initiator {} (mid-run): mode {}, held now {}, held so far {}, vendor commands {} (late {}, errors {}), engine restarts {}",
                         q["name"].as_str().unwrap_or("?"),
                         s["mode"],
                         s["held"],
