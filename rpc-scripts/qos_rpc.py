@@ -314,6 +314,74 @@ def qos_bdev_get(args):
     _print_result(args.client.call('qos_bdev_get', _params(args, ['name'])))
 
 
+# Initiator plugin (libnvmf_qos_ini.so in bdevperf, fio's SPDK bdev ioengine...):
+# docs/rpc.md, "Initiator plugin". (param, type, help); all optional.
+
+_MIB = 1 << 20
+_US = _int_range(1, 3600000000)
+_INI_OPTIONS = [
+    ('acquire_ops', _int_range(1, 2**32 - 1), "global tokens asked for per ACQUIRE, operations (default 256)"),
+    ('acquire_bytes', _int_range(0, (2**32 - 1) * 4096),
+     "global tokens per ACQUIRE, bytes; give it for hosts with MiB/s reservations (default 0)"),
+    ('prefetch_milli', _int_range(0, 1000),
+     "ask for more when global tokens fall below this many thousandths of a batch (default 250)"),
+    ('request_timeout_us', _int_range(10, 60000000),
+     "a vendor command unanswered this long has timed out, 10 ..= 60000000 (default 10000)"),
+    ('retry_after_us', _int_range(1, 60000000), "wait after an ACQUIRE that granted nothing (default 1000)"),
+    ('refresh_interval_us', _int_range(1000, 3600000000),
+     "re-read the period state at least this often (default 100000)"),
+    ('probe_attempts', _int_range(1, 1000),
+     "unanswered state requests before the first answer that mean pass-through (default 3)"),
+    ('chunk_bytes', _int_range(4096, 16 * _MIB),
+     "pacer group: I/O larger than this is split into chunks of at most this, 4096 ..= 16 MiB (default 65536)"),
+    ('link_mibps', _int_range(1, 100000000), "pacer group: link bandwidth, MiB/s (default 2800)"),
+    ('link_iops', _int_range(1, 1000000000), "pacer group: link operation rate (default 1000000)"),
+    ('latency_target_us', _US, "pacer group: p99 target of the probe (default 200)"),
+    ('probe_interval_us', _US, "pacer group: probe period while small I/O is active (default 500)"),
+    ('probe_window', _int_range(1, 100000), "pacer group: probe samples kept for the p99 (default 1000)"),
+    ('aimd_interval_us', _US, "pacer group: AIMD decision interval (default 1000)"),
+    ('increase_milli', _int_range(1, 1000),
+     "pacer group: additive increase per interval, thousandths of the link (default 20)"),
+    ('latency_idle_us', _US,
+     "pacer group: small I/O counts as gone after this long without any (default 100000)"),
+    ('dirs_late_gap_us', _US, "pacer group: DIRS late signals closer than this count once (default 1000)"),
+    ('dirs_recovery_us', _US, "pacer group: DIRS recovery timer (default 10000)"),
+    ('dirs_reset_us', _US, "pacer group: DIRS reset timer (default 100000)"),
+    ('dirs_window_us', _US, "pacer group: DIRS observation window (default 10000)"),
+]
+_INI_FLAGS = [
+    ('token_protocol', "speak the token protocol with the target (default on)"),
+    ('pacing', "split large I/O into chunks and pace them (default on)"),
+    ('dirs', "pacer group: DIRS initial rate for new streams (default on)"),
+]
+_INI_PARAMS = [o[0] for o in _INI_OPTIONS] + [f[0] for f in _INI_FLAGS]
+
+
+def _add_ini_options(p):
+    for dest, kind, text in _INI_OPTIONS:
+        p.add_argument(_flag(dest), type=kind, metavar='N', help=text)
+    for dest, text in _INI_FLAGS:
+        p.add_argument(_flag(dest), action=argparse.BooleanOptionalAction, default=None, help=text)
+
+
+def qos_ini_bdev_create(args):
+    _print_result(args.client.call(
+        'qos_ini_bdev_create',
+        _params(args, ['name', 'base_bdev_name', 'uuid', 'pacer_group', *_INI_PARAMS])))
+
+
+def qos_ini_bdev_delete(args):
+    _print_result(args.client.call('qos_ini_bdev_delete', _params(args, ['name'])))
+
+
+def qos_ini_bdev_get(args):
+    _print_result(args.client.call('qos_ini_bdev_get', _params(args, ['name'])))
+
+
+def qos_ini_bdev_set_options(args):
+    _print_result(args.client.call('qos_ini_bdev_set_options', _params(args, ['name', *_INI_PARAMS])))
+
+
 def _rpc_error(ex):
     """The JSON-RPC error object of an exception raised by an rpc.py client, or None.
 
@@ -523,6 +591,28 @@ def spdk_rpc_plugin_initialize(subparsers):
     _add_bdev_create_options(p)
     p.add_argument('--nqn', required=True, type=_nqn, help='NQN of the NVMe-oF subsystem')
     p.add_argument('--nsid', type=_int_range(1, 0xFFFFFFFE), help='namespace id (optional; default: first free)')
+
+    p = command('qos_ini_bdev_create', qos_ini_bdev_create,
+                'Initiator: create a QoS bdev over a bdev_nvme namespace (token holding, chunking, pacing)')
+    p.add_argument('-n', '--name', required=True, type=_name, help='name of the new initiator QoS bdev')
+    p.add_argument('-b', '--base-bdev-name', required=True, type=_name,
+                   help='the bdev_nvme namespace bdev it is stacked on (claimed)')
+    p.add_argument('-u', '--uuid', type=_uuid, help='UUID of the new bdev (optional)')
+    p.add_argument('-g', '--pacer-group', type=_name,
+                   help='pacer group: QoS bdevs sharing one link (default "default")')
+    _add_ini_options(p)
+
+    p = command('qos_ini_bdev_delete', qos_ini_bdev_delete,
+                'Initiator: delete a QoS bdev; held I/O is sent to the base first')
+    p.add_argument('-n', '--name', required=True, type=_name, help='initiator QoS bdev name')
+
+    p = command('qos_ini_bdev_get', qos_ini_bdev_get, 'Initiator: show QoS bdevs, their options and state')
+    p.add_argument('-n', '--name', type=_name, help='only this QoS bdev (optional)')
+
+    p = command('qos_ini_bdev_set_options', qos_ini_bdev_set_options,
+                "Initiator: change a QoS bdev's options at run time (pacer options apply to its whole group)")
+    p.add_argument('-n', '--name', required=True, type=_name, help='initiator QoS bdev name')
+    _add_ini_options(p)
 
     p = command('qos_stats_get', qos_stats_get, 'Show QoS statistics per domain and host')
     p.add_argument('-d', '--domain', type=_name, help='only this domain (optional)')

@@ -34,6 +34,14 @@ BAD = [
     ([*DC, '--size-unit', '100'], "argument --size-unit: must be 0 (off) or at least 512 bytes (got 100)"),
     ([*HS, '--weight', '0'], "argument -w/--weight: must be 1 ..= 1000 (got 0)"),
     ([*HS, '-w', '1001'], "argument -w/--weight: must be 1 ..= 1000 (got 1001)"),
+    # initiator plugin
+    (['qos_ini_bdev_create', '-n', 'q', '-b', 'N', '--chunk-bytes', '100'],
+     "argument --chunk-bytes: must be 4096 ..= 16777216 (got 100)"),
+    (['qos_ini_bdev_create', '-n', 'q', '-b', 'N', '--request-timeout-us', '0'],
+     "argument --request-timeout-us: must be 10 ..= 60000000 (got 0)"),
+    (['qos_ini_bdev_set_options', '-n', 'q', '--link-mibps', '0'], "argument --link-mibps: must be 1 ..= 100000000"),
+    (['qos_ini_bdev_set_options', '-n', 'q', '--increase-milli', '1001'], "argument --increase-milli: must be 1 ..= 1000"),
+    (['qos_ini_bdev_create', '-n', '', '-b', 'N'], "argument -n/--name: must not be empty"),
     # unknown strings
     ([*HS, '--priority', 'critical'], "argument -p/--priority: invalid choice: 'critical'"),
     ([*DC, '--mode', 'fast'], "argument --mode: invalid choice: 'fast'"),

@@ -226,6 +226,32 @@ pub fn nvme_cmd_dwords(cmd: &ffi::spdk_nvme_cmd) -> [u32; 16] {
     unsafe { std::ptr::read_unaligned((cmd as *const ffi::spdk_nvme_cmd).cast::<[u32; 16]>()) }
 }
 
+/// An NVMe command with the given 16 dwords (dword 0: opcode in bits 7:0, flags and
+/// command id above; the driver fills the command id, and bdev_nvme the NSID).
+pub fn nvme_cmd_from_dwords(dw: [u32; 16]) -> ffi::spdk_nvme_cmd {
+    const { assert!(std::mem::size_of::<ffi::spdk_nvme_cmd>() == 64) };
+    // SAFETY: `spdk_nvme_cmd` is a plain 64-byte C struct of integers, integer unions and
+    // integer bitfields (asserted size), so every bit pattern is a valid value.
+    unsafe { std::mem::transmute::<[u32; 16], ffi::spdk_nvme_cmd>(dw) }
+}
+
+/// The NVMe view of a completed I/O's status (`spdk_bdev_io_get_nvme_status`): a
+/// non-NVMe failure reads as generic Internal Device Error, an abort as generic
+/// Aborted by Request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NvmeStatus {
+    pub cdw0: u32,
+    /// Status code type (0: generic command status).
+    pub sct: u8,
+    pub sc: u8,
+}
+
+impl NvmeStatus {
+    pub fn is_success(&self) -> bool {
+        self.sct == 0 && self.sc == 0
+    }
+}
+
 /// A child bdev_io this module submitted to another bdev, handed back in its
 /// completion callback. Dropping it frees it (`spdk_bdev_free_io`).
 #[derive(Debug)]
@@ -236,6 +262,24 @@ impl BaseIo {
     /// `io` is the bdev_io passed to a completion callback, freed by nobody else.
     pub unsafe fn from_raw(io: *mut ffi::spdk_bdev_io) -> BaseIo {
         BaseIo(NonNull::new(io).expect("bdev layer passed a null bdev_io"))
+    }
+}
+
+impl BaseIo {
+    pub fn as_ptr(&self) -> *mut ffi::spdk_bdev_io {
+        self.0.as_ptr()
+    }
+
+    /// Its status as NVMe status and completion dword 0.
+    pub fn nvme_status(&self) -> NvmeStatus {
+        let (mut cdw0, mut sct, mut sc) = (0u32, 0 as c_int, 0 as c_int);
+        // SAFETY: a completed bdev_io, alive until this value drops; valid out-pointers.
+        unsafe { ffi::spdk_bdev_io_get_nvme_status(self.0.as_ptr(), &mut cdw0, &mut sct, &mut sc) };
+        NvmeStatus {
+            cdw0,
+            sct: sct as u8,
+            sc: sc as u8,
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! - [`poller`]: pollers owned by a Rust value (drop = unregister);
 //! - [`io_device`]: io_devices whose per-thread channel context is a Rust value;
 //! - [`bdev_io`]: a bdev_io that is completed exactly once (consumed by value);
+//! - [`dma`]: DMA-able buffers (`spdk_dma_zmalloc`) owned by a Rust value;
 //! - [`module`]: static bdev-module and event-subsystem descriptors for registration
 //!   from ELF constructors;
 //! - [`rpc`]: JSON-RPC methods with `serde_json` parameters and results;
@@ -35,6 +36,7 @@ mod ffi {
 pub use ffi::*;
 
 pub mod bdev_io;
+pub mod dma;
 pub mod io_device;
 pub mod json;
 pub mod log;

@@ -1,0 +1,624 @@
+//! Parameters of the `qos_ini_*` RPC methods (contract: `docs/rpc.md`, section
+//! "Initiator plugin"), their defaults, their validation, and their mapping to
+//! `qos-core`'s [`InitiatorConfig`] and [`PacerConfig`]. Pure Rust: no SPDK, unit-tested.
+//!
+//! Options are of two kinds:
+//! - **bdev options** (the token engine of one QoS bdev, i.e. one host): `token_protocol`,
+//!   `pacing`, `acquire_*`, `prefetch_milli`, `request_timeout_us`, `retry_after_us`,
+//!   `refresh_interval_us`, `probe_attempts`;
+//! - **pacer options** (the pacer shared by every QoS bdev of a *pacer group*, i.e. one
+//!   link): `chunk_bytes`, `link_*`, `latency_target_us`, `probe_*`, `aimd_interval_us`,
+//!   `increase_milli`, `latency_idle_us`, `dirs*`.
+//!
+//! Unknown parameters are refused, so a typo is an error, not an ignored setting.
+
+use qos_core::Nanos;
+use qos_core::initiator::InitiatorConfig;
+use qos_core::pacer::{DirsConfig, PacerConfig};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Longest bdev or pacer-group name accepted.
+pub const MAX_NAME_LEN: usize = 255;
+
+/// The pacer group of QoS bdevs created without `pacer_group`: one link per process.
+pub const DEFAULT_GROUP: &str = "default";
+
+/// Error codes (negative errno, as SPDK's own methods use).
+pub mod code {
+    pub const EINVAL: i32 = -22;
+    pub const ENOENT: i32 = -2;
+    pub const EEXIST: i32 = -17;
+    pub const EBUSY: i32 = -16;
+    pub const ENOMEM: i32 = -12;
+}
+
+/// A refusal: the JSON-RPC error code and a message a person can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Refusal {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Refusal::new(code::EINVAL, message)
+    }
+}
+
+/// Parses `params` (absent params are `{}`) into `T`, refusing with -EINVAL.
+pub fn parse<T: for<'de> Deserialize<'de>>(method: &str, params: Value) -> Result<T, Refusal> {
+    let params = if params.is_null() { json!({}) } else { params };
+    serde_json::from_value(params)
+        .map_err(|e| Refusal::invalid(format!("{method}: invalid parameters: {e}")))
+}
+
+/// Checks a bdev or group name: 1 ..= 255 printable ASCII characters, no spaces.
+pub fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Refusal::invalid(format!(
+            "{what} {name:?} must be 1 ..= {MAX_NAME_LEN} printable ASCII characters without spaces"
+        )));
+    }
+    Ok(())
+}
+
+/// The options of one QoS bdev's token engine, all resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BdevOptions {
+    /// Speak the token protocol with the target (vendor commands, credits). Off: no
+    /// token holding, the bdev only chunks and paces. Default true.
+    pub token_protocol: bool,
+    /// Split I/O larger than `chunk_bytes` and pace the chunks. Off: I/O goes out as
+    /// submitted (token holding only). Default true.
+    pub pacing: bool,
+    /// Global tokens asked for per ACQUIRE. Defaults 256 operations and 0 bytes: byte
+    /// tokens are then not mirrored unless the host has a MiB/s reservation; give
+    /// `acquire_bytes` (e.g. 16 MiB) for hosts with MiB/s reservations. (Departs from
+    /// `InitiatorConfig`'s 16 MiB: with byte acquisition on and no byte reservation the
+    /// engine asks for global tokens only when its operation tokens run out, and then
+    /// holds I/O for lack of byte tokens.)
+    pub acquire_ops: u64,
+    pub acquire_bytes: u64,
+    /// Ask for more global tokens when they fall below this many thousandths of a
+    /// batch. Default 250.
+    pub prefetch_milli: u64,
+    /// A vendor command unanswered this long has timed out. Default 10 ms.
+    pub request_timeout_us: u64,
+    /// After an ACQUIRE that granted nothing, wait this long. Default 1 ms.
+    pub retry_after_us: u64,
+    /// Re-read the period state at least this often. Default 100 ms.
+    pub refresh_interval_us: u64,
+    /// Unanswered state requests, before the first answer, that make the bdev give up
+    /// the protocol and pass I/O through. Default 3.
+    pub probe_attempts: u64,
+}
+
+impl Default for BdevOptions {
+    fn default() -> Self {
+        let c = InitiatorConfig::default();
+        BdevOptions {
+            token_protocol: true,
+            pacing: true,
+            acquire_ops: c.acquire_ops,
+            acquire_bytes: 0,
+            prefetch_milli: c.prefetch_milli,
+            request_timeout_us: c.request_timeout.0 / 1000,
+            retry_after_us: c.retry_after.0 / 1000,
+            refresh_interval_us: c.refresh_interval.0 / 1000,
+            probe_attempts: c.probe_attempts as u64,
+        }
+    }
+}
+
+impl BdevOptions {
+    pub fn engine_config(&self) -> InitiatorConfig {
+        InitiatorConfig {
+            acquire_ops: self.acquire_ops,
+            acquire_bytes: self.acquire_bytes,
+            prefetch_milli: self.prefetch_milli,
+            request_timeout: Nanos::from_micros(self.request_timeout_us),
+            retry_after: Nanos::from_micros(self.retry_after_us),
+            refresh_interval: Nanos::from_micros(self.refresh_interval_us),
+            probe_attempts: self.probe_attempts as u32,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), Refusal> {
+        range("acquire_ops", self.acquire_ops, 1, u32::MAX as u64)?;
+        range(
+            "acquire_bytes",
+            self.acquire_bytes,
+            0,
+            u32::MAX as u64 * qos_core::wire::ACQUIRE_BYTES_UNIT,
+        )?;
+        range("prefetch_milli", self.prefetch_milli, 0, 1000)?;
+        range(
+            "request_timeout_us",
+            self.request_timeout_us,
+            10,
+            60_000_000,
+        )?;
+        range("retry_after_us", self.retry_after_us, 1, 60_000_000)?;
+        range(
+            "refresh_interval_us",
+            self.refresh_interval_us,
+            1000,
+            3_600_000_000,
+        )?;
+        range("probe_attempts", self.probe_attempts, 1, 1000)?;
+        Ok(())
+    }
+}
+
+/// The options of a pacer group, all resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PacerOptions {
+    /// Transfers above this are split into chunks of at most this. Default 64 KiB.
+    pub chunk_bytes: u64,
+    /// The link's bandwidth and operation rate. Defaults 2800 MiB/s, 1,000,000 IOPS.
+    pub link_mibps: u64,
+    pub link_iops: u64,
+    /// p99 latency target of the probe. Default 200 us.
+    pub latency_target_us: u64,
+    /// The probe (a GET_STATE vendor command) is sent this often while small I/O is
+    /// active. Default 500 us.
+    pub probe_interval_us: u64,
+    /// Probe samples kept for the p99. Default 1000.
+    pub probe_window: u64,
+    /// AIMD decision interval. Default 1 ms.
+    pub aimd_interval_us: u64,
+    /// Additive increase per interval, thousandths of the link. Default 20.
+    pub increase_milli: u64,
+    /// Small I/O counts as gone after this long without any. Default 100 ms.
+    pub latency_idle_us: u64,
+    /// DIRS initial rate for new streams. Default true.
+    pub dirs: bool,
+    /// DIRS timers: late-signal gap 1 ms, recovery 10 ms, reset 100 ms, window 10 ms.
+    pub dirs_late_gap_us: u64,
+    pub dirs_recovery_us: u64,
+    pub dirs_reset_us: u64,
+    pub dirs_window_us: u64,
+}
+
+impl Default for PacerOptions {
+    fn default() -> Self {
+        let c = PacerConfig::default();
+        PacerOptions {
+            chunk_bytes: c.chunk_bytes,
+            link_mibps: c.link_mibps,
+            link_iops: c.link_iops,
+            latency_target_us: c.latency_target.0 / 1000,
+            probe_interval_us: c.probe_interval.0 / 1000,
+            probe_window: c.probe_window as u64,
+            aimd_interval_us: c.aimd_interval.0 / 1000,
+            increase_milli: c.increase_milli,
+            latency_idle_us: c.latency_idle.0 / 1000,
+            dirs: c.dirs.enabled,
+            dirs_late_gap_us: c.dirs.late_gap.0 / 1000,
+            dirs_recovery_us: c.dirs.recovery.0 / 1000,
+            dirs_reset_us: c.dirs.reset.0 / 1000,
+            dirs_window_us: c.dirs.window.0 / 1000,
+        }
+    }
+}
+
+impl PacerOptions {
+    pub fn pacer_config(&self) -> PacerConfig {
+        let us = Nanos::from_micros;
+        PacerConfig {
+            chunk_bytes: self.chunk_bytes,
+            link_mibps: self.link_mibps,
+            link_iops: self.link_iops,
+            latency_target: us(self.latency_target_us),
+            probe_interval: us(self.probe_interval_us),
+            probe_window: self.probe_window.min(usize::MAX as u64) as usize,
+            aimd_interval: us(self.aimd_interval_us),
+            increase_milli: self.increase_milli,
+            latency_idle: us(self.latency_idle_us),
+            dirs: DirsConfig {
+                enabled: self.dirs,
+                late_gap: us(self.dirs_late_gap_us),
+                recovery: us(self.dirs_recovery_us),
+                reset: us(self.dirs_reset_us),
+                window: us(self.dirs_window_us),
+            },
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), Refusal> {
+        range("link_mibps", self.link_mibps, 1, 100_000_000)?;
+        range("link_iops", self.link_iops, 1, 1_000_000_000)?;
+        for (n, v) in [
+            ("latency_target_us", self.latency_target_us),
+            ("probe_interval_us", self.probe_interval_us),
+            ("aimd_interval_us", self.aimd_interval_us),
+            ("latency_idle_us", self.latency_idle_us),
+            ("dirs_late_gap_us", self.dirs_late_gap_us),
+            ("dirs_recovery_us", self.dirs_recovery_us),
+            ("dirs_reset_us", self.dirs_reset_us),
+            ("dirs_window_us", self.dirs_window_us),
+        ] {
+            range(n, v, 1, 3_600_000_000)?;
+        }
+        self.pacer_config()
+            .validate()
+            .map_err(|e| Refusal::invalid(format!("pacer options: {e}")))
+    }
+}
+
+fn range(name: &str, v: u64, lo: u64, hi: u64) -> Result<(), Refusal> {
+    if v < lo || v > hi {
+        return Err(Refusal::invalid(format!(
+            "{name} = {v} is outside {lo} ..= {hi}"
+        )));
+    }
+    Ok(())
+}
+
+/// Declares the optional-field structs of the RPCs and how they patch the options.
+macro_rules! patch {
+    (
+        bdev { $($b:ident : $bt:ty),* $(,)? }
+        pacer { $($p:ident : $pt:ty),* $(,)? }
+    ) => {
+        /// Options given in a call; absent ones keep their value (or default).
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct OptionsPatch {
+            $( #[serde(default, skip_serializing_if = "Option::is_none")] pub $b: Option<$bt>, )*
+            $( #[serde(default, skip_serializing_if = "Option::is_none")] pub $p: Option<$pt>, )*
+        }
+
+        impl OptionsPatch {
+            pub fn apply_bdev(&self, o: &mut BdevOptions) {
+                $( if let Some(v) = self.$b { o.$b = v; } )*
+            }
+            pub fn apply_pacer(&self, o: &mut PacerOptions) {
+                $( if let Some(v) = self.$p { o.$p = v; } )*
+            }
+            /// Whether any pacer option is given.
+            pub fn has_pacer(&self) -> bool {
+                false $( || self.$p.is_some() )*
+            }
+            /// Whether any bdev option is given.
+            pub fn has_bdev(&self) -> bool {
+                false $( || self.$b.is_some() )*
+            }
+            /// The pacer options given that differ from `o`, as `name=given (has x)`.
+            pub fn pacer_conflicts(&self, o: &PacerOptions) -> Vec<String> {
+                let mut v = Vec::new();
+                $( if let Some(x) = self.$p { if x != o.$p {
+                    v.push(format!("{}={} (the group has {})", stringify!($p), x, o.$p));
+                } } )*
+                v
+            }
+            /// Every option, resolved, as a patch (for `save_config`).
+            pub fn full(b: &BdevOptions, p: &PacerOptions) -> OptionsPatch {
+                OptionsPatch {
+                    $( $b: Some(b.$b), )*
+                    $( $p: Some(p.$p), )*
+                }
+            }
+        }
+
+        /// `qos_ini_bdev_create` parameters.
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct CreateParams {
+            pub name: String,
+            pub base_bdev_name: String,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub uuid: Option<String>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub pacer_group: Option<String>,
+            $( #[serde(default, skip_serializing_if = "Option::is_none")] pub $b: Option<$bt>, )*
+            $( #[serde(default, skip_serializing_if = "Option::is_none")] pub $p: Option<$pt>, )*
+        }
+
+        impl CreateParams {
+            /// Parameters with no option given.
+            pub fn new(name: String, base_bdev_name: String) -> Self {
+                CreateParams {
+                    name,
+                    base_bdev_name,
+                    uuid: None,
+                    pacer_group: None,
+                    $( $b: None, )*
+                    $( $p: None, )*
+                }
+            }
+            pub fn options(&self) -> OptionsPatch {
+                OptionsPatch {
+                    $( $b: self.$b, )*
+                    $( $p: self.$p, )*
+                }
+            }
+            pub fn with_options(mut self, o: &OptionsPatch) -> Self {
+                $( self.$b = o.$b; )*
+                $( self.$p = o.$p; )*
+                self
+            }
+        }
+
+        /// `qos_ini_bdev_set_options` parameters.
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct SetParams {
+            pub name: String,
+            $( #[serde(default, skip_serializing_if = "Option::is_none")] pub $b: Option<$bt>, )*
+            $( #[serde(default, skip_serializing_if = "Option::is_none")] pub $p: Option<$pt>, )*
+        }
+
+        impl SetParams {
+            pub fn options(&self) -> OptionsPatch {
+                OptionsPatch {
+                    $( $b: self.$b, )*
+                    $( $p: self.$p, )*
+                }
+            }
+        }
+    };
+}
+
+patch! {
+    bdev {
+        token_protocol: bool,
+        pacing: bool,
+        acquire_ops: u64,
+        acquire_bytes: u64,
+        prefetch_milli: u64,
+        request_timeout_us: u64,
+        retry_after_us: u64,
+        refresh_interval_us: u64,
+        probe_attempts: u64,
+    }
+    pacer {
+        chunk_bytes: u64,
+        link_mibps: u64,
+        link_iops: u64,
+        latency_target_us: u64,
+        probe_interval_us: u64,
+        probe_window: u64,
+        aimd_interval_us: u64,
+        increase_milli: u64,
+        latency_idle_us: u64,
+        dirs: bool,
+        dirs_late_gap_us: u64,
+        dirs_recovery_us: u64,
+        dirs_reset_us: u64,
+        dirs_window_us: u64,
+    }
+}
+
+/// Parameters that name one QoS bdev (`qos_ini_bdev_delete`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NameParams {
+    pub name: String,
+}
+
+/// Optional name (`qos_ini_bdev_get`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NameQuery {
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// A creation request, checked: names, options of the bdev, and the pacer options it
+/// asks for its group (resolved against defaults; the caller resolves them against an
+/// existing group instead).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedCreate {
+    pub name: String,
+    pub base_bdev_name: String,
+    pub uuid: Option<String>,
+    pub group: String,
+    pub bdev: BdevOptions,
+    pub patch: OptionsPatch,
+}
+
+impl CreateParams {
+    /// Checks what can be checked without SPDK.
+    pub fn check(self) -> Result<CheckedCreate, Refusal> {
+        check_name("bdev name", &self.name)?;
+        check_name("base_bdev_name", &self.base_bdev_name)?;
+        let group = self
+            .pacer_group
+            .clone()
+            .unwrap_or_else(|| DEFAULT_GROUP.to_string());
+        check_name("pacer_group", &group)?;
+        if self.name == self.base_bdev_name {
+            return Err(Refusal::invalid(format!(
+                "a QoS bdev cannot be stacked on itself ({:?})",
+                self.name
+            )));
+        }
+        let patch = self.options();
+        let mut bdev = BdevOptions::default();
+        patch.apply_bdev(&mut bdev);
+        bdev.validate()?;
+        // The pacer options asked for must be valid on their own (against defaults).
+        let mut p = PacerOptions::default();
+        patch.apply_pacer(&mut p);
+        p.validate()?;
+        Ok(CheckedCreate {
+            name: self.name,
+            base_bdev_name: self.base_bdev_name,
+            uuid: self.uuid,
+            group,
+            bdev,
+            patch,
+        })
+    }
+}
+
+/// Checks that `chunk_bytes` holds at least one block of the base bdev.
+pub fn check_chunk(chunk_bytes: u64, block_len: u32) -> Result<(), Refusal> {
+    if chunk_bytes < block_len as u64 {
+        return Err(Refusal::invalid(format!(
+            "chunk_bytes = {chunk_bytes} is smaller than the base bdev's block ({block_len} bytes)"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(v: Value) -> Result<CheckedCreate, Refusal> {
+        parse::<CreateParams>("qos_ini_bdev_create", v)?.check()
+    }
+
+    #[test]
+    fn defaults_come_from_qos_core() {
+        let c = create(json!({"name": "q", "base_bdev_name": "Nvme0n1"})).unwrap();
+        assert_eq!(c.group, DEFAULT_GROUP);
+        assert_eq!(
+            c.bdev.engine_config(),
+            InitiatorConfig {
+                acquire_bytes: 0,
+                ..InitiatorConfig::default()
+            }
+        );
+        assert_eq!(
+            PacerOptions::default().pacer_config(),
+            PacerConfig::default()
+        );
+        assert!(c.bdev.token_protocol && c.bdev.pacing);
+        assert!(!c.patch.has_pacer() && !c.patch.has_bdev());
+    }
+
+    #[test]
+    fn options_are_applied_and_serialised_back() {
+        let c = create(
+            json!({"name": "q", "base_bdev_name": "b", "pacer_group": "g1",
+            "chunk_bytes": 131072, "acquire_ops": 64, "pacing": false, "dirs": false}),
+        )
+        .unwrap();
+        assert_eq!(c.bdev.acquire_ops, 64);
+        assert!(!c.bdev.pacing);
+        let mut p = PacerOptions::default();
+        c.patch.apply_pacer(&mut p);
+        assert_eq!(p.chunk_bytes, 131072);
+        assert!(!p.dirs);
+        let full = OptionsPatch::full(&c.bdev, &p);
+        let back = CreateParams {
+            pacer_group: Some("g1".into()),
+            ..CreateParams::new("q".into(), "b".into())
+        }
+        .with_options(&full);
+        let v = serde_json::to_value(&back).unwrap();
+        assert_eq!(v["chunk_bytes"], 131072);
+        assert_eq!(v["latency_target_us"], 200);
+        let again = parse::<CreateParams>("x", v).unwrap().check().unwrap();
+        assert_eq!(again.bdev, c.bdev);
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_a_message() {
+        let cases = [
+            (json!({"base_bdev_name": "b"}), "name"),
+            (json!({"name": "q"}), "base_bdev_name"),
+            (json!({"name": "", "base_bdev_name": "b"}), "printable"),
+            (json!({"name": "a b", "base_bdev_name": "b"}), "printable"),
+            (json!({"name": "q", "base_bdev_name": "q"}), "itself"),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "chunk_bytes": 100}),
+                "chunk",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "chunk_bytes": 1u64 << 40}),
+                "chunk",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "link_mibps": 0}),
+                "link_mibps",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "acquire_ops": 0}),
+                "acquire_ops",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "request_timeout_us": 0}),
+                "request_timeout_us",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "refresh_interval_us": 5}),
+                "refresh_interval_us",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "probe_window": 0}),
+                "probe window",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "increase_milli": 2000}),
+                "increase",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "latency_target_us": 0}),
+                "latency_target_us",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "chunk_size": 65536}),
+                "unknown field",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "pacing": "yes"}),
+                "invalid type",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "acquire_ops": -1}),
+                "invalid value",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "pacer_group": ""}),
+                "pacer_group",
+            ),
+        ];
+        for (v, want) in cases {
+            let e = create(v.clone()).expect_err(&v.to_string());
+            assert_eq!(e.code, code::EINVAL);
+            assert!(e.message.contains(want), "{v}: {}", e.message);
+        }
+        assert!(check_chunk(4096, 4096).is_ok());
+        assert!(check_chunk(4096, 8192).is_err());
+    }
+
+    #[test]
+    fn conflicts_with_a_group_are_named() {
+        let p = PacerOptions::default();
+        let patch = OptionsPatch {
+            chunk_bytes: Some(p.chunk_bytes),
+            link_mibps: Some(1000),
+            ..OptionsPatch::default()
+        };
+        let c = patch.pacer_conflicts(&p);
+        assert_eq!(c, vec!["link_mibps=1000 (the group has 2800)".to_string()]);
+    }
+
+    #[test]
+    fn set_params_patch_only_what_is_given() {
+        let s: SetParams = parse(
+            "qos_ini_bdev_set_options",
+            json!({"name": "q", "latency_target_us": 500}),
+        )
+        .unwrap();
+        let o = s.options();
+        assert!(o.has_pacer() && !o.has_bdev());
+        let mut p = PacerOptions::default();
+        o.apply_pacer(&mut p);
+        assert_eq!(p.latency_target_us, 500);
+        assert_eq!(p.chunk_bytes, 65536);
+        assert!(parse::<SetParams>("x", json!({"name": "q", "nope": 1})).is_err());
+    }
+}

@@ -1,0 +1,379 @@
+//! State shared across threads: one [`Shared`] per QoS bdev (its host's token engine)
+//! and one [`PacerGroup`] per pacer group (the link's pacer). Both are `Arc`s that the
+//! I/O channels and the vendor commands in flight keep alive, so a late reply never
+//! touches freed memory.
+//!
+//! Threading: `qos_core`'s [`InitiatorEngine`] and [`Pacer`] are not `Sync`; each sits
+//! behind a `std::sync::Mutex`. The initiator applications this plugin serves (fio's
+//! SPDK ioengine, bdevperf) run one to a few SPDK threads per QoS bdev, the critical
+//! sections are a few hundred nanoseconds of integer arithmetic, and no SPDK call is
+//! made while a lock is held, so the locks are short and rarely contended. Keeping the
+//! engine on one thread instead would put a message hop (microseconds) on every
+//! admission decision. Lock order: never both at once.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use qos_core::Nanos;
+use qos_core::initiator::{InitiatorEngine, Mode};
+use qos_core::pacer::{Pacer, StreamId};
+use serde_json::{Value, json};
+
+use crate::params::{BdevOptions, PacerOptions, Refusal};
+
+/// Locks `m`, ignoring poisoning (a panic aborts the process: `panic = "abort"`).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Counters of one QoS bdev (relaxed atomics; for `qos_ini_bdev_get`).
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub ios: AtomicU64,
+    pub large_ios: AtomicU64,
+    pub chunks: AtomicU64,
+    /// I/O (or chunks) waiting for tokens now, and how many ever waited.
+    pub held: AtomicI64,
+    pub held_total: AtomicU64,
+    pub vendor_sent: AtomicU64,
+    pub vendor_errors: AtomicU64,
+    /// Replies that arrived after their request had timed out (ignored).
+    pub vendor_late: AtomicU64,
+    pub vendor_submit_failed: AtomicU64,
+    pub probes_sent: AtomicU64,
+    /// Upper I/O completed with an error status by this bdev itself (reset/abort).
+    pub aborted: AtomicU64,
+    pub engine_restarts: AtomicU64,
+    /// ACQUIREs sent as GET_STATE because the base's path was down or resetting.
+    pub acquire_deferred: AtomicU64,
+}
+
+fn get(a: &AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+/// The token engine of one QoS bdev and what goes with it.
+#[derive(Debug)]
+pub struct EngineState {
+    pub engine: InitiatorEngine,
+    pub opts: BdevOptions,
+    /// Sequence number of the engine's vendor command in flight (replies of others are
+    /// ignored: they timed out already).
+    pub outstanding: Option<u64>,
+    pub seq: u64,
+    /// When the engine was last (re)created.
+    pub started: Nanos,
+}
+
+/// Per-QoS-bdev state shared by its channels.
+#[derive(Debug)]
+pub struct Shared {
+    pub name: String,
+    /// The pacer's flow id of this bdev (its host).
+    pub flow: u64,
+    pub eng: Mutex<EngineState>,
+    /// Poll the engine no later than this (ns); 0: now.
+    pub next_poll: AtomicU64,
+    /// Bumped when the engine learns something (a reply): channels retry held I/O.
+    pub version: AtomicU64,
+    /// Fast-path copies of the options.
+    pub token_protocol: AtomicBool,
+    pub pacing: AtomicBool,
+    /// The base takes NVMe I/O passthru (vendor commands and probes can be sent).
+    pub base_nvme_io: bool,
+    /// The target answers the probe (cleared when it refuses the opcode: probing such
+    /// a target would only fill bdev_nvme's log with refused commands).
+    pub probe_ok: AtomicBool,
+    /// The last I/O completed by the base failed (path lost, controller resetting or
+    /// failed) until one succeeds again; and resets of the base in progress. While
+    /// either is set, ACQUIRE is sent as GET_STATE: bdev_nvme (v25.09) reads
+    /// `u.bdev.accel_sequence` of a passthru I/O it fails without a path, which
+    /// aliases the command's dwords 12-13, where ACQUIRE carries its amounts.
+    pub path_down: AtomicBool,
+    pub resetting: AtomicU32,
+    pub stats: Stats,
+}
+
+impl Shared {
+    pub fn new(name: &str, flow: u64, opts: BdevOptions, base_nvme_io: bool, now: Nanos) -> Self {
+        Shared {
+            name: name.to_string(),
+            flow,
+            eng: Mutex::new(EngineState {
+                engine: InitiatorEngine::new(opts.engine_config(), now),
+                opts,
+                outstanding: None,
+                seq: 0,
+                started: now,
+            }),
+            next_poll: AtomicU64::new(0),
+            version: AtomicU64::new(0),
+            token_protocol: AtomicBool::new(opts.token_protocol),
+            pacing: AtomicBool::new(opts.pacing),
+            base_nvme_io,
+            probe_ok: AtomicBool::new(base_nvme_io),
+            path_down: AtomicBool::new(false),
+            resetting: AtomicU32::new(0),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Records the outcome of an I/O at the base (see `path_down`).
+    #[inline]
+    pub fn base_outcome(&self, success: bool) {
+        if success == self.path_down.load(Ordering::Relaxed) {
+            self.path_down.store(!success, Ordering::Relaxed);
+        }
+    }
+
+    /// ACQUIRE may be sent now (see `path_down`).
+    pub fn acquire_safe(&self) -> bool {
+        !self.path_down.load(Ordering::Relaxed) && self.resetting.load(Ordering::Relaxed) == 0
+    }
+
+    /// The token engine is in use (protocol on and possible with this base).
+    pub fn protocol_active(&self) -> bool {
+        self.base_nvme_io && self.token_protocol.load(Ordering::Relaxed)
+    }
+
+    /// New bdev options; a changed engine setting restarts the engine (it re-reads the
+    /// period state from the target within one round trip).
+    pub fn set_options(&self, opts: BdevOptions, now: Nanos) {
+        let mut e = lock(&self.eng);
+        if e.opts.engine_config() != opts.engine_config() {
+            e.engine = InitiatorEngine::new(opts.engine_config(), now);
+            e.outstanding = None;
+            e.started = now;
+            self.stats.engine_restarts.fetch_add(1, Ordering::Relaxed);
+        }
+        e.opts = opts;
+        self.token_protocol
+            .store(opts.token_protocol, Ordering::Relaxed);
+        self.pacing.store(opts.pacing, Ordering::Relaxed);
+        self.next_poll.store(0, Ordering::Relaxed);
+        self.version.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn options(&self) -> BdevOptions {
+        lock(&self.eng).opts
+    }
+
+    /// The engine's state and the counters, for `qos_ini_bdev_get`.
+    pub fn state_json(&self) -> Value {
+        let (mode, epoch, (res, glob)) = {
+            let e = lock(&self.eng);
+            (e.engine.mode(), e.engine.epoch(), e.engine.tokens())
+        };
+        let mode = if !self.protocol_active() {
+            "off"
+        } else {
+            match mode {
+                Mode::Probing => "probing",
+                Mode::Cooperative => "cooperative",
+                Mode::PassThrough => "pass_through",
+            }
+        };
+        let s = &self.stats;
+        json!({
+            "mode": mode,
+            "epoch": epoch,
+            "reservation_ops": res.ops,
+            "reservation_bytes": res.bytes,
+            "global_ops": glob.ops,
+            "global_bytes": glob.bytes,
+            "held": s.held.load(Ordering::Relaxed).max(0),
+            "held_total": get(&s.held_total),
+            "ios": get(&s.ios),
+            "large_ios": get(&s.large_ios),
+            "chunks": get(&s.chunks),
+            "vendor_sent": get(&s.vendor_sent),
+            "vendor_errors": get(&s.vendor_errors),
+            "vendor_late": get(&s.vendor_late),
+            "vendor_submit_failed": get(&s.vendor_submit_failed),
+            "probes_sent": get(&s.probes_sent),
+            "probing": self.probe_ok.load(Ordering::Relaxed),
+            "aborted": get(&s.aborted),
+            "engine_restarts": get(&s.engine_restarts),
+            "acquire_deferred": get(&s.acquire_deferred),
+        })
+    }
+}
+
+/// A stream handle tagged with the pacer generation it belongs to (the pacer is
+/// rebuilt when its options change; stale handles are then ignored).
+pub type StreamRef = Option<(u64, StreamId)>;
+
+/// The pacer of one pacer group and its probe.
+#[derive(Debug)]
+pub struct GroupState {
+    pub opts: PacerOptions,
+    pub pacer: Pacer,
+    pub generation: u64,
+    /// The probe in flight: sequence number and when it was sent.
+    pub probe: Option<(u64, Nanos)>,
+    probe_seq: u64,
+    applied_small: u64,
+    pub probes_lost: u64,
+}
+
+/// A pacer group: the QoS bdevs sharing one link (by default, all of the process).
+#[derive(Debug)]
+pub struct PacerGroup {
+    pub name: String,
+    st: Mutex<GroupState>,
+    /// Time (ns) of the latest small I/O; applied to the pacer at its next tick.
+    pub last_small: AtomicU64,
+    /// Fast-path copy of `chunk_bytes`.
+    pub chunk_bytes: AtomicU64,
+    /// When the pacer next wants a tick (ns).
+    pub next_tick: AtomicU64,
+}
+
+impl PacerGroup {
+    pub fn new(name: &str, opts: PacerOptions, now: Nanos) -> Result<PacerGroup, Refusal> {
+        let pacer = Pacer::new(opts.pacer_config(), now)
+            .map_err(|e| Refusal::invalid(format!("pacer options: {e}")))?;
+        Ok(PacerGroup {
+            name: name.to_string(),
+            st: Mutex::new(GroupState {
+                opts,
+                pacer,
+                generation: 0,
+                probe: None,
+                probe_seq: 0,
+                applied_small: 0,
+                probes_lost: 0,
+            }),
+            last_small: AtomicU64::new(0),
+            chunk_bytes: AtomicU64::new(opts.chunk_bytes),
+            next_tick: AtomicU64::new(0),
+        })
+    }
+
+    pub fn options(&self) -> PacerOptions {
+        lock(&self.st).opts
+    }
+
+    /// New options: the pacer is rebuilt (open streams continue in the new pacer).
+    pub fn set_options(&self, opts: PacerOptions, now: Nanos) -> Result<(), Refusal> {
+        let pacer = Pacer::new(opts.pacer_config(), now)
+            .map_err(|e| Refusal::invalid(format!("pacer options: {e}")))?;
+        let mut g = lock(&self.st);
+        if g.opts != opts {
+            g.pacer = pacer;
+            g.generation += 1;
+            g.opts = opts;
+            g.probe = None;
+            self.chunk_bytes.store(opts.chunk_bytes, Ordering::Relaxed);
+            self.next_tick.store(0, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// A small, latency-sensitive I/O was sent (lock-free; applied at the next tick).
+    #[inline]
+    pub fn note_small(&self, now: Nanos) {
+        self.last_small.store(now.0, Ordering::Relaxed);
+    }
+
+    /// How long a probe may stay unanswered before it counts as lost (its age is then
+    /// recorded as a sample: a probe that late is a congestion signal).
+    fn probe_timeout(opts: &PacerOptions) -> Nanos {
+        Nanos::from_micros(opts.latency_target_us.saturating_mul(20).max(10_000))
+    }
+
+    /// AIMD and DIRS timers; returns the sequence number of a probe to send now.
+    pub fn tick(&self, now: Nanos) -> Option<u64> {
+        let mut g = lock(&self.st);
+        let small = self.last_small.load(Ordering::Relaxed);
+        if small > g.applied_small {
+            g.applied_small = small;
+            g.pacer.note_latency_sensitive(Nanos(small));
+        }
+        if let Some((_, sent)) = g.probe
+            && now.saturating_sub(sent) > Self::probe_timeout(&g.opts)
+        {
+            g.probe = None;
+            g.probes_lost += 1;
+            g.pacer.on_probe(now.saturating_sub(sent), now);
+        }
+        let t = g.pacer.tick(now);
+        self.next_tick.store(t.next_deadline.0, Ordering::Relaxed);
+        if t.send_probe && g.probe.is_none() {
+            g.probe_seq += 1;
+            let seq = g.probe_seq;
+            g.probe = Some((seq, now));
+            return Some(seq);
+        }
+        None
+    }
+
+    /// The probe `seq` completed (or failed: a failed probe still measured a round trip).
+    pub fn probe_done(&self, seq: u64, latency: Nanos, now: Nanos) {
+        let mut g = lock(&self.st);
+        if g.probe.is_some_and(|(s, _)| s == seq) {
+            g.probe = None;
+            g.pacer.on_probe(latency, now);
+        }
+    }
+
+    /// The probe `seq` could not be sent.
+    pub fn probe_not_sent(&self, seq: u64) {
+        let mut g = lock(&self.st);
+        if g.probe.is_some_and(|(s, _)| s == seq) {
+            g.probe = None;
+        }
+    }
+
+    /// A large transfer of `flow` begins: a new stream at the DIRS initial rate.
+    pub fn open(&self, flow: u64, now: Nanos) -> StreamRef {
+        let mut g = lock(&self.st);
+        let id = g.pacer.open_stream(flow, now);
+        Some((g.generation, id))
+    }
+
+    /// May the next chunk of `stream` go now? `Err(t)`: not before `t`. A stream of an
+    /// older pacer is reopened in the current one.
+    pub fn try_send(
+        &self,
+        stream: &mut StreamRef,
+        flow: u64,
+        bytes: u64,
+        now: Nanos,
+    ) -> Result<(), Nanos> {
+        let mut g = lock(&self.st);
+        let id = match *stream {
+            Some((g0, id)) if g0 == g.generation => id,
+            _ => {
+                let id = g.pacer.open_stream(flow, now);
+                *stream = Some((g.generation, id));
+                id
+            }
+        };
+        g.pacer.try_send(id, bytes, now)
+    }
+
+    /// The transfer left the pacer (or ended early).
+    pub fn close(&self, stream: &mut StreamRef, now: Nanos) {
+        if let Some((g0, id)) = stream.take() {
+            let mut g = lock(&self.st);
+            if g0 == g.generation {
+                g.pacer.close_stream(id, now);
+            }
+        }
+    }
+
+    pub fn state_json(&self) -> Value {
+        let g = lock(&self.st);
+        let mib = 1u64 << 20;
+        json!({
+            "name": self.name,
+            "allowed_mibps": g.pacer.allowed_rate() / mib,
+            "allowed_bytes_per_sec": g.pacer.allowed_rate(),
+            "active_streams": g.pacer.active_streams(),
+            "active_flows": g.pacer.active_flows(),
+            "dirs_virtual_mibps": g.pacer.dirs().virtual_rate() / mib,
+            "probes_lost": g.probes_lost,
+        })
+    }
+}
