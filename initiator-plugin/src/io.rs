@@ -1466,12 +1466,13 @@ unsafe extern "C" fn vendor_done(base: *mut ffi::spdk_bdev_io, success: bool, ar
                     StateReply::decode(r.buf.as_slice())
                         .map(mirror_for_engine)
                         .map_err(RequestFailure::BadReply)
-                } else if status.sct == 0 {
-                    Err(RequestFailure::Status(status.sc))
                 } else {
-                    // Path or transport errors are not "invalid opcode": the engine
-                    // treats them like a time-out.
-                    Err(RequestFailure::Status(0xFF))
+                    // The engine tells "invalid opcode" (a target without the plugin)
+                    // from path or transport errors, which it treats like a time-out.
+                    Err(RequestFailure::Status {
+                        sct: status.sct,
+                        sc: status.sc,
+                    })
                 };
                 e.engine.on_reply(reply, now);
                 shared.next_poll.store(0, Ordering::Relaxed);

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cost::{Amount, CostModel, IoKind, Resource};
 use crate::hold::Admit;
-use crate::time::{MonotonicClamp, Nanos, mul_div};
+use crate::time::{MonotonicClamp, Nanos, mul_div, mul_div_ceil};
 use crate::wire::{self, Credit, Request, StateReply};
 
 /// Settings of the initiator engine; every one has a default.
@@ -70,8 +70,8 @@ pub enum Mode {
 /// A failed vendor command, as the initiator plugin saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestFailure {
-    /// The command completed with an NVMe error (generic status code).
-    Status(u8),
+    /// The command completed with an NVMe error (status code type, status code).
+    Status { sct: u8, sc: u8 },
     /// The reply did not decode.
     BadReply(wire::ReplyError),
 }
@@ -110,6 +110,9 @@ pub struct InitiatorEngine {
     want_state: bool,
     warning: Option<String>,
     warned: bool,
+    /// The target answered at least once.
+    answered: bool,
+    limit_per_period: Amount,
 }
 
 impl InitiatorEngine {
@@ -134,6 +137,8 @@ impl InitiatorEngine {
             want_state: true,
             warning: None,
             warned: false,
+            answered: false,
+            limit_per_period: Amount::new(u64::MAX, u64::MAX),
         }
     }
 
@@ -176,6 +181,11 @@ impl InitiatorEngine {
             self.limit_left = Amount::new(u64::MAX, u64::MAX);
             self.want_state = true;
         }
+        if self.paced.is_some() {
+            // With paced release the schedule already bounds what can be spent, and the
+            // target decays only idle hosts (its credits and state replies tell us).
+            return;
+        }
         let t = now.saturating_sub(self.period_start).0.min(self.period.0);
         for r in Resource::ALL {
             let x = mul_div(self.res_per_period.get(r), self.period.0 - t, self.period.0);
@@ -185,22 +195,37 @@ impl InitiatorEngine {
         }
     }
 
-    /// Reservation tokens usable now: with paced release, the part of the period's
-    /// reservation not released yet stays out of reach (as it does at the target).
-    fn res_usable(&self, now: Nanos) -> Amount {
-        let Some(burst) = self.paced else {
-            return self.res_left;
-        };
+    /// With paced release, how much of `per_period` is not released at `now` (rounded
+    /// as the target rounds: the released part up).
+    fn unreleased(&self, per_period: u64, now: Nanos) -> u64 {
+        let Some(burst) = self.paced else { return 0 };
         let t = now
             .saturating_sub(self.period_start)
             .saturating_add(burst)
             .0
             .min(self.period.0);
+        per_period - mul_div_ceil(per_period, t, self.period.0).min(per_period)
+    }
+
+    /// Reservation tokens usable now: with paced release, the part of the period's
+    /// reservation not released yet stays out of reach (as it does at the target).
+    fn res_usable(&self, now: Nanos) -> Amount {
         let mut a = self.res_left;
         for r in Resource::ALL {
-            let per = self.res_per_period.get(r);
-            let unreleased = per - mul_div(per, t, self.period.0);
+            let unreleased = self.unreleased(self.res_per_period.get(r), now);
             a.set(r, a.get(r).saturating_sub(unreleased));
+        }
+        a
+    }
+
+    /// Limit allowance usable now (paced like reservations at the target).
+    fn limit_usable(&self, now: Nanos) -> Amount {
+        let mut a = self.limit_left;
+        for r in Resource::ALL {
+            if a.get(r) != u64::MAX {
+                let unreleased = self.unreleased(self.limit_per_period.get(r), now);
+                a.set(r, a.get(r).saturating_sub(unreleased));
+            }
         }
         a
     }
@@ -246,12 +271,13 @@ impl InitiatorEngine {
         true
     }
 
-    /// Whether the engine mirrors resource `r` (operations always; bytes when the
-    /// host has a bytes reservation or the engine acquires bytes).
+    /// Whether the engine mirrors resource `r`: operations always; bytes only for a
+    /// host with a MiB/s reservation (otherwise the target's byte budget is a plain
+    /// shared pool, and mirroring it would only add round trips).
     fn counts(&self, r: Resource) -> bool {
         match r {
             Resource::Ops => true,
-            Resource::Bytes => self.res_per_period.bytes > 0 || self.cfg.acquire_bytes > 0,
+            Resource::Bytes => self.res_per_period.bytes > 0,
         }
     }
 
@@ -273,9 +299,10 @@ impl InitiatorEngine {
             if self.want_state || stale || self.mode == Mode::Probing {
                 send = Some(Request::GetState);
             } else if now >= self.no_grant_until && self.low_on_global(now) {
+                let a = self.acquire_amount();
                 send = Some(Request::Acquire {
-                    ops: self.cfg.acquire_ops,
-                    bytes: self.cfg.acquire_bytes,
+                    ops: a.ops,
+                    bytes: a.bytes,
                 });
             }
             if let Some(req) = send {
@@ -298,18 +325,38 @@ impl InitiatorEngine {
         }
     }
 
+    /// Time to ask for global tokens: for some resource the engine counts, no
+    /// reservation is usable and the global tokens are below the prefetch mark.
     fn low_on_global(&self, now: Nanos) -> bool {
-        if self.res_usable(now).ops > 0 {
+        if self.limit_usable(now).ops == 0 {
             return false;
         }
-        let low = mul_div(self.cfg.acquire_ops, self.cfg.prefetch_milli, 1000);
-        self.global.ops <= low && self.limit_left.ops > 0
+        let usable = self.res_usable(now);
+        Resource::ALL.iter().any(|&r| {
+            let batch = self.acquire_amount().get(r);
+            self.counts(r)
+                && batch > 0
+                && usable.get(r) == 0
+                && self.global.get(r) <= mul_div(batch, self.cfg.prefetch_milli, 1000)
+        })
+    }
+
+    /// What one acquisition asks for: bytes only when the engine counts them.
+    fn acquire_amount(&self) -> Amount {
+        let bytes = if self.counts(Resource::Bytes) {
+            self.cfg.acquire_bytes
+        } else {
+            0
+        };
+        Amount::new(self.cfg.acquire_ops, bytes)
     }
 
     fn on_timeout(&mut self) {
         self.timeouts += 1;
         match self.mode {
-            Mode::Probing if self.timeouts >= self.cfg.probe_attempts => {
+            // Give up only on a target that never answered; one that answered before
+            // and went quiet is probed again (I/O passes meanwhile).
+            Mode::Probing if !self.answered && self.timeouts >= self.cfg.probe_attempts => {
                 self.mode = Mode::PassThrough;
                 self.warn_once(format!(
                     "target did not answer {} nvmf-qos state requests: passing I/O through without initiator-side QoS",
@@ -333,7 +380,7 @@ impl InitiatorEngine {
         };
         let r = match reply {
             Ok(r) => r,
-            Err(RequestFailure::Status(sc)) if sc == wire::status::INVALID_OPCODE => {
+            Err(RequestFailure::Status { sct: 0, sc }) if sc == wire::status::INVALID_OPCODE => {
                 self.mode = Mode::PassThrough;
                 self.warn_once(
                     "target does not support nvmf-qos vendor commands (invalid opcode): passing I/O through".into(),
@@ -354,6 +401,7 @@ impl InitiatorEngine {
             return;
         }
         self.timeouts = 0;
+        self.answered = true;
         self.mode = Mode::Cooperative;
         self.last_sync = now;
         self.want_state = false;
@@ -374,6 +422,7 @@ impl InitiatorEngine {
         self.paced = (r.flags & wire::flags::PACED != 0).then_some(Nanos(r.release_burst_ns));
         self.global = Amount::new(r.credit_ops, r.credit_bytes);
         self.limit_left = Amount::new(r.limit_left_ops, r.limit_left_bytes);
+        self.limit_per_period = Amount::new(r.limit_per_period_ops, r.limit_per_period_bytes);
         if let Request::Acquire { .. } = req
             && r.granted_ops == 0
         {
@@ -515,7 +564,10 @@ mod tests {
         let mut e = InitiatorEngine::new(InitiatorConfig::default(), t0);
         e.poll(t0);
         e.on_reply(
-            Err(RequestFailure::Status(wire::status::INVALID_OPCODE)),
+            Err(RequestFailure::Status {
+                sct: 0,
+                sc: wire::status::INVALID_OPCODE,
+            }),
             t0,
         );
         assert_eq!(e.mode(), Mode::PassThrough);
@@ -541,11 +593,68 @@ mod tests {
             e.decide(IoKind::Read, 4096, late),
             "sent while the target is silent"
         );
-        for i in 1..=3 {
+        // It answered before, so it is probed again rather than given up on.
+        for i in 1..=5 {
             let t = late.saturating_add(Nanos::from_millis(10 * i));
-            e.poll(t);
+            assert_eq!(e.poll(t).send, Some(Request::GetState));
+        }
+        assert_eq!(e.mode(), Mode::Probing);
+        let back = late.saturating_add(Nanos::from_millis(55));
+        e.on_reply(Ok(reply(5, 100, 500, 0)), back);
+        assert_eq!(e.mode(), Mode::Cooperative);
+    }
+
+    #[test]
+    fn a_target_that_never_answers_means_pass_through() {
+        let t0 = Nanos::from_secs(1);
+        let mut e = InitiatorEngine::new(InitiatorConfig::default(), t0);
+        for i in 0..=3 {
+            e.poll(t0.saturating_add(Nanos::from_millis(10 * i)));
         }
         assert_eq!(e.mode(), Mode::PassThrough);
+        assert!(e.take_warning().is_some());
+    }
+
+    #[test]
+    fn paced_release_does_not_decay_and_small_reservations_still_flow() {
+        let t0 = Nanos::from_secs(10);
+        let mut e = InitiatorEngine::new(InitiatorConfig::default(), t0);
+        e.poll(t0);
+        // 432 per 500 ms with a 1 ms burst: less than one operation per burst.
+        let mut r = reply(5, 0, 432, 0);
+        r.flags |= wire::flags::PACED;
+        r.period_ns = Nanos::from_millis(500).0;
+        r.reservation_per_period_ops = 432;
+        r.release_burst_ns = Nanos::from_millis(1).0;
+        e.on_reply(Ok(r), t0);
+        let mut sent = 0;
+        for ms in 0..500 {
+            let now = t0.saturating_add(Nanos::from_millis(ms));
+            while e.decide(IoKind::Read, 4096, now) {
+                sent += 1;
+            }
+        }
+        assert!(sent >= 430, "{sent} of 432 sent from the reservation");
+    }
+
+    #[test]
+    fn bytes_are_acquired_when_a_byte_reservation_runs_out() {
+        let t0 = Nanos::from_secs(10);
+        let mut e = InitiatorEngine::new(InitiatorConfig::default(), t0);
+        e.poll(t0);
+        let mut r = reply(5, 0, 1000, 0);
+        r.reservation_per_period_bytes = 8192;
+        r.reservation_left_bytes = 8192;
+        e.on_reply(Ok(r), t0);
+        assert!(e.decide(IoKind::Read, 8192, t0));
+        assert!(!e.decide(IoKind::Read, 8192, t0), "bytes spent");
+        assert_eq!(
+            e.poll(t0).send,
+            Some(Request::Acquire {
+                ops: 256,
+                bytes: 16 << 20
+            })
+        );
     }
 
     #[test]

@@ -659,6 +659,10 @@ impl ChannelTokens {
         let mut granted = Amount::ZERO;
         for r in Resource::ALL {
             let i = r.index();
+            if !self.domain.global_open_to(&self.host, i) {
+                // Another host lags behind its reservation: no global tokens for now.
+                continue;
+            }
             let have = self.host.credit[i].load().1;
             let room = self.params.credit_cap.get(r).saturating_sub(have);
             let got = self.domain.global[i].take(tag, want.get(r).min(room));
@@ -729,6 +733,16 @@ impl ChannelTokens {
             reservation_per_period_ops: p.pool_res[0].ops + p.pool_res[1].ops,
             reservation_per_period_bytes: p.pool_res[0].bytes + p.pool_res[1].bytes,
             release_burst_ns: self.domain.release_burst.load(Ordering::Relaxed),
+            limit_per_period_ops: if p.limited(BudgetClass::Total as usize, 0) {
+                p.limit[0].ops
+            } else {
+                u64::MAX
+            },
+            limit_per_period_bytes: if p.limited(BudgetClass::Total as usize, 1) {
+                p.limit[0].bytes
+            } else {
+                u64::MAX
+            },
             granted_ops: granted.ops,
             granted_bytes: granted.bytes,
             global_available_ops: s.global_available.ops,

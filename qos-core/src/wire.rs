@@ -27,7 +27,7 @@ pub const OPC_GET_STATE: u8 = 0xC2;
 pub const OPC_ACQUIRE: u8 = 0xC6;
 /// Length of the reply buffer both commands fill.
 pub const REPLY_LEN: usize = 256;
-/// Bytes in `cdw13` of an acquire are counted in units of this many bytes.
+/// Bytes in `cdw15` of an acquire are counted in units of this many bytes.
 pub const ACQUIRE_BYTES_UNIT: u64 = 4096;
 
 /// Flags of a [`StateReply`].
@@ -114,8 +114,8 @@ pub fn decode_request(
     Ok(match opcode {
         OPC_GET_STATE => Request::GetState,
         _ => Request::Acquire {
-            ops: cmd.cdw12 as u64,
-            bytes: cmd.cdw13 as u64 * ACQUIRE_BYTES_UNIT,
+            ops: cmd.cdw14 as u64,
+            bytes: cmd.cdw15 as u64 * ACQUIRE_BYTES_UNIT,
         },
     })
 }
@@ -130,15 +130,17 @@ pub fn encode_request(req: Request) -> (u8, VendorCmd) {
     match req {
         Request::GetState => (OPC_GET_STATE, cmd),
         Request::Acquire { ops, bytes } => {
-            cmd.cdw12 = ops.min(u32::MAX as u64) as u32;
-            cmd.cdw13 = bytes.div_ceil(ACQUIRE_BYTES_UNIT).min(u32::MAX as u64) as u32;
+            // Dwords 12 and 13 stay zero: SPDK v25.09's bdev_nvme reads them as an
+            // accel sequence when it fails a passthru command before sending it.
+            cmd.cdw14 = ops.min(u32::MAX as u64) as u32;
+            cmd.cdw15 = bytes.div_ceil(ACQUIRE_BYTES_UNIT).min(u32::MAX as u64) as u32;
             (OPC_ACQUIRE, cmd)
         }
     }
 }
 
 /// The 256-byte reply of both vendor commands (little-endian): an 8-byte header
-/// (magic, version, flags) and 31 64-bit words, of which the last 15 are reserved (0).
+/// (magic, version, flags) and 31 64-bit words, of which the last 13 are reserved (0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StateReply {
     pub flags: u16,
@@ -161,6 +163,10 @@ pub struct StateReply {
     pub size_unit: u32,
     /// With paced release, how far ahead of its reservation rate the host may run.
     pub release_burst_ns: u64,
+    /// The host's limit per period (total class; `u64::MAX` when unlimited): with
+    /// paced release the allowance comes out over the period like the reservation.
+    pub limit_per_period_ops: u64,
+    pub limit_per_period_bytes: u64,
 }
 
 /// A reply that does not decode.
@@ -185,7 +191,7 @@ impl StateReply {
         for (i, v) in self.words().iter().enumerate() {
             out[8 + i * 8..16 + i * 8].copy_from_slice(&v.to_le_bytes());
         }
-        out[8 + 16 * 8..REPLY_LEN].fill(0);
+        out[8 + 18 * 8..REPLY_LEN].fill(0);
         Ok(())
     }
 
@@ -222,10 +228,12 @@ impl StateReply {
             write_weight_milli: w(14) as u32,
             size_unit: (w(14) >> 32) as u32,
             release_burst_ns: w(15),
+            limit_per_period_ops: w(16),
+            limit_per_period_bytes: w(17),
         })
     }
 
-    fn words(&self) -> [u64; 16] {
+    fn words(&self) -> [u64; 18] {
         [
             self.epoch,
             self.period_ns,
@@ -243,6 +251,8 @@ impl StateReply {
             self.global_available_ops,
             self.write_weight_milli as u64 | (self.size_unit as u64) << 32,
             self.release_burst_ns,
+            self.limit_per_period_ops,
+            self.limit_per_period_bytes,
         ]
     }
 }
@@ -357,6 +367,8 @@ mod tests {
                 granted_ops: words[11], granted_bytes: words[12], global_available_ops: words[13],
                 write_weight_milli: fl as u32 * 3, size_unit: words[0] as u32,
                 release_burst_ns: words[1] ^ words[2],
+                limit_per_period_ops: words[3] ^ words[4],
+                limit_per_period_bytes: words[5] ^ words[6],
             };
             let mut buf = [0u8; REPLY_LEN];
             r.encode(&mut buf).unwrap();
