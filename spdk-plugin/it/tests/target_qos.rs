@@ -680,6 +680,8 @@ fn token_protocol_over_nvme_tcp() {
             .cdw(11, v.cdw11)
             .cdw(12, v.cdw12)
             .cdw(13, v.cdw13)
+            .cdw(14, v.cdw14)
+            .cdw(15, v.cdw15)
     };
     let c = io
         .command(vendor(Request::GetState), 4096, &mut buf)
