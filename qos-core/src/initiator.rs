@@ -112,6 +112,9 @@ pub struct InitiatorEngine {
     warned: bool,
     /// The target answered at least once.
     answered: bool,
+    /// Commands of this host held at the target, as the last completion said: they
+    /// are owed the next tokens the target releases.
+    target_backlog: u8,
     limit_per_period: Amount,
 }
 
@@ -138,6 +141,7 @@ impl InitiatorEngine {
             warning: None,
             warned: false,
             answered: false,
+            target_backlog: 0,
             limit_per_period: Amount::new(u64::MAX, u64::MAX),
         }
     }
@@ -177,6 +181,7 @@ impl InitiatorEngine {
             self.epoch += k;
             self.res_left = self.res_per_period;
             self.global = Amount::ZERO;
+            self.target_backlog = 0;
             // Unknown until the target answers; the target enforces meanwhile.
             self.limit_left = Amount::new(u64::MAX, u64::MAX);
             self.want_state = true;
@@ -240,16 +245,22 @@ impl InitiatorEngine {
         let cost = self.cost.cost(kind, bytes);
         // The target enforces limits exactly (and lets a command larger than a whole
         // period's allowance pass at a period start); here we only stop sending once the
-        // allowance is gone, so no command can wait forever on the initiator.
-        if (cost.ops > 0 && self.limit_left.ops == 0)
-            || (cost.bytes > 0 && self.limit_left.bytes == 0)
-        {
+        // released allowance is gone, so no command can wait forever on the initiator.
+        let limit = self.limit_usable(now);
+        if (cost.ops > 0 && limit.ops == 0) || (cost.bytes > 0 && limit.bytes == 0) {
             return false;
         }
         let usable = self.res_usable(now);
         let mut from_res = Amount::ZERO;
         for r in Resource::ALL {
-            let have = usable.get(r).saturating_add(self.global.get(r));
+            let mut have = usable.get(r).saturating_add(self.global.get(r));
+            if r == Resource::Ops {
+                // Commands held at the target will take the next tokens it releases:
+                // we sent them believing they were there. Leave those tokens to them,
+                // or the target's queue never drains (it only grows at each period
+                // boundary or clock skew).
+                have = have.saturating_sub(self.target_backlog as u64);
+            }
             // Resources the target does not count for this host (no reservation, no
             // bytes batch) never hold a command here: the target decides those.
             if have < cost.get(r) && self.counts(r) {
@@ -375,7 +386,7 @@ impl InitiatorEngine {
     /// The answer to the command sent by [`InitiatorEngine::poll`].
     pub fn on_reply(&mut self, reply: Result<StateReply, RequestFailure>, now: Nanos) {
         let now = self.clock.observe(now);
-        let Some((req, _)) = self.in_flight.take() else {
+        let Some((req, sent)) = self.in_flight.take() else {
             return;
         };
         let r = match reply {
@@ -415,7 +426,11 @@ impl InitiatorEngine {
         };
         self.epoch = r.epoch;
         self.period = Nanos(r.period_ns.max(1));
-        self.period_start = Nanos(now.0.saturating_sub(r.elapsed_ns.min(r.period_ns)));
+        // The target measured `elapsed` about half a round trip ago: align our copy of
+        // its clock with that, so our release schedule does not trail the target's.
+        let half_rtt = Nanos(now.saturating_sub(sent).0 / 2);
+        let elapsed = Nanos(r.elapsed_ns.min(r.period_ns)).saturating_add(half_rtt);
+        self.period_start = now.saturating_sub(elapsed);
         self.res_per_period =
             Amount::new(r.reservation_per_period_ops, r.reservation_per_period_bytes);
         self.res_left = Amount::new(r.reservation_left_ops, r.reservation_left_bytes);
@@ -444,6 +459,7 @@ impl InitiatorEngine {
             self.want_state = true;
             return;
         }
+        self.target_backlog = c.held;
         // The target is authoritative; we only ever lower our view (our own in-flight
         // commands are already deducted here but not there).
         let ours = self.res_left.ops.saturating_add(self.global.ops);
@@ -661,13 +677,35 @@ mod tests {
     fn completion_credit_lowers_drift_and_spots_roll_over() {
         let t0 = Nanos::from_secs(1);
         let mut e = cooperative(t0);
-        e.on_completion(Credit::new(5, 600).encode(), t0);
+        e.on_completion(Credit::new(5, 600, 0).encode(), t0);
         assert_eq!(e.tokens().0.ops, 600);
-        e.on_completion(Credit::new(5, 900).encode(), t0);
+        e.on_completion(Credit::new(5, 900, 0).encode(), t0);
         assert_eq!(e.tokens().0.ops, 600, "never raised by a credit");
-        e.on_completion(Credit::new(6, 900).encode(), t0);
+        e.on_completion(Credit::new(6, 900, 0).encode(), t0);
         assert_eq!(e.poll(t0).send, Some(Request::GetState));
         e.on_completion(0, t0); // plain target completion: ignored
+    }
+
+    #[test]
+    fn a_backlog_at_the_target_is_owed_the_next_tokens() {
+        let t0 = Nanos::from_secs(1);
+        let mut e = cooperative(t0);
+        // 1000 reservation tokens; the target says 995 commands of ours wait there.
+        e.on_completion(Credit::new(5, 1000, 255).encode(), t0);
+        let mut sent = 0;
+        while e.decide(IoKind::Read, 4096, t0) {
+            sent += 1;
+        }
+        assert_eq!(
+            sent,
+            1000 - 255,
+            "the last 255 tokens are left to the held commands"
+        );
+        e.on_completion(Credit::new(5, 1000, 0).encode(), t0);
+        assert!(
+            e.decide(IoKind::Read, 4096, t0),
+            "sending resumes once the target drained"
+        );
     }
 
     #[test]

@@ -406,6 +406,9 @@ pub struct ChannelTokens {
     held_delta: i64,
     /// Cache sizes last published to the host's gauges: [reservation, global][resource].
     published: [[u64; 2]; 2],
+    /// When to look for released reservation again although cached global tokens would
+    /// do (ns; `u64::MAX`: the host has no reservation in that pool and resource).
+    res_retry_at: [[u64; 2]; 2],
     /// Commands admitted or held since the last flush: a channel that saw none is idle
     /// and gives its cached tokens back, so they are not stranded on a quiet thread.
     active: bool,
@@ -434,6 +437,7 @@ impl ChannelTokens {
             held_events: 0,
             held_delta: 0,
             published: [[0; 2]; 2],
+            res_retry_at: [[0; 2]; 2],
             active: false,
         };
         for c in 0..3 {
@@ -487,6 +491,8 @@ impl ChannelTokens {
         }
         self.params = p;
         self.gen_ = g;
+        // A new period or new reservations: look for released reservation again.
+        self.res_retry_at = [[0; 2]; 2];
     }
 
     fn expire_caches(&mut self) {
@@ -530,7 +536,12 @@ impl ChannelTokens {
         }
         let p = self.params.pool(dir);
         for r in 0..2 {
-            if self.res[p][r] + self.glob[r] < need[r] && !self.refill_tokens(p, r, need[r], now) {
+            // Reservation before global tokens: even when cached global tokens would
+            // cover the command, fetch released reservation first (at most once per
+            // release interval when there is none), so a host spends its reservation.
+            let short = self.res[p][r] + self.glob[r] < need[r];
+            let res_due = self.res[p][r] < need[r] && now.0 >= self.res_retry_at[p][r];
+            if (short || res_due) && !self.refill_tokens(p, r, need[r], now) {
                 self.uncharge_limits(classes, charged);
                 self.held_events += 1;
                 return Admission::Held(HoldReason::Tokens);
@@ -578,13 +589,22 @@ impl ChannelTokens {
         let tag = self.tag();
         let deficit = |s: &Self| need.saturating_sub(s.res[p][r] + s.glob[r]);
         let res_batch = self.params.res_batch.get(RES[r]);
-        if res_batch > 0 {
-            let d = deficit(self);
+        if res_batch > 0 && self.res[p][r] < need {
+            let want = need - self.res[p][r] + res_batch;
             // Paced release: what is not released yet stays in the pool.
-            let unreleased = self
-                .domain
-                .unreleased(self.params.pool_res[p].get(RES[r]), now);
-            self.res[p][r] += self.host.res[p][r].take_above(tag, d + res_batch, unreleased);
+            let per_period = self.params.pool_res[p].get(RES[r]);
+            let unreleased = self.domain.unreleased(per_period, now);
+            let got = self.host.res[p][r].take_above(tag, want, unreleased);
+            self.res[p][r] += got;
+            if got < want {
+                // None (or too few) released: look again after about one token's
+                // release time, not on every command.
+                let period = self.domain.period.load(Ordering::Relaxed);
+                let interval = (period / per_period.max(1)).clamp(1_000, 1_000_000);
+                self.res_retry_at[p][r] = now.0.saturating_add(interval);
+            }
+        } else if res_batch == 0 {
+            self.res_retry_at[p][r] = u64::MAX;
         }
         let batch = self.params.global_batch.get(RES[r]);
         if deficit(self) > 0 {
@@ -752,7 +772,8 @@ impl ChannelTokens {
     }
 
     /// The credit to piggyback in completion dword 0 of a read or write: the host's
-    /// operations left (reservation plus credit, shared and cached here).
+    /// operations left (reservation plus credit, shared and cached here) and its
+    /// commands held at the target (as of the channels' last flush, plus this one's).
     pub fn credit_hint(&self) -> wire::Credit {
         let (res, glob) = self.cached();
         let avail = self
@@ -762,7 +783,10 @@ impl ChannelTokens {
             .saturating_add(self.host.credit[0].load().1)
             .saturating_add(res.ops)
             .saturating_add(glob.ops);
-        wire::Credit::new(self.params.epoch, avail)
+        let held = (self.host.counters.held_now.load(Ordering::Relaxed) as i64)
+            .saturating_add(self.held_delta)
+            .max(0) as u64;
+        wire::Credit::new(self.params.epoch, avail, held)
     }
 
     /// Tokens cached in this channel (reservation, global), for audits and tests.

@@ -528,11 +528,18 @@ impl Monitor {
         }
         let (num, den) = self.left_fraction(now);
         // Paced release: a backlogged host is lagging when more of its released
-        // reservation is unused than the burst plus one check interval of schedule:
+        // reservation is unused than the burst plus two check intervals of schedule:
         // it is not being served at its reservation rate.
         let t = den - num;
         let release_num = t.saturating_add(self.cfg.release_burst().0).min(den);
-        let lag_slack = self.cfg.release_burst().0;
+        // Two check intervals beyond the burst: a host whose commands reach the
+        // target a little late (network jitter, an initiator mirroring the schedule on
+        // its own clock) is not lagging.
+        let lag_slack = self
+            .cfg
+            .release_burst()
+            .0
+            .saturating_add((2 * self.cfg.check_interval.0).min(self.cfg.period.0 / 200));
         let mut closed = 0u64;
         let idle_after = Nanos(
             self.cfg

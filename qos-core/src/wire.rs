@@ -257,36 +257,45 @@ impl StateReply {
     }
 }
 
-/// The credit a target piggybacks in completion dword 0 of reads and writes: the
-/// host's tokens available at the target (reservation left plus credit, operations),
-/// and the low 4 bits of the period epoch, so the initiator notices a roll-over without
-/// asking. Bits 31..28 hold the marker 0xA; a target without the plugin returns 0.
+/// The credit a target piggybacks in completion dword 0 of reads and writes:
+/// - bits 31..28: the marker 0xA (a target without the plugin returns 0);
+/// - bits 27..24: the low 4 bits of the period epoch, so the initiator notices a
+///   roll-over without asking;
+/// - bits 23..8: the host's tokens at the target (reservation left plus credit,
+///   operations), saturating at 65535 ("at least that many");
+/// - bits 7..0: commands of the host held at the target now, saturating at 255. A
+///   cooperative initiator that sees a backlog stops sending until it has drained: its
+///   token count cannot see commands the target has not admitted yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Credit {
     pub epoch_low: u8,
     pub available_ops: u32,
+    pub held: u8,
 }
 
 const CREDIT_MARK: u32 = 0xA;
-pub const CREDIT_MAX_OPS: u32 = (1 << 24) - 1;
+pub const CREDIT_MAX_OPS: u32 = (1 << 16) - 1;
 
 impl Credit {
-    pub fn new(epoch: u64, available_ops: u64) -> Self {
+    pub fn new(epoch: u64, available_ops: u64, held: u64) -> Self {
         Credit {
             epoch_low: (epoch & 0xF) as u8,
             available_ops: available_ops.min(CREDIT_MAX_OPS as u64) as u32,
+            held: held.min(u8::MAX as u64) as u8,
         }
     }
     pub fn encode(self) -> u32 {
         CREDIT_MARK << 28
             | ((self.epoch_low as u32 & 0xF) << 24)
-            | (self.available_ops & CREDIT_MAX_OPS)
+            | ((self.available_ops & CREDIT_MAX_OPS) << 8)
+            | self.held as u32
     }
     /// `None` when dword 0 carries no credit (a plain target, or another command).
     pub fn decode(cdw0: u32) -> Option<Credit> {
         (cdw0 >> 28 == CREDIT_MARK).then_some(Credit {
             epoch_low: ((cdw0 >> 24) & 0xF) as u8,
-            available_ops: cdw0 & CREDIT_MAX_OPS,
+            available_ops: (cdw0 >> 8) & CREDIT_MAX_OPS,
+            held: (cdw0 & 0xFF) as u8,
         })
     }
 }
@@ -376,12 +385,13 @@ mod tests {
         }
 
         #[test]
-        fn credit_round_trips(epoch in any::<u64>(), ops in any::<u64>()) {
-            let c = Credit::new(epoch, ops);
+        fn credit_round_trips(epoch in any::<u64>(), ops in any::<u64>(), held in any::<u64>()) {
+            let c = Credit::new(epoch, ops, held);
             let d = Credit::decode(c.encode()).unwrap();
             prop_assert_eq!(d, c);
             prop_assert_eq!(d.available_ops as u64, ops.min(CREDIT_MAX_OPS as u64));
             prop_assert_eq!(d.epoch_low as u64, epoch & 0xF);
+            prop_assert_eq!(d.held as u64, held.min(255));
         }
     }
 }
