@@ -79,12 +79,8 @@ pub struct BdevOptions {
     /// Split I/O larger than `chunk_bytes` and pace the chunks. Off: I/O goes out as
     /// submitted (token holding only). Default true.
     pub pacing: bool,
-    /// Global tokens asked for per ACQUIRE. Defaults 256 operations and 0 bytes: byte
-    /// tokens are then not mirrored unless the host has a MiB/s reservation; give
-    /// `acquire_bytes` (e.g. 16 MiB) for hosts with MiB/s reservations. (Departs from
-    /// `InitiatorConfig`'s 16 MiB: with byte acquisition on and no byte reservation the
-    /// engine asks for global tokens only when its operation tokens run out, and then
-    /// holds I/O for lack of byte tokens.)
+    /// Global tokens asked for per ACQUIRE. Defaults 256 operations and 16 MiB (the
+    /// engine mirrors and asks for bytes only for a host with a MiB/s reservation).
     pub acquire_ops: u64,
     pub acquire_bytes: u64,
     /// Ask for more global tokens when they fall below this many thousandths of a
@@ -108,7 +104,7 @@ impl Default for BdevOptions {
             token_protocol: true,
             pacing: true,
             acquire_ops: c.acquire_ops,
-            acquire_bytes: 0,
+            acquire_bytes: c.acquire_bytes,
             prefetch_milli: c.prefetch_milli,
             request_timeout_us: c.request_timeout.0 / 1000,
             retry_after_us: c.retry_after.0 / 1000,
@@ -483,13 +479,7 @@ mod tests {
     fn defaults_come_from_qos_core() {
         let c = create(json!({"name": "q", "base_bdev_name": "Nvme0n1"})).unwrap();
         assert_eq!(c.group, DEFAULT_GROUP);
-        assert_eq!(
-            c.bdev.engine_config(),
-            InitiatorConfig {
-                acquire_bytes: 0,
-                ..InitiatorConfig::default()
-            }
-        );
+        assert_eq!(c.bdev.engine_config(), InitiatorConfig::default());
         assert_eq!(
             PacerOptions::default().pacer_config(),
             PacerConfig::default()
