@@ -322,7 +322,7 @@ _US = _int_range(1, 3600000000)
 _INI_OPTIONS = [
     ('acquire_ops', _int_range(1, 2**32 - 1), "global tokens asked for per ACQUIRE, operations (default 256)"),
     ('acquire_bytes', _int_range(0, (2**32 - 1) * 4096),
-     "global tokens per ACQUIRE, bytes; give it for hosts with MiB/s reservations (default 0)"),
+     "global tokens per ACQUIRE, bytes; used only for hosts with a MiB/s reservation (default 16777216)"),
     ('prefetch_milli', _int_range(0, 1000),
      "ask for more when global tokens fall below this many thousandths of a batch (default 250)"),
     ('request_timeout_us', _int_range(10, 60000000),
