@@ -20,6 +20,8 @@ const PORT: u16 = 4453;
 #[derive(Clone, Copy, PartialEq)]
 enum Config {
     Bare,
+    /// SPDK's own passthru vbdev on the malloc bdev: what any stacked bdev costs.
+    Passthru,
     Plugin,
     PluginLimit(u64),
     BdevQosLimit(u64),
@@ -141,6 +143,12 @@ fn run_profiled(
                    "host_nqn": host_nqn(1)}),
         );
         "qos1"
+    } else if c == Config::Passthru {
+        t.call(
+            "bdev_passthru_create",
+            json!({"base_bdev_name": "Malloc0", "name": "pt0"}),
+        );
+        "pt0"
     } else {
         if let Config::BdevQosLimit(l) = c {
             t.call(
@@ -209,8 +217,11 @@ fn main() {
     let mut p99_diff = Vec::new();
     let mut rows = Vec::new();
     let mut profs = Vec::new();
+    let mut pt_ratios = Vec::new();
+    let mut over_pt = Vec::new();
     for round in 1..=rounds {
         let (b, pb) = run_profiled(&spdk, &plugin, Config::Bare, secs, 32, true);
+        let pt = run(&spdk, &plugin, Config::Passthru, secs, 32);
         let (p, pp) = run_profiled(&spdk, &plugin, Config::Plugin, secs, 32, true);
         if let (Some(pb), Some(pp)) = (pb, pp) {
             // CPU time per I/O in a DSO: its share of the samples times the target's CPU
@@ -229,6 +240,15 @@ fn main() {
             profs.push((plug, bdev_p - bdev_b, 1e9 / b.iops));
         }
         let ratio = p.iops / b.iops;
+        pt_ratios.push(pt.iops / b.iops);
+        over_pt.push(p.iops / pt.iops);
+        println!(
+            "round {round}: passthru vbdev {:.0} IOPS p99 {:.1} us (passthru/bare {:.3}, plugin/passthru {:.3})",
+            pt.iops,
+            pt.p99_us.unwrap_or(f64::NAN),
+            pt.iops / b.iops,
+            p.iops / pt.iops
+        );
         let d = p.p99_us.unwrap_or(f64::NAN) - b.p99_us.unwrap_or(f64::NAN);
         println!(
             "round {round}: bare {:.0} IOPS p99 {:.1} us | plugin {:.0} IOPS p99 {:.1} us | ratio {ratio:.3}, p99 {d:+.1} us",
@@ -271,6 +291,14 @@ fn main() {
             .map(|r| format!("{r:.3}"))
             .collect::<Vec<_>>()
             .join(", ")
+    );
+    println!(
+        "| SPDK passthru vbdev/bare IOPS ratio (median): the cost of any stacked bdev | {:.3} |",
+        median(pt_ratios.clone())
+    );
+    println!(
+        "| plugin/passthru IOPS ratio (median): the cost of the QoS logic itself | {:.3} |",
+        median(over_pt.clone())
     );
     println!(
         "| p99 latency, plugin minus bare (median) | {dp99:+.1} us (rounds: {}) |",
