@@ -3,7 +3,9 @@
 //! 1. overhead: bare `nvmf_tgt` (malloc namespace) against `nvmf_tgt` with the plugin
 //!    and a domain whose capacity is far above demand (QoS bdev over the same malloc),
 //!    4 KiB random reads at queue depth 32 from one `spdk_nvme_perf`; IOPS ratio and
-//!    p99 latency difference, rounds interleaved (bare, plugin, bare, plugin, ...);
+//!    p99 latency difference; each round runs bare, SPDK's passthru vbdev and the
+//!    plugin in a rotating order, without profiling; separate profiled runs give the
+//!    target CPU time per I/O spent in the plugin and in the bdev layer;
 //! 2. limit accuracy: the plugin's per-host limit (`max_iops`) against SPDK's
 //!    `bdev_set_qos_limit` (`rw_ios_per_sec`) at the same limit, with a load that
 //!    wants more: achieved/limit, average and p99 latency.
@@ -185,6 +187,96 @@ fn run_profiled(
     (r, prof)
 }
 
+/// The three configurations side by side in one `nvmf_tgt` (the plugin loaded): host 1
+/// reads a malloc bdev directly, host 2 through SPDK's passthru vbdev, host 3 through a
+/// QoS bdev in a domain far above demand, each malloc bdev its own. `spdk_nvme_perf`
+/// runs against one subsystem at a time, `rounds` times each in a rotating order, so
+/// that process start-up (memory placement) and slow drifts of the shared VM's speed
+/// fall on all three alike. Returns the runs per configuration, in round order.
+fn side_by_side(
+    spdk: &Spdk,
+    plugin: &std::path::Path,
+    rounds: usize,
+    secs: u32,
+) -> [Vec<PerfResult>; 3] {
+    let mut t = Target::start(
+        spdk,
+        &TargetOpts {
+            plugin: Some(plugin.to_path_buf()),
+            shm_id: 61,
+            core_mask: "0x1".into(),
+            max_secs: (rounds as u64 * 3) * (secs as u64 + 10) + 60,
+            json_config: None,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    for m in ["Malloc0", "Malloc1", "Malloc2"] {
+        t.call(
+            "bdev_malloc_create",
+            json!({"name": m, "num_blocks": 131072, "block_size": 512}),
+        );
+    }
+    t.call(
+        "bdev_passthru_create",
+        json!({"base_bdev_name": "Malloc1", "name": "pt0"}),
+    );
+    t.call(
+        "qos_domain_create",
+        json!({"name": "d", "capacity_iops": 10_000_000u64, "period_ms": 100,
+               "estimator": false}),
+    );
+    t.call(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": host_nqn(3)}),
+    );
+    t.call(
+        "qos_bdev_create",
+        json!({"name": "qos3", "base_bdev_name": "Malloc2", "domain": "d",
+               "host_nqn": host_nqn(3)}),
+    );
+    expose_per_host(
+        &mut t,
+        &["Malloc0".into(), "pt0".into(), "qos3".into()],
+        PORT,
+    );
+    let mut out: [Vec<PerfResult>; 3] = Default::default();
+    for round in 0..rounds {
+        for k in 0..3 {
+            let i = (round + k) % 3;
+            let job = PerfJob {
+                host_nqn: host_nqn(i + 1),
+                subnqn: subsys_nqn(i + 1),
+                port: PORT,
+                qd: 32,
+                io_size: 4096,
+                pattern: "randread".into(),
+                secs,
+                core_mask: "0x2".into(),
+                shm_id: 62,
+                latency: true,
+            };
+            let r = job.spawn(spdk).unwrap_or_else(|e| panic!("{e}")).wait();
+            if !r.ok {
+                panic!("perf failed:\n{}", r.output);
+            }
+            out[i].push(r);
+        }
+        eprint!("\rside by side: round {}/{rounds}", round + 1);
+    }
+    eprintln!();
+    out
+}
+
+/// The `q` quantile (nearest rank) of `v`.
+fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((v.len() - 1) as f64 * q).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
@@ -212,7 +304,30 @@ fn main() {
          spdk_nvme_perf on core 1, NVMe/TCP 127.0.0.1, malloc bdev"
     );
 
-    // 1. Overhead, interleaved.
+    // 1a. Overhead, the three configurations side by side in one target.
+    let sbs_rounds = (rounds * 3).max(9);
+    let [sb, sp, sq] = side_by_side(&spdk, &plugin, sbs_rounds, secs.min(3));
+    let sbs_ratio: Vec<f64> = sb.iter().zip(&sq).map(|(b, q)| q.iops / b.iops).collect();
+    let sbs_pt: Vec<f64> = sb.iter().zip(&sp).map(|(b, p)| p.iops / b.iops).collect();
+    let sbs_dp99: Vec<f64> = sb
+        .iter()
+        .zip(&sq)
+        .map(|(b, q)| q.p99_us.unwrap_or(f64::NAN) - b.p99_us.unwrap_or(f64::NAN))
+        .collect();
+    for (i, ((b, p), q)) in sb.iter().zip(&sp).zip(&sq).enumerate() {
+        println!(
+            "side by side {}: bare {:.0} IOPS p99 {:.1} us | passthru {:.0} | plugin {:.0} IOPS p99 {:.1} us | plugin/bare {:.3}",
+            i + 1,
+            b.iops,
+            b.p99_us.unwrap_or(f64::NAN),
+            p.iops,
+            q.iops,
+            q.p99_us.unwrap_or(f64::NAN),
+            q.iops / b.iops
+        );
+    }
+
+    // 1b. Overhead, separate targets: an unmodified nvmf_tgt against one with the plugin.
     let mut ratios = Vec::new();
     let mut p99_diff = Vec::new();
     let mut rows = Vec::new();
@@ -220,25 +335,27 @@ fn main() {
     let mut pt_ratios = Vec::new();
     let mut over_pt = Vec::new();
     for round in 1..=rounds {
-        let (b, pb) = run_profiled(&spdk, &plugin, Config::Bare, secs, 32, true);
-        let pt = run(&spdk, &plugin, Config::Passthru, secs, 32);
-        let (p, pp) = run_profiled(&spdk, &plugin, Config::Plugin, secs, 32, true);
-        if let (Some(pb), Some(pp)) = (pb, pp) {
-            // CPU time per I/O in a DSO: its share of the samples times the target's CPU
-            // time during the recording, over the I/O completed meanwhile.
-            let psecs = (secs - 3) as f64;
-            let ns =
-                |share: f64, pr: &Profile, iops: f64| share / 100.0 * pr.cpu_ns / (iops * psecs);
-            let (bdev_b, bdev_p, plug) = (
-                ns(pb.bdev, &pb, b.iops),
-                ns(pp.bdev, &pp, p.iops),
-                ns(pp.plugin, &pp, p.iops),
-            );
-            println!(
-                "round {round}: target CPU per I/O: bdev layer {bdev_b:.0} ns (bare) vs {bdev_p:.0} ns (plugin, two layers); plugin code {plug:.0} ns"
-            );
-            profs.push((plug, bdev_p - bdev_b, 1e9 / b.iops));
+        // `perf record` takes CPU from the target or the initiator on a two-core
+        // machine, so throughput is measured without it; the order rotates each round
+        // so that no configuration always runs first or last.
+        let order = [Config::Bare, Config::Passthru, Config::Plugin];
+        let mut measured = Vec::new();
+        for k in 0..order.len() {
+            let c = order[(round + k) % order.len()];
+            measured.push((c, run(&spdk, &plugin, c, secs, 32)));
         }
+        let pick = |c: Config| {
+            measured
+                .iter()
+                .find(|(m, _)| *m == c)
+                .map(|(_, r)| r.clone())
+                .expect("every configuration runs each round")
+        };
+        let (b, pt, p) = (
+            pick(Config::Bare),
+            pick(Config::Passthru),
+            pick(Config::Plugin),
+        );
         let ratio = p.iops / b.iops;
         pt_ratios.push(pt.iops / b.iops);
         over_pt.push(p.iops / pt.iops);
@@ -264,6 +381,28 @@ fn main() {
     let ratio = median(ratios.clone());
     let dp99 = median(p99_diff.clone());
 
+    // CPU per I/O from separate profiled runs (bare, then the plugin).
+    for round in 1..=rounds.min(3) {
+        let (b, pb) = run_profiled(&spdk, &plugin, Config::Bare, secs, 32, true);
+        let (p, pp) = run_profiled(&spdk, &plugin, Config::Plugin, secs, 32, true);
+        if let (Some(pb), Some(pp)) = (pb, pp) {
+            // CPU time per I/O in a DSO: its share of the samples times the target's CPU
+            // time during the recording, over the I/O completed meanwhile.
+            let psecs = (secs - 3) as f64;
+            let ns =
+                |share: f64, pr: &Profile, iops: f64| share / 100.0 * pr.cpu_ns / (iops * psecs);
+            let (bdev_b, bdev_p, plug) = (
+                ns(pb.bdev, &pb, b.iops),
+                ns(pp.bdev, &pp, p.iops),
+                ns(pp.plugin, &pp, p.iops),
+            );
+            println!(
+                "profile {round}: target CPU per I/O: bdev layer {bdev_b:.0} ns (bare) vs {bdev_p:.0} ns (plugin, two layers); plugin code {plug:.0} ns"
+            );
+            profs.push((plug, bdev_p - bdev_b, 1e9 / b.iops));
+        }
+    }
+
     // 2. Limit accuracy, plugin vs bdev QoS.
     let mut acc = Vec::new();
     for limit in [5_000u64, 20_000] {
@@ -285,7 +424,27 @@ fn main() {
 
     println!("\n| measurement | value |\n|---|---|");
     println!(
-        "| plugin/bare IOPS ratio (median of {rounds}; target >= 0.98) | {ratio:.3} (rounds: {}) |",
+        "| side by side in one target: plugin/bare IOPS ratio (median of {}; target >= 0.98) | {:.3} (quartiles {:.3}-{:.3}) |",
+        sbs_ratio.len(),
+        median(sbs_ratio.clone()),
+        quantile(sbs_ratio.clone(), 0.25),
+        quantile(sbs_ratio.clone(), 0.75)
+    );
+    println!(
+        "| side by side: passthru/bare IOPS ratio (median) | {:.3} |",
+        median(sbs_pt)
+    );
+    println!(
+        "| side by side: p99 latency, plugin minus bare (median) | {:+.1} us |",
+        median(sbs_dp99)
+    );
+    println!(
+        "| side by side: bare / plugin IOPS (medians) | {:.0} / {:.0} |",
+        median(sb.iter().map(|r| r.iops).collect()),
+        median(sq.iter().map(|r| r.iops).collect())
+    );
+    println!(
+        "| separate targets: plugin/bare IOPS ratio (median of {rounds}) | {ratio:.3} (rounds: {}) |",
         ratios
             .iter()
             .map(|r| format!("{r:.3}"))
@@ -293,15 +452,15 @@ fn main() {
             .join(", ")
     );
     println!(
-        "| SPDK passthru vbdev/bare IOPS ratio (median): the cost of any stacked bdev | {:.3} |",
+        "| separate targets: SPDK passthru vbdev/bare IOPS ratio (median) | {:.3} |",
         median(pt_ratios.clone())
     );
     println!(
-        "| plugin/passthru IOPS ratio (median): the cost of the QoS logic itself | {:.3} |",
+        "| separate targets: plugin/passthru IOPS ratio (median) | {:.3} |",
         median(over_pt.clone())
     );
     println!(
-        "| p99 latency, plugin minus bare (median) | {dp99:+.1} us (rounds: {}) |",
+        "| separate targets: p99 latency, plugin minus bare (median) | {dp99:+.1} us (rounds: {}) |",
         p99_diff
             .iter()
             .map(|r| format!("{r:+.1}"))
@@ -314,7 +473,7 @@ fn main() {
         .unwrap_or(rows.len() / 2);
     let (b, p) = &rows[mid];
     println!(
-        "| bare / plugin, median round | {:.0} / {:.0} IOPS, p99 {:.1} / {:.1} us |",
+        "| separate targets: bare / plugin, median round | {:.0} / {:.0} IOPS, p99 {:.1} / {:.1} us |",
         b.iops,
         p.iops,
         b.p99_us.unwrap_or(f64::NAN),
