@@ -191,8 +191,11 @@ _DOMAIN_OPTIONS = [
     ('check_interval_us', _int_range(10), "monitor interval in us, 10 ..= period / 4 (default 1000)"),
     ('batch_ops', _positive, "global tokens per acquisition, operations; with --batch-bytes (default: auto)"),
     ('batch_bytes', _positive, "global tokens per acquisition, bytes; with --batch-ops (default: auto)"),
-    ('estimator_history', _int_range(1, 1000), "estimator window M in periods, 1 ..= 1000 (default 8)"),
+    ('estimator_history', _int_range(1, 1000), "estimator window M in periods, 1 ..= 1000 (default 4)"),
     ('estimator_increment_milli', _count, "estimator increment eta, thousandths of the profile (default 10)"),
+    ('estimator_probe_backoff', _int_range(0, 1000),
+     "most saturated periods the estimator waits between probes that failed, 0 ..= 1000; "
+     "0 probes whenever a period is saturated, as Haechi does (default 2)"),
     ('underuse_periods', _count, "periods of under-use before a host is flagged (default 3)"),
     ('release_burst_us', _count,
      "with --release paced: how far hosts may run ahead of the release schedule, in us "

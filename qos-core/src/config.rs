@@ -192,7 +192,9 @@ pub struct EstimatorConfig {
     /// Increment eta added to the estimate when a period used all its tokens, in
     /// thousandths of the profiled capacity. Default 10 (1%).
     pub increment_milli: u64,
-    /// History window M (periods). Default 8.
+    /// History window M (periods). Default 4: after a capacity drop the estimate
+    /// follows within about M periods (with 8, the host with the largest reservation
+    /// of Haechi's Set 4 took 8-14 periods to meet it again, over 5 seeds).
     pub history: usize,
     /// A period counts as "all tokens used" when completed work is within this many
     /// thousandths of the estimate. Default 5 (0.5%): batches cached at the end of a
@@ -201,6 +203,11 @@ pub struct EstimatorConfig {
     /// Periods in a row a host may use less than its reservation before it is flagged
     /// (and loses soft grants). Default 3.
     pub underuse_periods: u32,
+    /// After a probe (a raised estimate) that was not used while a host missed its
+    /// reservation, the periods to wait before the next probe double, up to this many.
+    /// Default 2 (4 slowed the climb after Set 4's capacity rise by 5 periods); 0 probes
+    /// whenever a period is saturated, as Algorithm 1 does.
+    pub probe_backoff_max: u32,
 }
 
 impl Default for EstimatorConfig {
@@ -208,9 +215,10 @@ impl Default for EstimatorConfig {
         EstimatorConfig {
             enabled: true,
             increment_milli: 10,
-            history: 8,
+            history: 4,
             saturation_tolerance_milli: 5,
             underuse_periods: 3,
+            probe_backoff_max: 2,
         }
     }
 }
@@ -358,6 +366,8 @@ pub enum ConfigError {
     Batch { ops: u64, bytes: u64 },
     #[error("estimator history must be 1 ..= 1000 periods (got {0})")]
     History(usize),
+    #[error("estimator probe back-off must be 0 ..= 1000 periods (got {0})")]
+    ProbeBackoff(u32),
     #[error("write weight {0}/1000 is outside 1 ..= 100000")]
     WriteWeight(u64),
     #[error("size unit {0} bytes must be 0 (off) or at least 512")]
@@ -472,6 +482,9 @@ impl DomainConfig {
         }
         if self.estimator.history == 0 || self.estimator.history > 1000 {
             return Err(ConfigError::History(self.estimator.history));
+        }
+        if self.estimator.probe_backoff_max > 1000 {
+            return Err(ConfigError::ProbeBackoff(self.estimator.probe_backoff_max));
         }
         if self.cost.write_weight_milli == 0 || self.cost.write_weight_milli > 100 * WEIGHT_ONE {
             return Err(ConfigError::WriteWeight(self.cost.write_weight_milli));

@@ -1,14 +1,24 @@
-//! Adaptive capacity estimation, exactly Haechi's Algorithm 1, for one resource.
+//! Adaptive capacity estimation, Haechi's Algorithm 1, for one resource, with a back-off
+//! between failed probes.
 //!
 //! After each period the work completed by all hosts, U, is compared with the estimate
 //! Omega_t that sized the period's tokens:
-//! - U reached Omega_t (all tokens were used): the target may do more; add eta.
+//! - U reached Omega_t (all tokens were used): the target may do more; add eta (a probe).
 //! - Omega_min <= U < Omega_t: record U in a window of the last M such periods and use
 //!   the window's mean.
 //! - U < Omega_min (a low-demand period): keep the estimate; such periods say nothing
 //!   about capacity.
 //!
 //! Omega_min = Omega_prof - 3 sigma keeps idle periods from dragging the estimate down.
+//!
+//! The back-off is ours. When reservations take (nearly) all of the capacity, Algorithm 1
+//! probes every other period: the window's mean is the capacity, a period at that
+//! estimate counts as saturated, and the next one gets eta extra global tokens that the
+//! target cannot serve; hosts with small reservations spend them first and the host with
+//! the largest reservation misses it. After a probe that was not used while a host
+//! missed its reservation, the next waits 1, 2, 4, ... periods (at most
+//! `probe_backoff_max`; 0 = Algorithm 1 as published); a probe that was used resets the
+//! wait, so a target that really got faster is still followed at eta per period.
 
 use std::collections::VecDeque;
 
@@ -24,6 +34,13 @@ pub struct CapacityEstimator {
     window: VecDeque<u64>,
     window_len: usize,
     current: u64,
+    /// The last period ran on a raised estimate (a probe).
+    probing: bool,
+    /// Saturated periods to let pass before the next probe.
+    probe_wait: u32,
+    /// What `probe_wait` is set to after the next failed probe.
+    probe_backoff: u32,
+    probe_backoff_max: u32,
 }
 
 /// What the estimator did with a period's figure.
@@ -50,6 +67,10 @@ impl CapacityEstimator {
             window: VecDeque::with_capacity(cfg.history),
             window_len: cfg.history.max(1),
             current: profiled,
+            probing: false,
+            probe_wait: 0,
+            probe_backoff: 1.min(cfg.probe_backoff_max),
+            probe_backoff_max: cfg.probe_backoff_max,
         }
     }
 
@@ -62,25 +83,55 @@ impl CapacityEstimator {
     }
 
     /// Feeds the work `used` in the period that was sized by `current()`.
-    pub fn observe(&mut self, used: u64) -> EstimateStep {
+    /// Takes the period's completed work `used`, and whether some host that wanted its
+    /// reservation did not get it (`reservation_missed`): only a probe that did harm
+    /// like that makes the next one wait.
+    pub fn observe(&mut self, used: u64, reservation_missed: bool) -> EstimateStep {
         if !self.enabled {
             return EstimateStep::Fixed;
         }
         let tolerance = mul_div(self.current, self.tolerance_milli, 1000);
-        if used.saturating_add(tolerance) >= self.current {
-            self.current = self.current.saturating_add(self.eta);
-            EstimateStep::Raised
-        } else if used >= self.floor {
-            if self.window.len() == self.window_len {
-                self.window.pop_front();
+        let saturated = used.saturating_add(tolerance) >= self.current;
+        if std::mem::take(&mut self.probing) {
+            if saturated {
+                // The raised estimate was used: the target has more, probe on.
+                self.probe_backoff = 1.min(self.probe_backoff_max);
+            } else if reservation_missed {
+                // It was not, and a reservation was missed: the probe's extra tokens
+                // were served at the expense of some host's reservation. Wait before
+                // the next one. (Unused for lack of demand, it did no harm.)
+                self.probe_wait = self.probe_backoff;
+                self.probe_backoff = (self.probe_backoff * 2).min(self.probe_backoff_max);
             }
-            self.window.push_back(used);
-            let sum: u128 = self.window.iter().map(|&u| u as u128).sum();
-            self.current = (sum / self.window.len() as u128) as u64;
-            EstimateStep::Averaged
-        } else {
-            EstimateStep::Ignored
+        } else if self.probe_wait > 0 {
+            self.probe_wait -= 1;
+            if saturated {
+                // Saturated while waiting: a measurement of capacity, not a probe.
+                return self.average(used);
+            }
         }
+        if saturated {
+            self.current = self.current.saturating_add(self.eta);
+            self.probing = true;
+            EstimateStep::Raised
+        } else {
+            self.average(used)
+        }
+    }
+
+    /// Records `used` in the window and takes the window's mean, unless it is below
+    /// the floor (a low-demand period).
+    fn average(&mut self, used: u64) -> EstimateStep {
+        if used < self.floor {
+            return EstimateStep::Ignored;
+        }
+        if self.window.len() == self.window_len {
+            self.window.pop_front();
+        }
+        self.window.push_back(used);
+        let sum: u128 = self.window.iter().map(|&u| u as u128).sum();
+        self.current = (sum / self.window.len() as u128) as u64;
+        EstimateStep::Averaged
     }
 
     /// Replaces the profile (operator re-profiled the target); forgets the history.
@@ -126,26 +177,117 @@ mod tests {
     fn saturated_period_raises_by_eta() {
         let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
         assert_eq!(e.floor(), 850);
-        assert_eq!(e.observe(1000), EstimateStep::Raised);
+        assert_eq!(e.observe(1000, false), EstimateStep::Raised);
         assert_eq!(e.current(), 1010);
     }
 
     #[test]
     fn window_mean_of_the_last_m_periods_above_the_floor() {
         let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
-        assert_eq!(e.observe(900), EstimateStep::Averaged);
+        assert_eq!(e.observe(900, false), EstimateStep::Averaged);
         assert_eq!(e.current(), 900);
-        assert_eq!(e.observe(870), EstimateStep::Averaged);
+        assert_eq!(e.observe(870, false), EstimateStep::Averaged);
         assert_eq!(e.current(), 885);
-        e.observe(870);
-        e.observe(860); // 900 falls out of the window of 3
+        e.observe(870, false);
+        e.observe(860, false); // 900 falls out of the window of 3
         assert_eq!(e.current(), (870 + 870 + 860) / 3);
+    }
+
+    /// Steps an estimator over a target that serves at most `capacity` a period,
+    /// with demand always above it: returns which periods were probes.
+    fn probes_against(cfg: &EstimatorConfig, capacity: u64, periods: usize) -> Vec<bool> {
+        let mut e = CapacityEstimator::new(cfg, capacity, 0);
+        (0..periods)
+            .map(|_| {
+                let used = e.current().min(capacity);
+                e.observe(used, true) == EstimateStep::Raised
+            })
+            .collect()
+    }
+
+    #[test]
+    fn failed_probes_back_off_up_to_the_maximum() {
+        let c = EstimatorConfig {
+            probe_backoff_max: 4,
+            ..cfg()
+        };
+        let probes = probes_against(&c, 1000, 20);
+        let at: Vec<usize> = (0..20).filter(|&i| probes[i]).collect();
+        // After each failed probe: the period that shows it failed, then waits of
+        // 1, 2, 4, 4, ... saturated periods.
+        assert_eq!(at, vec![0, 3, 7, 13, 19]);
+    }
+
+    #[test]
+    fn without_backoff_algorithm_1_probes_every_other_period() {
+        let c = EstimatorConfig {
+            probe_backoff_max: 0,
+            ..cfg()
+        };
+        let probes = probes_against(&c, 1000, 10);
+        assert_eq!(
+            probes,
+            [
+                true, false, true, false, true, false, true, false, true, false
+            ]
+        );
+    }
+
+    #[test]
+    fn a_used_probe_keeps_raising_every_period() {
+        let c = EstimatorConfig {
+            probe_backoff_max: 4,
+            ..cfg()
+        };
+        let mut e = CapacityEstimator::new(&c, 1000, 0);
+        // Two failed probes build up a wait of 4.
+        for _ in 0..6 {
+            let used = e.current().min(1000);
+            e.observe(used, true);
+        }
+        // The target gets much faster: after the wait, every period raises by eta.
+        let mut raised = 0;
+        for _ in 0..12 {
+            if e.observe(e.current(), false) == EstimateStep::Raised {
+                raised += 1;
+            }
+        }
+        assert!(raised >= 12 - 4, "raised {raised} of 12 periods");
+        assert!(e.current() >= 1000 + 8 * 10);
+    }
+
+    #[test]
+    fn a_probe_unused_for_lack_of_demand_does_not_back_off() {
+        let c = EstimatorConfig {
+            probe_backoff_max: 4,
+            ..cfg()
+        };
+        let mut e = CapacityEstimator::new(&c, 1000, 0);
+        assert_eq!(e.observe(1000, false), EstimateStep::Raised);
+        // Demand fell short of the raised estimate, but every reservation was met.
+        assert_eq!(e.observe(1000, false), EstimateStep::Averaged);
+        assert_eq!(e.observe(1000, false), EstimateStep::Raised);
+    }
+
+    #[test]
+    fn waiting_periods_still_measure_capacity() {
+        let c = EstimatorConfig {
+            probe_backoff_max: 4,
+            ..cfg()
+        };
+        let mut e = CapacityEstimator::new(&c, 1000, 0);
+        assert_eq!(e.observe(1000, false), EstimateStep::Raised); // probe to 1010
+        assert_eq!(e.observe(1000, true), EstimateStep::Averaged); // failed: wait 1
+        assert_eq!(e.current(), 1000);
+        assert_eq!(e.observe(1000, false), EstimateStep::Averaged); // saturated, waiting
+        assert_eq!(e.current(), 1000);
+        assert_eq!(e.observe(1000, false), EstimateStep::Raised); // the next probe
     }
 
     #[test]
     fn low_demand_periods_are_ignored() {
         let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
-        assert_eq!(e.observe(10), EstimateStep::Ignored);
+        assert_eq!(e.observe(10, false), EstimateStep::Ignored);
         assert_eq!(e.current(), 1000);
     }
 
@@ -159,7 +301,7 @@ mod tests {
             1000,
             0,
         );
-        assert_eq!(e.observe(1000), EstimateStep::Fixed);
+        assert_eq!(e.observe(1000, true), EstimateStep::Fixed);
         assert_eq!(e.current(), 1000);
     }
 

@@ -472,6 +472,19 @@ impl Monitor {
         self.global_initial.set(RES[r], pool.load().1);
     }
 
+    /// How long a host must have had nothing outstanding and admitted nothing to count
+    /// as idle: IDLE_INTERVALS check intervals, at most 1% of the period.
+    fn idle_after(&self) -> Nanos {
+        Nanos(
+            self.cfg
+                .check_interval
+                .0
+                .saturating_mul(IDLE_INTERVALS)
+                .min(self.cfg.period.0 / 100)
+                .max(self.cfg.check_interval.0),
+        )
+    }
+
     /// `(T - t, T)` for the current period.
     fn left_fraction(&self, now: Nanos) -> (u64, u64) {
         let t = now
@@ -541,14 +554,7 @@ impl Monitor {
             .0
             .saturating_add((2 * self.cfg.check_interval.0).min(self.cfg.period.0 / 200));
         let mut closed = 0u64;
-        let idle_after = Nanos(
-            self.cfg
-                .check_interval
-                .0
-                .saturating_mul(IDLE_INTERVALS)
-                .min(self.cfg.period.0 / 100)
-                .max(self.cfg.check_interval.0),
-        );
+        let idle_after = self.idle_after();
         let mut outstanding = [0u64; 2];
         let mut in_flight_all = [0u64; 2];
         let mut used = [0u64; 2];
@@ -630,6 +636,10 @@ impl Monitor {
     fn roll_over_at(&mut self, start: Nanos) -> PeriodReport {
         let mut used = Amount::ZERO;
         let mut hosts = Vec::with_capacity(self.hosts.len());
+        // Per resource: a host still active at the end of the period completed less
+        // than its reservation.
+        let mut reservation_missed = [false; 2];
+        let idle_after = self.idle_after();
         for h in &mut self.hosts {
             let now_c = h.shared.counters();
             let completed = now_c.completed.saturating_sub(h.last.completed);
@@ -647,6 +657,15 @@ impl Monitor {
                 met,
                 backlogged,
             };
+            let active =
+                start.saturating_sub(h.last_active) < idle_after || now_c.outstanding() > 0;
+            if active {
+                for r in Resource::ALL {
+                    if completed.get(r) < hard.get(r) {
+                        reservation_missed[r.index()] = true;
+                    }
+                }
+            }
             h.underuse.observe(met);
             let soft_total = hard.saturating_add(h.budgets.soft_extra);
             h.soft_idle
@@ -661,7 +680,7 @@ impl Monitor {
         }
         let report_budget = self.budget;
         for r in Resource::ALL {
-            self.estimators[r.index()].observe(used.get(r));
+            self.estimators[r.index()].observe(used.get(r), reservation_missed[r.index()]);
         }
         let ended_epoch = self.epoch;
         let ended_start = self.period_start;

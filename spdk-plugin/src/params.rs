@@ -77,6 +77,9 @@ fn default_history() -> usize {
 fn default_increment() -> u64 {
     EstimatorConfig::default().increment_milli
 }
+fn default_probe_backoff() -> u32 {
+    EstimatorConfig::default().probe_backoff_max
+}
 fn default_underuse() -> u32 {
     EstimatorConfig::default().underuse_periods
 }
@@ -114,6 +117,8 @@ pub struct DomainParams {
     pub estimator_history: usize,
     #[serde(default = "default_increment")]
     pub estimator_increment_milli: u64,
+    #[serde(default = "default_probe_backoff")]
+    pub estimator_probe_backoff: u32,
     #[serde(default = "default_underuse")]
     pub underuse_periods: u32,
     #[serde(default)]
@@ -147,6 +152,7 @@ pub struct DomainUpdate {
     pub estimator: Option<bool>,
     pub estimator_history: Option<usize>,
     pub estimator_increment_milli: Option<u64>,
+    pub estimator_probe_backoff: Option<u32>,
     pub underuse_periods: Option<u32>,
     pub mode: Option<TokenMode>,
     pub release: Option<ReservationRelease>,
@@ -187,6 +193,7 @@ impl DomainParams {
                 increment_milli: self.estimator_increment_milli,
                 history: self.estimator_history,
                 underuse_periods: self.underuse_periods,
+                probe_backoff_max: self.estimator_probe_backoff,
                 ..EstimatorConfig::default()
             },
             mode: self.mode,
@@ -220,6 +227,7 @@ impl DomainParams {
             estimator,
             estimator_history,
             estimator_increment_milli,
+            estimator_probe_backoff,
             underuse_periods,
             mode,
             release,
