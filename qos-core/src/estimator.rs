@@ -193,6 +193,13 @@ mod tests {
         assert_eq!(e.current(), (870 + 870 + 860) / 3);
     }
 
+    fn with_backoff(probe_backoff_max: u32) -> EstimatorConfig {
+        EstimatorConfig {
+            probe_backoff_max,
+            ..cfg()
+        }
+    }
+
     /// Steps an estimator over a target that serves at most `capacity` a period,
     /// with demand always above it: returns which periods were probes.
     fn probes_against(cfg: &EstimatorConfig, capacity: u64, periods: usize) -> Vec<bool> {
@@ -207,10 +214,7 @@ mod tests {
 
     #[test]
     fn failed_probes_back_off_up_to_the_maximum() {
-        let c = EstimatorConfig {
-            probe_backoff_max: 4,
-            ..cfg()
-        };
+        let c = with_backoff(4);
         let probes = probes_against(&c, 1000, 20);
         let at: Vec<usize> = (0..20).filter(|&i| probes[i]).collect();
         // After each failed probe: the period that shows it failed, then waits of
@@ -220,10 +224,7 @@ mod tests {
 
     #[test]
     fn without_backoff_algorithm_1_probes_every_other_period() {
-        let c = EstimatorConfig {
-            probe_backoff_max: 0,
-            ..cfg()
-        };
+        let c = with_backoff(0);
         let probes = probes_against(&c, 1000, 10);
         assert_eq!(
             probes,
@@ -235,10 +236,7 @@ mod tests {
 
     #[test]
     fn a_used_probe_keeps_raising_every_period() {
-        let c = EstimatorConfig {
-            probe_backoff_max: 4,
-            ..cfg()
-        };
+        let c = with_backoff(4);
         let mut e = CapacityEstimator::new(&c, 1000, 0);
         // Two failed probes build up a wait of 4.
         for _ in 0..6 {
@@ -258,10 +256,7 @@ mod tests {
 
     #[test]
     fn a_probe_unused_for_lack_of_demand_does_not_back_off() {
-        let c = EstimatorConfig {
-            probe_backoff_max: 4,
-            ..cfg()
-        };
+        let c = with_backoff(4);
         let mut e = CapacityEstimator::new(&c, 1000, 0);
         assert_eq!(e.observe(1000, false), EstimateStep::Raised);
         // Demand fell short of the raised estimate, but every reservation was met.
@@ -271,10 +266,7 @@ mod tests {
 
     #[test]
     fn waiting_periods_still_measure_capacity() {
-        let c = EstimatorConfig {
-            probe_backoff_max: 4,
-            ..cfg()
-        };
+        let c = with_backoff(4);
         let mut e = CapacityEstimator::new(&c, 1000, 0);
         assert_eq!(e.observe(1000, false), EstimateStep::Raised); // probe to 1010
         assert_eq!(e.observe(1000, true), EstimateStep::Averaged); // failed: wait 1

@@ -97,6 +97,22 @@ fn profile_target(shm_id: u32, secs: u32) -> Option<Profile> {
     })
 }
 
+/// 4 KiB random reads from host `host` to its subsystem, `spdk_nvme_perf` on core 1.
+fn randread_job(host: usize, qd: u32, secs: u32) -> PerfJob {
+    PerfJob {
+        host_nqn: host_nqn(host),
+        subnqn: subsys_nqn(host),
+        port: PORT,
+        qd,
+        io_size: 4096,
+        pattern: "randread".into(),
+        secs,
+        core_mask: "0x2".into(),
+        shm_id: 62,
+        latency: true,
+    }
+}
+
 fn run(spdk: &Spdk, plugin: &std::path::Path, c: Config, secs: u32, qd: u32) -> PerfResult {
     run_profiled(spdk, plugin, c, secs, qd, false).0
 }
@@ -161,19 +177,9 @@ fn run_profiled(
         "Malloc0"
     };
     expose_per_host(&mut t, &[ns.to_string()], PORT);
-    let job = PerfJob {
-        host_nqn: host_nqn(1),
-        subnqn: subsys_nqn(1),
-        port: PORT,
-        qd,
-        io_size: 4096,
-        pattern: "randread".into(),
-        secs,
-        core_mask: "0x2".into(),
-        shm_id: 62,
-        latency: true,
-    };
-    let running = job.spawn(spdk).unwrap_or_else(|e| panic!("{e}"));
+    let running = randread_job(1, qd, secs)
+        .spawn(spdk)
+        .unwrap_or_else(|e| panic!("{e}"));
     let prof = if profile && secs > 4 {
         std::thread::sleep(std::time::Duration::from_secs(2));
         profile_target(61, secs - 3)
@@ -243,19 +249,10 @@ fn side_by_side(
     for round in 0..rounds {
         for k in 0..3 {
             let i = (round + k) % 3;
-            let job = PerfJob {
-                host_nqn: host_nqn(i + 1),
-                subnqn: subsys_nqn(i + 1),
-                port: PORT,
-                qd: 32,
-                io_size: 4096,
-                pattern: "randread".into(),
-                secs,
-                core_mask: "0x2".into(),
-                shm_id: 62,
-                latency: true,
-            };
-            let r = job.spawn(spdk).unwrap_or_else(|e| panic!("{e}")).wait();
+            let r = randread_job(i + 1, 32, secs)
+                .spawn(spdk)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .wait();
             if !r.ok {
                 panic!("perf failed:\n{}", r.output);
             }
