@@ -51,7 +51,7 @@ use qos_core::initiator::{InitiatorEngine, Mode, RequestFailure};
 use qos_core::pacer::{Chunk, ChunkPlan, plan_chunks};
 use qos_core::wire::{self, Request, StateReply};
 use qos_core::{IoKind, Nanos};
-use spdk_sys::bdev_io::{BaseIo, BdevIo, IoStatus, nvme_cmd_from_dwords};
+use spdk_sys::bdev_io::{BaseIo, BdevIo, IoStatus, ext_io_opts, nvme_cmd_from_dwords};
 use spdk_sys::dma::DmaBuf;
 use spdk_sys::io_device;
 use spdk_sys::poller::{PollStatus, Poller};
@@ -705,83 +705,16 @@ impl Inner {
     /// Issues the base I/O for an application I/O, with `base_done` as callback and the
     /// I/O as its argument.
     fn submit_io(&self, io: &BdevIo) -> c_int {
-        let (desc, ch) = (self.base_desc, self.base_ch);
-        let cb = Some(base_done as unsafe extern "C" fn(*mut ffi::spdk_bdev_io, bool, *mut c_void));
-        let arg = io.as_ptr().cast::<c_void>();
-        // SAFETY: (all arms) the descriptor and channel are valid on this thread; the
-        // parameters are the upper I/O's own, alive until it completes; `io` goes to
-        // `base_done` through `arg` only when the call returns 0 (see `send`), and SPDK
-        // never completes inside the submit call.
+        // SAFETY: the descriptor and channel are valid on this thread; a READ reaches
+        // here only with its buffer (`submit_request`, `read_buf_ready`); `io` goes to
+        // `base_done` through `arg` only when the call returns 0 (see `send`).
         unsafe {
-            match io.io_type() {
-                T::SPDK_BDEV_IO_TYPE_READ => {
-                    let b = io.block();
-                    let mut opts = ext_opts(b, b.md_buf);
-                    ffi::spdk_bdev_readv_blocks_ext(
-                        desc,
-                        ch,
-                        b.iovs,
-                        b.iovcnt,
-                        b.offset_blocks,
-                        b.num_blocks,
-                        cb,
-                        arg,
-                        &mut opts,
-                    )
-                }
-                T::SPDK_BDEV_IO_TYPE_WRITE => {
-                    let b = io.block();
-                    let mut opts = ext_opts(b, b.md_buf);
-                    ffi::spdk_bdev_writev_blocks_ext(
-                        desc,
-                        ch,
-                        b.iovs,
-                        b.iovcnt,
-                        b.offset_blocks,
-                        b.num_blocks,
-                        cb,
-                        arg,
-                        &mut opts,
-                    )
-                }
-                T::SPDK_BDEV_IO_TYPE_UNMAP => {
-                    let b = io.block();
-                    ffi::spdk_bdev_unmap_blocks(desc, ch, b.offset_blocks, b.num_blocks, cb, arg)
-                }
-                T::SPDK_BDEV_IO_TYPE_FLUSH => {
-                    let b = io.block();
-                    ffi::spdk_bdev_flush_blocks(desc, ch, b.offset_blocks, b.num_blocks, cb, arg)
-                }
-                T::SPDK_BDEV_IO_TYPE_WRITE_ZEROES => {
-                    let b = io.block();
-                    ffi::spdk_bdev_write_zeroes_blocks(
-                        desc,
-                        ch,
-                        b.offset_blocks,
-                        b.num_blocks,
-                        cb,
-                        arg,
-                    )
-                }
-                T::SPDK_BDEV_IO_TYPE_COMPARE => {
-                    let b = io.block();
-                    ffi::spdk_bdev_comparev_blocks(
-                        desc,
-                        ch,
-                        b.iovs,
-                        b.iovcnt,
-                        b.offset_blocks,
-                        b.num_blocks,
-                        cb,
-                        arg,
-                    )
-                }
-                T::SPDK_BDEV_IO_TYPE_NVME_IO => {
-                    let p = io.nvme_passthru();
-                    ffi::spdk_bdev_nvme_io_passthru(desc, ch, &p.cmd, p.buf, p.nbytes, cb, arg)
-                }
-                _ => -22,
-            }
+            io.forward(
+                self.base_desc,
+                self.base_ch,
+                Some(base_done),
+                io.as_ptr().cast(),
+            )
         }
     }
 
@@ -812,7 +745,7 @@ impl Inner {
         // parent reaches `chunk_done` through `arg` when the call returns 0.
         unsafe {
             let b = io.block();
-            let mut opts = ext_opts(b, md);
+            let mut opts = ext_io_opts(b, md);
             let f = if write {
                 ffi::spdk_bdev_writev_blocks_ext
             } else {
@@ -1275,20 +1208,6 @@ impl Inner {
 
 /// Ext-I/O options forwarding the upper I/O's memory domain, metadata and DIF
 /// settings, as passthru does.
-fn ext_opts(b: &ffi::spdk_bdev_io_block_params, md: *mut c_void) -> ffi::spdk_bdev_ext_io_opts {
-    // SAFETY: all-zero is the documented starting point of the options (C code memsets
-    // them), and `size` is then set.
-    let mut o: ffi::spdk_bdev_ext_io_opts = unsafe { std::mem::zeroed() };
-    o.size = std::mem::size_of::<ffi::spdk_bdev_ext_io_opts>();
-    o.memory_domain = b.memory_domain;
-    o.memory_domain_ctx = b.memory_domain_ctx;
-    o.metadata = md;
-    o.dif_check_flags_exclude_mask = !b.dif_check_flags;
-    o.nvme_cdw12 = b.nvme_cdw12;
-    o.nvme_cdw13 = b.nvme_cdw13;
-    o
-}
-
 /// The bdev layer's entry point for our bdevs.
 ///
 /// # Safety

@@ -16,59 +16,12 @@ use qos_core::Nanos;
 use qos_core::initiator::InitiatorConfig;
 use qos_core::pacer::{DirsConfig, PacerConfig};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-
-/// Longest bdev or pacer-group name accepted.
-pub const MAX_NAME_LEN: usize = 255;
 
 /// The pacer group of QoS bdevs created without `pacer_group`: one link per process.
 pub const DEFAULT_GROUP: &str = "default";
 
-/// Error codes (negative errno, as SPDK's own methods use).
-pub mod code {
-    pub const EINVAL: i32 = -22;
-    pub const ENOENT: i32 = -2;
-    pub const EEXIST: i32 = -17;
-    pub const EBUSY: i32 = -16;
-    pub const ENOMEM: i32 = -12;
-}
-
-/// A refusal: the JSON-RPC error code and a message a person can act on.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct Refusal {
-    pub code: i32,
-    pub message: String,
-}
-
-impl Refusal {
-    pub fn new(code: i32, message: impl Into<String>) -> Self {
-        Refusal {
-            code,
-            message: message.into(),
-        }
-    }
-    pub fn invalid(message: impl Into<String>) -> Self {
-        Refusal::new(code::EINVAL, message)
-    }
-}
-
-/// Parses `params` (absent params are `{}`) into `T`, refusing with -EINVAL.
-pub fn parse<T: for<'de> Deserialize<'de>>(method: &str, params: Value) -> Result<T, Refusal> {
-    let params = if params.is_null() { json!({}) } else { params };
-    serde_json::from_value(params)
-        .map_err(|e| Refusal::invalid(format!("{method}: invalid parameters: {e}")))
-}
-
-/// Checks a bdev or group name: 1 ..= 255 printable ASCII characters, no spaces.
-pub fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
-    if name.is_empty() || name.len() > MAX_NAME_LEN || !name.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(Refusal::invalid(format!(
-            "{what} {name:?} must be 1 ..= {MAX_NAME_LEN} printable ASCII characters without spaces"
-        )));
-    }
-    Ok(())
-}
+/// Refusals, parameter parsing and name checks are shared with the target plugin.
+pub use spdk_sys::rpc::{RpcError as Refusal, check_name, code, parse};
 
 /// The options of one QoS bdev's token engine, all resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -470,6 +423,7 @@ pub fn check_chunk(chunk_bytes: u64, block_len: u32) -> Result<(), Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{Value, json};
 
     fn create(v: Value) -> Result<CheckedCreate, Refusal> {
         parse::<CreateParams>("qos_ini_bdev_create", v)?.check()

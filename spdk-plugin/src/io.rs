@@ -269,88 +269,23 @@ impl Inner {
             unsafe { ffi::spdk_bdev_io_get_buf(io.into_raw(), Some(read_buf_ready), len) };
             return;
         }
-        let rc = self.submit_base(&io, t);
+        let rc = self.submit_base(&io);
         self.after_submit(io, rc);
     }
 
-    /// Issues the base I/O for `io` (not READ) with `base_done` as callback and `io` as
-    /// its argument.
-    fn submit_base(&self, io: &BdevIo, t: T) -> c_int {
-        let node = self.node();
-        let (desc, ch) = (node.base_desc.0, self.base_ch);
-        let cb = Some(base_done as unsafe extern "C" fn(*mut ffi::spdk_bdev_io, bool, *mut c_void));
-        let arg = io.as_ptr().cast::<c_void>();
-        // SAFETY: (all arms) the descriptor and channel are valid on this thread; the
-        // parameters are the upper I/O's own, alive until it completes; `io` is handed
-        // to `base_done` through `arg` only when the call returns 0 (see
-        // `after_submit`), and SPDK never completes inside the submit call.
+    /// Issues the base I/O for `io` with `base_done` as callback and `io` as its
+    /// argument.
+    fn submit_base(&self, io: &BdevIo) -> c_int {
+        // SAFETY: the descriptor and channel are valid on this thread; a READ reaches
+        // here only with its buffer (`read_buf_ready`); `io` is handed to `base_done`
+        // through `arg` only when the call returns 0 (see `after_submit`).
         unsafe {
-            match t {
-                T::SPDK_BDEV_IO_TYPE_WRITE => {
-                    let b = io.block();
-                    let mut opts = ext_opts(b);
-                    ffi::spdk_bdev_writev_blocks_ext(
-                        desc,
-                        ch,
-                        b.iovs,
-                        b.iovcnt,
-                        b.offset_blocks,
-                        b.num_blocks,
-                        cb,
-                        arg,
-                        &mut opts,
-                    )
-                }
-                T::SPDK_BDEV_IO_TYPE_UNMAP => {
-                    let b = io.block();
-                    ffi::spdk_bdev_unmap_blocks(desc, ch, b.offset_blocks, b.num_blocks, cb, arg)
-                }
-                T::SPDK_BDEV_IO_TYPE_FLUSH => {
-                    let b = io.block();
-                    ffi::spdk_bdev_flush_blocks(desc, ch, b.offset_blocks, b.num_blocks, cb, arg)
-                }
-                T::SPDK_BDEV_IO_TYPE_WRITE_ZEROES => {
-                    let b = io.block();
-                    ffi::spdk_bdev_write_zeroes_blocks(
-                        desc,
-                        ch,
-                        b.offset_blocks,
-                        b.num_blocks,
-                        cb,
-                        arg,
-                    )
-                }
-                T::SPDK_BDEV_IO_TYPE_COMPARE => {
-                    let b = io.block();
-                    ffi::spdk_bdev_comparev_blocks(
-                        desc,
-                        ch,
-                        b.iovs,
-                        b.iovcnt,
-                        b.offset_blocks,
-                        b.num_blocks,
-                        cb,
-                        arg,
-                    )
-                }
-                T::SPDK_BDEV_IO_TYPE_NVME_IO => {
-                    let p = io.nvme_passthru();
-                    ffi::spdk_bdev_nvme_io_passthru(desc, ch, &p.cmd, p.buf, p.nbytes, cb, arg)
-                }
-                T::SPDK_BDEV_IO_TYPE_NVME_IO_MD => {
-                    let p = io.nvme_passthru();
-                    ffi::spdk_bdev_nvme_io_passthru_md(
-                        desc, ch, &p.cmd, p.buf, p.nbytes, p.md_buf, p.md_len, cb, arg,
-                    )
-                }
-                T::SPDK_BDEV_IO_TYPE_NVME_IOV_MD => {
-                    let p = io.nvme_passthru();
-                    ffi::spdk_bdev_nvme_iov_passthru_md(
-                        desc, ch, &p.cmd, p.iovs, p.iovcnt, p.nbytes, p.md_buf, p.md_len, cb, arg,
-                    )
-                }
-                _ => -22,
-            }
+            io.forward(
+                self.node().base_desc.0,
+                self.base_ch,
+                Some(base_done),
+                io.as_ptr().cast(),
+            )
         }
     }
 
@@ -521,20 +456,6 @@ impl Inner {
 
 /// Ext-I/O options forwarding the upper I/O's memory domain, metadata and DIF
 /// settings, as passthru does.
-fn ext_opts(b: &ffi::spdk_bdev_io_block_params) -> ffi::spdk_bdev_ext_io_opts {
-    // SAFETY: all-zero is the documented starting point of the options (C code memsets
-    // them), and `size` is then set.
-    let mut o: ffi::spdk_bdev_ext_io_opts = unsafe { std::mem::zeroed() };
-    o.size = std::mem::size_of::<ffi::spdk_bdev_ext_io_opts>();
-    o.memory_domain = b.memory_domain;
-    o.memory_domain_ctx = b.memory_domain_ctx;
-    o.metadata = b.md_buf;
-    o.dif_check_flags_exclude_mask = !b.dif_check_flags;
-    o.nvme_cdw12 = b.nvme_cdw12;
-    o.nvme_cdw13 = b.nvme_cdw13;
-    o
-}
-
 /// The bdev layer's entry point for our bdevs.
 ///
 /// # Safety
@@ -600,23 +521,7 @@ unsafe extern "C" fn read_buf_ready(
     if !success {
         return inner.fail(io, IoStatus::NoMem);
     }
-    let node = inner.node();
-    // SAFETY: READ carries `u.bdev`, now with buffers; see `submit_base` for the rest.
-    let rc = unsafe {
-        let b = io.block();
-        let mut opts = ext_opts(b);
-        ffi::spdk_bdev_readv_blocks_ext(
-            node.base_desc.0,
-            inner.base_ch,
-            b.iovs,
-            b.iovcnt,
-            b.offset_blocks,
-            b.num_blocks,
-            Some(base_done),
-            io.as_ptr().cast(),
-            &mut opts,
-        )
-    };
+    let rc = inner.submit_base(&io);
     inner.after_submit(io, rc);
 }
 

@@ -10,57 +10,10 @@ use qos_core::{
     TokenMode,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-/// Longest domain or bdev name accepted.
-pub const MAX_NAME_LEN: usize = 255;
-
-/// Error codes (negative errno, as SPDK's own methods use).
-pub mod code {
-    pub const EINVAL: i32 = -22;
-    pub const ENOENT: i32 = -2;
-    pub const EEXIST: i32 = -17;
-    pub const ENOSPC: i32 = -28;
-    pub const EBUSY: i32 = -16;
-    pub const ENOMEM: i32 = -12;
-}
-
-/// A refusal: the JSON-RPC error code and a message a person can act on.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct Refusal {
-    pub code: i32,
-    pub message: String,
-}
-
-impl Refusal {
-    pub fn new(code: i32, message: impl Into<String>) -> Self {
-        Refusal {
-            code,
-            message: message.into(),
-        }
-    }
-    pub fn invalid(message: impl Into<String>) -> Self {
-        Refusal::new(code::EINVAL, message)
-    }
-}
-
-/// Parses `params` (absent params are `{}`) into `T`, refusing with -EINVAL.
-pub fn parse<T: for<'de> Deserialize<'de>>(method: &str, params: Value) -> Result<T, Refusal> {
-    let params = if params.is_null() { json!({}) } else { params };
-    serde_json::from_value(params)
-        .map_err(|e| Refusal::invalid(format!("{method}: invalid parameters: {e}")))
-}
-
-/// Checks a domain or bdev name: 1 ..= 255 printable ASCII characters.
-pub fn check_name(what: &str, name: &str) -> Result<(), Refusal> {
-    if name.is_empty() || name.len() > MAX_NAME_LEN || !name.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(Refusal::invalid(format!(
-            "{what} name {name:?} must be 1 ..= {MAX_NAME_LEN} printable ASCII characters without spaces"
-        )));
-    }
-    Ok(())
-}
+/// Refusals, parameter parsing and name checks are shared with the initiator plugin.
+pub use spdk_sys::rpc::{RpcError as Refusal, check_name, code, parse};
 
 fn default_period_ms() -> u64 {
     1000
@@ -164,7 +117,7 @@ pub struct DomainUpdate {
 impl DomainParams {
     /// The core configuration, refusing what the core refuses.
     pub fn to_config(&self) -> Result<DomainConfig, Refusal> {
-        check_name("domain", &self.name)?;
+        check_name("domain name", &self.name)?;
         let global_batch = match (self.batch_ops, self.batch_bytes) {
             (None, None) => BatchSize::Auto,
             (Some(ops), Some(bytes)) => BatchSize::Fixed { ops, bytes },
@@ -393,6 +346,7 @@ pub struct StatsQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn domain(v: Value) -> Result<DomainParams, Refusal> {
         parse("qos_domain_create", v)
@@ -486,8 +440,8 @@ mod tests {
 
     #[test]
     fn names_are_checked() {
-        assert!(check_name("bdev", "qos0").is_ok());
-        assert!(check_name("bdev", "").is_err());
-        assert!(check_name("bdev", &"x".repeat(300)).is_err());
+        assert!(check_name("bdev name", "qos0").is_ok());
+        assert!(check_name("bdev name", "").is_err());
+        assert!(check_name("bdev name", &"x".repeat(300)).is_err());
     }
 }

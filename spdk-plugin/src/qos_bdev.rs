@@ -426,7 +426,7 @@ fn uuid_string(u: &ffi::spdk_uuid) -> String {
 
 /// `qos_bdev_create` (app thread). Returns the new bdev's name.
 pub fn create(p: BdevParams) -> Result<String, Refusal> {
-    check_name("bdev", &p.name)?;
+    check_name("bdev name", &p.name)?;
     let cname = CString::new(p.name.clone()).map_err(|_| Refusal::invalid("name contains NUL"))?;
     // SAFETY: app thread; the name is a valid C string.
     if !unsafe { ffi::spdk_bdev_get_by_name(cname.as_ptr()) }.is_null()
@@ -605,29 +605,10 @@ pub fn delete(name: &str, done: impl FnOnce(Result<(), Refusal>) + 'static) {
 }
 
 fn unregister(node: NodePtr, name: String, done: impl FnOnce(Result<(), Refusal>) + 'static) {
-    type Done = Box<dyn FnOnce(Result<(), Refusal>)>;
-    unsafe extern "C" fn unregistered(arg: *mut c_void, rc: c_int) {
-        // SAFETY: `arg` is the boxed callback leaked below; SPDK calls this once.
-        let done = unsafe { Box::from_raw(arg.cast::<Done>()) };
-        done(if rc == 0 {
-            Ok(())
-        } else {
-            Err(Refusal::new(
-                rc,
-                format!("bdev unregister failed: error {rc}"),
-            ))
-        });
-    }
     tracing::info!(bdev = name.as_str(), "unregistering QoS bdev");
-    let arg: Box<Done> = Box::new(Box::new(done));
-    // SAFETY: app thread; the node's bdev is registered; the callback reclaims `arg`.
-    unsafe {
-        ffi::spdk_bdev_unregister(
-            node.get().bdev_ptr(),
-            Some(unregistered),
-            Box::into_raw(arg).cast(),
-        )
-    };
+    // SAFETY: app thread; the node's bdev is registered and, `deleting` being set, is
+    // unregistered only here.
+    unsafe { spdk_sys::module::unregister_bdev(node.get().bdev_ptr(), done) };
 }
 
 /// The module's `config_json` (`save_config`): domains, then explicit hosts. QoS bdevs

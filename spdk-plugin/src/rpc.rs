@@ -2,21 +2,15 @@
 //! thread; every refusal is a JSON-RPC error with a negative errno code and a message
 //! that names the object and the numbers.
 
-use std::ffi::CStr;
-
 use serde::Deserialize;
 use serde_json::{Value, json};
-use spdk_sys::rpc::{self, RpcError, RpcMethod, RpcRequest};
+use spdk_sys::rpc::{self, RpcRequest};
 
 use crate::params::{
     BdevParams, DomainParams, DomainUpdate, HostKey, HostParams, HostQuery, NameQuery, Refusal,
     StatsQuery, code, parse,
 };
 use crate::{qos_bdev, registry, stats};
-
-fn answer(req: RpcRequest, r: Result<Value, Refusal>) {
-    req.reply(r.map_err(|e| RpcError::new(e.code, e.message)));
-}
 
 /// Parameters that must name one object.
 #[derive(Debug, Deserialize)]
@@ -130,43 +124,23 @@ fn stats_get(p: Value) -> Result<Value, Refusal> {
     })
 }
 
-macro_rules! methods {
-    ($( $ty:ident = $name:literal, $state:expr, $body:expr; )*) => {
-        $(
-            struct $ty;
-            impl RpcMethod for $ty {
-                const NAME: &'static CStr = $name;
-                const STATE: u32 = $state;
-                fn call(req: RpcRequest, params: Value) {
-                    #[allow(clippy::redundant_closure_call)]
-                    ($body)(req, params)
-                }
-            }
-        )*
-        /// Registers every method (from the plugin's constructor).
-        pub fn register_all() {
-            $( rpc::register::<$ty>(); )*
-        }
-    };
-}
-
 const ANY: u32 = rpc::STARTUP | rpc::RUNTIME;
 
-methods! {
-    MDomainCreate = c"qos_domain_create", ANY, |q, p| answer(q, domain_create(p));
-    MDomainUpdate = c"qos_domain_update", rpc::RUNTIME, |q, p| answer(q, domain_update(p));
-    MDomainDelete = c"qos_domain_delete", rpc::RUNTIME, |q, p| answer(q, domain_delete(p));
-    MDomainGet = c"qos_domain_get", rpc::RUNTIME, |q, p| answer(q, domain_get(p));
-    MHostSet = c"qos_host_set", ANY, |q, p| answer(q, host_set(p));
-    MHostRemove = c"qos_host_remove", rpc::RUNTIME, |q, p| answer(q, host_remove(p));
-    MHostGet = c"qos_host_get", rpc::RUNTIME, |q, p| answer(q, host_get(p));
-    MBdevCreate = c"qos_bdev_create", rpc::RUNTIME, |q, p| answer(q, bdev_create(p));
+spdk_sys::rpc_methods! {
+    MDomainCreate = c"qos_domain_create", ANY, |q, p| q.reply(domain_create(p));
+    MDomainUpdate = c"qos_domain_update", rpc::RUNTIME, |q, p| q.reply(domain_update(p));
+    MDomainDelete = c"qos_domain_delete", rpc::RUNTIME, |q, p| q.reply(domain_delete(p));
+    MDomainGet = c"qos_domain_get", rpc::RUNTIME, |q, p| q.reply(domain_get(p));
+    MHostSet = c"qos_host_set", ANY, |q, p| q.reply(host_set(p));
+    MHostRemove = c"qos_host_remove", rpc::RUNTIME, |q, p| q.reply(host_remove(p));
+    MHostGet = c"qos_host_get", rpc::RUNTIME, |q, p| q.reply(host_get(p));
+    MBdevCreate = c"qos_bdev_create", rpc::RUNTIME, |q, p| q.reply(bdev_create(p));
     MBdevDelete = c"qos_bdev_delete", rpc::RUNTIME, |q: RpcRequest, p| {
         match parse::<NameReq>("qos_bdev_delete", p) {
-            Ok(n) => qos_bdev::delete(&n.name, move |r| answer(q, r.map(|()| json!(true)))),
-            Err(e) => answer(q, Err(e)),
+            Ok(n) => qos_bdev::delete(&n.name, move |r| q.reply(r.map(|()| json!(true)))),
+            Err(e) => q.reply(Err(e)),
         }
     };
-    MBdevGet = c"qos_bdev_get", rpc::RUNTIME, |q, p| answer(q, bdev_get(p));
-    MStatsGet = c"qos_stats_get", rpc::RUNTIME, |q, p| answer(q, stats_get(p));
+    MBdevGet = c"qos_bdev_get", rpc::RUNTIME, |q, p| q.reply(bdev_get(p));
+    MStatsGet = c"qos_stats_get", rpc::RUNTIME, |q, p| q.reply(stats_get(p));
 }

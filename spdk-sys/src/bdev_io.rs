@@ -5,10 +5,30 @@
 //! so an I/O can be neither lost nor completed twice. [`BaseIo`] is the child bdev_io a
 //! module got back from the bdev below it; dropping it frees it.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 use std::ptr::NonNull;
 
 use crate::ffi;
+use crate::ffi::spdk_bdev_io_type as T;
+
+/// Options of a `*_blocks_ext` call that pass an upper I/O's block parameters (memory
+/// domain, DIF checks, NVMe cdw12/13) through, with `md` as the metadata buffer.
+pub fn ext_io_opts(
+    b: &ffi::spdk_bdev_io_block_params,
+    md: *mut c_void,
+) -> ffi::spdk_bdev_ext_io_opts {
+    // SAFETY: all-zero is the documented starting point of the options (C code memsets
+    // them), and `size` is then set.
+    let mut o: ffi::spdk_bdev_ext_io_opts = unsafe { std::mem::zeroed() };
+    o.size = std::mem::size_of::<ffi::spdk_bdev_ext_io_opts>();
+    o.memory_domain = b.memory_domain;
+    o.memory_domain_ctx = b.memory_domain_ctx;
+    o.metadata = md;
+    o.dif_check_flags_exclude_mask = !b.dif_check_flags;
+    o.nvme_cdw12 = b.nvme_cdw12;
+    o.nvme_cdw13 = b.nvme_cdw13;
+    o
+}
 
 /// Final status of a bdev_io.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +124,99 @@ impl BdevIo {
     pub unsafe fn nvme_passthru(&self) -> &ffi::spdk_bdev_io_nvme_passthru_params {
         // SAFETY: per the contract above.
         unsafe { self.raw().u.nvme_passthru.as_ref() }
+    }
+
+    /// Issues this I/O, unchanged, to the bdev below: `desc` and its channel `ch`, with
+    /// `cb(arg)` as completion. Forwards READ, WRITE, UNMAP, FLUSH, WRITE_ZEROES,
+    /// COMPARE and NVMe passthru (with and without metadata); any other type gets
+    /// -EINVAL. Returns what SPDK's submit call returned (0: `cb` will run).
+    ///
+    /// # Safety
+    /// On `ch`'s thread, `ch` a channel of `desc`; a READ has its buffers; this I/O is
+    /// not completed before `cb` runs when the call returns 0 (SPDK never completes
+    /// inside the submit call).
+    pub unsafe fn forward(
+        &self,
+        desc: *mut ffi::spdk_bdev_desc,
+        ch: *mut ffi::spdk_io_channel,
+        cb: ffi::spdk_bdev_io_completion_cb,
+        arg: *mut c_void,
+    ) -> c_int {
+        // SAFETY: (all arms) per the contract above; each arm reads the parameters of
+        // its own I/O type, which stay valid until this I/O completes.
+        unsafe {
+            match self.io_type() {
+                T::SPDK_BDEV_IO_TYPE_READ | T::SPDK_BDEV_IO_TYPE_WRITE => {
+                    let b = self.block();
+                    let mut opts = ext_io_opts(b, b.md_buf);
+                    let submit = if self.io_type() == T::SPDK_BDEV_IO_TYPE_READ {
+                        ffi::spdk_bdev_readv_blocks_ext
+                    } else {
+                        ffi::spdk_bdev_writev_blocks_ext
+                    };
+                    submit(
+                        desc,
+                        ch,
+                        b.iovs,
+                        b.iovcnt,
+                        b.offset_blocks,
+                        b.num_blocks,
+                        cb,
+                        arg,
+                        &mut opts,
+                    )
+                }
+                T::SPDK_BDEV_IO_TYPE_UNMAP => {
+                    let b = self.block();
+                    ffi::spdk_bdev_unmap_blocks(desc, ch, b.offset_blocks, b.num_blocks, cb, arg)
+                }
+                T::SPDK_BDEV_IO_TYPE_FLUSH => {
+                    let b = self.block();
+                    ffi::spdk_bdev_flush_blocks(desc, ch, b.offset_blocks, b.num_blocks, cb, arg)
+                }
+                T::SPDK_BDEV_IO_TYPE_WRITE_ZEROES => {
+                    let b = self.block();
+                    ffi::spdk_bdev_write_zeroes_blocks(
+                        desc,
+                        ch,
+                        b.offset_blocks,
+                        b.num_blocks,
+                        cb,
+                        arg,
+                    )
+                }
+                T::SPDK_BDEV_IO_TYPE_COMPARE => {
+                    let b = self.block();
+                    ffi::spdk_bdev_comparev_blocks(
+                        desc,
+                        ch,
+                        b.iovs,
+                        b.iovcnt,
+                        b.offset_blocks,
+                        b.num_blocks,
+                        cb,
+                        arg,
+                    )
+                }
+                T::SPDK_BDEV_IO_TYPE_NVME_IO => {
+                    let p = self.nvme_passthru();
+                    ffi::spdk_bdev_nvme_io_passthru(desc, ch, &p.cmd, p.buf, p.nbytes, cb, arg)
+                }
+                T::SPDK_BDEV_IO_TYPE_NVME_IO_MD => {
+                    let p = self.nvme_passthru();
+                    ffi::spdk_bdev_nvme_io_passthru_md(
+                        desc, ch, &p.cmd, p.buf, p.nbytes, p.md_buf, p.md_len, cb, arg,
+                    )
+                }
+                T::SPDK_BDEV_IO_TYPE_NVME_IOV_MD => {
+                    let p = self.nvme_passthru();
+                    ffi::spdk_bdev_nvme_iov_passthru_md(
+                        desc, ch, &p.cmd, p.iovs, p.iovcnt, p.nbytes, p.md_buf, p.md_len, cb, arg,
+                    )
+                }
+                _ => -22,
+            }
+        }
     }
 
     /// The I/O an `ABORT` asks to abort.

@@ -1,12 +1,41 @@
 //! Static descriptors that SPDK keeps by address: a bdev module
 //! (`struct spdk_bdev_module`) and an event subsystem (`struct spdk_subsystem`) with a
 //! dependency. They are registered from ELF constructors, before SPDK starts, like
-//! SPDK's own `SPDK_BDEV_MODULE_REGISTER` and `SPDK_SUBSYSTEM_REGISTER` macros.
+//! SPDK's own `SPDK_BDEV_MODULE_REGISTER` and `SPDK_SUBSYSTEM_REGISTER` macros. Also the
+//! unregistration of a module's bdev, with a Rust callback.
 
 use std::cell::UnsafeCell;
-use std::ffi::CStr;
+use std::ffi::{CStr, c_int, c_void};
 
 use crate::ffi;
+use crate::rpc::RpcError;
+
+/// Unregisters `bdev`; `done` gets the outcome once, as an RPC answer would carry it.
+///
+/// # Safety
+/// Call on the app thread, with `bdev` registered by this process and not being
+/// unregistered already.
+pub unsafe fn unregister_bdev(
+    bdev: *mut ffi::spdk_bdev,
+    done: impl FnOnce(Result<(), RpcError>) + 'static,
+) {
+    type Done = Box<dyn FnOnce(Result<(), RpcError>)>;
+    unsafe extern "C" fn unregistered(arg: *mut c_void, rc: c_int) {
+        // SAFETY: `arg` is the boxed callback leaked below; SPDK calls this once.
+        let done = unsafe { Box::from_raw(arg.cast::<Done>()) };
+        done(if rc == 0 {
+            Ok(())
+        } else {
+            Err(RpcError::new(
+                rc,
+                format!("bdev unregister failed: error {rc}"),
+            ))
+        });
+    }
+    let arg: Box<Done> = Box::new(Box::new(done));
+    // SAFETY: per the contract above; the callback reclaims `arg`.
+    unsafe { ffi::spdk_bdev_unregister(bdev, Some(unregistered), Box::into_raw(arg).cast()) };
+}
 
 /// A bdev module descriptor in a `static`. SPDK links it into its module list and
 /// writes its internal fields (list links, spinlock); Rust code only fills it before

@@ -14,8 +14,23 @@ pub const STARTUP: u32 = ffi::SPDK_RPC_STARTUP;
 /// Method may be called once the application runs.
 pub const RUNTIME: u32 = ffi::SPDK_RPC_RUNTIME;
 
-/// A JSON-RPC error: SPDK's methods use negative errno values as codes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Error codes (negative errno, as SPDK's own methods use).
+pub mod code {
+    pub const EINVAL: i32 = -22;
+    pub const ENOENT: i32 = -2;
+    pub const EEXIST: i32 = -17;
+    pub const ENOSPC: i32 = -28;
+    pub const EBUSY: i32 = -16;
+    pub const ENOMEM: i32 = -12;
+}
+
+/// Longest object name (bdev, domain, group) a method accepts.
+pub const MAX_NAME_LEN: usize = 255;
+
+/// A JSON-RPC error, a method's refusal: SPDK's methods use negative errno values as
+/// codes; the message says what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
 pub struct RpcError {
     pub code: i32,
     pub message: String,
@@ -28,6 +43,68 @@ impl RpcError {
             message: message.into(),
         }
     }
+
+    /// Invalid parameters (-EINVAL).
+    pub fn invalid(message: impl Into<String>) -> Self {
+        RpcError::new(code::EINVAL, message)
+    }
+}
+
+/// Parses `params` (absent params are `{}`) into `T`, refusing with -EINVAL.
+pub fn parse<T: for<'de> serde::Deserialize<'de>>(
+    method: &str,
+    params: serde_json::Value,
+) -> Result<T, RpcError> {
+    let params = if params.is_null() {
+        serde_json::json!({})
+    } else {
+        params
+    };
+    serde_json::from_value(params)
+        .map_err(|e| RpcError::invalid(format!("{method}: invalid parameters: {e}")))
+}
+
+/// Checks an object name: 1 ..= [`MAX_NAME_LEN`] printable ASCII characters, no spaces.
+/// `what` names the field in the message ("bdev name", "pacer_group").
+pub fn check_name(what: &str, name: &str) -> Result<(), RpcError> {
+    if name.is_empty() || name.len() > MAX_NAME_LEN || !name.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(RpcError::invalid(format!(
+            "{what} {name:?} must be 1 ..= {MAX_NAME_LEN} printable ASCII characters without spaces"
+        )));
+    }
+    Ok(())
+}
+
+/// Calls a handler written as a closure in [`rpc_methods!`] (which gives its argument
+/// types).
+pub fn run_handler(
+    req: RpcRequest,
+    params: serde_json::Value,
+    handler: impl FnOnce(RpcRequest, serde_json::Value),
+) {
+    handler(req, params)
+}
+
+/// Declares JSON-RPC methods and a `register_all()` that registers them, each
+/// `Type = c"method_name", STATE, |request, params| { ... };`.
+#[macro_export]
+macro_rules! rpc_methods {
+    ($( $ty:ident = $name:literal, $state:expr, $body:expr; )*) => {
+        $(
+            struct $ty;
+            impl $crate::rpc::RpcMethod for $ty {
+                const NAME: &'static ::std::ffi::CStr = $name;
+                const STATE: u32 = $state;
+                fn call(req: $crate::rpc::RpcRequest, params: ::serde_json::Value) {
+                    $crate::rpc::run_handler(req, params, $body)
+                }
+            }
+        )*
+        /// Registers every method (from the plugin's constructor).
+        pub fn register_all() {
+            $( $crate::rpc::register::<$ty>(); )*
+        }
+    };
 }
 
 /// A request waiting for its one response.

@@ -8,14 +8,13 @@
 //! Nothing here links SPDK: on a machine without it the tests print a SKIPPED line.
 
 use std::collections::BTreeMap;
-use std::io::{BufReader, Write};
-use std::os::unix::net::UnixStream;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-pub use target_it::{NICE, RpcError, Spdk, Target, TargetOpts, ensure_hugepages, zipf};
+pub use target_it::{NICE, RpcError, Spdk, Target, TargetOpts, ensure_hugepages, rpc, zipf};
 
 /// SPDK's initiator applications.
 #[derive(Debug, Clone)]
@@ -99,34 +98,6 @@ pub fn ini_lib() -> Result<PathBuf, String> {
 /// `libnvmf_qos_tgt.so`.
 pub fn tgt_lib() -> Result<PathBuf, String> {
     target_it::plugin_lib()
-}
-
-/// Calls `method` on the JSON-RPC server at `sock`.
-pub fn rpc(sock: &Path, method: &str, params: Value, timeout: Duration) -> Result<Value, RpcError> {
-    let err = |m: String| RpcError {
-        code: 0,
-        message: m,
-    };
-    let mut s = UnixStream::connect(sock).map_err(|e| err(format!("connect: {e}")))?;
-    s.set_read_timeout(Some(timeout)).ok();
-    let mut req = json!({"jsonrpc": "2.0", "method": method, "id": 1});
-    if !params.is_null() {
-        req["params"] = params;
-    }
-    s.write_all(req.to_string().as_bytes())
-        .map_err(|e| err(format!("send: {e}")))?;
-    let mut de = serde_json::Deserializer::from_reader(BufReader::new(s)).into_iter::<Value>();
-    let resp = de
-        .next()
-        .ok_or_else(|| err("no response".into()))?
-        .map_err(|e| err(format!("bad response: {e}")))?;
-    if let Some(e) = resp.get("error") {
-        return Err(RpcError {
-            code: e["code"].as_i64().unwrap_or(0),
-            message: e["message"].as_str().unwrap_or("").to_string(),
-        });
-    }
-    Ok(resp.get("result").cloned().unwrap_or(Value::Null))
 }
 
 /// One bdev_nvme controller of the initiator (one host of the target).

@@ -140,7 +140,6 @@ pub struct Target {
     pub sock: PathBuf,
     pub shm_id: u32,
     pub log: PathBuf,
-    next_id: u64,
 }
 
 /// How to start a target.
@@ -155,6 +154,35 @@ pub struct TargetOpts {
     pub max_secs: u64,
     /// A JSON configuration to start from (`--json`).
     pub json_config: Option<PathBuf>,
+}
+
+/// Calls `method` on the JSON-RPC server at `sock` (one connection per call);
+/// `Value::Null` params are omitted.
+pub fn rpc(sock: &Path, method: &str, params: Value, timeout: Duration) -> Result<Value, RpcError> {
+    let err = |m: String| RpcError {
+        code: 0,
+        message: m,
+    };
+    let mut s = UnixStream::connect(sock).map_err(|e| err(format!("connect: {e}")))?;
+    s.set_read_timeout(Some(timeout)).ok();
+    let mut req = json!({"jsonrpc": "2.0", "method": method, "id": 1});
+    if !params.is_null() {
+        req["params"] = params;
+    }
+    s.write_all(req.to_string().as_bytes())
+        .map_err(|e| err(format!("send: {e}")))?;
+    let mut de = serde_json::Deserializer::from_reader(BufReader::new(s)).into_iter::<Value>();
+    let resp = de
+        .next()
+        .ok_or_else(|| err("no response".into()))?
+        .map_err(|e| err(format!("bad response: {e}")))?;
+    if let Some(e) = resp.get("error") {
+        return Err(RpcError {
+            code: e["code"].as_i64().unwrap_or(0),
+            message: e["message"].as_str().unwrap_or("").to_string(),
+        });
+    }
+    Ok(resp.get("result").cloned().unwrap_or(Value::Null))
 }
 
 impl Target {
@@ -205,7 +233,6 @@ impl Target {
             sock,
             shm_id: o.shm_id,
             log,
-            next_id: 1,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -233,32 +260,7 @@ impl Target {
 
     /// Calls `method`; `Value::Null` params are omitted.
     pub fn rpc(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
-        let err = |m: String| RpcError {
-            code: 0,
-            message: m,
-        };
-        let mut s = UnixStream::connect(&self.sock).map_err(|e| err(format!("connect: {e}")))?;
-        s.set_read_timeout(Some(Duration::from_secs(30))).ok();
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut req = json!({"jsonrpc": "2.0", "method": method, "id": id});
-        if !params.is_null() {
-            req["params"] = params;
-        }
-        s.write_all(req.to_string().as_bytes())
-            .map_err(|e| err(format!("send: {e}")))?;
-        let mut de = serde_json::Deserializer::from_reader(BufReader::new(s)).into_iter::<Value>();
-        let resp = de
-            .next()
-            .ok_or_else(|| err("no response".into()))?
-            .map_err(|e| err(format!("bad response: {e}")))?;
-        if let Some(e) = resp.get("error") {
-            return Err(RpcError {
-                code: e["code"].as_i64().unwrap_or(0),
-                message: e["message"].as_str().unwrap_or("").to_string(),
-            });
-        }
-        Ok(resp.get("result").cloned().unwrap_or(Value::Null))
+        rpc(&self.sock, method, params, Duration::from_secs(30))
     }
 
     /// What `rpc.py save_config` writes: every subsystem's configuration.
