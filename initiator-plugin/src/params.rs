@@ -1,6 +1,7 @@
 //! Parameters of the `qos_ini_*` RPC methods (contract: `docs/rpc.md`, section
 //! "Initiator plugin"), their defaults, their validation, and their mapping to
-//! `qos-core`'s [`InitiatorConfig`] and [`PacerConfig`]. Pure Rust: no SPDK, unit-tested.
+//! `qos-core`'s [`InitiatorConfig`] and [`PacerConfig`]. No FFI calls: unit-tested without
+//! a running SPDK.
 //!
 //! Options are of two kinds:
 //! - **bdev options** (the token engine of one QoS bdev, i.e. one host): `token_protocol`,

@@ -1,5 +1,5 @@
 //! Parameters of the RPC methods (the contract in `docs/rpc.md`), and their mapping to
-//! and from `qos-core`'s configuration. Pure Rust: no SPDK, unit-tested.
+//! and from `qos-core`'s configuration. No FFI calls: unit-tested without a running SPDK.
 //!
 //! Unknown parameters are refused (`deny_unknown_fields`), so a typo is an error, not a
 //! silently ignored setting.
