@@ -938,7 +938,15 @@ impl Monitor {
                 .get(RES[r])
                 .saturating_sub(used[r])
                 .saturating_sub(held);
-            let g = clamp_pool(remaining.saturating_sub(outstanding[r]).min(unspent));
+            // Weighted sharing paces the pool by the target's rate itself, so the pool
+            // only bounds the period: work in flight is not subtracted again (it
+            // would leave the last intervals of every period without a slice).
+            let promised = if self.cfg.sharing == ExcessSharing::Weighted {
+                held
+            } else {
+                outstanding[r]
+            };
+            let g = clamp_pool(remaining.saturating_sub(promised).min(unspent));
             if let Some(old) = self.shared.global[r].set_in_period(tag, g) {
                 self.audit.issued[r] += g as i128 - old as i128;
             }
@@ -1040,7 +1048,7 @@ impl Monitor {
                 let given = self.fill_group(g, r, fixed(slice), tag, &mut sc, false);
                 surplus_given += given;
                 // What nobody of the group can use now joins the unreserved pool.
-                self.move_global(r, slice.saturating_sub(given) as i128);
+                self.move_global(r, (fixed(slice) - given) as i128 >> FIXED_SHIFT);
             }
             // The slice, in fixed point: the target's capacity over the interval less
             // what reservations used, plus what earlier intervals owe (reservations
@@ -1050,7 +1058,8 @@ impl Monitor {
                 .saturating_mul(1 << FIXED_SHIFT)
                 / den as i128;
             let balance = self.share_balance[r] + tick_fp
-                - fixed(res_used[r].saturating_add(surplus_given)) as i128;
+                - fixed(res_used[r]) as i128
+                - surplus_given as i128;
             let pool = self.shared.global[r].load().1;
             let pot = balance.clamp(0, fixed(pool) as i128) as u64;
             if pot == 0 {
@@ -1118,7 +1127,7 @@ impl Monitor {
                         self.fill_group(g, r, part, tag, &mut sc, true);
                     }
                     Owner::Host(i) => {
-                        self.grant(i, r, part, sc.room[i], tag, true);
+                        self.grant(i, r, part.min(sc.room[i]), tag, true);
                     }
                 }
             }
@@ -1133,7 +1142,7 @@ impl Monitor {
 
     /// Splits `amount` (fixed point) of resource `r` among group `g`'s hosts by weight
     /// and their claims, from the global pool when `from_global`, else newly issued
-    /// (the group's surplus reservation). Returns the whole tokens given.
+    /// (the group's surplus reservation). Returns what it gave (fixed point).
     fn fill_group(
         &mut self,
         g: usize,
@@ -1160,29 +1169,22 @@ impl Monitor {
         let mut given = 0;
         for k in 0..sc.members.len() {
             let (i, part) = (sc.members[k], sc.member_parts[k]);
-            let got = self.grant(i, r, part, sc.room[i], tag, from_global);
-            sc.demand[i] = sc.demand[i].saturating_sub(fixed(got));
-            sc.room[i] = sc.room[i].saturating_sub(fixed(got));
+            let share = part.min(sc.room[i]);
+            let got = self.grant(i, r, share, tag, from_global);
+            sc.demand[i] = sc.demand[i].saturating_sub(share);
+            sc.room[i] = sc.room[i].saturating_sub(share);
             self.groups[g].given[r] += got;
-            given += got;
+            given += share;
         }
         given
     }
 
-    /// Gives host `i` its `part` (fixed point, at most `room`) of resource `r` as
-    /// credit: the whole tokens of it plus its carried fraction, from the global pool
-    /// or newly issued. Returns the whole tokens given.
-    fn grant(
-        &mut self,
-        i: usize,
-        r: usize,
-        part: u64,
-        room: u64,
-        tag: u16,
-        from_global: bool,
-    ) -> u64 {
+    /// Gives host `i` its `part` (fixed point) of resource `r` as credit: the whole
+    /// tokens of it plus its carried fraction, from the global pool or newly issued.
+    /// Returns the whole tokens given.
+    fn grant(&mut self, i: usize, r: usize, part: u64, tag: u16, from_global: bool) -> u64 {
         let h = &mut self.hosts[i];
-        let exact = part.min(room).saturating_add(h.share_carry[r]);
+        let exact = part.saturating_add(h.share_carry[r]);
         let want = exact >> FIXED_SHIFT;
         h.share_carry[r] = exact & ((1 << FIXED_SHIFT) - 1);
         if want == 0 {
@@ -1609,6 +1611,29 @@ impl Monitor {
                     reservation_at_risk: Resource::ALL
                         .iter()
                         .any(|&r| local_shortfall(&self.cfg, res_left.get(r), r, elapsed) > 0),
+                    group: h.cfg.group.clone(),
+                    excess_granted: h.excess_granted,
+                }
+            })
+            .collect();
+        let groups = self
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(g, ge)| {
+                let members: Vec<&HostEntry> =
+                    self.hosts.iter().filter(|h| h.group == Some(g)).collect();
+                GroupStats {
+                    name: ge.cfg.name.clone(),
+                    config: ge.cfg.clone(),
+                    hosts: members.iter().map(|h| h.cfg.host_nqn.clone()).collect(),
+                    completed_this_period: members.iter().fold(Amount::ZERO, |a, h| {
+                        let c = h.shared.counters();
+                        a.saturating_add(c.completed.saturating_sub(h.last.completed))
+                    }),
+                    reservation_per_period: ge.budgets.reservation,
+                    limit_per_period: ge.budgets.limit,
+                    given_this_period: Amount::new(ge.given[0], ge.given[1]),
                 }
             })
             .collect();
@@ -1618,7 +1643,9 @@ impl Monitor {
             elapsed_ns: elapsed.0,
             budget: self.budget,
             global_available: self.shared.global_available(),
+            sharing: self.cfg.sharing,
             hosts,
+            groups,
         }
     }
 }
@@ -1690,7 +1717,25 @@ pub struct DomainStats {
     /// Capacity estimate for this period (tokens per period).
     pub budget: Amount,
     pub global_available: Amount,
+    pub sharing: ExcessSharing,
     pub hosts: Vec<HostStats>,
+    pub groups: Vec<GroupStats>,
+}
+
+/// Statistics of one tenant group.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupStats {
+    pub name: String,
+    pub config: GroupConfig,
+    /// Its hosts' NQNs.
+    pub hosts: Vec<String>,
+    pub completed_this_period: Amount,
+    pub reservation_per_period: Amount,
+    /// `u64::MAX` per resource where no limit is set.
+    pub limit_per_period: Amount,
+    /// Given to its hosts this period beyond their own reservations (its surplus
+    /// reservation and its share of the excess).
+    pub given_this_period: Amount,
 }
 
 /// Statistics of one host.
@@ -1714,4 +1759,7 @@ pub struct HostStats {
     /// The local constraint fails now: the residual reservation cannot be served at
     /// the per-host maximum rate in the time left.
     pub reservation_at_risk: bool,
+    pub group: Option<String>,
+    /// Global tokens given to it this period by weighted sharing.
+    pub excess_granted: Amount,
 }
