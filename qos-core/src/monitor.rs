@@ -17,7 +17,7 @@ use crate::config::{
     HostConfig, PriorityClass, ReservationRelease, TokenMode, UNLIMITED,
 };
 use crate::cost::{Amount, Resource};
-use crate::estimator::{CapacityEstimator, UnderuseCounter};
+use crate::estimator::{CapacityEstimator, Evidence, UnderuseCounter};
 use crate::ledger::{
     ChannelTokens, CounterSnapshot, DomainShared, HostParams, HostShared, clamp_pool,
 };
@@ -1269,14 +1269,17 @@ impl Monitor {
             let i = r.index();
             // A reservation missed by a host that kept commands coming, in a period in
             // which some backlogged host lagged behind its schedule: the target served
-            // less than it was asked, so what it served is its capacity now.
-            // Or, with weighted sharing: the hosts claimed every slice they were offered
-            // in nine intervals of ten (their demand exceeded the offer all period
-            // long), so completing less than the estimate is the target's doing.
+            // less than it was asked, so what it served is its capacity now. Or, with
+            // weighted sharing: the hosts claimed every slice they were offered in nine
+            // intervals of ten (their demand exceeded the offer all period long).
             let [ran, claimed] = self.share_ticks[i];
-            let backlogged_all_period = ran >= 10 && claimed * 10 >= ran * 9;
-            let capacity_bound =
-                (reservation_missed[i] && self.lag_seen & (1 << i) != 0) || backlogged_all_period;
+            let evidence = if reservation_missed[i] && self.lag_seen & (1 << i) != 0 {
+                Evidence::ReservationsStarved
+            } else if ran >= 10 && claimed * 10 >= ran * 9 {
+                Evidence::Backlogged
+            } else {
+                Evidence::None
+            };
             // Weighted sharing hands the excess to the hosts a slice at a time: what they
             // still held when the period ended was offered and not refused by the
             // target, so it counts towards "every token was used".
@@ -1284,7 +1287,7 @@ impl Monitor {
                 .get(r)
                 .saturating_add(offered_unused.get(r))
                 .min(report_budget.get(r));
-            self.estimators[i].observe(offered, reservation_missed[i], capacity_bound);
+            self.estimators[i].observe(offered, reservation_missed[i], evidence);
         }
         let ended_epoch = self.epoch;
         let ended_start = self.period_start;
