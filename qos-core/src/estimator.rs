@@ -56,7 +56,12 @@ pub struct CapacityEstimator {
     probe_backoff_max: u32,
     /// The period being observed had demand beyond what the target served.
     demand_exceeded: bool,
+    /// Multiple of eta the next probe adds (doubles while probes are used).
+    probe_step: u64,
 }
+
+/// Largest multiple of eta one probe adds.
+const MAX_PROBE_STEP: u64 = 4;
 
 /// What the monitor saw in a period besides the work completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -104,6 +109,7 @@ impl CapacityEstimator {
             probe_backoff: 1.min(cfg.probe_backoff_max),
             probe_backoff_max: cfg.probe_backoff_max,
             demand_exceeded: false,
+            probe_step: 1,
         }
     }
 
@@ -134,22 +140,31 @@ impl CapacityEstimator {
         let tolerance = mul_div(self.current, self.tolerance_milli, 1000);
         let saturated = used.saturating_add(tolerance) >= self.current;
         if capacity_bound && !saturated && used > 0 {
+            // At most halved in one period: one odd period cannot take it all away.
+            let to = used.max(self.current / 2);
             self.probing = false;
+            self.probe_step = 1;
             self.window.clear();
-            self.window.push_back(used);
-            self.current = used;
+            self.window.push_back(to);
+            self.current = to;
             return EstimateStep::Dropped;
         }
         if std::mem::take(&mut self.probing) {
             if saturated {
-                // The raised estimate was used: the target has more, probe on.
+                // The raised estimate was used: the target has more, probe on, with a
+                // step that doubles while probes keep being used (at most 4 eta), so a
+                // target that recovered from a drop is followed in a few periods.
                 self.probe_backoff = 1.min(self.probe_backoff_max);
+                self.probe_step = (self.probe_step * 2).min(MAX_PROBE_STEP);
             } else if reservation_missed {
                 // It was not, and a reservation was missed: the probe's extra tokens
                 // were served at the expense of some host's reservation. Wait before
                 // the next one. (Unused for lack of demand, it did no harm.)
                 self.probe_wait = self.probe_backoff;
                 self.probe_backoff = (self.probe_backoff * 2).min(self.probe_backoff_max);
+                self.probe_step = 1;
+            } else {
+                self.probe_step = 1;
             }
         } else if self.probe_wait > 0 {
             self.probe_wait -= 1;
@@ -159,7 +174,9 @@ impl CapacityEstimator {
             }
         }
         if saturated {
-            self.current = self.current.saturating_add(self.eta);
+            self.current = self
+                .current
+                .saturating_add(self.eta.saturating_mul(self.probe_step));
             self.probing = true;
             EstimateStep::Raised
         } else {
