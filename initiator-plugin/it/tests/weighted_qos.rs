@@ -176,10 +176,11 @@ fn qos_bdevs(t: &mut Target, n: usize) {
 }
 
 fn domain(t: &mut Target, capacity: u64) {
+    let sharing = std::env::var("QOS_IT_SHARING").unwrap_or_else(|_| "weighted".into());
     t.call(
         "qos_domain_create",
         json!({"name": "d", "capacity_iops": capacity, "capacity_iops_stddev": capacity / 20,
-               "period_ms": PERIOD_MS, "check_interval_us": 1000}),
+               "period_ms": PERIOD_MS, "check_interval_us": 1000, "sharing": sharing}),
     );
 }
 
