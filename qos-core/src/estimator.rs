@@ -60,9 +60,11 @@ pub struct CapacityEstimator {
     demand_exceeded: bool,
     /// Multiple of eta the next probe adds (doubles while probes are used).
     probe_step: u64,
+    /// Most the step may grow to (1: Algorithm 1's fixed eta).
+    max_probe_step: u64,
 }
 
-/// Largest multiple of eta one probe adds.
+/// Largest multiple of eta one probe adds with [`CapacityEstimator::with_fast_probes`].
 const MAX_PROBE_STEP: u64 = 4;
 
 /// What the monitor saw in a period besides the work completed.
@@ -110,6 +112,7 @@ impl CapacityEstimator {
             probe_backoff_max: cfg.probe_backoff_max,
             demand_exceeded: false,
             probe_step: 1,
+            max_probe_step: 1,
         }
     }
 
@@ -144,7 +147,7 @@ impl CapacityEstimator {
                 // step that doubles while probes keep being used (at most 4 eta), so a
                 // target that recovered from a drop is followed in a few periods.
                 self.probe_backoff = 1.min(self.probe_backoff_max);
-                self.probe_step = (self.probe_step * 2).min(MAX_PROBE_STEP);
+                self.probe_step = (self.probe_step * 2).min(self.max_probe_step);
             } else if reservation_missed {
                 // It was not, and a reservation was missed: the probe's extra tokens
                 // were served at the expense of some host's reservation. Wait before
@@ -186,6 +189,12 @@ impl CapacityEstimator {
         let sum: u128 = self.window.iter().map(|&u| u as u128).sum();
         self.current = (sum / self.window.len() as u128) as u64;
         EstimateStep::Averaged
+    }
+
+    /// Probes double while they are used (at most 4 eta), as weighted sharing uses.
+    pub fn with_fast_probes(mut self) -> Self {
+        self.max_probe_step = MAX_PROBE_STEP;
+        self
     }
 
     /// Keeps the estimate at least `min` (the admitted reservations: below them a lower
@@ -404,6 +413,7 @@ mod tests {
         e.observe(500, false, Evidence::Backlogged);
         assert_eq!(e.current(), 550);
         // A recovery is followed by probes that double while they are used.
+        let mut e = e.with_fast_probes();
         e.hold_at_least(800);
         assert_eq!(e.observe(800, false, Evidence::None), EstimateStep::Raised);
         assert_eq!(e.current(), 810);

@@ -711,7 +711,9 @@ impl Monitor {
                 .map(|(h, b)| (h.cfg.host_nqn.as_str(), b, h.cfg.group.as_deref())),
             &groups,
         )?;
-        let capacity_changed = cfg.capacity != self.cfg.capacity || cfg.period != self.cfg.period;
+        let capacity_changed = cfg.capacity != self.cfg.capacity
+            || cfg.period != self.cfg.period
+            || cfg.sharing != self.cfg.sharing;
         self.cfg = cfg;
         if capacity_changed {
             self.estimators = make_estimators(&self.cfg);
@@ -1297,7 +1299,7 @@ impl Monitor {
             // weighted sharing: the hosts claimed every slice they were offered in nine
             // intervals of ten (their demand exceeded the offer all period long).
             let [ran, claimed] = self.share_ticks[i];
-            let evidence = if hosts_changed {
+            let evidence = if hosts_changed || self.cfg.sharing != ExcessSharing::Weighted {
                 Evidence::None
             } else if starved[i] {
                 Evidence::ReservationsStarved
@@ -1581,10 +1583,17 @@ impl Monitor {
                 )
             };
             h.share_batch = global_batch;
-            h.share_cap = Amount::new(
-                global_batch.ops.saturating_mul(4).max(per_tick.ops),
-                global_batch.bytes.saturating_mul(4).max(per_tick.bytes),
+            // Most credit a host may hold: four batches (cooperative acquisitions), and
+            // with weighted sharing at least four intervals of the whole capacity.
+            let four = Amount::new(
+                global_batch.ops.saturating_mul(4),
+                global_batch.bytes.saturating_mul(4),
             );
+            h.share_cap = if self.cfg.sharing == ExcessSharing::Weighted {
+                Amount::new(four.ops.max(per_tick.ops), four.bytes.max(per_tick.bytes))
+            } else {
+                four
+            };
             let mut res_batch = Amount::ZERO;
             for r in Resource::ALL {
                 let biggest = h.period_res[0].get(r).max(h.period_res[1].get(r));
@@ -1722,15 +1731,25 @@ fn adjust_pool(pool: &crate::sync::TokenPool, tag: u16, delta: i128, issued: &mu
     }
 }
 
+/// The estimators of a domain. The changes made for weighted sharing (doubling probes,
+/// capacity evidence below the floor) apply only with it; first come keeps Haechi's
+/// Algorithm 1 with the probe back-off.
 fn make_estimators(cfg: &DomainConfig) -> [CapacityEstimator; 2] {
     let cap = cfg.capacity_per_period();
+    let make = |e: CapacityEstimator| {
+        if cfg.sharing == ExcessSharing::Weighted {
+            e.with_fast_probes()
+        } else {
+            e
+        }
+    };
     [
-        CapacityEstimator::new(
+        make(CapacityEstimator::new(
             &cfg.estimator,
             cap.ops,
             cfg.per_period(cfg.capacity.iops_stddev),
-        ),
-        CapacityEstimator::new(
+        )),
+        make(CapacityEstimator::new(
             &crate::config::EstimatorConfig {
                 enabled: cfg.estimator.enabled && cfg.capacity.mibps.is_some(),
                 ..cfg.estimator
@@ -1741,7 +1760,7 @@ fn make_estimators(cfg: &DomainConfig) -> [CapacityEstimator; 2] {
                 cap.bytes
             },
             cfg.per_period(cfg.capacity.mibps_stddev.saturating_mul(crate::config::MIB)),
-        ),
+        )),
     ]
 }
 

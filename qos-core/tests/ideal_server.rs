@@ -230,7 +230,11 @@ fn backlogged_hosts_share_by_weight() {
             (h, None)
         })
         .collect();
-    let mut sim = Sim::new(domain(cap, TokenMode::Haechi), hosts, 2, 5);
+    let d = DomainConfig {
+        sharing: qos_core::ExcessSharing::Weighted,
+        ..domain(cap, TokenMode::Haechi)
+    };
+    let mut sim = Sim::new(d, hosts, 2, 5);
     sim.run_periods(4);
     assert_eq!(sim.audit_gap(), [0, 0]);
     let total: u64 = sim.hosts.iter().map(|h| h.admitted_per_period[3]).sum();
@@ -259,7 +263,10 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let cap = 100_000u64;
-        let d = domain(cap, TokenMode::Haechi);
+        let d = DomainConfig {
+            sharing: qos_core::ExcessSharing::Weighted,
+            ..domain(cap, TokenMode::Haechi)
+        };
         let mut monitor_groups = vec![qos_core::GroupConfig {
             name: "g".into(),
             reservation: Rate::iops(cap * 10 / 100),
