@@ -87,24 +87,7 @@ fn target(s: &Setup, plugin: bool) -> Target {
 fn expose(t: &mut Target, hosts: &[(&str, &str)]) {
     t.call("nvmf_create_transport", json!({"trtype": "TCP"}));
     for (h, bdev) in hosts {
-        let s = subsys(h);
-        t.call(
-            "nvmf_create_subsystem",
-            json!({"nqn": s, "allow_any_host": false}),
-        );
-        t.call(
-            "nvmf_subsystem_add_host",
-            json!({"nqn": s, "host": host(h)}),
-        );
-        t.call(
-            "nvmf_subsystem_add_ns",
-            json!({"nqn": s, "namespace": {"bdev_name": bdev}}),
-        );
-        t.call(
-            "nvmf_subsystem_add_listener",
-            json!({"nqn": s, "listen_address": {"trtype": "TCP", "adrfam": "IPv4",
-                   "traddr": "127.0.0.1", "trsvcid": PORT.to_string()}}),
-        );
+        t.expose_to_host(&subsys(h), &host(h), bdev, PORT);
     }
 }
 
