@@ -72,9 +72,10 @@ impl BaseError {
     pub fn refusal(self, name: &str, h: &BaseHints) -> RpcError {
         match self {
             BaseError::Nul => RpcError::invalid("base_bdev_name contains NUL"),
-            BaseError::Unknown => {
-                RpcError::new(code::ENOENT, format!("unknown bdev {name:?} ({})", h.unknown))
-            }
+            BaseError::Unknown => RpcError::new(
+                code::ENOENT,
+                format!("unknown bdev {name:?} ({})", h.unknown),
+            ),
             BaseError::Open(-1) if h.open_claimed.is_some() => RpcError::new(
                 code::EBUSY,
                 format!(
@@ -88,7 +89,10 @@ impl BaseError {
             ),
             BaseError::Claim(rc) => RpcError::new(
                 code::EBUSY,
-                format!("base bdev {name:?} is already claimed {}; error {rc}", h.claimed),
+                format!(
+                    "base bdev {name:?} is already claimed {}; error {rc}",
+                    h.claimed
+                ),
             ),
         }
     }
