@@ -6,7 +6,9 @@
 //! - [`admission`]: Haechi's aggregate and local capacity constraints.
 //! - [`ledger`]: the lock-free token ledger the target's poll-group threads share, and
 //!   the per-I/O admission decision ([`ChannelTokens::try_admit`]).
-//! - [`monitor`]: conversion, roll-over, soft grants, capacity estimation, statistics.
+//! - [`monitor`]: conversion, weighted sharing of the excess, tenant groups, roll-over,
+//!   soft grants, capacity estimation, statistics.
+//! - [`share`]: weighted max-min sharing (water-filling).
 //! - [`hold`]: the FIFO of I/O waiting for tokens.
 //! - [`initiator`]: the cooperative initiator's token engine.
 //! - [`pacer`]: Justitia's chunking and multi-resource pacing, AIMD, and DIRS.
@@ -23,18 +25,22 @@ pub mod latency;
 pub mod ledger;
 pub mod monitor;
 pub mod pacer;
+pub mod share;
 pub mod sync;
 pub mod time;
 pub mod wire;
 
-pub use admission::{AdmissionError, AdmissionReport, Violation, check_admission};
+pub use admission::{
+    AdmissionError, AdmissionReport, Violation, check_admission, check_grouped_admission,
+};
 pub use config::{
-    BatchSize, BudgetClass, Capacity, ConfigError, DomainConfig, EstimatorConfig, HostBudgets,
-    HostConfig, PriorityClass, Rate, RateSet, ReservationRelease, TokenMode,
+    BatchSize, BudgetClass, Capacity, ConfigError, DomainConfig, EstimatorConfig, ExcessSharing,
+    GroupBudgets, GroupConfig, HostBudgets, HostConfig, PriorityClass, Rate, RateSet,
+    ReservationRelease, TokenMode,
 };
 pub use cost::{Amount, CostModel, Direction, IoKind, Resource};
 pub use estimator::CapacityEstimator;
 pub use hold::HoldQueue;
 pub use ledger::{Admission, ChannelTokens, DomainShared, HoldReason, HostShared, PeriodState};
-pub use monitor::{DomainStats, HostStats, Monitor, PeriodRecord, PeriodReport, Tick};
+pub use monitor::{DomainStats, GroupStats, HostStats, Monitor, PeriodRecord, PeriodReport, Tick};
 pub use time::Nanos;

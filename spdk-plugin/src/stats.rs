@@ -74,6 +74,8 @@ pub fn domain(name: &str, d: &Domain, periods: usize) -> Value {
                 "credit_tokens": amount(h.credit_tokens),
                 "limit_left": amount(h.limit_left),
                 "held": h.held_now,
+                "group": h.group,
+                "excess_granted_this_period": amount(h.excess_granted),
                 "underuse_flag": h.underuse_flag,
                 "reservation_at_risk": h.reservation_at_risk,
             })
@@ -86,6 +88,18 @@ pub fn domain(name: &str, d: &Domain, periods: usize) -> Value {
         "elapsed_ns": s.elapsed_ns,
         "capacity_estimate": amount(s.budget),
         "global_available": amount(s.global_available),
+        "sharing": s.sharing,
         "hosts": hosts,
+        "groups": s.groups.iter().map(|g| json!({
+            "name": g.name,
+            "hosts": g.hosts,
+            "min": g.config.reservation,
+            "max": g.config.limit,
+            "weight": g.config.weight,
+            "reservation_per_period": amount(g.reservation_per_period),
+            "limit_per_period": amount(g.limit_per_period),
+            "completed_this_period": amount(g.completed_this_period),
+            "given_this_period": amount(g.given_this_period),
+        })).collect::<Vec<_>>(),
     })
 }
