@@ -69,11 +69,20 @@ pub fn destroy(ch: Box<IniChannel>) {
 }
 
 impl IniChannel {
+    /// The read's buffer is ready (`vbdev::get_read_buf`).
+    pub(crate) fn read_buf_ready(&self, io: BdevIo, success: bool) {
+        if !success {
+            // Larger than the bdev layer's largest buffer: it cannot be served without one.
+            return io.complete(IoStatus::Failed);
+        }
+        self.rw(io, IoKind::Read);
+    }
+
     /// Sends an admitted item to the base.
     pub(crate) fn send(&self, item: Item) {
         let refused = match item {
             // SAFETY: on this channel's thread; a READ reaches here only with its buffer
-            // (`submit`, `read_buf_ready`); `base_done` takes `io` back.
+            // (`submit`, `vbdev::get_read_buf`); `base_done` takes `io` back.
             Item::Io(io) => unsafe { self.base.forward(io, Some(base_done)) }
                 .map_err(|(io, rc)| (Item::Io(io), rc)),
             Item::Chunk(p, i) => {
@@ -232,16 +241,12 @@ pub(crate) fn submit(inner: &IniChannel, ch: *mut ffi::spdk_io_channel, io: Bdev
     match io.io_type() {
         T::SPDK_BDEV_IO_TYPE_READ => {
             // SAFETY: READ carries `u.bdev`.
-            let (no_buf, len) = unsafe {
+            let no_buf = unsafe {
                 let b = io.block();
-                (
-                    b.iovcnt < 1 || b.iovs.is_null() || (*b.iovs).iov_base.is_null(),
-                    io.block_bytes(),
-                )
+                b.iovcnt < 1 || b.iovs.is_null() || (*b.iovs).iov_base.is_null()
             };
             if no_buf {
-                // SAFETY: ownership moves to `read_buf_ready`, called once (now or later).
-                unsafe { ffi::spdk_bdev_io_get_buf(io.into_raw(), Some(read_buf_ready), len) };
+                vbdev::get_read_buf::<IniPolicy>(io);
             } else {
                 inner.rw(io, IoKind::Read);
             }
@@ -264,22 +269,6 @@ pub(crate) fn submit(inner: &IniChannel, ch: *mut ffi::spdk_io_channel, io: Bdev
         T::SPDK_BDEV_IO_TYPE_ABORT => inner.abort(io),
         _ => io.complete(IoStatus::Failed),
     }
-}
-
-/// The read's buffer is ready.
-unsafe extern "C" fn read_buf_ready(
-    ch: *mut ffi::spdk_io_channel,
-    raw: *mut ffi::spdk_bdev_io,
-    success: bool,
-) {
-    // SAFETY: `raw` was handed over by `submit_request` with `into_raw`; `ch` is our
-    // channel the read was submitted on.
-    let (io, inner) = unsafe { (BdevIo::from_raw(raw), vbdev::channel::<IniPolicy>(ch)) };
-    if !success {
-        // Larger than the bdev layer's largest buffer: it cannot be served without one.
-        return io.complete(IoStatus::Failed);
-    }
-    inner.rw(io, IoKind::Read);
 }
 
 /// Completion of an application I/O at the base.

@@ -137,6 +137,9 @@ impl Vbdev for IniPolicy {
     fn submit(ch: &IniChannel, raw_ch: *mut ffi::spdk_io_channel, io: BdevIo) {
         io::submit(ch, raw_ch, io)
     }
+    fn read_buf_ready(ch: &IniChannel, io: BdevIo, success: bool) {
+        ch.read_buf_ready(io, success)
+    }
     fn io_type_supported(n: &IniNode, t: T) -> bool {
         match t {
             T::SPDK_BDEV_IO_TYPE_NVME_IO => n.base().supports(t),

@@ -244,11 +244,15 @@ impl QosChannel {
         let t = io.io_type();
         if t == T::SPDK_BDEV_IO_TYPE_READ {
             // Make sure the read has a buffer we own before the base sees it.
-            // SAFETY: READ has block parameters.
-            let len = unsafe { io.block_bytes() };
-            // SAFETY: ownership moves to `read_buf_ready`, called once (now or later).
-            unsafe { ffi::spdk_bdev_io_get_buf(io.into_raw(), Some(read_buf_ready), len) };
-            return;
+            return vbdev::get_read_buf::<QosTgt>(io);
+        }
+        self.submit_base(io);
+    }
+
+    /// The read's buffer is ready: send it to the base.
+    pub fn read_buf_ready(&self, io: BdevIo, success: bool) {
+        if !success {
+            return self.fail(io, IoStatus::NoMem);
         }
         self.submit_base(io);
     }
@@ -426,21 +430,6 @@ pub(crate) fn submit(inner: &QosChannel, ch: *mut ffi::spdk_io_channel, io: Bdev
         | T::SPDK_BDEV_IO_TYPE_NVME_IOV_MD => inner.passthru(io),
         _ => io.complete(IoStatus::Failed),
     }
-}
-
-/// The read's buffer is ready: send it to the base.
-unsafe extern "C" fn read_buf_ready(
-    ch: *mut ffi::spdk_io_channel,
-    raw: *mut ffi::spdk_bdev_io,
-    success: bool,
-) {
-    // SAFETY: `raw` was handed over by `send` with `into_raw`; `ch` is our channel the
-    // read was submitted on.
-    let (io, inner) = unsafe { (BdevIo::from_raw(raw), vbdev::channel::<QosTgt>(ch)) };
-    if !success {
-        return inner.fail(io, IoStatus::NoMem);
-    }
-    inner.submit_base(io);
 }
 
 unsafe extern "C" fn retry(arg: *mut c_void) {

@@ -71,6 +71,9 @@ impl Vbdev for QosTgt {
     fn submit(ch: &QosChannel, raw_ch: *mut ffi::spdk_io_channel, io: BdevIo) {
         io::submit(ch, raw_ch, io)
     }
+    fn read_buf_ready(ch: &QosChannel, io: BdevIo, success: bool) {
+        ch.read_buf_ready(io, success)
+    }
     fn io_type_supported(_node: &Node<Self>, t: T) -> bool {
         // Vendor NVMe I/O commands (the token protocol) must reach us; NVME_ADMIN must
         // not be claimed, or nvmf would send us Identify Namespace.

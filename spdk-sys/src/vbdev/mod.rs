@@ -74,6 +74,9 @@ pub trait Vbdev: Send + Sync + Sized + 'static {
     /// Handles one submitted I/O: completes it exactly once, now or later. `raw_ch` is
     /// the SPDK channel (for callbacks that must find `ch` again).
     fn submit(ch: &Self::Channel, raw_ch: *mut ffi::spdk_io_channel, io: BdevIo);
+    /// A READ sent through [`get_read_buf`] has its buffer (`success`), or could not get
+    /// one; on the I/O's channel.
+    fn read_buf_ready(ch: &Self::Channel, io: BdevIo, success: bool);
     /// I/O types beyond READ, WRITE, UNMAP, FLUSH, WRITE_ZEROES, COMPARE (as the base)
     /// and RESET (always).
     fn io_type_supported(node: &Node<Self>, t: T) -> bool;
@@ -392,6 +395,27 @@ pub unsafe fn channel<'a, P: Vbdev>(ch: *mut ffi::spdk_io_channel) -> &'a P::Cha
     slot.ch
         .as_deref()
         .expect("a live channel has its module state")
+}
+
+/// Gives a READ a data buffer the module owns (when it came without one, the bdev
+/// layer allocates it), then hands it to [`Vbdev::read_buf_ready`], now or later.
+pub fn get_read_buf<P: Vbdev>(io: BdevIo) {
+    // SAFETY: READ carries block parameters.
+    let len = unsafe { io.block_bytes() };
+    // SAFETY: ownership of the I/O moves to `read_buf_ready::<P>`, which SPDK calls once
+    // (now or later) on the I/O's channel.
+    unsafe { ffi::spdk_bdev_io_get_buf(io.into_raw(), Some(read_buf_ready::<P>), len) };
+}
+
+unsafe extern "C" fn read_buf_ready<P: Vbdev>(
+    ch: *mut ffi::spdk_io_channel,
+    raw: *mut ffi::spdk_bdev_io,
+    success: bool,
+) {
+    // SAFETY: `raw` was handed over by `get_read_buf` with `into_raw`; `ch` is the
+    // channel of one of `P`'s bdevs the read was submitted on.
+    let (io, c) = unsafe { (BdevIo::from_raw(raw), channel::<P>(ch)) };
+    P::read_buf_ready(c, io, success);
 }
 
 /// Calls `f` on every channel of `node`, each on its own thread; then `done` on the
