@@ -3,8 +3,8 @@
 //! the plugins' shared libraries ([`env`]), starts SPDK applications as bounded child
 //! processes ([`app`]): `nvmf_tgt` ([`target`]), `spdk_nvme_perf` ([`perf`]) and
 //! bdevperf ([`bdevperf`]), talks JSON-RPC to them ([`rpc`]), and speaks just enough
-//! NVMe/TCP to look at raw completions ([`nvme_tcp`]). [`numbers`] holds the small
-//! statistics the tests share.
+//! NVMe/TCP to look at raw completions ([`nvme_tcp`]). [`history`] records a QoS domain
+//! period by period; [`numbers`] holds the small statistics the tests share.
 //!
 //! Nothing here links SPDK: on a machine without it the tests print a SKIPPED line.
 //! Every item is also re-exported at the crate root (`use it_harness::*`).
@@ -12,6 +12,7 @@
 pub mod app;
 pub mod bdevperf;
 pub mod env;
+pub mod history;
 pub mod numbers;
 pub mod nvme_tcp;
 pub mod perf;
@@ -20,6 +21,7 @@ pub mod target;
 
 pub use bdevperf::*;
 pub use env::*;
+pub use history::*;
 pub use numbers::*;
 pub use perf::*;
 pub use rpc::*;
