@@ -33,12 +33,12 @@ SPDK_FOUND := $(wildcard $(SPDK_DIR)/build/lib/libspdk_nvmf.so)
 test-spdk:
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin
-	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p spdk-sys -p spdk-plugin -p initiator-plugin
+	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p spdk-sys -p spdk-plugin -p initiator-plugin -p it-harness
 	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it -- --nocapture --test-threads=1
 	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p initiator-it -- --nocapture --test-threads=1
 else
 	@echo "SKIPPED: SPDK tests: no SPDK shared-library build at SPDK_DIR=$(SPDK_DIR) (see docs/target-plugin.md)"
-	SPDK_DIR="$(SPDK_DIR)" cargo test -p target-it -p initiator-it
+	SPDK_DIR="$(SPDK_DIR)" cargo test -p it-harness -p target-it -p initiator-it
 endif
 
 # The issue-12 acceptance thresholds on a real nvmf_tgt (weighted shares within 10%,
@@ -54,7 +54,7 @@ endif
 lint:
 	cargo fmt --all --check
 	cargo clippy --all-targets -- -D warnings
-	cargo clippy -p target-it -p initiator-it --all-targets -- -D warnings
+	cargo clippy -p it-harness -p target-it -p initiator-it --all-targets -- -D warnings
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo clippy -p spdk-sys -p spdk-plugin -p initiator-plugin --all-targets -- -D warnings
 endif

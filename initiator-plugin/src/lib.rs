@@ -11,19 +11,29 @@
 //! Each QoS bdev has a `qos_core::initiator::InitiatorEngine` ([`state`]) that mirrors
 //! its host's tokens from the target plugin's token protocol and holds I/O locally when
 //! it has none; QoS bdevs of a pacer group share a `qos_core::pacer::Pacer` that splits
-//! large transfers into chunks and paces them ([`io`], [`split`]). Design and defaults:
-//! `docs/initiator-plugin.md`.
+//! large transfers into chunks and paces them ([`io`], [`chunk`], [`split`]). Design and
+//! defaults: `docs/initiator-plugin.md`.
+//!
+//! Modules depend one way: `lib` → `rpc` → `node` (the bdev, on `spdk_sys::vbdev`) →
+//! `io` (entry points, sending, the poller) → `held`, `chunk`, `vendor` (the hold
+//! queue, chunking, vendor commands; `held` also names `io`'s completion callback) →
+//! `chan` (the channel state and shared types) → `state`, `split`, `params` →
+//! `spdk_sys`, `qos_core`.
 
 // The registration entry points are only reachable from the constructor, which unit-test
 // builds leave out (tests must not register with SPDK).
 #![cfg_attr(test, allow(dead_code))]
 
+pub mod chan;
+pub mod chunk;
+pub mod held;
 pub mod io;
 pub mod node;
 pub mod params;
 pub mod rpc;
 pub mod split;
 pub mod state;
+pub mod vendor;
 
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
@@ -36,11 +46,11 @@ unsafe extern "C" fn module_fini() {}
 
 unsafe extern "C" fn fini_start() {
     // The application is stopping: nothing is held or paced from now on.
-    node::SHUTDOWN.store(true, Ordering::Release);
+    chan::SHUTDOWN.store(true, Ordering::Release);
 }
 
 unsafe extern "C" fn get_ctx_size() -> c_int {
-    io::ctx_size() as c_int
+    chan::ctx_size() as c_int
 }
 
 /// Registers everything with SPDK; runs once, as an ELF constructor.

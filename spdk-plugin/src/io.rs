@@ -1,10 +1,12 @@
-//! The I/O path of a QoS bdev, on the nvmf poll-group threads.
+//! The I/O path of a QoS bdev, on the nvmf poll-group threads: the policy a QoS bdev
+//! adds to `spdk_sys::vbdev` ([`QosTgt`], its per-bdev state) and its channels.
 //!
 //! Each (QoS bdev, thread) pair has a [`QosChannel`]: the host's token caches on this
-//! thread (`qos_core::ChannelTokens`), a FIFO of held I/O (`qos_core::HoldQueue`), the
-//! base bdev's channel, and a poller that releases held I/O as tokens come (period
-//! roll-over, conversion) and publishes counters. Released I/O is resubmitted on its
-//! own thread, by that poller or by the completion of another I/O.
+//! thread (`qos_core::ChannelTokens`), a FIFO of held I/O (`qos_core::HoldQueue`), and
+//! the base bdev's channel; the skeleton's per-channel poller calls
+//! [`QosChannel::poll`], which releases held I/O as tokens come (period roll-over,
+//! conversion) and publishes counters. Released I/O is resubmitted on its own thread,
+//! by that poller or by the completion of another I/O.
 //!
 //! What each I/O costs (the domain's cost model, `qos_core::CostModel`; defaults):
 //!
@@ -25,18 +27,40 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use qos_core::hold::HoldQueue;
 use qos_core::wire::{self, RequestError, VendorCmd};
-use qos_core::{ChannelTokens, IoKind, Nanos};
+use qos_core::{ChannelTokens, DomainShared, HostShared, IoKind, Nanos};
 use spdk_sys::bdev_io::{BaseIo, BdevIo, IoStatus, nvme_cmd_dwords};
-use spdk_sys::io_device;
-use spdk_sys::poller::{PollStatus, Poller};
+use spdk_sys::poller::PollStatus;
 use spdk_sys::time::now_ns;
+use spdk_sys::vbdev::{self, BaseChannel, Node};
 use spdk_sys::{self as ffi, spdk_bdev_io_type as T};
 
-use crate::qos_bdev::{QosNode, SHUTDOWN};
+/// Set when `nvmf_tgt` shuts down (our event subsystem's fini, which runs before the
+/// nvmf target's): channels stop holding I/O and release what they hold, so that qpair
+/// teardown never waits for tokens.
+pub static SHUTDOWN: AtomicBool = AtomicBool::new(false);
+
+/// What a QoS bdev adds to its stacked-bdev node: its host's ledger in its domain.
+#[derive(Debug)]
+pub struct QosTgt {
+    pub domain: String,
+    pub host: String,
+    pub domain_shared: Arc<DomainShared>,
+    pub host_shared: Arc<HostShared>,
+    /// The base accepts NVMe I/O passthru (unknown opcodes are forwarded to it).
+    pub base_nvme_io: bool,
+    /// The host has sent a valid token-protocol command: from then on successful reads
+    /// and writes carry its credit in completion dword 0. Until then dword 0 stays 0,
+    /// which keeps SPDK's NVMe/TCP "C2H success" optimisation (no response capsule after
+    /// the data of a successful read) for hosts that do not use the credit.
+    pub cooperative: AtomicBool,
+}
+
+type QosNode = Node<QosTgt>;
 
 /// Period of the per-channel poller that releases held I/O and publishes counters.
 pub const CHANNEL_POLL_US: u64 = 100;
@@ -78,28 +102,11 @@ struct State {
     held: HoldQueue<BdevIo>,
 }
 
-/// What the per-channel poller closure holds: the channel's heap address.
-struct InnerPtr(*const Inner);
-// SAFETY: the poller runs only on the thread that registered it, which is the
-// channel's thread; the pointer is never dereferenced elsewhere.
-unsafe impl Send for InnerPtr {}
-impl InnerPtr {
-    fn get(&self) -> *const Inner {
-        self.0
-    }
-}
-
-struct Inner {
-    node: *const QosNode,
-    base_ch: *mut ffi::spdk_io_channel,
-    st: RefCell<State>,
-}
-
 /// One QoS bdev on one thread.
 pub struct QosChannel {
-    /// Declared first: dropped (unregistered) before `inner`.
-    poller: Option<Poller>,
-    inner: Box<Inner>,
+    node: *const QosNode,
+    base: BaseChannel,
+    st: RefCell<State>,
 }
 
 impl std::fmt::Debug for QosChannel {
@@ -110,63 +117,36 @@ impl std::fmt::Debug for QosChannel {
 
 impl QosChannel {
     /// Builds the channel on the current thread (io_device create callback).
-    pub fn new(node: &QosNode) -> Option<QosChannel> {
-        // SAFETY: the base descriptor is open while the node lives; we are on an SPDK
-        // thread; the channel is put in `destroy`.
-        let base_ch = unsafe { ffi::spdk_bdev_get_io_channel(node.base_desc.0) };
-        if base_ch.is_null() {
-            tracing::error!(bdev = node.name(), "cannot get a channel of the base bdev");
-            return None;
-        }
-        let inner = Box::new(Inner {
+    pub fn new(node: &QosNode, base: BaseChannel) -> QosChannel {
+        QosChannel {
             node,
-            base_ch,
+            base,
             st: RefCell::new(State {
                 tokens: ChannelTokens::new(node.domain_shared.clone(), node.host_shared.clone()),
                 held: HoldQueue::new(),
             }),
-        });
-        let p = InnerPtr(&*inner);
-        let poller = Poller::new(c"qos_channel", CHANNEL_POLL_US, move || {
-            // SAFETY: the poller is dropped (unregistered) before `inner` is freed, and
-            // runs on this channel's thread only.
-            unsafe { (*p.get()).poll() }
-        });
-        match poller {
-            Ok(poller) => Some(QosChannel {
-                poller: Some(poller),
-                inner,
-            }),
-            Err(e) => {
-                tracing::error!(bdev = node.name(), "channel poller: {e}");
-                // SAFETY: got above on this thread, put once.
-                unsafe { ffi::spdk_put_io_channel(base_ch) };
-                None
-            }
         }
     }
 
+    pub fn base(&self) -> &BaseChannel {
+        &self.base
+    }
+
     /// io_device destroy callback: nothing can be held any more (the bdev layer keeps a
-    /// channel while it has I/O), but anything left is aborted rather than lost.
-    pub fn destroy(mut self) {
+    /// channel while it has I/O), but anything left is aborted rather than lost. The
+    /// base channel is put when `self` drops.
+    pub fn destroy(self: Box<Self>) {
         self.abort_all_held();
-        self.poller.take();
-        let mut st = self.inner.st.borrow_mut();
-        st.tokens.flush();
-        drop(st);
-        // SAFETY: got in `new` on this thread, put once.
-        unsafe { ffi::spdk_put_io_channel(self.inner.base_ch) };
+        self.st.borrow_mut().tokens.flush();
     }
 
     /// Completes every held I/O with an abort status (reset, delete).
     pub fn abort_all_held(&self) {
-        for io in self.inner.take_all_held() {
+        for io in self.take_all_held() {
             io.complete(IoStatus::Aborted);
         }
     }
-}
 
-impl Inner {
     fn node(&self) -> &QosNode {
         // SAFETY: the node outlives its io_device's channels.
         unsafe { &*self.node }
@@ -188,7 +168,7 @@ impl Inner {
     /// The admission decision: send now, or hold.
     fn admit(&self, io: BdevIo, kind: IoKind, bytes: u64) {
         let node = self.node();
-        if SHUTDOWN.load(Ordering::Relaxed) || node.deleting.load(Ordering::Relaxed) {
+        if SHUTDOWN.load(Ordering::Relaxed) || node.is_deleting() {
             return self.send(io);
         }
         // SAFETY: our driver context, initialised at submit.
@@ -227,7 +207,8 @@ impl Inner {
         n
     }
 
-    fn poll(&self) -> PollStatus {
+    /// The per-channel poller (every `CHANNEL_POLL_US`).
+    pub fn poll(&self) -> PollStatus {
         let mut busy = 0;
         if SHUTDOWN.load(Ordering::Relaxed) {
             // nvmf_tgt is stopping: let everything through, so no qpair waits for tokens.
@@ -263,50 +244,40 @@ impl Inner {
         let t = io.io_type();
         if t == T::SPDK_BDEV_IO_TYPE_READ {
             // Make sure the read has a buffer we own before the base sees it.
-            // SAFETY: READ has block parameters.
-            let len = unsafe { io.block_bytes() };
-            // SAFETY: ownership moves to `read_buf_ready`, called once (now or later).
-            unsafe { ffi::spdk_bdev_io_get_buf(io.into_raw(), Some(read_buf_ready), len) };
-            return;
+            return vbdev::get_read_buf::<QosTgt>(io);
         }
-        let rc = self.submit_base(&io);
-        self.after_submit(io, rc);
+        self.submit_base(io);
+    }
+
+    /// The read's buffer is ready: send it to the base.
+    pub fn read_buf_ready(&self, io: BdevIo, success: bool) {
+        if !success {
+            return self.fail(io, IoStatus::NoMem);
+        }
+        self.submit_base(io);
     }
 
     /// Issues the base I/O for `io` with `base_done` as callback and `io` as its
     /// argument.
-    fn submit_base(&self, io: &BdevIo) -> c_int {
-        // SAFETY: the descriptor and channel are valid on this thread; a READ reaches
-        // here only with its buffer (`read_buf_ready`); `io` is handed to `base_done`
-        // through `arg` only when the call returns 0 (see `after_submit`).
-        unsafe {
-            io.forward(
-                self.node().base_desc.0,
-                self.base_ch,
-                Some(base_done),
-                io.as_ptr().cast(),
-            )
-        }
-    }
-
-    fn after_submit(&self, io: BdevIo, rc: c_int) {
-        if rc == 0 {
-            // `base_done` owns it now.
-            let _ = io.into_raw();
-        } else if rc == ENOMEM {
-            self.queue_wait(io);
-        } else {
-            tracing::error!(
-                bdev = self.node().name(),
-                "base bdev refused an I/O: error {rc}"
-            );
-            self.fail(io, IoStatus::Failed);
+    fn submit_base(&self, io: BdevIo) {
+        // SAFETY: on this channel's thread; a READ reaches here only with its buffer
+        // (`read_buf_ready`); `base_done` takes `io` back from its argument.
+        match unsafe { self.base.forward(io, Some(base_done)) } {
+            Ok(()) => {}
+            Err((io, ENOMEM)) => self.queue_wait(io),
+            Err((io, rc)) => {
+                tracing::error!(
+                    bdev = self.node().name(),
+                    "base bdev refused an I/O: error {rc}"
+                );
+                self.fail(io, IoStatus::Failed);
+            }
         }
     }
 
     /// The base is out of bdev_ios: retry when one frees up.
     fn queue_wait(&self, io: BdevIo) {
-        let node = self.node();
+        let base = self.base.base().bdev_ptr();
         let c = ctx(&io);
         let raw = io.into_raw();
         // SAFETY: our driver context holds the wait entry for the I/O's lifetime; the
@@ -314,10 +285,10 @@ impl Inner {
         // retry callback takes ownership of `raw` back.
         let rc = unsafe {
             (*c).wait = std::mem::zeroed();
-            (*c).wait.bdev = node.base_bdev.0;
+            (*c).wait.bdev = base;
             (*c).wait.cb_fn = Some(retry);
             (*c).wait.cb_arg = raw.cast();
-            ffi::spdk_bdev_queue_io_wait(node.base_bdev.0, self.base_ch, &mut (*c).wait)
+            ffi::spdk_bdev_queue_io_wait(base, self.base.as_ptr(), &mut (*c).wait)
         };
         if rc != 0 {
             // SAFETY: not queued, so still ours.
@@ -328,34 +299,14 @@ impl Inner {
 
     fn reset(&self, io: BdevIo, ch: *mut ffi::spdk_io_channel) {
         // Abort what every channel holds (like vbdev_delay), then reset the base.
-        let node = self.node;
-        // SAFETY: the node is a registered io_device, alive while its bdev has I/O (this
-        // reset); `ch` stays alive while the reset is outstanding.
-        unsafe {
-            io_device::for_each_channel(
-                node,
-                |_, c: &QosChannel| c.abort_all_held(),
-                move |_| {
-                    let inner = &io_device::channel::<QosNode>(ch).inner;
-                    let n = inner.node();
-                    let raw = io.into_raw();
-                    let rc = ffi::spdk_bdev_reset(
-                        n.base_desc.0,
-                        inner.base_ch,
-                        Some(base_done),
-                        raw.cast(),
-                    );
-                    if rc != 0 {
-                        let io = BdevIo::from_raw(raw);
-                        io.complete(if rc == -95 {
-                            IoStatus::Success
-                        } else {
-                            IoStatus::Failed
-                        });
-                    }
-                },
-            )
-        };
+        vbdev::reset(
+            self.node(),
+            ch,
+            io,
+            QosChannel::abort_all_held,
+            Some(base_done),
+            |_| {},
+        );
     }
 
     fn abort(&self, io: BdevIo) {
@@ -373,23 +324,11 @@ impl Inner {
         }
         // Not held here: it is at the base (or gone); the base matches it by the callback
         // argument we gave it, which is the upper bdev_io.
-        let node = self.node();
-        let raw = io.into_raw();
-        // SAFETY: valid descriptor/channel on this thread; `raw` goes to `base_done`
-        // when the call returns 0.
-        let rc = unsafe {
-            ffi::spdk_bdev_abort(
-                node.base_desc.0,
-                self.base_ch,
-                target.cast(),
-                Some(base_done),
-                raw.cast(),
-            )
+        // SAFETY: on this channel's thread; `base_done` takes `io` back.
+        unsafe {
+            self.base
+                .abort(io, target.cast(), Some(base_done), IoStatus::Failed)
         };
-        if rc != 0 {
-            // SAFETY: not submitted, so still ours.
-            unsafe { BdevIo::from_raw(raw) }.complete(IoStatus::Failed);
-        }
     }
 
     /// NVMe I/O passthru: the token protocol's vendor commands are answered here; other
@@ -454,20 +393,9 @@ impl Inner {
     }
 }
 
-/// Ext-I/O options forwarding the upper I/O's memory domain, metadata and DIF
-/// settings, as passthru does.
-/// The bdev layer's entry point for our bdevs.
-///
-/// # Safety
-/// Called by SPDK with one of our channels and a bdev_io of one of our bdevs.
-pub unsafe extern "C" fn submit_request(
-    ch: *mut ffi::spdk_io_channel,
-    raw: *mut ffi::spdk_bdev_io,
-) {
-    // SAFETY: per the contract: a fresh I/O we own, and a live channel of our device on
-    // this thread.
-    let (io, qch) = unsafe { (BdevIo::from_raw(raw), io_device::channel::<QosNode>(ch)) };
-    let inner = &qch.inner;
+/// The bdev layer's entry point for our bdevs (through the skeleton): `ch` is the
+/// channel of `raw_ch`.
+pub(crate) fn submit(inner: &QosChannel, ch: *mut ffi::spdk_io_channel, io: BdevIo) {
     // SAFETY: our driver context (ctx_size bytes), written in full before any read.
     unsafe {
         let c = ctx(&io);
@@ -504,32 +432,11 @@ pub unsafe extern "C" fn submit_request(
     }
 }
 
-/// The read's buffer is ready: send it to the base.
-unsafe extern "C" fn read_buf_ready(
-    ch: *mut ffi::spdk_io_channel,
-    raw: *mut ffi::spdk_bdev_io,
-    success: bool,
-) {
-    // SAFETY: `raw` was handed over by `send` with `into_raw`; `ch` is our channel the
-    // read was submitted on.
-    let (io, inner) = unsafe {
-        (
-            BdevIo::from_raw(raw),
-            &io_device::channel::<QosNode>(ch).inner,
-        )
-    };
-    if !success {
-        return inner.fail(io, IoStatus::NoMem);
-    }
-    let rc = inner.submit_base(&io);
-    inner.after_submit(io, rc);
-}
-
 unsafe extern "C" fn retry(arg: *mut c_void) {
     // SAFETY: `arg` is the I/O handed over in `queue_wait`; its context names its channel.
     unsafe {
         let io = BdevIo::from_raw(arg.cast());
-        let inner = &io_device::channel::<QosNode>((*ctx(&io)).ch).inner;
+        let inner = vbdev::channel::<QosTgt>((*ctx(&io)).ch);
         inner.send(io);
     }
 }
@@ -541,7 +448,7 @@ unsafe extern "C" fn base_done(base: *mut ffi::spdk_bdev_io, success: bool, arg:
     // handed over at submit; its context names our channel, alive while it is outstanding.
     let (base, io, inner) = unsafe {
         let io = BdevIo::from_raw(arg.cast());
-        let inner = &io_device::channel::<QosNode>((*ctx(&io)).ch).inner;
+        let inner = vbdev::channel::<QosTgt>((*ctx(&io)).ch);
         (BaseIo::from_raw(base), io, inner)
     };
     // SAFETY: our driver context, initialised at submit.

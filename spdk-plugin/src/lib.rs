@@ -2,8 +2,9 @@
 //! unmodified SPDK `nvmf_tgt` built with shared libraries, loaded with `LD_PRELOAD`.
 //!
 //! An ELF constructor registers, before SPDK starts:
-//! - the bdev module `qos`, whose bdevs ("QoS bdevs", [`qos_bdev`]) are each bound to one
-//!   host NQN and stacked on a base bdev; made the namespace of a subsystem that only
+//! - the bdev module `qos`, whose bdevs ("QoS bdevs", [`qos_bdev`], stacked bdevs of
+//!   `spdk_sys::vbdev`) are each bound to one host NQN and stacked on a base bdev; made
+//!   the namespace of a subsystem that only
 //!   that host may use (or masked to it), every I/O they see is that host's;
 //! - the `qos_*` JSON-RPC methods ([`rpc`], contract in `docs/rpc.md`);
 //! - the event subsystem `nvmf_qos`, which depends on `nvmf`, so that its `fini` runs
@@ -14,6 +15,10 @@
 //! app thread at the domain's check interval (conversion, period roll-over, capacity
 //! estimation); each QoS bdev channel ([`io`]) admits, holds and releases I/O with the
 //! host's `qos_core::ChannelTokens` and answers the token protocol's vendor commands.
+//!
+//! Modules depend one way: `lib` → `rpc` → `qos_bdev` (the bdev) → `registry` (domains,
+//! hosts, the list of bdevs) → `io` (the policy and its channels) → `spdk_sys`,
+//! `qos_core`; `stats` (used by `rpc`) reads `registry`; `params` imports nothing of ours.
 
 // The registration entry points are only reachable from the constructor, which unit-test
 // builds leave out (tests must not register with SPDK).
@@ -62,7 +67,7 @@ unsafe extern "C" fn subsystem_init() {
 }
 
 unsafe extern "C" fn subsystem_fini() {
-    qos_bdev::SHUTDOWN.store(true, Ordering::Release);
+    io::SHUTDOWN.store(true, Ordering::Release);
     tracing::info!("nvmf_tgt is stopping: QoS no longer holds I/O");
     // SAFETY: required continuation of a subsystem's fini.
     unsafe { spdk_sys::spdk_subsystem_fini_next() };

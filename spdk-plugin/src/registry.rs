@@ -1,6 +1,6 @@
 //! The plugin's configuration state: QoS domains (each a `qos_core::Monitor` ticked by
-//! a poller on the app thread), their hosts, the QoS bdevs and the shared base
-//! descriptors. It lives in one global, touched only on SPDK's app thread (RPC
+//! a poller on the app thread), their hosts, and the QoS bdevs (the stacked-bdev
+//! skeleton's list, which also keeps the shared base descriptors). It lives in one global, touched only on SPDK's app thread (RPC
 //! handlers, module callbacks, the monitor pollers); the I/O path never touches it.
 //!
 //! Hosts are *explicit* (set by `qos_host_set`) or *implicit*: a QoS bdev bound to a
@@ -17,11 +17,12 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use qos_core::{DomainShared, HostConfig, HostShared, Monitor, Nanos};
 use spdk_sys::poller::{PollStatus, Poller};
 use spdk_sys::time::now_ns;
+use spdk_sys::vbdev::Vbdevs;
 
+use crate::io::QosTgt;
 use crate::params::{
     DomainParams, DomainUpdate, GroupParams, GroupUpdate, HostParams, Refusal, code,
 };
-use crate::qos_bdev::{BaseEntry, NodePtr};
 
 /// One QoS domain.
 #[derive(Debug)]
@@ -34,30 +35,17 @@ pub struct Domain {
     poller: Option<Poller>,
 }
 
-/// One QoS bdev, as the registry knows it.
-#[derive(Debug)]
-pub struct BdevEntry {
-    pub node: NodePtr,
-    pub base: String,
-    pub domain: String,
-    pub host: String,
-    /// Deletion has started (held I/O is being aborted, then the bdev unregistered).
-    pub deleting: bool,
-}
-
 /// Everything the plugin has configured.
 #[derive(Debug, Default)]
 pub struct Registry {
     pub domains: BTreeMap<String, Domain>,
-    pub bdevs: BTreeMap<String, BdevEntry>,
-    /// Shared base descriptors, by base bdev name.
-    pub bases: BTreeMap<String, BaseEntry>,
+    /// The QoS bdevs (and their shared base descriptors).
+    pub bdevs: Vbdevs<QosTgt>,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     domains: BTreeMap::new(),
-    bdevs: BTreeMap::new(),
-    bases: BTreeMap::new(),
+    bdevs: Vbdevs::new(),
 });
 
 /// Runs `f` on the registry. Only the app thread calls this, so the lock is never
@@ -98,8 +86,8 @@ impl Registry {
     /// QoS bdevs bound to `host` in `domain`.
     pub fn bdevs_of_host(&self, domain: &str, host: &str) -> usize {
         self.bdevs
-            .values()
-            .filter(|b| b.domain == domain && b.host == host)
+            .iter()
+            .filter(|(_, b, _)| b.domain == domain && b.host == host)
             .count()
     }
 
@@ -225,22 +213,18 @@ pub fn update_domain(u: &DomainUpdate) -> Result<(), Refusal> {
 pub fn delete_domain(name: &str) -> Result<(), Refusal> {
     let dropped = with(|r| {
         r.domain(name)?;
-        let users: Vec<&String> = r
+        let users: Vec<&str> = r
             .bdevs
             .iter()
-            .filter(|(_, b)| b.domain == name)
-            .map(|(n, _)| n)
+            .filter(|(_, b, _)| b.domain == name)
+            .map(|(n, _, _)| n)
             .collect();
         if !users.is_empty() {
             return Err(Refusal::new(
                 code::EBUSY,
                 format!(
                     "QoS domain {name:?} is used by QoS bdev(s) {}; delete them first",
-                    users
-                        .iter()
-                        .map(|s| s.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    users.join(", ")
                 ),
             ));
         }

@@ -5,7 +5,9 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 use spdk_sys::rpc::{self, RpcRequest};
+use spdk_sys::vbdev::Node;
 
+use crate::io::QosTgt;
 use crate::params::{
     BdevParams, DomainParams, DomainUpdate, GroupKey, GroupParams, GroupQuery, GroupUpdate,
     HostKey, HostParams, HostQuery, NameQuery, Refusal, StatsQuery, code, parse,
@@ -120,20 +122,21 @@ fn bdev_create(p: Value) -> Result<Value, Refusal> {
 fn bdev_get(p: Value) -> Result<Value, Refusal> {
     let q: NameQuery = parse("qos_bdev_get", p)?;
     registry::with(|r| {
-        let one = |e: &registry::BdevEntry| {
-            // SAFETY: nodes in the registry are alive.
-            let n = unsafe { e.node.get() };
-            let mut v = serde_json::to_value(n.params()).unwrap_or(Value::Null);
-            v["deleting"] = json!(e.deleting);
+        let one = |n: &Node<QosTgt>, deleting: bool| {
+            let mut v = serde_json::to_value(qos_bdev::params(n)).unwrap_or(Value::Null);
+            v["deleting"] = json!(deleting);
             v
         };
         match &q.name {
             Some(n) => r
                 .bdevs
-                .get(n)
-                .map(|e| json!([one(e)]))
+                .iter()
+                .find(|(name, _, _)| name == n)
+                .map(|(_, b, d)| json!([one(b, d)]))
                 .ok_or_else(|| Refusal::new(code::ENOENT, format!("unknown QoS bdev {n:?}"))),
-            None => Ok(Value::Array(r.bdevs.values().map(one).collect())),
+            None => Ok(Value::Array(
+                r.bdevs.iter().map(|(_, b, d)| one(b, d)).collect(),
+            )),
         }
     })
 }

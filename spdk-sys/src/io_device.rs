@@ -115,8 +115,10 @@ pub unsafe fn channel<'a, D: IoDevice>(ch: *mut ffi::spdk_io_channel) -> &'a D::
     }
 }
 
+type PerChannel<D> = Box<dyn Fn(&D, &<D as IoDevice>::Channel) + Send + Sync>;
+
 struct Iter<D: IoDevice> {
-    per_channel: fn(&D, &D::Channel),
+    per_channel: PerChannel<D>,
     done: Box<dyn FnOnce(i32)>,
 }
 
@@ -128,7 +130,7 @@ struct Iter<D: IoDevice> {
 /// thread.
 pub unsafe fn for_each_channel<D: IoDevice>(
     dev: *const D,
-    per_channel: fn(&D, &D::Channel),
+    per_channel: impl Fn(&D, &D::Channel) + Send + Sync + 'static,
     done: impl FnOnce(i32) + 'static,
 ) {
     unsafe extern "C" fn visit<D: IoDevice>(i: *mut ffi::spdk_io_channel_iter) {
@@ -148,7 +150,7 @@ pub unsafe fn for_each_channel<D: IoDevice>(
         (it.done)(status);
     }
     let it = Box::into_raw(Box::new(Iter::<D> {
-        per_channel,
+        per_channel: Box::new(per_channel),
         done: Box::new(done),
     }));
     // SAFETY: per the contract above; `it` is reclaimed by `complete::<D>`.

@@ -12,7 +12,9 @@
 //!   from ELF constructors;
 //! - [`rpc`]: JSON-RPC methods with `serde_json` parameters and results;
 //! - [`json`]: writing `serde_json` values into SPDK's JSON writer (`save_config`);
-//! - [`log`]: a `tracing` subscriber that writes into SPDK's log.
+//! - [`log`]: a `tracing` subscriber that writes into SPDK's log;
+//! - [`vbdev`]: the skeleton of a stacked bdev (base claim, fn table, channels, JSON,
+//!   ordered delete) that both plugins fill with their policy.
 //!
 //! The raw bindings keep bindgen's layout tests (compile-time assertions). All the
 //! lint allowances that generated code needs are confined to the private `ffi` module.
@@ -45,3 +47,4 @@ pub mod poller;
 pub mod rpc;
 pub mod thread;
 pub mod time;
+pub mod vbdev;

@@ -87,24 +87,7 @@ fn target(s: &Setup, plugin: bool) -> Target {
 fn expose(t: &mut Target, hosts: &[(&str, &str)]) {
     t.call("nvmf_create_transport", json!({"trtype": "TCP"}));
     for (h, bdev) in hosts {
-        let s = subsys(h);
-        t.call(
-            "nvmf_create_subsystem",
-            json!({"nqn": s, "allow_any_host": false}),
-        );
-        t.call(
-            "nvmf_subsystem_add_host",
-            json!({"nqn": s, "host": host(h)}),
-        );
-        t.call(
-            "nvmf_subsystem_add_ns",
-            json!({"nqn": s, "namespace": {"bdev_name": bdev}}),
-        );
-        t.call(
-            "nvmf_subsystem_add_listener",
-            json!({"nqn": s, "listen_address": {"trtype": "TCP", "adrfam": "IPv4",
-                   "traddr": "127.0.0.1", "trsvcid": PORT.to_string()}}),
-        );
+        t.expose_to_host(&subsys(h), &host(h), bdev, PORT);
     }
 }
 
@@ -157,63 +140,6 @@ fn tail(s: &str, n: usize) -> String {
 const HOSTS: [&str; 4] = ["h1", "h2", "h3", "h4"];
 const PERIOD_MS: u64 = 500;
 
-/// Per-host completed ops by epoch from polls of `qos_stats_get`, the wall time each
-/// epoch started, and the target's held I/O per host at each poll.
-#[derive(Default)]
-struct History {
-    ops: Vec<BTreeMap<u64, u64>>,
-    start: BTreeMap<u64, Instant>,
-    period: Duration,
-    held: Vec<Vec<i64>>,
-}
-
-impl History {
-    fn poll(&mut self, t: &mut Target, hosts: &[String]) {
-        let now = Instant::now();
-        let s = t.call("qos_stats_get", json!({"domain": "d", "periods": 64}));
-        let d = &s[0];
-        let epoch = d["epoch"].as_u64().unwrap_or(0);
-        let elapsed = Duration::from_nanos(d["elapsed_ns"].as_u64().unwrap_or(0));
-        self.period = Duration::from_nanos(d["period_ns"].as_u64().unwrap_or(1));
-        let cur = now.checked_sub(elapsed).unwrap_or(now);
-        for back in 0..64u32 {
-            let e = epoch.saturating_sub(back as u64);
-            self.start
-                .entry(e)
-                .or_insert(cur.checked_sub(self.period * back).unwrap_or(cur));
-        }
-        if self.ops.is_empty() {
-            self.ops = vec![BTreeMap::new(); hosts.len()];
-            self.held = vec![Vec::new(); hosts.len()];
-        }
-        for h in d["hosts"].as_array().into_iter().flatten() {
-            let nqn = h["host_nqn"].as_str().unwrap_or("");
-            let Some(i) = hosts.iter().position(|x| x == nqn) else {
-                continue;
-            };
-            self.held[i].push(h["held"].as_i64().unwrap_or(0));
-            for p in h["periods"].as_array().into_iter().flatten() {
-                if let (Some(e), Some(o)) = (p["epoch"].as_u64(), p["ops"].as_u64()) {
-                    self.ops[i].insert(e, o);
-                }
-            }
-        }
-    }
-
-    fn window(&self, from: Instant, to: Instant) -> Vec<Vec<u64>> {
-        let epochs: Vec<u64> = self
-            .start
-            .iter()
-            .filter(|(_, s)| **s >= from && **s + self.period <= to)
-            .map(|(e, _)| *e)
-            .collect();
-        self.ops
-            .iter()
-            .map(|m| epochs.iter().filter_map(|e| m.get(e).copied()).collect())
-            .collect()
-    }
-}
-
 /// Runs `b` for `secs`, polling the target; returns the history and the results.
 fn run_polling(
     t: &mut Target,
@@ -227,7 +153,7 @@ fn run_polling(
     let mut shown = false;
     while t0.elapsed() < Duration::from_secs(secs as u64 + 1) {
         std::thread::sleep(Duration::from_millis(1500));
-        hist.poll(t, hosts);
+        hist.poll(t, "d", hosts);
         if !shown && t0.elapsed() > Duration::from_secs(secs as u64 / 2) {
             shown = true;
             // The initiator side, once, mid-run (the RPC is slow on a busy core).
@@ -250,7 +176,7 @@ fn run_polling(
         }
     }
     let res = h.join().expect("perform_tests thread");
-    hist.poll(t, hosts);
+    hist.poll(t, "d", hosts);
     let out = b
         .finish(60)
         .unwrap_or_else(|| panic!("bdevperf did not exit; log:\n{}", b.log_tail(30)));

@@ -19,7 +19,6 @@
 //! The other tests check reconfiguration without disconnect, deletion and shutdown with
 //! held I/O, and the RPCs' refusals of bad input.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -107,63 +106,6 @@ fn print_perf(title: &str, res: &[u64], r: &[PerfResult]) {
             p.iops,
             p.avg_us
         );
-    }
-}
-
-/// Per-host completed ops by epoch, merged from polls of `qos_stats_get`, and the wall
-/// time each epoch started.
-#[derive(Default)]
-struct History {
-    ops: Vec<BTreeMap<u64, u64>>,
-    start: BTreeMap<u64, Instant>,
-    period: Duration,
-}
-
-impl History {
-    fn poll(&mut self, t: &mut Target) {
-        let now = Instant::now();
-        let s = t.call("qos_stats_get", json!({"domain": "d", "periods": 64}));
-        let d = &s[0];
-        let epoch = d["epoch"].as_u64().unwrap_or(0);
-        let elapsed = Duration::from_nanos(d["elapsed_ns"].as_u64().unwrap_or(0));
-        self.period = Duration::from_nanos(d["period_ns"].as_u64().unwrap_or(1));
-        let cur_start = now.checked_sub(elapsed).unwrap_or(now);
-        for back in 0..64u32 {
-            let e = epoch.saturating_sub(back as u64);
-            self.start.entry(e).or_insert(
-                cur_start
-                    .checked_sub(self.period * back)
-                    .unwrap_or(cur_start),
-            );
-        }
-        if self.ops.is_empty() {
-            self.ops = vec![BTreeMap::new(); HOSTS];
-        }
-        for h in d["hosts"].as_array().into_iter().flatten() {
-            let nqn = h["host_nqn"].as_str().unwrap_or("");
-            let Some(i) = (1..=HOSTS).position(|i| host_nqn(i) == nqn) else {
-                continue;
-            };
-            for p in h["periods"].as_array().into_iter().flatten() {
-                if let (Some(e), Some(o)) = (p["epoch"].as_u64(), p["ops"].as_u64()) {
-                    self.ops[i].insert(e, o);
-                }
-            }
-        }
-    }
-
-    /// Ops per host for the epochs that lie entirely inside `[from, to]`.
-    fn window(&self, from: Instant, to: Instant) -> Vec<Vec<u64>> {
-        let epochs: Vec<u64> = self
-            .start
-            .iter()
-            .filter(|(_, s)| **s >= from && **s + self.period <= to)
-            .map(|(e, _)| *e)
-            .collect();
-        self.ops
-            .iter()
-            .map(|m| epochs.iter().filter_map(|e| m.get(e).copied()).collect())
-            .collect()
     }
 }
 
@@ -258,15 +200,16 @@ fn qos_meets_reservations_and_limits() {
     }
     let bdevs: Vec<String> = (1..=HOSTS).map(|i| format!("qos{i}")).collect();
     expose_per_host(&mut t, &bdevs, PORT);
+    let nqns: Vec<String> = (1..=HOSTS).map(host_nqn).collect();
     let mut hist = History::default();
     let t0 = Instant::now();
     let runs = run_all(&spdk, &jobs(secs, &qds));
     while t0.elapsed() < Duration::from_secs(secs as u64 + 2) {
         std::thread::sleep(Duration::from_millis(1500));
-        hist.poll(&mut t);
+        hist.poll(&mut t, "d", &nqns);
     }
     let qos: Vec<PerfResult> = runs.into_iter().map(PerfRun::wait).collect();
-    hist.poll(&mut t);
+    hist.poll(&mut t, "d", &nqns);
     print_perf("with QoS:", &res, &qos);
     for p in &qos {
         assert!(p.ok, "perf under QoS failed:\n{}", p.output);

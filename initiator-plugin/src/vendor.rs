@@ -1,0 +1,368 @@
+//! The token protocol's vendor commands on an initiator channel: the engine's state
+//! requests and acquisitions and the pacer's probes (sent on the channel's base
+//! channel, replies decoded into the engine or the pacer), completion credits, and the
+//! orphan: a channel destroyed while vendor commands are in flight keeps its base
+//! channel until they complete, and aborts those overdue.
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+
+use qos_core::Nanos;
+use qos_core::initiator::{InitiatorEngine, Mode, RequestFailure};
+use qos_core::wire::{self, Request, StateReply};
+use spdk_sys::bdev_io::{BaseIo, nvme_cmd_from_dwords};
+use spdk_sys::dma::DmaBuf;
+use spdk_sys::poller::{PollStatus, Poller};
+use spdk_sys::{self as ffi};
+
+use crate::chan::{IniChannel, VendorKind, VendorReq, now};
+use crate::state::lock;
+
+/// Completion credits are applied at most this often per thread.
+const CREDIT_SAMPLE_NS: u64 = 10_000;
+/// Credit marker of completion dword 0 (bits 31:28), see `docs/wire-protocol.md`.
+const CREDIT_MARKER: u32 = 0xA;
+
+/// What the orphan poller closure holds: the orphan's heap address.
+struct OrphanPtr(*const IniChannel);
+// SAFETY: the poller runs only on the thread that registered it, which is the
+// channel's thread; the pointer is never dereferenced elsewhere.
+unsafe impl Send for OrphanPtr {}
+impl OrphanPtr {
+    fn get(&self) -> *const IniChannel {
+        self.0
+    }
+}
+
+impl IniChannel {
+    /// Completion dword 0 of a successful read or write (or vendor command): the
+    /// target's credit, if it sends one.
+    pub(crate) fn on_credit(&self, cdw0: u32, now: Nanos) {
+        if cdw0 >> 28 != CREDIT_MARKER || !self.shared.protocol_active() {
+            return;
+        }
+        // A credit corrects drift; one every few microseconds per thread is plenty, and
+        // at hundreds of thousands of completions per second the engine's lock is not.
+        if now.0.saturating_sub(self.last_credit.get()) < CREDIT_SAMPLE_NS {
+            return;
+        }
+        self.last_credit.set(now.0);
+        let mut e = lock(&self.shared.eng);
+        if e.engine.mode() == Mode::PassThrough {
+            // The target speaks the protocol after all (it gave up after time-outs,
+            // e.g. during a reconnect): probe again, at most once per refresh interval.
+            let every = Nanos::from_micros(e.opts.refresh_interval_us);
+            if now.saturating_sub(e.started) >= every {
+                e.engine = InitiatorEngine::new(e.opts.engine_config(), now);
+                e.outstanding = None;
+                e.started = now;
+                self.shared.next_poll.store(0, Ordering::Relaxed);
+                self.shared
+                    .stats
+                    .engine_restarts
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        e.engine.on_completion(cdw0, now);
+    }
+
+    /// Lets the engine send its next vendor command; returns whether it sent one.
+    pub(crate) fn poll_engine(&self, now: Nanos) -> bool {
+        let (send, warning) = {
+            let mut e = lock(&self.shared.eng);
+            let p = e.engine.poll(now);
+            self.shared
+                .next_poll
+                .store(p.next_deadline.0, Ordering::Relaxed);
+            let send = p.send.map(|r| {
+                e.seq += 1;
+                e.outstanding = Some(e.seq);
+                (r, e.seq)
+            });
+            (send, e.engine.take_warning())
+        };
+        if let Some(w) = warning {
+            tracing::warn!(bdev = self.shared.name.as_str(), "{w}");
+        }
+        match send {
+            Some((req, seq)) => {
+                self.send_vendor(req, VendorKind::Engine(seq), now);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sends a token-protocol command on this thread's base channel.
+    pub(crate) fn send_vendor(&self, req: Request, kind: VendorKind, now: Nanos) {
+        let req = match req {
+            Request::Acquire { .. } if !self.shared.acquire_safe() => {
+                // The engine takes the state reply as an empty grant and retries later.
+                self.shared
+                    .stats
+                    .acquire_deferred
+                    .fetch_add(1, Ordering::Relaxed);
+                Request::GetState
+            }
+            r => r,
+        };
+        let (opc, c) = wire::encode_request(req);
+        let mut dw = [0u32; 16];
+        dw[0] = opc as u32;
+        dw[10..16].copy_from_slice(&[c.cdw10, c.cdw11, c.cdw12, c.cdw13, c.cdw14, c.cdw15]);
+        let cmd = nvme_cmd_from_dwords(dw);
+        let stats = &self.shared.stats;
+        let Some(buf) = DmaBuf::zeroed(wire::REPLY_LEN, 64) else {
+            stats.vendor_submit_failed.fetch_add(1, Ordering::Relaxed);
+            if let VendorKind::Probe(seq) = kind {
+                self.group.probe_not_sent(seq);
+            }
+            return;
+        };
+        let r = Box::into_raw(Box::new(VendorReq {
+            kind,
+            sent: now,
+            buf,
+            inner: self,
+            shared: self.shared.clone(),
+            group: self.group.clone(),
+        }));
+        // SAFETY: valid descriptor and channel on this thread; `cmd` is copied by the
+        // driver; the buffer (REPLY_LEN DMA-able bytes) lives in `*r` until
+        // `vendor_done` reclaims `r`, which happens only when the call returns 0; it is
+        // not read before that.
+        let rc = unsafe {
+            ffi::spdk_bdev_nvme_io_passthru(
+                self.base.desc_ptr(),
+                self.base.as_ptr(),
+                &cmd,
+                (*r).buf.as_mut_ptr().cast(),
+                wire::REPLY_LEN,
+                Some(vendor_done),
+                r.cast(),
+            )
+        };
+        if rc != 0 {
+            // SAFETY: not submitted, so still ours.
+            drop(unsafe { Box::from_raw(r) });
+            stats.vendor_submit_failed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                bdev = self.shared.name.as_str(),
+                "vendor command not submitted: error {rc}"
+            );
+            // An engine command is then left to time out; a probe is forgotten.
+            if let VendorKind::Probe(seq) = kind {
+                self.group.probe_not_sent(seq);
+            }
+            return;
+        }
+        match kind {
+            VendorKind::Engine(_) => stats.vendor_sent.fetch_add(1, Ordering::Relaxed),
+            VendorKind::Probe(_) => stats.probes_sent.fetch_add(1, Ordering::Relaxed),
+        };
+        self.vendor.borrow_mut().push(r);
+    }
+
+    /// The channel is destroyed with vendor commands in flight: they keep the base
+    /// channel (their completions run on it). A responsive target answers them within
+    /// a round trip; commands overdue by the request time-out are aborted, so a silent
+    /// target cannot keep the base channel (and with it shutdown) waiting. The last
+    /// completion frees the rest.
+    pub(crate) fn orphan(self: Box<Self>) {
+        self.orphan.set(true);
+        let raw = Box::into_raw(self);
+        let p = OrphanPtr(raw);
+        let poller = Poller::new(c"qos_ini_orphan", 1000, move || {
+            // SAFETY: the orphan is freed only after this poller is dropped (in
+            // `free_orphan_if_idle`, on this thread).
+            unsafe { (*p.get()).abort_overdue() };
+            PollStatus::Idle
+        });
+        // SAFETY: `raw` is the orphan, alive until `free_orphan_if_idle`.
+        unsafe {
+            match poller {
+                Ok(pl) => *(*raw).orphan_poller.borrow_mut() = Some(pl),
+                Err(e) => tracing::error!("orphan poller: {e}"),
+            }
+        }
+    }
+
+    /// Orphan: aborts vendor commands older than the request time-out (once each).
+    pub(crate) fn abort_overdue(&self) {
+        if !self.base_abort {
+            return;
+        }
+        let timeout = Nanos::from_micros(lock(&self.shared.eng).opts.request_timeout_us);
+        let now = now();
+        let overdue: Vec<*mut VendorReq> = {
+            let aborted = self.aborted.borrow();
+            self.vendor
+                .borrow()
+                .iter()
+                .copied()
+                // SAFETY: requests in the list are alive (removed before they are freed).
+                .filter(|r| now.saturating_sub(unsafe { (**r).sent }) >= timeout)
+                .filter(|r| !aborted.contains(r))
+                .collect()
+        };
+        for r in overdue {
+            // SAFETY: valid descriptor (kept open by `base`) and channel on this thread;
+            // the abort matches the vendor command by its callback argument; its
+            // completion `abort_done` gets this orphan.
+            let rc = unsafe {
+                ffi::spdk_bdev_abort(
+                    self.base.desc_ptr(),
+                    self.base.as_ptr(),
+                    r.cast(),
+                    Some(abort_done),
+                    (self as *const IniChannel).cast_mut().cast(),
+                )
+            };
+            self.aborted.borrow_mut().push(r);
+            if rc == 0 {
+                self.aborts.set(self.aborts.get() + 1);
+            }
+        }
+    }
+
+    /// Frees an orphan once nothing of it is in flight.
+    ///
+    /// # Safety
+    /// `this` is an orphan leaked by `IniChannel::orphan`, on its thread, not borrowed.
+    pub(crate) unsafe fn free_orphan_if_idle(this: *const IniChannel) {
+        // SAFETY: per the contract.
+        let inner = unsafe { &*this };
+        if !inner.orphan.get() || !inner.vendor.borrow().is_empty() || inner.aborts.get() > 0 {
+            return;
+        }
+        inner.orphan_poller.borrow_mut().take();
+        // SAFETY: nothing is in flight on the base channel any more (dropping the orphan
+        // puts it, on this thread); the orphan was leaked once and is reclaimed once.
+        drop(unsafe { Box::from_raw(this.cast_mut()) });
+    }
+}
+
+/// Completion of a vendor command (the engine's, or a probe).
+unsafe extern "C" fn vendor_done(base: *mut ffi::spdk_bdev_io, success: bool, arg: *mut c_void) {
+    // SAFETY: `arg` is the request leaked in `send_vendor`, reclaimed once here; `base`
+    // the completed child.
+    let (r, base) = unsafe {
+        (
+            Box::from_raw(arg.cast::<VendorReq>()),
+            BaseIo::from_raw(base),
+        )
+    };
+    let status = base.nvme_status();
+    drop(base);
+    let now = now();
+    // SAFETY: the channel state outlives its vendor commands (an orphan is freed by the
+    // last one, below); same thread.
+    let inner = unsafe { &*r.inner };
+    inner
+        .vendor
+        .borrow_mut()
+        .retain(|x| !std::ptr::eq(*x, arg.cast::<VendorReq>()));
+    let shared = &r.shared;
+    // A refused opcode is an answer: the path works.
+    shared.base_outcome(success || (status.sct == 0 && status.sc == wire::status::INVALID_OPCODE));
+    match r.kind {
+        VendorKind::Engine(seq) => {
+            if !success {
+                shared.stats.vendor_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            let mut e = lock(&shared.eng);
+            if e.outstanding == Some(seq) {
+                e.outstanding = None;
+                let reply = if success {
+                    StateReply::decode(r.buf.as_slice())
+                        .map(mirror_for_engine)
+                        .map_err(RequestFailure::BadReply)
+                } else {
+                    // The engine tells "invalid opcode" (a target without the plugin)
+                    // from path or transport errors, which it treats like a time-out.
+                    Err(RequestFailure::Status {
+                        sct: status.sct,
+                        sc: status.sc,
+                    })
+                };
+                e.engine.on_reply(reply, now);
+                shared.next_poll.store(0, Ordering::Relaxed);
+                shared.version.fetch_add(1, Ordering::Relaxed);
+            } else {
+                shared.stats.vendor_late.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        VendorKind::Probe(seq) => {
+            // Any completion measured a round trip through the target's queues.
+            r.group.probe_done(seq, now.saturating_sub(r.sent), now);
+            if !success
+                && status.sct == 0
+                && status.sc == wire::status::INVALID_OPCODE
+                && shared.probe_ok.swap(false, Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    bdev = shared.name.as_str(),
+                    "the target refuses the nvmf-qos probe (invalid opcode): this bdev sends no more probes; the pacer gets no latency signal from it"
+                );
+            }
+        }
+    }
+    if inner.orphan.get() {
+        inner
+            .aborted
+            .borrow_mut()
+            .retain(|x| !std::ptr::eq(*x, arg.cast::<VendorReq>()));
+        // SAFETY: an orphan on its thread, not borrowed here.
+        unsafe { IniChannel::free_orphan_if_idle(r.inner) };
+        return;
+    }
+    inner.release_held(now);
+}
+
+/// Reservation tokens the engine may have released ahead of consumption, at least.
+const MIN_RELEASED_OPS: u64 = 4;
+
+/// Adjusts the target's state for `InitiatorEngine` (see `docs/initiator-plugin.md`,
+/// "Mirroring paced reservations").
+///
+/// With `PACED`, the engine allows `R * burst / T` reservation tokens at a time (it
+/// decays its tokens to Haechi's `X = R (T - t) / T` on every decision and subtracts
+/// the part of `R` not released yet), rounded down twice: below one token it allows
+/// none, and a host whose reservation is under one operation per burst (432 per 500 ms
+/// with the target's 1 ms burst) never uses its reservation at all (integration test:
+/// 271 of 432 operations per period, from global tokens only). The burst the engine
+/// sees is therefore widened to release at least `MIN_RELEASED_OPS` operations. The
+/// target keeps its own burst; what comes early waits there.
+/// Adjusts the target's state for `InitiatorEngine` (see `docs/initiator-plugin.md`,
+/// "Mirroring paced reservations").
+///
+/// With `PACED`, the engine allows `R * burst / T` reservation tokens at a time (it
+/// decays its tokens to Haechi's `X = R (T - t) / T` on every decision and subtracts
+/// the part of `R` not released yet), rounded down twice: below one token it allows
+/// none, and a host whose reservation is under one operation per burst (432 per 500 ms
+/// with the target's 1 ms burst) never uses its reservation at all (integration test:
+/// 271 of 432 operations per period, from global tokens only). The burst the engine
+/// sees is therefore widened to release at least `MIN_RELEASED_OPS` operations. The
+/// target keeps its own burst; what comes early waits there.
+fn mirror_for_engine(mut r: StateReply) -> StateReply {
+    if r.flags & wire::flags::PACED != 0 && r.reservation_per_period_ops > 0 {
+        let min = (r.period_ns as u128 * MIN_RELEASED_OPS as u128)
+            .div_ceil(r.reservation_per_period_ops as u128)
+            .min(r.period_ns as u128) as u64;
+        r.release_burst_ns = r.release_burst_ns.max(min);
+    }
+    r
+}
+
+/// Completion of an abort of an orphan's vendor command.
+unsafe extern "C" fn abort_done(base: *mut ffi::spdk_bdev_io, _success: bool, arg: *mut c_void) {
+    // SAFETY: the completed abort's bdev_io, freed once here; `arg` is the orphan that
+    // sent it, alive while its aborts are in flight.
+    unsafe {
+        drop(BaseIo::from_raw(base));
+        let inner = &*arg.cast::<IniChannel>().cast_const();
+        inner.aborts.set(inner.aborts.get().saturating_sub(1));
+        IniChannel::free_orphan_if_idle(inner);
+    }
+}

@@ -1,0 +1,174 @@
+//! What the tests run against: SPDK's build at `SPDK_DIR` (the target side, and the
+//! initiator applications), the plugins' shared libraries built by this workspace, and
+//! 2 MiB hugepages.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// An SPDK v25.09 shared-library build.
+#[derive(Debug, Clone)]
+pub struct Spdk {
+    pub dir: PathBuf,
+    pub nvmf_tgt: PathBuf,
+    pub perf: PathBuf,
+    pub lib_dir: PathBuf,
+}
+
+/// Finds SPDK, or says why not (the caller prints it as the skip reason).
+pub fn detect_spdk() -> Result<Spdk, String> {
+    let dir = PathBuf::from(std::env::var("SPDK_DIR").unwrap_or_else(|_| "/opt/spdk".into()));
+    let s = Spdk {
+        nvmf_tgt: dir.join("build/bin/nvmf_tgt"),
+        perf: dir.join("build/bin/spdk_nvme_perf"),
+        lib_dir: dir.join("build/lib"),
+        dir: dir.clone(),
+    };
+    for p in [&s.nvmf_tgt, &s.perf, &s.lib_dir.join("libspdk_bdev.so")] {
+        if !p.exists() {
+            return Err(format!(
+                "SPDK not found at {} (missing {}; set SPDK_DIR to an SPDK v25.09 shared-library build)",
+                dir.display(),
+                p.display()
+            ));
+        }
+    }
+    Ok(s)
+}
+
+/// Prints the SKIPPED line straight to the process's stderr, past the test harness's
+/// capture, so the skip is visible in CI logs.
+fn or_skip<T>(what: &str, found: Result<T, String>) -> Option<T> {
+    match found {
+        Ok(s) => Some(s),
+        Err(why) => {
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {what}: {why}");
+            None
+        }
+    }
+}
+
+/// SPDK, or `None` after printing the SKIPPED line.
+pub fn spdk_or_skip(what: &str) -> Option<Spdk> {
+    or_skip(what, detect_spdk())
+}
+
+/// SPDK's initiator applications.
+#[derive(Debug, Clone)]
+pub struct Initiators {
+    pub spdk: Spdk,
+    pub bdevperf: PathBuf,
+    /// fio's SPDK bdev ioengine and a fio binary, when both are present.
+    pub fio: Option<(PathBuf, PathBuf)>,
+}
+
+/// Finds SPDK (target side) and bdevperf, or says why not.
+pub fn detect() -> Result<Initiators, String> {
+    let spdk = detect_spdk()?;
+    let bdevperf = spdk.dir.join("build/examples/bdevperf");
+    if !bdevperf.exists() {
+        return Err(format!(
+            "bdevperf not found at {} (SPDK built without examples?)",
+            bdevperf.display()
+        ));
+    }
+    let plugin = spdk.dir.join("build/fio/spdk_bdev");
+    let fio = which("fio");
+    let fio = match (plugin.exists(), fio) {
+        (true, Some(f)) => Some((plugin, f)),
+        _ => None,
+    };
+    Ok(Initiators {
+        spdk,
+        bdevperf,
+        fio,
+    })
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|f| f.is_file())
+    })
+}
+
+/// The initiators, or `None` after printing the SKIPPED line.
+pub fn initiators_or_skip(what: &str) -> Option<Initiators> {
+    or_skip(what, detect())
+}
+
+/// A shared library built by this workspace: `$env`, else `<target dir>/release/`
+/// then the test executable's own profile, then `debug/`.
+pub fn built_lib(lib: &str, env: &str, package: &str) -> Result<PathBuf, String> {
+    if let Ok(p) = std::env::var(env) {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // <target>/<profile>/deps/<test> or <target>/<profile>/<bin>.
+    let ancestors: Vec<&Path> = exe.ancestors().skip(1).take(3).collect();
+    let mut candidates = Vec::new();
+    if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
+        candidates.push(Path::new(&t).join("release").join(lib));
+    }
+    candidates.extend(ancestors.iter().map(|a| a.join("release").join(lib)));
+    candidates.extend(ancestors.iter().map(|a| a.join(lib)));
+    candidates.extend(ancestors.iter().map(|a| a.join("debug").join(lib)));
+    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
+        format!(
+            "{lib} not found: build it first with `cargo build --release -p {package}` \
+             (same CARGO_TARGET_DIR) or set {env}"
+        )
+    })
+}
+
+/// The target plugin, `libnvmf_qos_tgt.so` (`$NVMF_QOS_TGT_LIB` first).
+pub fn tgt_lib() -> Result<PathBuf, String> {
+    built_lib("libnvmf_qos_tgt.so", "NVMF_QOS_TGT_LIB", "spdk-plugin")
+}
+
+/// The target plugin (the target tests' name for [`tgt_lib`]).
+pub fn plugin_lib() -> Result<PathBuf, String> {
+    tgt_lib()
+}
+
+/// The initiator plugin, `libnvmf_qos_ini.so` (`$NVMF_QOS_INI_LIB` first).
+pub fn ini_lib() -> Result<PathBuf, String> {
+    built_lib("libnvmf_qos_ini.so", "NVMF_QOS_INI_LIB", "initiator-plugin")
+}
+
+/// Makes sure 2 MiB hugepages are available (root can raise them) and mounted.
+pub fn ensure_hugepages(pages: u64) -> Result<(), String> {
+    let path = "/proc/sys/vm/nr_hugepages";
+    let have: u64 = std::fs::read_to_string(path)
+        .map_err(|e| format!("{path}: {e}"))?
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    if have < pages {
+        std::fs::write(path, pages.to_string()).map_err(|e| {
+            format!("need {pages} hugepages (have {have}); as root: echo {pages} > {path}: {e}")
+        })?;
+    }
+    let mounted = std::fs::read_to_string("/proc/mounts")
+        .map(|m| m.lines().any(|l| l.contains("hugetlbfs")))
+        .unwrap_or(false);
+    if !mounted {
+        let _ = std::fs::create_dir_all("/dev/hugepages");
+        let ok = Command::new("mount")
+            .args(["-t", "hugetlbfs", "nodev", "/dev/hugepages"])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            return Err("cannot mount hugetlbfs on /dev/hugepages".into());
+        }
+    }
+    Ok(())
+}
+
+/// Niceness of the SPDK processes: the machine is shared (2 cores), and busy-polling
+/// processes lose badly to any other runnable process on their core. A small boost
+/// (bounded by the tests' run time) keeps measurements meaningful; `nice` ignores it
+/// when not permitted.
+pub const NICE: &str = "-10";
