@@ -8,6 +8,7 @@
 //!   the per-I/O admission decision ([`ChannelTokens::try_admit`]).
 //! - [`monitor`]: conversion, roll-over, soft grants, capacity estimation, statistics.
 //! - [`hold`]: the FIFO of I/O waiting for tokens.
+//! - [`histogram`]: the time I/O spent held, in fixed buckets (statistics).
 //! - [`initiator`]: the cooperative initiator's token engine.
 //! - [`pacer`]: Justitia's chunking and multi-resource pacing, AIMD, and DIRS.
 //! - [`wire`]: the vendor-command protocol between the two plugins.
@@ -17,6 +18,7 @@ pub mod admission;
 pub mod config;
 pub mod cost;
 pub mod estimator;
+pub mod histogram;
 pub mod hold;
 pub mod initiator;
 pub mod latency;
