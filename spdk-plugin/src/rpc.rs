@@ -113,12 +113,17 @@ fn stats_get(p: Value) -> Result<Value, Refusal> {
         .periods
         .unwrap_or(16)
         .min(qos_core::monitor::HISTORY_PERIODS);
+    let shape = stats::Shape {
+        periods,
+        compact: q.compact,
+        host_nqn: q.host_nqn.as_deref(),
+    };
     registry::with(|r| match &q.domain {
-        Some(n) => Ok(json!([stats::domain(n, r.domain(n)?, periods)])),
+        Some(n) => Ok(json!([stats::domain(n, r.domain(n)?, shape)])),
         None => Ok(Value::Array(
             r.domains
                 .iter()
-                .map(|(n, d)| stats::domain(n, d, periods))
+                .map(|(n, d)| stats::domain(n, d, shape))
                 .collect(),
         )),
     })
