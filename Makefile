@@ -5,9 +5,9 @@ SPDK_DIR ?= /opt/spdk
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test test-rust test-loom test-rpc test-spdk lint lab bench
+.PHONY: test test-rust test-loom test-rpc test-exporter test-spdk lint lab bench exporter
 
-test: test-rust test-loom test-rpc test-spdk
+test: test-rust test-loom test-rpc test-exporter test-spdk
 
 test-rust:
 	cargo test
@@ -21,10 +21,23 @@ test-loom:
 test-rpc: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q rpc-scripts/tests
 
-$(VENV)/.installed: rpc-scripts/requirements-test.txt
+$(VENV)/.installed: rpc-scripts/requirements-test.txt exporter/requirements.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -r rpc-scripts/requirements-test.txt
+	$(VENV)/bin/pip install -q -r rpc-scripts/requirements-test.txt -r exporter/requirements.txt
 	touch $@
+
+# The Prometheus exporter's tests: against a stub JSON-RPC server, a real Prometheus
+# (Debian's `prometheus`; skipped, saying so, without it) scraping the exporter, and the
+# dashboard's queries against the exporter's metric names. The test against a real
+# nvmf_tgt runs where SPDK is present (see test-spdk's definition below).
+test-exporter: $(VENV)/.installed
+	SPDK_DIR="$(SPDK_DIR)" $(VENV)/bin/python -m pytest -q -rs exporter/tests
+
+# Serve the QoS statistics of the SPDK application at RPC_SOCKET for Prometheus.
+RPC_SOCKET ?= /var/tmp/spdk.sock
+EXPORTER_PORT ?= 9633
+exporter: $(VENV)/.installed
+	$(VENV)/bin/python exporter/nvmf_qos_exporter.py --rpc-socket $(RPC_SOCKET) --port $(EXPORTER_PORT)
 
 # Tests against a real nvmf_tgt (and SPDK initiators): run only where an SPDK
 # shared-library build is found at SPDK_DIR; elsewhere they print SKIPPED and pass.

@@ -26,8 +26,7 @@ import threading
 import time
 
 from prometheus_client import start_http_server
-from prometheus_client.core import (REGISTRY, CounterMetricFamily, GaugeMetricFamily,
-                                    HistogramMetricFamily)
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 try:
@@ -213,12 +212,12 @@ class QosCollector(Collector):
                         host_labels).add_metric(lv, h.get('throttled_ios', 0))
                 gauge('host_held_ios', 'I/O held by QoS now', host_labels).add_metric(lv, h.get('held', 0))
                 periods = counter('host_periods', 'Ended QoS periods by outcome: reservation met or missed, '
-                                  'while backlogged (I/O was held) or not', host_labels + ['outcome', 'backlogged'])
+                                  'while backlogged (I/O was held) or not', [*host_labels, 'outcome', 'backlogged'])
                 pt = h.get('periods_total') or {}
                 for key, outcome, backlogged in (('met', 'met', 'false'), ('missed', 'missed', 'false'),
                                                  ('met_backlogged', 'met', 'true'),
                                                  ('missed_backlogged', 'missed', 'true')):
-                    periods.add_metric(lv + [outcome, backlogged], pt.get(key, 0))
+                    periods.add_metric([*lv, outcome, backlogged], pt.get(key, 0))
                 gauge('host_reservation_met_ratio', 'Fraction of the kept past periods (up to 128) in which '
                       'the host met its reservation', host_labels).add_metric(
                     lv, h.get('reservation_met_fraction') or 0)
@@ -235,10 +234,10 @@ class QosCollector(Collector):
                         r = rates.get(direction) or {}
                         if r.get('iops') is not None:
                             gauge('host_%s_iops' % word, 'Configured %s, I/O per second' % word,
-                                  host_labels + ['direction']).add_metric(lv + [direction], r['iops'])
+                                  [*host_labels, 'direction']).add_metric([*lv, direction], r['iops'])
                         if r.get('mibps') is not None:
                             gauge('host_%s_bytes_per_second' % word, 'Configured %s, bytes per second' % word,
-                                  host_labels + ['direction']).add_metric(lv + [direction],
+                                  [*host_labels, 'direction']).add_metric([*lv, direction],
                                                                           r['mibps'] * 1048576)
                 ht = h.get('held_time')
                 if ht and bounds and len(ht.get('cumulative') or []) == len(bounds) + 1:
@@ -286,7 +285,7 @@ class QosCollector(Collector):
                 fam('g', 'held_ios', 'I/O or chunks held now').add_metric(lv, st['held'])
             if st.get('mode') is not None:
                 fam('g', 'mode', 'Token engine mode (1 for the current one)', ['mode']).add_metric(
-                    lv + [st['mode']], 1)
+                    [*lv, st['mode']], 1)
             pacer = b.get('pacer') or {}
             if pacer.get('allowed_bytes_per_sec') is not None:
                 fam('g', 'pacer_allowed_bytes_per_second', 'Rate the pacer allows large I/O (AIMD)').add_metric(

@@ -37,10 +37,11 @@ class Prometheus:
             try:
                 urllib.request.urlopen(self.url + '/-/ready', timeout=2).read()
                 break
-            except OSError:
+            except OSError as ex:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
+                    log = self.log_text()
                     self.stop()
-                    raise RuntimeError('prometheus did not start; log:\n' + self.log_text())
+                    raise RuntimeError('prometheus did not start; log:\n' + log) from ex
                 time.sleep(0.2)
 
     def log_text(self):

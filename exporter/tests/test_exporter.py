@@ -6,10 +6,10 @@ import subprocess
 import sys
 import urllib.request
 
+import nvmf_qos_exporter as ex
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import nvmf_qos_exporter as ex
 from conftest import BOUNDS_NS, EXPORTER, cumulative, domain, free_port, host
 
 INI_BDEV = {

@@ -10,9 +10,9 @@ import threading
 import time
 
 import pytest
+from promserver import PROMETHEUS, Prometheus
 
 from conftest import EXPORTER, domain, free_port, host
-from promserver import PROMETHEUS, Prometheus
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason='SKIPPED: no prometheus binary '
                                 '(apt-get install prometheus; .ci/run installs it)')
