@@ -9,7 +9,7 @@ Prometheus metrics.
 Built on the JSON-RPC client of the PyPI package `spdk` (spdk.rpc.client) and on
 `prometheus_client`. Nothing is cached between scrapes: each scrape makes one
 `qos_stats_get` call (in its compact form, counters and gauges only) and one
-`qos_ini_bdev_get` call. A plugin that is not loaded (the method is unknown) is
+`qos_ini_stats_get` call. A plugin that is not loaded (the method is unknown) is
 skipped; a target that does not answer makes `nvmf_qos_up` 0.
 
 Metric names follow Prometheus conventions: counters end in `_total`, times are in
@@ -133,7 +133,9 @@ class QosCollector(Collector):
         try:
             stats_params = {'compact': True} if self.compact else None
             target = self._try('qos_stats_get', stats_params)
-            initiator = self._try('qos_ini_bdev_get')
+            initiator = self._try('qos_ini_stats_get')
+            if initiator is None:  # an initiator plugin older than qos_ini_stats_get
+                initiator = self._try('qos_ini_bdev_get')
         except RpcError as ex:
             log.warning('scrape failed: %s', ex)
             up.add_metric(['target'], 0)

@@ -391,6 +391,10 @@ def qos_ini_bdev_get(args):
     _print_result(args.client.call('qos_ini_bdev_get', _params(args, ['name'])))
 
 
+def qos_ini_stats_get(args):
+    _print_result(args.client.call('qos_ini_stats_get', _params(args, ['name'])))
+
+
 def qos_ini_bdev_set_options(args):
     _print_result(args.client.call('qos_ini_bdev_set_options', _params(args, ['name', *_INI_PARAMS])))
 
@@ -725,6 +729,10 @@ def spdk_rpc_plugin_initialize(subparsers):
     p.add_argument('-n', '--name', required=True, type=_name, help='initiator QoS bdev name')
 
     p = command('qos_ini_bdev_get', qos_ini_bdev_get, 'Initiator: show QoS bdevs, their options and state')
+    p.add_argument('-n', '--name', type=_name, help='only this QoS bdev (optional)')
+
+    p = command('qos_ini_stats_get', qos_ini_stats_get,
+                'Initiator: show the counters of QoS bdevs (held and paced time, chunks, vendor commands)')
     p.add_argument('-n', '--name', type=_name, help='only this QoS bdev (optional)')
 
     p = command('qos_ini_bdev_set_options', qos_ini_bdev_set_options,

@@ -7,6 +7,7 @@ import sys
 import urllib.request
 
 import nvmf_qos_exporter as ex
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -81,8 +82,9 @@ def test_group_label_when_the_target_reports_groups(stub):
     assert all('group' in lab for lab, _ in m['nvmf_qos_host_held_seconds_bucket'])
 
 
-def test_initiator_metrics(stub):
-    s = stub({'qos_ini_bdev_get': [INI_BDEV]})
+@pytest.mark.parametrize('method', ['qos_ini_stats_get', 'qos_ini_bdev_get'])
+def test_initiator_metrics(stub, method):
+    s = stub({method: [INI_BDEV]})
     _, m = scrape(s.path)
     assert value(m, 'nvmf_qos_up', plugin='initiator') == 1
     assert not any(lab.get('plugin') == 'target' for lab, _ in m['nvmf_qos_up'])

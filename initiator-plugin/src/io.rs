@@ -136,6 +136,8 @@ struct Parent {
     track: Tracker<BaseIo>,
     md_buf: *mut c_void,
     md_len: u64,
+    /// Since when its next chunk has been waiting for the pacer (ns).
+    waiting_since: u64,
 }
 
 impl Parent {
@@ -171,6 +173,11 @@ impl Admit for EngineAdmit<'_> {
         match self.engine.as_deref_mut() {
             Some(e) => e.decide(kind, bytes, now),
             None => true,
+        }
+    }
+    fn left_after(&mut self, waited: Nanos) {
+        if waited.0 > 0 {
+            self.stats.held_ns.fetch_add(waited.0, Ordering::Relaxed);
         }
     }
     fn held_changed(&mut self, delta: i64) {
@@ -543,6 +550,7 @@ impl Inner {
             md_buf,
             md_len: self.md_len,
             io: None,
+            waiting_since: now.0,
         });
         let p = NonNull::from(Box::leak(p));
         // SAFETY: our driver context; `p` is the fresh parent, freed by `finish`.
@@ -603,6 +611,14 @@ impl Inner {
                         continue;
                     };
                     p.track.release();
+                    let paced = now.0.saturating_sub(p.waiting_since);
+                    if paced > 0 {
+                        self.shared
+                            .stats
+                            .paced_ns
+                            .fetch_add(paced, Ordering::Relaxed);
+                    }
+                    p.waiting_since = now.0;
                     p.next = p.plan.next();
                     if p.next.is_some() {
                         st.streams.push_back(pp);
