@@ -39,9 +39,12 @@ EXPORTER_PORT ?= 9633
 exporter: $(VENV)/.installed
 	$(VENV)/bin/python exporter/nvmf_qos_exporter.py --rpc-socket $(RPC_SOCKET) --port $(EXPORTER_PORT)
 
-# Tests against a real nvmf_tgt (and SPDK initiators): run only where an SPDK
-# shared-library build is found at SPDK_DIR; elsewhere they print SKIPPED and pass.
-SPDK_FOUND := $(wildcard $(SPDK_DIR)/build/lib/libspdk_nvmf.so)
+# Tests against a real nvmf_tgt (and SPDK initiators): run only where SPDK is present
+# at SPDK_DIR, i.e. every path of spdk-present.list exists there (the same list the test
+# harnesses read); elsewhere they print SKIPPED and pass. Where SPDK is present, the
+# plugins are built before their tests.
+SPDK_PRESENT_FILES := $(addprefix $(SPDK_DIR)/,$(shell grep -v '^\#' spdk-present.list))
+SPDK_FOUND := $(if $(strip $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,missing))),,yes)
 
 test-spdk:
 ifneq ($(SPDK_FOUND),)
@@ -50,7 +53,7 @@ ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it -- --nocapture --test-threads=1
 	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p initiator-it -- --nocapture --test-threads=1
 else
-	@echo "SKIPPED: SPDK tests: no SPDK shared-library build at SPDK_DIR=$(SPDK_DIR) (see docs/target-plugin.md)"
+	@echo "SKIPPED: SPDK tests: SPDK not present at SPDK_DIR=$(SPDK_DIR): missing $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,$(f))) (spdk-present.list; see docs/target-plugin.md)"
 	SPDK_DIR="$(SPDK_DIR)" cargo test -p target-it -p initiator-it
 endif
 

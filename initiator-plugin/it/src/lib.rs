@@ -57,8 +57,9 @@ fn which(name: &str) -> Option<PathBuf> {
 }
 
 /// The initiators, or `None` after printing the SKIPPED line.
+/// Also skips (never panics) where SPDK is present but a plugin was not built.
 pub fn initiators_or_skip(what: &str) -> Option<Initiators> {
-    match detect() {
+    match detect().and_then(|s| ini_lib().and(tgt_lib()).map(|_| s)) {
         Ok(s) => Some(s),
         Err(why) => {
             let _ = writeln!(std::io::stderr(), "SKIPPED: {what}: {why}");
