@@ -1,12 +1,14 @@
 //! Admission control (Haechi Definition 2). A set of reservations is admitted only if the
 //! target can serve them all (aggregate constraint, sum R_i <= T * C_G) and each host can
 //! reach its own (local constraint, R_i - N_i(t) <= (T - t) * C_L, checked at t = 0 when
-//! configuring and at every check interval while running).
+//! configuring and at every check interval while running). With tenant groups the
+//! check has two levels: the group's hosts' reservations must fit in the group's
+//! reservation (and limit), and the domain's sum counts each group at its reservation.
 
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::config::{DomainConfig, HostBudgets};
+use crate::config::{DomainConfig, GroupBudgets, HostBudgets};
 use crate::cost::{Amount, Resource};
 use crate::time::{Nanos, mul_div};
 
@@ -25,6 +27,20 @@ pub enum Violation {
         reservation_per_sec: u64,
         per_host_max_per_sec: u64,
     },
+    /// The hosts of a group reserve more than the group.
+    Group {
+        group: String,
+        resource: Resource,
+        hosts_reserved_per_sec: u64,
+        group_reservation_per_sec: u64,
+    },
+    /// The hosts of a group reserve more than the group's limit allows.
+    GroupLimit {
+        group: String,
+        resource: Resource,
+        hosts_reserved_per_sec: u64,
+        group_limit_per_sec: u64,
+    },
 }
 
 impl std::fmt::Display for Violation {
@@ -36,7 +52,7 @@ impl std::fmt::Display for Violation {
                 capacity_per_sec,
             } => write!(
                 f,
-                "the reservations add up to {} which exceeds the target capacity C_G = {}; lower a reservation or raise the capacity",
+                "domain level: the reservations add up to {} which exceeds the target capacity C_G = {}; lower a reservation or raise the capacity",
                 show(*resource, *reserved_per_sec),
                 show(*resource, *capacity_per_sec)
             ),
@@ -50,6 +66,28 @@ impl std::fmt::Display for Violation {
                 "reservation {} for host {host} exceeds the per-host capacity C_L = {}",
                 show(*resource, *reservation_per_sec),
                 show(*resource, *per_host_max_per_sec)
+            ),
+            Violation::Group {
+                group,
+                resource,
+                hosts_reserved_per_sec,
+                group_reservation_per_sec,
+            } => write!(
+                f,
+                "group level: the hosts of group {group} reserve {} which exceeds the group's reservation {}; raise the group's reservation or lower a host's",
+                show(*resource, *hosts_reserved_per_sec),
+                show(*resource, *group_reservation_per_sec)
+            ),
+            Violation::GroupLimit {
+                group,
+                resource,
+                hosts_reserved_per_sec,
+                group_limit_per_sec,
+            } => write!(
+                f,
+                "group level: the hosts of group {group} reserve {} which exceeds the group's limit {}; raise the group's limit or lower a host's reservation",
+                show(*resource, *hosts_reserved_per_sec),
+                show(*resource, *group_limit_per_sec)
             ),
         }
     }
@@ -89,23 +127,54 @@ pub fn check_admission<'a>(
     domain: &DomainConfig,
     hosts: impl IntoIterator<Item = (&'a str, &'a HostBudgets)>,
 ) -> Result<AdmissionReport, AdmissionError> {
+    check_grouped_admission(domain, hosts.into_iter().map(|(n, b)| (n, b, None)), &[])
+}
+
+/// [`check_admission`] with tenant groups: each host names its group (or none), and
+/// `groups` lists every group. A group counts in the domain's sum at its reservation
+/// (or at its hosts' sum, if that is larger, so that every violation is reported).
+/// A host naming a group not in `groups` counts as a lone host (the monitor refuses
+/// unknown groups before it gets here).
+pub fn check_grouped_admission<'a>(
+    domain: &DomainConfig,
+    hosts: impl IntoIterator<Item = (&'a str, &'a HostBudgets, Option<&'a str>)>,
+    groups: &[(&str, &GroupBudgets)],
+) -> Result<AdmissionReport, AdmissionError> {
     let capacity = domain.capacity_per_period();
     let local_max = domain.per_host_max_per_period();
     let mut reserved = Amount::ZERO;
     let mut violations = Vec::new();
-    for (nqn, b) in hosts {
-        let r = b.reservation_total();
+    let mut in_group = vec![Amount::ZERO; groups.len()];
+    for (nqn, b, group) in hosts {
+        if let Some(g) = group.and_then(|g| groups.iter().position(|(n, _)| *n == g)) {
+            in_group[g] = in_group[g].saturating_add(b.reservation_total());
+            check_local(domain, nqn, b, local_max, &mut violations);
+            continue;
+        }
+        check_local(domain, nqn, b, local_max, &mut violations);
+        reserved = reserved.saturating_add(b.reservation_total());
+    }
+    for ((name, g), hosts_sum) in groups.iter().zip(in_group) {
         for res in Resource::ALL {
-            if r.get(res) > local_max.get(res) {
-                violations.push(Violation::Local {
-                    host: nqn.to_string(),
+            if hosts_sum.get(res) > g.reservation.get(res) {
+                violations.push(Violation::Group {
+                    group: name.to_string(),
                     resource: res,
-                    reservation_per_sec: per_second(domain, r.get(res)),
-                    per_host_max_per_sec: per_second(domain, local_max.get(res)),
+                    hosts_reserved_per_sec: per_second(domain, hosts_sum.get(res)),
+                    group_reservation_per_sec: per_second(domain, g.reservation.get(res)),
                 });
             }
+            if hosts_sum.get(res) > g.limit.get(res) {
+                violations.push(Violation::GroupLimit {
+                    group: name.to_string(),
+                    resource: res,
+                    hosts_reserved_per_sec: per_second(domain, hosts_sum.get(res)),
+                    group_limit_per_sec: per_second(domain, g.limit.get(res)),
+                });
+            }
+            let counted = g.reservation.get(res).max(hosts_sum.get(res));
+            reserved.set(res, reserved.get(res).saturating_add(counted));
         }
-        reserved = reserved.saturating_add(r);
     }
     for res in Resource::ALL {
         if reserved.get(res) > capacity.get(res) {
@@ -124,6 +193,26 @@ pub fn check_admission<'a>(
         })
     } else {
         Err(AdmissionError { violations })
+    }
+}
+
+fn check_local(
+    domain: &DomainConfig,
+    nqn: &str,
+    b: &HostBudgets,
+    local_max: Amount,
+    violations: &mut Vec<Violation>,
+) {
+    let r = b.reservation_total();
+    for res in Resource::ALL {
+        if r.get(res) > local_max.get(res) {
+            violations.push(Violation::Local {
+                host: nqn.to_string(),
+                resource: res,
+                reservation_per_sec: per_second(domain, r.get(res)),
+                per_host_max_per_sec: per_second(domain, local_max.get(res)),
+            });
+        }
     }
 }
 

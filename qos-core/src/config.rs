@@ -251,6 +251,22 @@ pub enum ReservationRelease {
     Paced,
 }
 
+/// How the capacity nobody reserved is shared among the hosts that want it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExcessSharing {
+    /// Weighted max-min: at every check interval the monitor splits the released part
+    /// of the global pool among the backlogged hosts (and tenant groups) in proportion
+    /// to weight, into each host's own credit; hosts never take from the global pool
+    /// directly. What a host gets does not depend on how many commands it keeps
+    /// outstanding. Needs paced release (with `Start` it behaves as `FirstCome`).
+    #[default]
+    Weighted,
+    /// Haechi as published: any host takes global tokens in batches, first come first
+    /// served, so hosts with deeper queues get more. Kept for comparison.
+    FirstCome,
+}
+
 /// Everything about one QoS domain except its hosts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -274,6 +290,8 @@ pub struct DomainConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub release_burst: Option<Nanos>,
     pub cost: CostModel,
+    /// How unreserved capacity is shared. Default weighted.
+    pub sharing: ExcessSharing,
 }
 
 impl Default for DomainConfig {
@@ -289,6 +307,7 @@ impl Default for DomainConfig {
             release: ReservationRelease::Paced,
             release_burst: None,
             cost: CostModel::default(),
+            sharing: ExcessSharing::Weighted,
         }
     }
 }
@@ -314,6 +333,110 @@ pub struct HostConfig {
     /// when the host keeps using it. Total only; at least the hard reservation.
     #[serde(default, skip_serializing_if = "Rate::is_none")]
     pub soft_reservation: Rate,
+    /// Tenant group the host belongs to (at most one); `None`: the host stands alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+}
+
+/// A tenant group: hosts with an aggregate reservation, limit and weight (the hierarchy
+/// is domain -> group -> host). The group's reservation is guaranteed to its hosts
+/// together: each keeps its own reservation, and the rest of the group's (`reservation`
+/// minus the sum of theirs) goes to its backlogged hosts by their weights. Its share of
+/// the unreserved capacity (by `weight` among groups and lone hosts) is split among its
+/// backlogged hosts by their weights, and `limit` caps them together. Totals only
+/// (reads and writes together).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Rate::is_none")]
+    pub reservation: Rate,
+    #[serde(default, skip_serializing_if = "Rate::is_none")]
+    pub limit: Rate,
+    /// Share of the unreserved pool relative to other groups and lone hosts. 1 ..= 1000.
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+}
+
+/// A group's validated budgets, per period, in cost units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupBudgets {
+    pub reservation: Amount,
+    /// `u64::MAX` per resource where no limit is set.
+    pub limit: Amount,
+    pub weight: u32,
+}
+
+/// Most bytes of a group name (it is a label in metrics and a key in RPCs).
+pub const MAX_GROUP_NAME_LEN: usize = 64;
+
+impl GroupConfig {
+    pub fn new(name: impl Into<String>) -> Self {
+        GroupConfig {
+            name: name.into(),
+            reservation: Rate::NONE,
+            limit: Rate::NONE,
+            weight: 1,
+        }
+    }
+
+    /// Validates the group against its domain and returns its per-period budgets.
+    pub fn budgets(&self, domain: &DomainConfig) -> Result<GroupBudgets, ConfigError> {
+        let group = || self.name.clone();
+        if self.name.is_empty()
+            || self.name.len() > MAX_GROUP_NAME_LEN
+            || !self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+        {
+            return Err(ConfigError::GroupName(self.name.clone()));
+        }
+        if self.weight == 0 || self.weight > MAX_WEIGHT {
+            return Err(ConfigError::GroupWeight {
+                group: group(),
+                weight: self.weight,
+            });
+        }
+        let mut reservation = Amount::ZERO;
+        let mut limit = Amount::new(UNLIMITED, UNLIMITED);
+        for r in Resource::ALL {
+            for (what, rate) in [("reservation", &self.reservation), ("limit", &self.limit)] {
+                if rate.get(r) == Some(0) {
+                    return Err(ConfigError::ZeroRate {
+                        what: format!("group {}: {what} {}", group(), unit(r)),
+                    });
+                }
+            }
+            if domain.capacity.mibps.is_none() && self.reservation.mibps.is_some() {
+                return Err(ConfigError::BandwidthWithoutCapacity {
+                    host: format!("group {}", group()),
+                    what: "reservation",
+                });
+            }
+            if let (Some(res), Some(l)) = (self.reservation.get(r), self.limit.get(r))
+                && res > l
+            {
+                return Err(ConfigError::GroupReservationAboveLimit {
+                    group: group(),
+                    reservation: res,
+                    limit: l,
+                    unit: unit(r),
+                });
+            }
+            if let Some(v) = self.reservation.per_second(r) {
+                reservation.set(r, domain.per_period(v));
+            }
+            if let Some(v) = self.limit.per_second(r) {
+                limit.set(r, domain.per_period(v).max(1));
+            }
+        }
+        Ok(GroupBudgets {
+            reservation,
+            limit,
+            weight: self.weight,
+        })
+    }
 }
 
 fn default_weight() -> u32 {
@@ -329,6 +452,7 @@ impl HostConfig {
             weight: 1,
             priority: PriorityClass::Medium,
             soft_reservation: Rate::NONE,
+            group: None,
         }
     }
     pub fn with_reservation(mut self, r: Rate) -> Self {
@@ -415,6 +539,21 @@ pub enum ConfigError {
     BandwidthWithoutCapacity { host: String, what: &'static str },
     #[error("host {0} appears twice in the domain")]
     DuplicateHost(String),
+    #[error(
+        "group name must be 1 ..= {MAX_GROUP_NAME_LEN} bytes of letters, digits and - _ . : (got {0:?})"
+    )]
+    GroupName(String),
+    #[error("group {group}: weight {weight} is outside 1 ..= {MAX_WEIGHT}")]
+    GroupWeight { group: String, weight: u32 },
+    #[error(
+        "group {group}: reservation {reservation} {unit} exceeds its limit {limit} {unit}; lower the reservation or raise the limit"
+    )]
+    GroupReservationAboveLimit {
+        group: String,
+        reservation: u64,
+        limit: u64,
+        unit: &'static str,
+    },
 }
 
 fn unit(r: Resource) -> &'static str {

@@ -19,6 +19,16 @@
 //! missed its reservation, the next waits 1, 2, 4, ... periods (at most
 //! `probe_backoff_max`; 0 = Algorithm 1 as published); a probe that was used resets the
 //! wait, so a target that really got faster is still followed at eta per period.
+//!
+//! Following a drop is ours too. Algorithm 1 lowers the estimate only through the
+//! window's mean, and never from a period below Omega_min, so a capacity that falls
+//! below the floor (background load on the target's core) is never followed and the
+//! reservations fail while they still fit. The monitor knows more than the total: when a
+//! host that kept commands coming missed its reservation in a period in which some
+//! backlogged host lagged behind its schedule, the target served less than it was asked
+//! (`capacity_bound`). Such a period is a measurement of capacity whatever the floor, and
+//! since reservations are at stake the estimate drops to it at once (the window restarts
+//! from it); probes raise it again if the target recovers.
 
 use std::collections::VecDeque;
 
@@ -52,6 +62,8 @@ pub enum EstimateStep {
     Averaged,
     /// Below the floor: ignored.
     Ignored,
+    /// A capacity-bound period below the estimate: dropped to what was served.
+    Dropped,
     /// Estimation is off.
     Fixed,
 }
@@ -86,12 +98,26 @@ impl CapacityEstimator {
     /// Takes the period's completed work `used`, and whether some host that wanted its
     /// reservation did not get it (`reservation_missed`): only a probe that did harm
     /// like that makes the next one wait.
-    pub fn observe(&mut self, used: u64, reservation_missed: bool) -> EstimateStep {
+    /// `capacity_bound`: the period was limited by the target, not by demand (see the
+    /// module doc); below the estimate it drops the estimate to `used`.
+    pub fn observe(
+        &mut self,
+        used: u64,
+        reservation_missed: bool,
+        capacity_bound: bool,
+    ) -> EstimateStep {
         if !self.enabled {
             return EstimateStep::Fixed;
         }
         let tolerance = mul_div(self.current, self.tolerance_milli, 1000);
         let saturated = used.saturating_add(tolerance) >= self.current;
+        if capacity_bound && !saturated && used > 0 {
+            self.probing = false;
+            self.window.clear();
+            self.window.push_back(used);
+            self.current = used;
+            return EstimateStep::Dropped;
+        }
         if std::mem::take(&mut self.probing) {
             if saturated {
                 // The raised estimate was used: the target has more, probe on.
@@ -177,19 +203,19 @@ mod tests {
     fn saturated_period_raises_by_eta() {
         let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
         assert_eq!(e.floor(), 850);
-        assert_eq!(e.observe(1000, false), EstimateStep::Raised);
+        assert_eq!(e.observe(1000, false, false), EstimateStep::Raised);
         assert_eq!(e.current(), 1010);
     }
 
     #[test]
     fn window_mean_of_the_last_m_periods_above_the_floor() {
         let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
-        assert_eq!(e.observe(900, false), EstimateStep::Averaged);
+        assert_eq!(e.observe(900, false, false), EstimateStep::Averaged);
         assert_eq!(e.current(), 900);
-        assert_eq!(e.observe(870, false), EstimateStep::Averaged);
+        assert_eq!(e.observe(870, false, false), EstimateStep::Averaged);
         assert_eq!(e.current(), 885);
-        e.observe(870, false);
-        e.observe(860, false); // 900 falls out of the window of 3
+        e.observe(870, false, false);
+        e.observe(860, false, false); // 900 falls out of the window of 3
         assert_eq!(e.current(), (870 + 870 + 860) / 3);
     }
 
@@ -207,7 +233,7 @@ mod tests {
         (0..periods)
             .map(|_| {
                 let used = e.current().min(capacity);
-                e.observe(used, true) == EstimateStep::Raised
+                e.observe(used, true, false) == EstimateStep::Raised
             })
             .collect()
     }
@@ -241,12 +267,12 @@ mod tests {
         // Two failed probes build up a wait of 4.
         for _ in 0..6 {
             let used = e.current().min(1000);
-            e.observe(used, true);
+            e.observe(used, true, false);
         }
         // The target gets much faster: after the wait, every period raises by eta.
         let mut raised = 0;
         for _ in 0..12 {
-            if e.observe(e.current(), false) == EstimateStep::Raised {
+            if e.observe(e.current(), false, false) == EstimateStep::Raised {
                 raised += 1;
             }
         }
@@ -258,28 +284,28 @@ mod tests {
     fn a_probe_unused_for_lack_of_demand_does_not_back_off() {
         let c = with_backoff(4);
         let mut e = CapacityEstimator::new(&c, 1000, 0);
-        assert_eq!(e.observe(1000, false), EstimateStep::Raised);
+        assert_eq!(e.observe(1000, false, false), EstimateStep::Raised);
         // Demand fell short of the raised estimate, but every reservation was met.
-        assert_eq!(e.observe(1000, false), EstimateStep::Averaged);
-        assert_eq!(e.observe(1000, false), EstimateStep::Raised);
+        assert_eq!(e.observe(1000, false, false), EstimateStep::Averaged);
+        assert_eq!(e.observe(1000, false, false), EstimateStep::Raised);
     }
 
     #[test]
     fn waiting_periods_still_measure_capacity() {
         let c = with_backoff(4);
         let mut e = CapacityEstimator::new(&c, 1000, 0);
-        assert_eq!(e.observe(1000, false), EstimateStep::Raised); // probe to 1010
-        assert_eq!(e.observe(1000, true), EstimateStep::Averaged); // failed: wait 1
+        assert_eq!(e.observe(1000, false, false), EstimateStep::Raised); // probe to 1010
+        assert_eq!(e.observe(1000, true, false), EstimateStep::Averaged); // failed: wait 1
         assert_eq!(e.current(), 1000);
-        assert_eq!(e.observe(1000, false), EstimateStep::Averaged); // saturated, waiting
+        assert_eq!(e.observe(1000, false, false), EstimateStep::Averaged); // saturated, waiting
         assert_eq!(e.current(), 1000);
-        assert_eq!(e.observe(1000, false), EstimateStep::Raised); // the next probe
+        assert_eq!(e.observe(1000, false, false), EstimateStep::Raised); // the next probe
     }
 
     #[test]
     fn low_demand_periods_are_ignored() {
         let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
-        assert_eq!(e.observe(10, false), EstimateStep::Ignored);
+        assert_eq!(e.observe(10, false, false), EstimateStep::Ignored);
         assert_eq!(e.current(), 1000);
     }
 
@@ -293,7 +319,7 @@ mod tests {
             1000,
             0,
         );
-        assert_eq!(e.observe(1000, true), EstimateStep::Fixed);
+        assert_eq!(e.observe(1000, true, false), EstimateStep::Fixed);
         assert_eq!(e.current(), 1000);
     }
 
@@ -308,5 +334,19 @@ mod tests {
         u.observe(true);
         assert!(!u.flagged(3));
         assert!(!u.flagged(0));
+    }
+
+    #[test]
+    fn a_capacity_bound_period_below_the_floor_drops_the_estimate_at_once() {
+        let mut e = CapacityEstimator::new(&cfg(), 1000, 0);
+        // Below the floor without evidence: a low-demand period, ignored.
+        assert_eq!(e.observe(600, true, false), EstimateStep::Ignored);
+        assert_eq!(e.current(), 1000);
+        // With evidence that the target was the bottleneck: followed at once.
+        assert_eq!(e.observe(600, true, true), EstimateStep::Dropped);
+        assert_eq!(e.current(), 600);
+        // And the window restarts from it: a recovery is followed by probes.
+        assert_eq!(e.observe(600, false, false), EstimateStep::Raised);
+        assert_eq!(e.current(), 610);
     }
 }

@@ -39,6 +39,10 @@ pub struct DomainShared {
     /// closes to every host that is not lagging itself, until the laggards catch up, so
     /// global-token users cannot take their share of the target.
     pub(crate) global_closed: AtomicU64,
+    /// Bit r is set when resource r is shared by weight (`ExcessSharing::Weighted`):
+    /// the monitor moves its global tokens into the hosts' credit at every check
+    /// interval, and no channel takes them from the global pool itself.
+    pub(crate) weighted: AtomicU64,
 }
 
 impl DomainShared {
@@ -56,6 +60,7 @@ impl DomainShared {
             period: AtomicU64::new(period.0),
             budget: [AtomicU64::new(0), AtomicU64::new(0)],
             global_closed: AtomicU64::new(0),
+            weighted: AtomicU64::new(0),
         }
     }
 
@@ -63,6 +68,9 @@ impl DomainShared {
     /// backlogged host lags behind its reservation schedule (reservations first).
     #[inline]
     pub(crate) fn global_open_to(&self, host: &HostShared, r: usize) -> bool {
+        if self.weighted.load(Ordering::Relaxed) & (1 << r) != 0 {
+            return false;
+        }
         self.global_closed.load(Ordering::Acquire) & (1 << r) == 0
             || host.lagging.load(Ordering::Acquire) & (1 << r) != 0
     }
@@ -701,7 +709,9 @@ impl ChannelTokens {
         for r in Resource::ALL {
             let i = r.index();
             if !self.domain.global_open_to(&self.host, i) {
-                // Another host lags behind its reservation: no global tokens for now.
+                // Another host lags behind its reservation, or the monitor shares the
+                // pool by weight (the host's share is in its credit already): nothing
+                // beyond the credit for now.
                 continue;
             }
             let have = self.host.credit[i].load().1;

@@ -6,7 +6,9 @@
 //! - [`admission`]: Haechi's aggregate and local capacity constraints.
 //! - [`ledger`]: the lock-free token ledger the target's poll-group threads share, and
 //!   the per-I/O admission decision ([`ChannelTokens::try_admit`]).
-//! - [`monitor`]: conversion, roll-over, soft grants, capacity estimation, statistics.
+//! - [`monitor`]: conversion, weighted sharing of the excess, tenant groups, roll-over,
+//!   soft grants, capacity estimation, statistics.
+//! - [`share`]: weighted max-min sharing (water-filling).
 //! - [`hold`]: the FIFO of I/O waiting for tokens.
 //! - [`histogram`]: the time I/O spent held, in fixed buckets (statistics).
 //! - [`initiator`]: the cooperative initiator's token engine.
@@ -25,14 +27,18 @@ pub mod latency;
 pub mod ledger;
 pub mod monitor;
 pub mod pacer;
+pub mod share;
 pub mod sync;
 pub mod time;
 pub mod wire;
 
-pub use admission::{AdmissionError, AdmissionReport, Violation, check_admission};
+pub use admission::{
+    AdmissionError, AdmissionReport, Violation, check_admission, check_grouped_admission,
+};
 pub use config::{
-    BatchSize, BudgetClass, Capacity, ConfigError, DomainConfig, EstimatorConfig, HostBudgets,
-    HostConfig, PriorityClass, Rate, RateSet, ReservationRelease, TokenMode,
+    BatchSize, BudgetClass, Capacity, ConfigError, DomainConfig, EstimatorConfig, ExcessSharing,
+    GroupBudgets, GroupConfig, HostBudgets, HostConfig, PriorityClass, Rate, RateSet,
+    ReservationRelease, TokenMode,
 };
 pub use cost::{Amount, CostModel, Direction, IoKind, Resource};
 pub use estimator::CapacityEstimator;

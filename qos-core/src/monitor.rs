@@ -11,16 +11,17 @@ use std::collections::VecDeque;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::admission::{AdmissionError, AdmissionReport, check_admission, local_shortfall};
+use crate::admission::{AdmissionError, AdmissionReport, check_grouped_admission, local_shortfall};
 use crate::config::{
-    BudgetClass, ConfigError, DomainConfig, HostBudgets, HostConfig, PriorityClass,
-    ReservationRelease, TokenMode, UNLIMITED,
+    BudgetClass, ConfigError, DomainConfig, ExcessSharing, GroupBudgets, GroupConfig, HostBudgets,
+    HostConfig, PriorityClass, ReservationRelease, TokenMode, UNLIMITED,
 };
 use crate::cost::{Amount, Resource};
 use crate::estimator::{CapacityEstimator, UnderuseCounter};
 use crate::ledger::{
     ChannelTokens, CounterSnapshot, DomainShared, HostParams, HostShared, clamp_pool,
 };
+use crate::share::{Claim, water_fill};
 use crate::sync::{Arc, Ordering, POOL_MAX};
 use crate::time::{MonotonicClamp, Nanos, mul_div, mul_div_ceil};
 
@@ -48,6 +49,8 @@ pub enum AddHostError {
     Admission(#[from] AdmissionError),
     #[error("host {0} is already configured in this domain; update it instead")]
     Duplicate(String),
+    #[error("group {0} does not exist in this domain; create it first (qos_group_create)")]
+    UnknownGroup(String),
 }
 
 #[derive(Debug, Error)]
@@ -58,11 +61,46 @@ pub enum UpdateHostError {
     Admission(#[from] AdmissionError),
     #[error("host {0} is not configured in this domain")]
     Unknown(String),
+    #[error("group {0} does not exist in this domain; create it first (qos_group_create)")]
+    UnknownGroup(String),
 }
 
 #[derive(Debug, Error)]
 #[error("host {0} is not configured in this domain")]
 pub struct RemoveHostError(pub String);
+
+#[derive(Debug, Error)]
+pub enum AddGroupError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Admission(#[from] AdmissionError),
+    #[error("group {0} already exists in this domain; update it instead")]
+    Duplicate(String),
+    #[error("tenant groups need weighted sharing; set the domain's sharing to weighted first")]
+    NeedsWeightedSharing,
+}
+
+#[derive(Debug, Error)]
+pub enum UpdateGroupError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Admission(#[from] AdmissionError),
+    #[error("group {0} does not exist in this domain")]
+    Unknown(String),
+}
+
+#[derive(Debug, Error)]
+pub enum RemoveGroupError {
+    #[error("group {0} does not exist in this domain")]
+    Unknown(String),
+    #[error(
+        "group {group} still has hosts ({}); move them out first (qos_host_set without --group, or with another group)",
+        .hosts.join(", ")
+    )]
+    HasHosts { group: String, hosts: Vec<String> },
+}
 
 #[derive(Debug, Error)]
 pub enum UpdateDomainError {
@@ -74,6 +112,8 @@ pub enum UpdateDomainError {
     Host { host: String, source: ConfigError },
     #[error("the cost model of a domain cannot change while it exists; create a new domain")]
     CostModelFixed,
+    #[error("the domain has tenant groups, which need weighted sharing; delete them first")]
+    GroupsNeedWeightedSharing,
 }
 
 /// One past period of one host.
@@ -128,13 +168,27 @@ struct HostEntry {
     underuse: UnderuseCounter,
     soft_idle: UnderuseCounter,
     last: CounterSnapshot,
-    /// Commands admitted as of the previous conversion tick.
+    /// Commands admitted, and refusals, as of the previous conversion tick.
     admitted_at_tick: u64,
+    held_at_tick: u64,
     /// When it last had a command outstanding or admitted one.
     last_active: Nanos,
     /// Unused reservation its channels may hold in caches: not counted as lag.
     res_slack: Amount,
     history: VecDeque<PeriodRecord>,
+    /// Index of its group in `Monitor::groups`.
+    group: Option<usize>,
+    /// Idle at the last check interval (its unused reservation may be converted).
+    idle: bool,
+    /// Weighted sharing: most credit it may hold, and its counters at the last share.
+    share_cap: Amount,
+    share_batch: Amount,
+    share_seen_global: [u64; 2],
+    share_seen_res: [u64; 2],
+    share_seen_held: u64,
+    /// Global tokens given to it this period (its share of the excess, and of its
+    /// group's surplus reservation).
+    excess_granted: Amount,
     /// Ended periods since the host was added, by outcome (monotonic).
     period_counts: PeriodCounts,
 }
@@ -159,6 +213,40 @@ impl PeriodCounts {
             (false, true) => &mut self.missed_backlogged,
         } += 1;
     }
+}
+
+/// A tenant group of the domain.
+#[derive(Debug)]
+struct GroupEntry {
+    cfg: GroupConfig,
+    budgets: GroupBudgets,
+    /// The group's reservation beyond its hosts' own, per period (guaranteed to its
+    /// hosts together, released paced and split by weight among the backlogged ones).
+    surplus: Amount,
+    /// Of `surplus`, what was released so far this period.
+    surplus_released: [u64; 2],
+    /// Tokens given to its hosts this period beyond their own reservations: counted
+    /// against the group's limit.
+    given: [u64; 2],
+}
+
+/// Who a top-level claim of the weighted share stands for.
+#[derive(Debug, Clone, Copy)]
+enum Owner {
+    Group(usize),
+    Host(usize),
+}
+
+/// Scratch space of the weighted share, kept between check intervals.
+#[derive(Debug, Default)]
+struct ShareScratch {
+    demand: Vec<u64>,
+    claims: Vec<Claim>,
+    owners: Vec<Owner>,
+    parts: Vec<u64>,
+    members: Vec<usize>,
+    member_claims: Vec<Claim>,
+    member_parts: Vec<u64>,
 }
 
 /// Token bookkeeping for the conservation checks: every token the monitor creates or
@@ -190,6 +278,13 @@ pub struct Monitor {
     audit: Audit,
     /// NQNs for period reports; dropped when hosts are added or removed.
     nqns_cache: Option<std::sync::Arc<[String]>>,
+    groups: Vec<GroupEntry>,
+    /// When the weighted share last ran.
+    last_share: Nanos,
+    /// Bit r: some backlogged host lagged behind its reservation in resource r at some
+    /// check interval of this period (evidence for the capacity estimator).
+    lag_seen: u64,
+    scratch: ShareScratch,
 }
 
 impl Monitor {
@@ -216,6 +311,10 @@ impl Monitor {
             converting: false,
             audit: Audit::default(),
             nqns_cache: None,
+            groups: Vec::new(),
+            last_share: now,
+            lag_seen: 0,
+            scratch: ShareScratch::default(),
             cfg,
         };
         m.start_period(now);
@@ -268,26 +367,125 @@ impl Monitor {
         self.hosts.iter().position(|h| h.cfg.host_nqn == nqn)
     }
 
-    /// Admission check of the current host set with one host replaced or added.
+    /// Admission check of the current host and group set with one host (with its
+    /// group) and/or one group replaced or added.
     fn admit(
         &self,
-        replace: Option<(&str, &HostBudgets)>,
+        host: Option<(&str, &HostBudgets, Option<&str>)>,
+        group: Option<(&str, &GroupBudgets)>,
     ) -> Result<AdmissionReport, AdmissionError> {
-        let mut list: Vec<(&str, &HostBudgets)> = self
+        let mut list: Vec<(&str, &HostBudgets, Option<&str>)> = self
             .hosts
             .iter()
-            .filter(|h| replace.is_none_or(|(n, _)| n != h.cfg.host_nqn))
-            .map(|h| (h.cfg.host_nqn.as_str(), &h.budgets))
+            .filter(|h| host.is_none_or(|(n, _, _)| n != h.cfg.host_nqn))
+            .map(|h| (h.cfg.host_nqn.as_str(), &h.budgets, h.cfg.group.as_deref()))
             .collect();
-        if let Some(r) = replace {
+        if let Some(r) = host {
             list.push(r);
         }
-        check_admission(&self.cfg, list)
+        let mut groups: Vec<(&str, &GroupBudgets)> = self
+            .groups
+            .iter()
+            .filter(|g| group.is_none_or(|(n, _)| n != g.cfg.name))
+            .map(|g| (g.cfg.name.as_str(), &g.budgets))
+            .collect();
+        if let Some(g) = group {
+            groups.push(g);
+        }
+        check_grouped_admission(&self.cfg, list, &groups)
     }
 
     /// Admission report of the current host set.
     pub fn admission(&self) -> Result<AdmissionReport, AdmissionError> {
-        self.admit(None)
+        self.admit(None, None)
+    }
+
+    fn find_group(&self, name: &str) -> Option<usize> {
+        self.groups.iter().position(|g| g.cfg.name == name)
+    }
+
+    /// The groups' settings, in creation order.
+    pub fn group_configs(&self) -> impl Iterator<Item = &GroupConfig> {
+        self.groups.iter().map(|g| &g.cfg)
+    }
+
+    /// Creates a tenant group. Its reservation is set aside from the next check
+    /// interval on (the global pool is recomputed then).
+    pub fn add_group(&mut self, cfg: GroupConfig, now: Nanos) -> Result<(), AddGroupError> {
+        self.clock.observe(now);
+        if self.cfg.sharing != ExcessSharing::Weighted {
+            return Err(AddGroupError::NeedsWeightedSharing);
+        }
+        if self.find_group(&cfg.name).is_some() {
+            return Err(AddGroupError::Duplicate(cfg.name));
+        }
+        let budgets = cfg.budgets(&self.cfg)?;
+        self.admit(None, Some((&cfg.name, &budgets)))?;
+        self.groups.push(GroupEntry {
+            cfg,
+            budgets,
+            surplus: Amount::ZERO,
+            surplus_released: [0; 2],
+            given: [0; 2],
+        });
+        self.refresh_groups();
+        Ok(())
+    }
+
+    /// Changes a group's reservation, limit or weight in place.
+    pub fn update_group(&mut self, cfg: GroupConfig, now: Nanos) -> Result<(), UpdateGroupError> {
+        self.clock.observe(now);
+        let g = self
+            .find_group(&cfg.name)
+            .ok_or_else(|| UpdateGroupError::Unknown(cfg.name.clone()))?;
+        let budgets = cfg.budgets(&self.cfg)?;
+        self.admit(None, Some((&cfg.name, &budgets)))?;
+        self.groups[g].cfg = cfg;
+        self.groups[g].budgets = budgets;
+        self.refresh_groups();
+        Ok(())
+    }
+
+    /// Deletes a group that has no hosts left.
+    pub fn remove_group(&mut self, name: &str, now: Nanos) -> Result<(), RemoveGroupError> {
+        self.clock.observe(now);
+        let g = self
+            .find_group(name)
+            .ok_or_else(|| RemoveGroupError::Unknown(name.to_string()))?;
+        let hosts: Vec<String> = self
+            .hosts
+            .iter()
+            .filter(|h| h.group == Some(g))
+            .map(|h| h.cfg.host_nqn.clone())
+            .collect();
+        if !hosts.is_empty() {
+            return Err(RemoveGroupError::HasHosts {
+                group: name.to_string(),
+                hosts,
+            });
+        }
+        self.groups.remove(g);
+        self.refresh_groups();
+        Ok(())
+    }
+
+    /// Re-resolves every host's group index and each group's surplus reservation
+    /// (after any change of hosts or groups).
+    fn refresh_groups(&mut self) {
+        for g in &mut self.groups {
+            g.surplus = g.budgets.reservation;
+        }
+        for h in &mut self.hosts {
+            h.group = h
+                .cfg
+                .group
+                .as_deref()
+                .and_then(|n| self.groups.iter().position(|g| g.cfg.name == n));
+            if let Some(g) = h.group {
+                let s = &mut self.groups[g].surplus;
+                *s = s.saturating_sub(h.budgets.reservation_total());
+            }
+        }
     }
 
     /// Adds a host. Its reservation and limit start prorated to the rest of the period.
@@ -301,7 +499,12 @@ impl Monitor {
             return Err(AddHostError::Duplicate(cfg.host_nqn));
         }
         let budgets = cfg.budgets(&self.cfg)?;
-        self.admit(Some((&cfg.host_nqn, &budgets)))?;
+        if let Some(g) = cfg.group.as_deref()
+            && self.find_group(g).is_none()
+        {
+            return Err(AddHostError::UnknownGroup(g.to_string()));
+        }
+        self.admit(Some((&cfg.host_nqn, &budgets, cfg.group.as_deref())), None)?;
         let id = self.next_host_id;
         self.next_host_id += 1;
         let shared = Arc::new(HostShared::new(
@@ -320,12 +523,22 @@ impl Monitor {
             soft_idle: UnderuseCounter::default(),
             last,
             admitted_at_tick: 0,
+            held_at_tick: 0,
             last_active: now,
             res_slack: Amount::ZERO,
             history: VecDeque::new(),
             period_counts: PeriodCounts::default(),
+            group: None,
+            idle: false,
+            share_cap: Amount::ZERO,
+            share_batch: Amount::ZERO,
+            share_seen_global: [0; 2],
+            share_seen_res: [0; 2],
+            share_seen_held: 0,
+            excess_granted: Amount::ZERO,
         });
         self.nqns_cache = None;
+        self.refresh_groups();
         let i = self.hosts.len() - 1;
         let left = self.left_fraction(now);
         self.arm_host(i, left);
@@ -347,7 +560,12 @@ impl Monitor {
             .find(&cfg.host_nqn)
             .ok_or_else(|| UpdateHostError::Unknown(cfg.host_nqn.clone()))?;
         let budgets = cfg.budgets(&self.cfg)?;
-        self.admit(Some((&cfg.host_nqn, &budgets)))?;
+        if let Some(g) = cfg.group.as_deref()
+            && self.find_group(g).is_none()
+        {
+            return Err(UpdateHostError::UnknownGroup(g.to_string()));
+        }
+        self.admit(Some((&cfg.host_nqn, &budgets, cfg.group.as_deref())), None)?;
         let (num, den) = self.left_fraction(now);
         let tag = self.tag();
         let h = &mut self.hosts[i];
@@ -399,6 +617,7 @@ impl Monitor {
         for (r, d) in global_delta.into_iter().enumerate() {
             self.move_global(r, d);
         }
+        self.refresh_groups();
         self.refresh_all_params();
         Ok(())
     }
@@ -425,6 +644,7 @@ impl Monitor {
         }
         h.shared.write_params(&self.best_effort_params());
         self.detached.push(h.shared);
+        self.refresh_groups();
         self.refresh_all_params();
         Ok(())
     }
@@ -452,12 +672,33 @@ impl Monitor {
                 })?;
             budgets.push(b);
         }
-        check_admission(
+        if cfg.sharing != ExcessSharing::Weighted && !self.groups.is_empty() {
+            return Err(UpdateDomainError::GroupsNeedWeightedSharing);
+        }
+        let mut group_budgets = Vec::with_capacity(self.groups.len());
+        for g in &self.groups {
+            group_budgets.push(
+                g.cfg
+                    .budgets(&cfg)
+                    .map_err(|source| UpdateDomainError::Host {
+                        host: format!("group {}", g.cfg.name),
+                        source,
+                    })?,
+            );
+        }
+        let groups: Vec<(&str, &GroupBudgets)> = self
+            .groups
+            .iter()
+            .zip(&group_budgets)
+            .map(|(g, b)| (g.cfg.name.as_str(), b))
+            .collect();
+        check_grouped_admission(
             &cfg,
             self.hosts
                 .iter()
                 .zip(&budgets)
-                .map(|(h, b)| (h.cfg.host_nqn.as_str(), b)),
+                .map(|(h, b)| (h.cfg.host_nqn.as_str(), b, h.cfg.group.as_deref())),
+            &groups,
         )?;
         let capacity_changed = cfg.capacity != self.cfg.capacity || cfg.period != self.cfg.period;
         self.cfg = cfg;
@@ -467,6 +708,10 @@ impl Monitor {
         for (h, b) in self.hosts.iter_mut().zip(budgets) {
             h.budgets = b;
         }
+        for (g, b) in self.groups.iter_mut().zip(group_budgets) {
+            g.budgets = b;
+        }
+        self.refresh_groups();
         self.shared
             .period
             .store(self.cfg.period.0, Ordering::Release);
@@ -553,6 +798,11 @@ impl Monitor {
         let tag = self.tag();
         let paced = self.cfg.release == ReservationRelease::Paced;
         let conversion = self.cfg.mode == TokenMode::Haechi;
+        let weighted = self.cfg.sharing == ExcessSharing::Weighted;
+        // Weighted sharing moves global tokens to the hosts itself: always convert.
+        if conversion && weighted {
+            self.converting = true;
+        }
         if conversion && !self.converting {
             // Step S2: nothing to convert until some host has dipped into the pool.
             let avail = self.shared.global_available();
@@ -561,7 +811,7 @@ impl Monitor {
             }
         }
         let convert = conversion && self.converting;
-        if !convert && !paced {
+        if !convert && !paced && !weighted {
             return;
         }
         let (num, den) = self.left_fraction(now);
@@ -593,11 +843,17 @@ impl Monitor {
             }
             // Idle: nothing outstanding and nothing admitted for IDLE_INTERVALS check
             // intervals (a host whose commands are still on their way is not idle).
-            if c.outstanding() > 0 || c.admitted_ios != h.admitted_at_tick {
+            // A command refused since the last tick counts too: the host is asking.
+            if c.outstanding() > 0
+                || c.admitted_ios != h.admitted_at_tick
+                || c.held_events != h.held_at_tick
+            {
                 h.last_active = now;
             }
             h.admitted_at_tick = c.admitted_ios;
+            h.held_at_tick = c.held_events;
             let idle = now.saturating_sub(h.last_active) >= idle_after;
+            h.idle = idle;
             let in_flight = c.in_flight();
             let pools = if h.budgets.together { 1 } else { 2 };
             let mut lag = 0u64;
@@ -636,9 +892,33 @@ impl Monitor {
             }
         }
         self.shared.global_closed.store(closed, Ordering::Release);
-        if !convert {
-            return;
+        self.lag_seen |= closed;
+        // Group reservations not released yet are promised, like hosts' residuals.
+        for g in &self.groups {
+            for (r, out) in outstanding.iter_mut().enumerate() {
+                *out = out.saturating_add(mul_div(g.surplus.get(RES[r]), num, den));
+            }
         }
+        if convert {
+            self.set_global_pool(num, den, outstanding, in_flight_all, used);
+        }
+        if weighted {
+            self.share_excess(now, (num, den), closed);
+        }
+    }
+
+    /// The global pool becomes what the rest of the period can serve beyond what is
+    /// promised or in flight (`outstanding`), and never more than the period's unspent
+    /// budget.
+    fn set_global_pool(
+        &mut self,
+        num: u64,
+        den: u64,
+        outstanding: [u64; 2],
+        in_flight_all: [u64; 2],
+        used: [u64; 2],
+    ) {
+        let tag = self.tag();
         for r in 0..2 {
             let remaining = mul_div(self.budget.get(RES[r]), num, den);
             // Never more in a period than its budget: a target faster than its
@@ -655,6 +935,227 @@ impl Monitor {
                 self.audit.issued[r] += g as i128 - old as i128;
             }
         }
+    }
+
+    /// Weighted sharing (one check interval): releases a slice of the global pool (the
+    /// pool spread evenly over the rest of the period) and splits it by weighted max-min
+    /// fairness into the hosts' credit: first each group's surplus reservation among
+    /// its hosts, then the slice among groups and lone hosts by their weights, then each
+    /// group's part among its hosts by theirs, within its limit. A host's demand is
+    /// unbounded while it has commands held (it is backlogged), else twice what it took
+    /// in the last interval plus a batch (so it can grow), and never more than the room
+    /// left under its credit cap; a host that wants less leaves the rest to the others.
+    /// While a backlogged host lags behind its reservation, only lagging hosts get
+    /// anything (reservations first).
+    fn share_excess(&mut self, now: Nanos, (num, den): (u64, u64), closed: u64) {
+        let dt = now.saturating_sub(self.last_share).0;
+        self.last_share = now;
+        let mask = self.shared.weighted.load(Ordering::Relaxed);
+        if dt == 0 || mask == 0 {
+            return;
+        }
+        let tag = self.tag();
+        let elapsed = den - num;
+        let burst = self.cfg.release_burst().0;
+        let mut sc = std::mem::take(&mut self.scratch);
+        let snaps: Vec<CounterSnapshot> = self.hosts.iter().map(|h| h.shared.counters()).collect();
+        let mut res_used = [0u64; 2];
+        for (h, c) in self.hosts.iter().zip(&snaps) {
+            for (r, used) in res_used.iter_mut().enumerate() {
+                *used += c
+                    .consumed_res
+                    .get(RES[r])
+                    .saturating_sub(h.share_seen_res[r]);
+            }
+        }
+        for r in 0..2 {
+            if mask & (1 << r) == 0 {
+                continue;
+            }
+            sc.demand.clear();
+            for (h, c) in self.hosts.iter().zip(&snaps) {
+                let lag_ok = closed & (1 << r) == 0
+                    || h.shared.lagging.load(Ordering::Relaxed) & (1 << r) != 0;
+                if h.idle || !lag_ok {
+                    sc.demand.push(0);
+                    continue;
+                }
+                let took = c.consumed_global.get(RES[r]) - h.share_seen_global[r];
+                let held = c.held_now > 0 || c.held_events != h.share_seen_held;
+                let have = h.shared.credit[r]
+                    .load()
+                    .1
+                    .saturating_add(c.cached_global.get(RES[r]));
+                let room = h.share_cap.get(RES[r]).saturating_sub(have);
+                let want = if held {
+                    u64::MAX
+                } else {
+                    took.saturating_mul(2)
+                        .saturating_add(h.share_batch.get(RES[r]))
+                };
+                sc.demand.push(want.min(room));
+            }
+            // Each group's surplus reservation, released paced, to its own hosts.
+            let mut surplus_given = 0u64;
+            for g in 0..self.groups.len() {
+                let surplus = self.groups[g].surplus.get(RES[r]);
+                if surplus == 0 {
+                    continue;
+                }
+                let due = mul_div_ceil(surplus, elapsed.saturating_add(burst).min(den), den);
+                let slice = due.saturating_sub(self.groups[g].surplus_released[r]);
+                self.groups[g].surplus_released[r] = due.max(self.groups[g].surplus_released[r]);
+                if slice == 0 {
+                    continue;
+                }
+                let left = self.fill_group(g, r, slice, tag, &mut sc, false);
+                surplus_given += slice - left;
+                // Nobody of the group can use it now: it joins the unreserved pool.
+                self.move_global(r, left as i128);
+            }
+            // The slice of the global pool for this interval.
+            let pool = self.shared.global[r].load().1;
+            // What the target can serve in the next interval beyond what reservations
+            // used in the last one (an idle host's reservation is the others' to use),
+            // and never more than the pool.
+            let fresh = mul_div(self.budget.get(RES[r]), dt, den)
+                .saturating_sub(res_used[r])
+                .saturating_sub(surplus_given);
+            let pot = pool.min(fresh);
+            if pot == 0 {
+                continue;
+            }
+            sc.claims.clear();
+            sc.owners.clear();
+            for (g, ge) in self.groups.iter().enumerate() {
+                let lim = ge.budgets.limit.get(RES[r]);
+                let room = if lim == UNLIMITED {
+                    u64::MAX
+                } else {
+                    let own: u64 = self
+                        .hosts
+                        .iter()
+                        .filter(|h| h.group == Some(g))
+                        .map(|h| h.period_res[0].get(RES[r]) + h.period_res[1].get(RES[r]))
+                        .sum();
+                    let allowed = mul_div(
+                        lim.saturating_sub(own),
+                        elapsed.saturating_add(burst).min(den),
+                        den,
+                    );
+                    allowed.saturating_sub(ge.given[r])
+                };
+                let want = self
+                    .hosts
+                    .iter()
+                    .zip(&sc.demand)
+                    .filter(|(h, _)| h.group == Some(g))
+                    .fold(0u64, |a, (_, &d)| a.saturating_add(d));
+                sc.claims.push(Claim {
+                    weight: ge.budgets.weight as u64,
+                    demand: want.min(room),
+                });
+                sc.owners.push(Owner::Group(g));
+            }
+            for (i, h) in self.hosts.iter().enumerate() {
+                if h.group.is_none() {
+                    sc.claims.push(Claim {
+                        weight: h.budgets.weight as u64,
+                        demand: sc.demand[i],
+                    });
+                    sc.owners.push(Owner::Host(i));
+                }
+            }
+            sc.parts.clear();
+            sc.parts.resize(sc.claims.len(), 0);
+            water_fill(pot, &sc.claims, &mut sc.parts);
+            for k in 0..sc.owners.len() {
+                let part = sc.parts[k];
+                if part == 0 {
+                    continue;
+                }
+                match sc.owners[k] {
+                    Owner::Group(g) => {
+                        self.fill_group(g, r, part, tag, &mut sc, true);
+                    }
+                    Owner::Host(i) => {
+                        self.grant_from_global(i, r, part, tag);
+                    }
+                }
+            }
+        }
+        for (h, c) in self.hosts.iter_mut().zip(&snaps) {
+            h.share_seen_global = [c.consumed_global.ops, c.consumed_global.bytes];
+            h.share_seen_res = [c.consumed_res.ops, c.consumed_res.bytes];
+            h.share_seen_held = c.held_events;
+        }
+        self.scratch = sc;
+    }
+
+    /// Splits `amount` of resource `r` among group `g`'s hosts by weight and their
+    /// demands (in `sc.demand`, lowered by what they get). From the global pool when
+    /// `from_global`, else newly issued (the group's surplus reservation). Returns what
+    /// none of them could take.
+    fn fill_group(
+        &mut self,
+        g: usize,
+        r: usize,
+        amount: u64,
+        tag: u16,
+        sc: &mut ShareScratch,
+        from_global: bool,
+    ) -> u64 {
+        sc.members.clear();
+        sc.member_claims.clear();
+        for (i, h) in self.hosts.iter().enumerate() {
+            if h.group == Some(g) {
+                sc.members.push(i);
+                sc.member_claims.push(Claim {
+                    weight: h.budgets.weight as u64,
+                    demand: sc.demand[i],
+                });
+            }
+        }
+        sc.member_parts.clear();
+        sc.member_parts.resize(sc.members.len(), 0);
+        let mut left = water_fill(amount, &sc.member_claims, &mut sc.member_parts);
+        for k in 0..sc.members.len() {
+            let (i, part) = (sc.members[k], sc.member_parts[k]);
+            if part == 0 {
+                continue;
+            }
+            let got = if from_global {
+                self.grant_from_global(i, r, part, tag)
+            } else if self.hosts[i].shared.credit[r].give(tag, part) {
+                self.audit.issued[r] += part as i128;
+                let h = &mut self.hosts[i];
+                h.excess_granted
+                    .set(RES[r], h.excess_granted.get(RES[r]) + part);
+                part
+            } else {
+                0
+            };
+            left += part - got;
+            sc.demand[i] = sc.demand[i].saturating_sub(got);
+            self.groups[g].given[r] += got;
+        }
+        left
+    }
+
+    /// Moves up to `amount` global tokens of resource `r` into host `i`'s credit.
+    fn grant_from_global(&mut self, i: usize, r: usize, amount: u64, tag: u16) -> u64 {
+        let got = self.shared.global[r].take(tag, amount);
+        if got == 0 {
+            return 0;
+        }
+        let h = &mut self.hosts[i];
+        if !h.shared.credit[r].give(tag, got) {
+            self.shared.global[r].give(tag, got);
+            return 0;
+        }
+        h.excess_granted
+            .set(RES[r], h.excess_granted.get(RES[r]) + got);
+        got
     }
 
     /// Ends the current period at `start` (the new period's start) and arms the next.
@@ -706,7 +1207,12 @@ impl Monitor {
         }
         let report_budget = self.budget;
         for r in Resource::ALL {
-            self.estimators[r.index()].observe(used.get(r), reservation_missed[r.index()]);
+            let i = r.index();
+            // A reservation missed by a host that kept commands coming, in a period in
+            // which some backlogged host lagged behind its schedule: the target served
+            // less than it was asked, so what it served is its capacity now.
+            let capacity_bound = reservation_missed[i] && self.lag_seen & (1 << i) != 0;
+            self.estimators[i].observe(used.get(r), reservation_missed[i], capacity_bound);
         }
         let ended_epoch = self.epoch;
         let ended_start = self.period_start;
@@ -741,7 +1247,26 @@ impl Monitor {
             a.saturating_add(h.period_res[0])
                 .saturating_add(h.period_res[1])
         });
+        let reserved = self
+            .groups
+            .iter()
+            .fold(reserved, |a, g| a.saturating_add(g.surplus));
         let global = self.budget.saturating_sub(reserved);
+        for g in &mut self.groups {
+            g.given = [0; 2];
+            g.surplus_released = [0; 2];
+        }
+        for h in &mut self.hosts {
+            h.excess_granted = Amount::ZERO;
+        }
+        self.last_share = start;
+        self.lag_seen = 0;
+        let weighted = if self.cfg.sharing == ExcessSharing::Weighted {
+            1 | ((cap.bytes != u64::MAX) as u64) << 1
+        } else {
+            0
+        };
+        self.shared.weighted.store(weighted, Ordering::Release);
         // The global pool first, so a channel that already sees the new period finds it.
         for r in 0..2 {
             let (t, old) = self.shared.global[r].replace(tag, global.get(RES[r]));
@@ -905,6 +1430,19 @@ impl Monitor {
             .unwrap_or(1)
             .max(1) as u64;
         let capacity = self.clamp_capacity();
+        // Four check intervals of the whole capacity: a host may hold that much credit.
+        let per_tick = Amount::new(
+            mul_div(
+                capacity.ops,
+                4 * self.cfg.check_interval.0,
+                self.cfg.period.0,
+            ),
+            mul_div(
+                capacity.bytes,
+                4 * self.cfg.check_interval.0,
+                self.cfg.period.0,
+            ),
+        );
         for h in &mut self.hosts {
             let b = &h.budgets;
             let mut mask = 0u8;
@@ -919,9 +1457,20 @@ impl Monitor {
                     }
                 }
             }
-            let global_batch = Amount::new(
-                mul_div(batch.ops, b.weight as u64, max_w).max(1),
-                mul_div(batch.bytes, b.weight as u64, max_w).max(1),
+            // First come: weight scales the batch (a heavier host asks for more at a
+            // time). Weighted: the monitor shares by weight; batches stay whole.
+            let global_batch = if self.cfg.sharing == ExcessSharing::Weighted {
+                batch
+            } else {
+                Amount::new(
+                    mul_div(batch.ops, b.weight as u64, max_w).max(1),
+                    mul_div(batch.bytes, b.weight as u64, max_w).max(1),
+                )
+            };
+            h.share_batch = global_batch;
+            h.share_cap = Amount::new(
+                global_batch.ops.saturating_mul(4).max(per_tick.ops),
+                global_batch.bytes.saturating_mul(4).max(per_tick.bytes),
             );
             let mut res_batch = Amount::ZERO;
             for r in Resource::ALL {
@@ -946,10 +1495,7 @@ impl Monitor {
                 global_batch,
                 limit_batch,
                 capacity,
-                credit_cap: Amount::new(
-                    global_batch.ops.saturating_mul(4),
-                    global_batch.bytes.saturating_mul(4),
-                ),
+                credit_cap: h.share_cap,
                 pool_res: h.period_res,
                 configured: true,
             };

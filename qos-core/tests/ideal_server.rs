@@ -153,11 +153,13 @@ fn conversion_gives_unused_reservation_to_busy_hosts() {
 }
 
 /// A 20% fixed batch and several channels: tokens cached at a roll-over expire, and
-/// the books still balance.
+/// the books still balance. (Large global batches are taken from the pool by the
+/// channels themselves only when sharing is first come.)
 #[test]
 fn large_batches_balance_the_books() {
     let mut d = domain(20_000, TokenMode::Haechi);
     d.release = ReservationRelease::Start;
+    d.sharing = qos_core::ExcessSharing::FirstCome;
     d.global_batch = BatchSize::Fixed {
         ops: 400,
         bytes: 1 << 30,

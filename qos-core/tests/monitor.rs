@@ -4,8 +4,8 @@
 use qos_core::config::MIB;
 use qos_core::wire::{self, Request};
 use qos_core::{
-    Amount, BatchSize, Capacity, DomainConfig, EstimatorConfig, HoldQueue, HostConfig, IoKind,
-    Monitor, Nanos, PriorityClass, Rate, ReservationRelease, TokenMode,
+    Amount, BatchSize, Capacity, DomainConfig, EstimatorConfig, ExcessSharing, HoldQueue,
+    HostConfig, IoKind, Monitor, Nanos, PriorityClass, Rate, ReservationRelease, TokenMode,
 };
 
 const T0: Nanos = Nanos::from_secs(100);
@@ -28,8 +28,11 @@ fn domain(iops: u64) -> DomainConfig {
             enabled: false,
             ..Default::default()
         },
-        // Haechi's own release: the whole reservation at the period start.
+        // Haechi's own release: the whole reservation at the period start, and its
+        // own sharing: any host takes global tokens (weighted sharing is tested in
+        // tests/weighted.rs).
         release: ReservationRelease::Start,
+        sharing: ExcessSharing::FirstCome,
         ..DomainConfig::default()
     }
 }

@@ -201,7 +201,15 @@ impl Sim {
         }
         let global = self.monitor.shared().global_available().ops as i128;
         // Caches hold at most a batch per channel: Haechi's clients hold batches too.
-        let bound = remaining.max(res);
+        // Weighted sharing hands each check interval's slice out at its start, so the
+        // hosts' credit may run one interval of capacity ahead of the clock.
+        let ahead = if cfg.sharing == qos_core::ExcessSharing::Weighted {
+            (self.monitor.budget().ops as u128 * cfg.check_interval.0 as u128
+                / cfg.period.0 as u128) as i128
+        } else {
+            0
+        };
+        let bound = remaining.max(res) + ahead;
         self.max_excess = self.max_excess.max(global + res - bound);
         let _ = cached;
     }
