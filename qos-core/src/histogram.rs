@@ -186,7 +186,8 @@ mod tests {
         assert_eq!(shared.snapshot(), s);
     }
 
-    /// Through the real path: a host limited to 10 commands per 1 s period, its
+    /// Through the real path: a host reserved and limited to 10 commands per 1 s period
+    /// (released at the period start), its
     /// commands going through a `HoldQueue` and `ChannelTokens`, the monitor's stats.
     #[test]
     fn held_commands_are_timed_and_periods_counted() {
@@ -201,8 +202,13 @@ mod tests {
         };
         let t0 = Nanos::from_secs(1);
         let mut m = Monitor::new(cfg, t0).unwrap();
-        m.add_host(HostConfig::new("nqn.test:h").with_limit(Rate::iops(10)), t0)
-            .unwrap();
+        m.add_host(
+            HostConfig::new("nqn.test:h")
+                .with_reservation(Rate::iops(10))
+                .with_limit(Rate::iops(10)),
+            t0,
+        )
+        .unwrap();
         let mut ch = m.channel("nqn.test:h").unwrap();
         let mut q: HoldQueue<u32> = HoldQueue::new();
         let mut sent = 0;
@@ -240,8 +246,9 @@ mod tests {
         );
         assert_eq!(h.held_time.cumulative[i_1s + 1], 15);
         assert_eq!(h.held_time.sum_ns, 5 * 1_200_000_000);
-        // One period ended; the host has no reservation, so it met it, backlogged.
-        assert_eq!(h.period_counts.met_backlogged, 1);
+        // One period ended: the host completed nothing (no completions recorded), so it
+        // missed its reservation, backlogged.
+        assert_eq!(h.period_counts.missed_backlogged, 1);
         assert_eq!(h.period_counts.met + h.period_counts.missed, 0);
         assert!(
             h.hold_events_total >= 1,
