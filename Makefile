@@ -31,6 +31,9 @@ $(VENV)/.installed: rpc-scripts/requirements-test.txt exporter/requirements.txt
 # dashboard's queries against the exporter's metric names. The test against a real
 # nvmf_tgt runs where SPDK is present (see test-spdk's definition below).
 test-exporter: $(VENV)/.installed
+ifneq ($(SPDK_FOUND),)
+	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin
+endif
 	SPDK_DIR="$(SPDK_DIR)" $(VENV)/bin/python -m pytest -q -rs exporter/tests
 
 # Serve the QoS statistics of the SPDK application at RPC_SOCKET for Prometheus.
