@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from nvmf_qos_exporter import Client  # noqa: E402  (spdk.rpc's client, linear receive)
+from nvmf_qos_exporter import Client
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
