@@ -132,6 +132,21 @@ def target(tmp_path, spdk_lock, hugepages):
             os.unlink(sock)
 
 
+def screenshot(prom, exprs, path):
+    """Prometheus's graph page with `exprs`, drawn by headless Chromium (Debian's
+    `chromium`)."""
+    import shutil
+    import urllib.parse
+    q = {'g%d.%s' % (i, k): v for i, e in enumerate(exprs)
+         for k, v in (('expr', e), ('tab', '0'), ('range_input', '1m'), ('stacked', '0'))}
+    url = prom.url + '/graph?' + urllib.parse.urlencode(q)
+    chromium = shutil.which('chromium') or shutil.which('chromium-browser')
+    assert chromium, 'QOS_SCREENSHOT needs chromium (apt-get install chromium)'
+    subprocess.run([chromium, '--headless', '--no-sandbox', '--disable-gpu', '--hide-scrollbars',
+                    '--window-size=1400,1420', '--virtual-time-budget=8000', '--screenshot=' + os.path.abspath(path),
+                    url], check=True, capture_output=True, timeout=120)
+
+
 def test_prometheus_follows_a_real_target_under_load(target, tmp_path):
     sock, c = target
     c.call('bdev_malloc_create', {'name': 'Malloc0', 'num_blocks': 65536, 'block_size': 512})
@@ -162,15 +177,27 @@ def test_prometheus_follows_a_real_target_under_load(target, tmp_path):
         rate = 'rate(nvmf_qos_host_completed_ios_total%s[4s])' % sel
         p90 = 'histogram_quantile(0.9, rate(nvmf_qos_host_held_seconds_bucket%s[4s]))' % sel
 
+        # Longer phases when the run is drawn for the docs.
+        dwell = 12 if os.environ.get('QOS_SCREENSHOT') else 0
         # 1. Limited to 1000 IOPS with 16 commands outstanding: most I/O waits.
         r1 = prom.wait_for(rate, lambda r: r and 800 <= r[0][1] <= 1150, timeout=40)
         h1 = prom.wait_for(p90, lambda r: r and r[0][1] >= 0.001, timeout=20)
         thr = prom.wait_for('rate(nvmf_qos_host_throttled_ios_total%s[4s])' % sel,
                             lambda r: r and r[0][1] > 100, timeout=20)
+        time.sleep(dwell)
+        watch = os.environ.get('QOS_WATCH_OUT')
+        if watch:  # for docs/operations.md: the live view, against this target
+            env = dict(os.environ, PYTHONPATH=os.path.join(REPO, 'rpc-scripts'))
+            out = subprocess.run([os.path.join(os.path.dirname(sys.executable), 'spdk-rpc'), '-s', sock,
+                                  '--plugin', 'qos_rpc', 'qos_stats_get', '--table', '--watch', '2',
+                                  '--iterations', '2'], env=env, capture_output=True, text=True, timeout=30)
+            with open(watch, 'w') as f:
+                f.write(out.stdout + out.stderr)
         # 2. The limit goes up to 4000: the rate follows, the held time falls.
         c.call('qos_host_set', {'domain': 'd0', 'host_nqn': HOST, 'min_iops': 500, 'max_iops': 4000})
         r2 = prom.wait_for(rate, lambda r: r and r[0][1] >= 3000, timeout=30)
         h2 = prom.wait_for(p90, lambda r: r and r[0][1] < h1[0][1], timeout=20)
+        time.sleep(dwell)
         periods = prom.query('sum(nvmf_qos_host_periods_total%s)' % sel)
         assert periods and periods[0][1] > 10
         est = prom.query('nvmf_qos_domain_capacity_estimate_iops{domain="d0"}')
@@ -178,6 +205,10 @@ def test_prometheus_follows_a_real_target_under_load(target, tmp_path):
         # 3. The load stops: the rate falls to zero.
         perf.stop()
         r3 = prom.wait_for(rate, lambda r: r and r[0][1] < 1, timeout=30)
+        time.sleep(dwell / 2)
+        shot = os.environ.get('QOS_SCREENSHOT')
+        if shot:  # for docs/operations.md: Prometheus's own graph page
+            screenshot(prom, [rate, p90], shot)
         print('\nrate at max 1000: %.0f/s, held p90 %.4f s, throttled %.0f/s; at max 4000: %.0f/s, held p90 %.5f s; '
               'after the load: %.1f/s' % (r1[0][1], h1[0][1], thr[0][1], r2[0][1], h2[0][1], r3[0][1]))
     finally:
