@@ -210,7 +210,8 @@ class QosCollector(Collector):
                 c[name] = CounterMetricFamily(PREFIX + '_' + name, text, labels=labels)
             return c[name]
 
-        with_group = any('group' in h for d in domains for h in d.get('hosts') or [])
+        # A `group` label as soon as some host is in a tenant group (hosts outside groups: '').
+        with_group = any(h.get('group') for d in domains for h in d.get('hosts') or [])
         host_labels = ['domain', 'host_nqn'] + (['group'] if with_group else [])
         held = HistogramMetricFamily(PREFIX + '_host_held_seconds',
                                      'Time I/O spent held by QoS before going to the base bdev '

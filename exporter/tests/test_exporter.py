@@ -68,13 +68,17 @@ def test_target_metrics_names_labels_and_histogram(stub):
     assert buckets[-1] == ('+Inf', 1000)
     assert value(m, 'nvmf_qos_host_held_seconds_count', host_nqn='nqn.h1') == 1000
     assert abs(value(m, 'nvmf_qos_host_held_seconds_sum', host_nqn='nqn.h1') - 0.004) < 1e-12
-    # No group label unless the target reports groups.
+    # No group label unless some host is in a group.
     assert 'group=' not in text
+    h1['group'] = h2['group'] = None
+    s2 = stub({'qos_stats_get': [domain('d0', [h1, h2])]})
+    assert 'group=' not in scrape(s2.path)[0]
 
 
 def test_group_label_when_the_target_reports_groups(stub):
     h1 = host('nqn.h1', 10, cumulative(10, 0, 0), 0, group='tenant-a')
-    h2 = host('nqn.h2', 20, cumulative(20, 0, 0), 0)  # not in a group
+    h2 = host('nqn.h2', 20, cumulative(20, 0, 0), 0, group=None)  # not in a group
+    h2['group'] = None  # as the target reports it
     s = stub({'qos_stats_get': [domain('d0', [h1, h2])]})
     _, m = scrape(s.path)
     assert value(m, 'nvmf_qos_host_completed_ios_total', host_nqn='nqn.h1', group='tenant-a') == 10

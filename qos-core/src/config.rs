@@ -45,6 +45,9 @@ impl Rate {
             mibps: Some(mibps),
         }
     }
+    pub const fn iops_opt(iops: Option<u64>) -> Self {
+        Rate { iops, mibps: None }
+    }
     pub fn is_none(&self) -> bool {
         self.iops.is_none() && self.mibps.is_none()
     }

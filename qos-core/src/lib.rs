@@ -44,5 +44,5 @@ pub use cost::{Amount, CostModel, Direction, IoKind, Resource};
 pub use estimator::CapacityEstimator;
 pub use hold::HoldQueue;
 pub use ledger::{Admission, ChannelTokens, DomainShared, HoldReason, HostShared, PeriodState};
-pub use monitor::{DomainStats, HostStats, Monitor, PeriodRecord, PeriodReport, Tick};
+pub use monitor::{DomainStats, GroupStats, HostStats, Monitor, PeriodRecord, PeriodReport, Tick};
 pub use time::Nanos;

@@ -180,12 +180,19 @@ struct HostEntry {
     group: Option<usize>,
     /// Idle at the last check interval (its unused reservation may be converted).
     idle: bool,
+    /// Commands admitted and not completed: the most seen lately (decaying), and
+    /// whether it had (nearly) that many out at the last check interval with none
+    /// held: a closed loop at its queue depth, bounded by the target's latency.
+    peak_in_flight: u64,
+    window_bound: bool,
     /// Weighted sharing: most credit it may hold, and its counters at the last share.
     share_cap: Amount,
     share_batch: Amount,
     share_seen_global: [u64; 2],
     share_seen_res: [u64; 2],
     share_seen_held: u64,
+    /// Fractions of a token (fixed point) owed to it by earlier shares.
+    share_carry: [u64; 2],
     /// Global tokens given to it this period (its share of the excess, and of its
     /// group's surplus reservation).
     excess_granted: Amount,
@@ -230,6 +237,13 @@ struct GroupEntry {
     given: [u64; 2],
 }
 
+/// Shares are computed in 1/65536 of a token.
+const FIXED_SHIFT: u32 = 16;
+
+fn fixed(tokens: u64) -> u64 {
+    tokens.saturating_mul(1 << FIXED_SHIFT)
+}
+
 /// Who a top-level claim of the weighted share stands for.
 #[derive(Debug, Clone, Copy)]
 enum Owner {
@@ -240,7 +254,10 @@ enum Owner {
 /// Scratch space of the weighted share, kept between check intervals.
 #[derive(Debug, Default)]
 struct ShareScratch {
+    /// Per host: what it claims in the share, and what it can take now (room under its
+    /// credit cap).
     demand: Vec<u64>,
+    room: Vec<u64>,
     claims: Vec<Claim>,
     owners: Vec<Owner>,
     parts: Vec<u64>,
@@ -279,8 +296,13 @@ pub struct Monitor {
     /// NQNs for period reports; dropped when hosts are added or removed.
     nqns_cache: Option<std::sync::Arc<[String]>>,
     groups: Vec<GroupEntry>,
-    /// When the weighted share last ran.
+    /// When the weighted share last ran, and what it still owes the hosts (positive)
+    /// or they owe it (negative), per resource, in fixed point.
     last_share: Nanos,
+    share_balance: [i128; 2],
+    /// Per resource, intervals of this period in which the weighted share ran, and in
+    /// which the hosts claimed all of it (demand beyond what the target was offering).
+    share_ticks: [[u32; 2]; 2],
     /// Bit r: some backlogged host lagged behind its reservation in resource r at some
     /// check interval of this period (evidence for the capacity estimator).
     lag_seen: u64,
@@ -313,6 +335,8 @@ impl Monitor {
             nqns_cache: None,
             groups: Vec::new(),
             last_share: now,
+            share_balance: [0; 2],
+            share_ticks: [[0; 2]; 2],
             lag_seen: 0,
             scratch: ShareScratch::default(),
             cfg,
@@ -530,11 +554,14 @@ impl Monitor {
             period_counts: PeriodCounts::default(),
             group: None,
             idle: false,
+            peak_in_flight: 0,
+            window_bound: false,
             share_cap: Amount::ZERO,
             share_batch: Amount::ZERO,
             share_seen_global: [0; 2],
             share_seen_res: [0; 2],
             share_seen_held: 0,
+            share_carry: [0; 2],
             excess_granted: Amount::ZERO,
         });
         self.nqns_cache = None;
@@ -854,6 +881,12 @@ impl Monitor {
             h.held_at_tick = c.held_events;
             let idle = now.saturating_sub(h.last_active) >= idle_after;
             h.idle = idle;
+            let in_flight_ios = c.admitted_ios.saturating_sub(c.completed_ios);
+            h.peak_in_flight = in_flight_ios.max(h.peak_in_flight - h.peak_in_flight / 256);
+            h.window_bound = !idle
+                && c.held_now == 0
+                && in_flight_ios >= 2
+                && in_flight_ios * 4 >= h.peak_in_flight * 3;
             let in_flight = c.in_flight();
             let pools = if h.budgets.together { 1 } else { 2 };
             let mut lag = 0u64;
@@ -930,23 +963,34 @@ impl Monitor {
                 .get(RES[r])
                 .saturating_sub(used[r])
                 .saturating_sub(held);
-            let g = clamp_pool(remaining.saturating_sub(outstanding[r]).min(unspent));
+            // Weighted sharing paces the pool by the target's rate itself, so the pool
+            // only bounds the period: work in flight is not subtracted again (it
+            // would leave the last intervals of every period without a slice).
+            let promised = if self.cfg.sharing == ExcessSharing::Weighted {
+                held
+            } else {
+                outstanding[r]
+            };
+            let g = clamp_pool(remaining.saturating_sub(promised).min(unspent));
             if let Some(old) = self.shared.global[r].set_in_period(tag, g) {
                 self.audit.issued[r] += g as i128 - old as i128;
             }
         }
     }
 
-    /// Weighted sharing (one check interval): releases a slice of the global pool (the
-    /// pool spread evenly over the rest of the period) and splits it by weighted max-min
-    /// fairness into the hosts' credit: first each group's surplus reservation among
-    /// its hosts, then the slice among groups and lone hosts by their weights, then each
-    /// group's part among its hosts by theirs, within its limit. A host's demand is
-    /// unbounded while it has commands held (it is backlogged), else twice what it took
-    /// in the last interval plus a batch (so it can grow), and never more than the room
-    /// left under its credit cap; a host that wants less leaves the rest to the others.
-    /// While a backlogged host lags behind its reservation, only lagging hosts get
-    /// anything (reservations first).
+    /// Weighted sharing (one check interval): what the target can serve in the next
+    /// interval beyond what reservations used in the last one (never more than the
+    /// global pool) is split by weighted max-min fairness into the hosts' credit: first
+    /// each group's surplus reservation among its hosts, then the slice among groups
+    /// and lone hosts by their weights, then each group's part among its hosts by
+    /// theirs, within the group's limit. A host's claim is what it can hold while it has
+    /// commands held (it is backlogged); unbounded while all its commands are out (a
+    /// closed loop at its queue depth, which would go faster on a less busy target);
+    /// else twice what it took in the last interval plus a batch (so it can grow). A
+    /// host that wants less leaves the rest to the others. While a backlogged host lags
+    /// behind its reservation, only lagging hosts get anything (reservations first).
+    /// Shares are computed in 1/65536 of a token and the fractions carried per host, so
+    /// small slices still split by weight.
     fn share_excess(&mut self, now: Nanos, (num, den): (u64, u64), closed: u64) {
         let dt = now.saturating_sub(self.last_share).0;
         self.last_share = now;
@@ -973,11 +1017,13 @@ impl Monitor {
                 continue;
             }
             sc.demand.clear();
+            sc.room.clear();
             for (h, c) in self.hosts.iter().zip(&snaps) {
                 let lag_ok = closed & (1 << r) == 0
                     || h.shared.lagging.load(Ordering::Relaxed) & (1 << r) != 0;
                 if h.idle || !lag_ok {
                     sc.demand.push(0);
+                    sc.room.push(0);
                     continue;
                 }
                 let took = c.consumed_global.get(RES[r]) - h.share_seen_global[r];
@@ -987,13 +1033,29 @@ impl Monitor {
                     .1
                     .saturating_add(c.cached_global.get(RES[r]));
                 let room = h.share_cap.get(RES[r]).saturating_sub(have);
+                // Its limit, beyond its reservation, bounds what it can use.
+                let headroom = if h.budgets.is_limited(BudgetClass::Total, RES[r]) {
+                    let l = h.budgets.limit[BudgetClass::Total as usize].get(RES[r]);
+                    let own = h.period_res[0].get(RES[r]) + h.period_res[1].get(RES[r]);
+                    mul_div(l.saturating_sub(own), 2 * dt, den)
+                        .saturating_add(h.share_batch.get(RES[r]))
+                } else {
+                    u64::MAX
+                };
                 let want = if held {
+                    room
+                } else if h.window_bound {
+                    // What it cannot take now goes to nobody this interval: otherwise
+                    // hosts with deeper queues take it, keep the target busy, and the
+                    // excess follows queue depth.
                     u64::MAX
                 } else {
                     took.saturating_mul(2)
                         .saturating_add(h.share_batch.get(RES[r]))
+                        .min(room)
                 };
-                sc.demand.push(want.min(room));
+                sc.demand.push(fixed(want.min(headroom)));
+                sc.room.push(fixed(room.min(headroom)));
             }
             // Each group's surplus reservation, released paced, to its own hosts.
             let mut surplus_given = 0u64;
@@ -1008,21 +1070,25 @@ impl Monitor {
                 if slice == 0 {
                     continue;
                 }
-                let left = self.fill_group(g, r, slice, tag, &mut sc, false);
-                surplus_given += slice - left;
-                // Nobody of the group can use it now: it joins the unreserved pool.
-                self.move_global(r, left as i128);
+                let given = self.fill_group(g, r, fixed(slice), tag, &mut sc, false);
+                surplus_given += given;
+                // What nobody of the group can use now joins the unreserved pool.
+                self.move_global(r, (fixed(slice) - given) as i128 >> FIXED_SHIFT);
             }
-            // The slice of the global pool for this interval.
+            // The slice, in fixed point: the target's capacity over the interval less
+            // what reservations used, plus what earlier intervals owe (reservations
+            // that ran ahead are paid back; fractions are kept).
+            let tick_fp = (self.budget.get(RES[r]) as i128)
+                .saturating_mul(dt as i128)
+                .saturating_mul(1 << FIXED_SHIFT)
+                / den as i128;
+            let balance = self.share_balance[r] + tick_fp
+                - fixed(res_used[r]) as i128
+                - surplus_given as i128;
             let pool = self.shared.global[r].load().1;
-            // What the target can serve in the next interval beyond what reservations
-            // used in the last one (an idle host's reservation is the others' to use),
-            // and never more than the pool.
-            let fresh = mul_div(self.budget.get(RES[r]), dt, den)
-                .saturating_sub(res_used[r])
-                .saturating_sub(surplus_given);
-            let pot = pool.min(fresh);
+            let pot = balance.clamp(0, fixed(pool) as i128) as u64;
             if pot == 0 {
+                self.share_balance[r] = balance.clamp(-tick_fp, 0);
                 continue;
             }
             sc.claims.clear();
@@ -1053,7 +1119,7 @@ impl Monitor {
                     .fold(0u64, |a, (_, &d)| a.saturating_add(d));
                 sc.claims.push(Claim {
                     weight: ge.budgets.weight as u64,
-                    demand: want.min(room),
+                    demand: want.min(fixed(room)),
                 });
                 sc.owners.push(Owner::Group(g));
             }
@@ -1068,7 +1134,14 @@ impl Monitor {
             }
             sc.parts.clear();
             sc.parts.resize(sc.claims.len(), 0);
-            water_fill(pot, &sc.claims, &mut sc.parts);
+            let unclaimed = water_fill(pot, &sc.claims, &mut sc.parts);
+            self.share_ticks[r][0] += 1;
+            if unclaimed == 0 {
+                self.share_ticks[r][1] += 1;
+            }
+            // What nobody claimed is not owed to anyone later.
+            self.share_balance[r] =
+                (balance - (pot - unclaimed) as i128).clamp(-tick_fp, tick_fp.max(0));
             for k in 0..sc.owners.len() {
                 let part = sc.parts[k];
                 if part == 0 {
@@ -1079,7 +1152,7 @@ impl Monitor {
                         self.fill_group(g, r, part, tag, &mut sc, true);
                     }
                     Owner::Host(i) => {
-                        self.grant_from_global(i, r, part, tag);
+                        self.grant(i, r, part.min(sc.room[i]), tag, true);
                     }
                 }
             }
@@ -1092,10 +1165,9 @@ impl Monitor {
         self.scratch = sc;
     }
 
-    /// Splits `amount` of resource `r` among group `g`'s hosts by weight and their
-    /// demands (in `sc.demand`, lowered by what they get). From the global pool when
-    /// `from_global`, else newly issued (the group's surplus reservation). Returns what
-    /// none of them could take.
+    /// Splits `amount` (fixed point) of resource `r` among group `g`'s hosts by weight
+    /// and their claims, from the global pool when `from_global`, else newly issued
+    /// (the group's surplus reservation). Returns what it gave (fixed point).
     fn fill_group(
         &mut self,
         g: usize,
@@ -1118,40 +1190,47 @@ impl Monitor {
         }
         sc.member_parts.clear();
         sc.member_parts.resize(sc.members.len(), 0);
-        let mut left = water_fill(amount, &sc.member_claims, &mut sc.member_parts);
+        water_fill(amount, &sc.member_claims, &mut sc.member_parts);
+        let mut given = 0;
         for k in 0..sc.members.len() {
             let (i, part) = (sc.members[k], sc.member_parts[k]);
-            if part == 0 {
-                continue;
-            }
-            let got = if from_global {
-                self.grant_from_global(i, r, part, tag)
-            } else if self.hosts[i].shared.credit[r].give(tag, part) {
-                self.audit.issued[r] += part as i128;
-                let h = &mut self.hosts[i];
-                h.excess_granted
-                    .set(RES[r], h.excess_granted.get(RES[r]) + part);
-                part
-            } else {
-                0
-            };
-            left += part - got;
-            sc.demand[i] = sc.demand[i].saturating_sub(got);
+            let share = part.min(sc.room[i]);
+            let got = self.grant(i, r, share, tag, from_global);
+            sc.demand[i] = sc.demand[i].saturating_sub(share);
+            sc.room[i] = sc.room[i].saturating_sub(share);
             self.groups[g].given[r] += got;
+            given += share;
         }
-        left
+        given
     }
 
-    /// Moves up to `amount` global tokens of resource `r` into host `i`'s credit.
-    fn grant_from_global(&mut self, i: usize, r: usize, amount: u64, tag: u16) -> u64 {
-        let got = self.shared.global[r].take(tag, amount);
+    /// Gives host `i` its `part` (fixed point) of resource `r` as credit: the whole
+    /// tokens of it plus its carried fraction, from the global pool or newly issued.
+    /// Returns the whole tokens given.
+    fn grant(&mut self, i: usize, r: usize, part: u64, tag: u16, from_global: bool) -> u64 {
+        let h = &mut self.hosts[i];
+        let exact = part.saturating_add(h.share_carry[r]);
+        let want = exact >> FIXED_SHIFT;
+        h.share_carry[r] = exact & ((1 << FIXED_SHIFT) - 1);
+        if want == 0 {
+            return 0;
+        }
+        let got = if from_global {
+            self.shared.global[r].take(tag, want)
+        } else {
+            want
+        };
         if got == 0 {
             return 0;
         }
-        let h = &mut self.hosts[i];
         if !h.shared.credit[r].give(tag, got) {
-            self.shared.global[r].give(tag, got);
+            if from_global {
+                self.shared.global[r].give(tag, got);
+            }
             return 0;
+        }
+        if !from_global {
+            self.audit.issued[r] += got as i128;
         }
         h.excess_granted
             .set(RES[r], h.excess_granted.get(RES[r]) + got);
@@ -1165,9 +1244,15 @@ impl Monitor {
         // Per resource: a host still active at the end of the period completed less
         // than its reservation.
         let mut reservation_missed = [false; 2];
+        let mut offered_unused = Amount::ZERO;
         let idle_after = self.idle_after();
         for h in &mut self.hosts {
             let now_c = h.shared.counters();
+            if self.cfg.sharing == ExcessSharing::Weighted {
+                offered_unused = offered_unused
+                    .saturating_add(h.shared.credit_available())
+                    .saturating_add(now_c.cached_global);
+            }
             let completed = now_c.completed.saturating_sub(h.last.completed);
             let backlogged = now_c.held_events > h.last.held_events;
             let hard = h.budgets.reservation_total();
@@ -1211,8 +1296,21 @@ impl Monitor {
             // A reservation missed by a host that kept commands coming, in a period in
             // which some backlogged host lagged behind its schedule: the target served
             // less than it was asked, so what it served is its capacity now.
-            let capacity_bound = reservation_missed[i] && self.lag_seen & (1 << i) != 0;
-            self.estimators[i].observe(used.get(r), reservation_missed[i], capacity_bound);
+            // Or, with weighted sharing: the hosts claimed every slice they were offered
+            // in nine intervals of ten (their demand exceeded the offer all period
+            // long), so completing less than the estimate is the target's doing.
+            let [ran, claimed] = self.share_ticks[i];
+            let backlogged_all_period = ran >= 10 && claimed * 10 >= ran * 9;
+            let capacity_bound =
+                (reservation_missed[i] && self.lag_seen & (1 << i) != 0) || backlogged_all_period;
+            // Weighted sharing hands the excess to the hosts a slice at a time: what they
+            // still held when the period ended was offered and not refused by the
+            // target, so it counts towards "every token was used".
+            let offered = used
+                .get(r)
+                .saturating_add(offered_unused.get(r))
+                .min(report_budget.get(r));
+            self.estimators[i].observe(offered, reservation_missed[i], capacity_bound);
         }
         let ended_epoch = self.epoch;
         let ended_start = self.period_start;
@@ -1260,6 +1358,8 @@ impl Monitor {
             h.excess_granted = Amount::ZERO;
         }
         self.last_share = start;
+        self.share_balance = [0; 2];
+        self.share_ticks = [[0; 2]; 2];
         self.lag_seen = 0;
         let weighted = if self.cfg.sharing == ExcessSharing::Weighted {
             1 | ((cap.bytes != u64::MAX) as u64) << 1
@@ -1549,6 +1649,29 @@ impl Monitor {
                     hold_events_total: c.held_events,
                     held_time: h.shared.held_time(),
                     period_counts: h.period_counts,
+                    group: h.cfg.group.clone(),
+                    excess_granted: h.excess_granted,
+                }
+            })
+            .collect();
+        let groups = self
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(g, ge)| {
+                let members: Vec<&HostEntry> =
+                    self.hosts.iter().filter(|h| h.group == Some(g)).collect();
+                GroupStats {
+                    name: ge.cfg.name.clone(),
+                    config: ge.cfg.clone(),
+                    hosts: members.iter().map(|h| h.cfg.host_nqn.clone()).collect(),
+                    completed_this_period: members.iter().fold(Amount::ZERO, |a, h| {
+                        let c = h.shared.counters();
+                        a.saturating_add(c.completed.saturating_sub(h.last.completed))
+                    }),
+                    reservation_per_period: ge.budgets.reservation,
+                    limit_per_period: ge.budgets.limit,
+                    given_this_period: Amount::new(ge.given[0], ge.given[1]),
                 }
             })
             .collect();
@@ -1558,7 +1681,9 @@ impl Monitor {
             elapsed_ns: elapsed.0,
             budget: self.budget,
             global_available: self.shared.global_available(),
+            sharing: self.cfg.sharing,
             hosts,
+            groups,
         }
     }
 
@@ -1638,7 +1763,25 @@ pub struct DomainStats {
     /// Capacity estimate for this period (tokens per period).
     pub budget: Amount,
     pub global_available: Amount,
+    pub sharing: ExcessSharing,
     pub hosts: Vec<HostStats>,
+    pub groups: Vec<GroupStats>,
+}
+
+/// Statistics of one tenant group.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupStats {
+    pub name: String,
+    pub config: GroupConfig,
+    /// Its hosts' NQNs.
+    pub hosts: Vec<String>,
+    pub completed_this_period: Amount,
+    pub reservation_per_period: Amount,
+    /// `u64::MAX` per resource where no limit is set.
+    pub limit_per_period: Amount,
+    /// Given to its hosts this period beyond their own reservations (its surplus
+    /// reservation and its share of the excess).
+    pub given_this_period: Amount,
 }
 
 /// Statistics of one host.
@@ -1673,4 +1816,7 @@ pub struct HostStats {
     pub held_time: crate::histogram::HeldTimeSnapshot,
     /// Ended periods by outcome (monotonic).
     pub period_counts: PeriodCounts,
+    pub group: Option<String>,
+    /// Global tokens given to it this period by weighted sharing.
+    pub excess_granted: Amount,
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use qos_core::{ReservationRelease, TokenMode, check_admission};
+use qos_core::{ExcessSharing, ReservationRelease, TokenMode, check_grouped_admission};
 
 use crate::report::thousands;
 use crate::scenario::Scenario;
@@ -19,7 +19,25 @@ pub struct CheckReport {
 
 /// Checks every run (variant) of `scenario` with the scenario's real figures.
 pub fn check(scenario: &Scenario) -> CheckReport {
-    let domain = scenario.domain_config(1, TokenMode::Haechi, ReservationRelease::Paced);
+    let domain = scenario.domain_config(
+        1,
+        TokenMode::Haechi,
+        ReservationRelease::Paced,
+        ExcessSharing::Weighted,
+    );
+    let group_configs: Vec<_> = scenario.groups.iter().map(|g| g.group_config(1)).collect();
+    let group_budgets: Vec<_> = group_configs
+        .iter()
+        .map(|g| {
+            g.budgets(&domain)
+                .expect("validated when the scenario was loaded")
+        })
+        .collect();
+    let groups: Vec<_> = group_configs
+        .iter()
+        .zip(&group_budgets)
+        .map(|(g, b)| (g.name.as_str(), b))
+        .collect();
     let c_g = domain.capacity.iops;
     let c_l = scenario.target.per_host_max_iops;
     let mut text = String::new();
@@ -87,12 +105,13 @@ pub fn check(scenario: &Scenario) -> CheckReport {
             thousands(c_g as f64),
             reserved as f64 * 100.0 / c_g as f64
         );
-        match check_admission(
+        match check_grouped_admission(
             &domain,
             configs
                 .iter()
                 .zip(&budgets)
-                .map(|(c, b)| (c.host_nqn.as_str(), b)),
+                .map(|(c, b)| (c.host_nqn.as_str(), b, c.group.as_deref())),
+            &groups,
         ) {
             Ok(rep) => {
                 let _ = writeln!(

@@ -97,7 +97,18 @@ struct RawScenario {
     #[serde(default)]
     host: Vec<RawHost>,
     #[serde(default)]
+    group: Vec<RawGroup>,
+    #[serde(default)]
     variant: Vec<RawVariant>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGroup {
+    name: String,
+    reservation_iops: Option<i64>,
+    limit_iops: Option<i64>,
+    weight: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -187,6 +198,9 @@ struct RawHost {
     weight: Option<i64>,
     start_s: Option<f64>,
     stop_s: Option<f64>,
+    group: Option<String>,
+    priority: Option<String>,
+    soft_reservation_iops: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -212,9 +226,14 @@ pub enum Enforcement {
     BasicHaechi,
     /// Haechi as published: the whole reservation at the start of each period.
     HaechiStart,
-    /// Haechi as nvmf-qos runs it: conversion, and reservations released paced over
-    /// the period (qos-core's default `ReservationRelease::Paced`).
+    /// Haechi as nvmf-qos runs it: conversion, reservations released paced over the
+    /// period (qos-core's default `ReservationRelease::Paced`), and the unreserved
+    /// capacity shared by weight (`ExcessSharing::Weighted`).
     Haechi,
+    /// As `Haechi`, but the unreserved capacity goes first come, first served (the
+    /// global pool open to every host: deeper queues get more). nvmf-qos before
+    /// weighted sharing; kept for comparison.
+    HaechiFirstCome,
 }
 
 /// A policy compared in a run: an enforcement, with or without chunk pacing at the
@@ -226,8 +245,14 @@ pub struct Policy {
 }
 
 impl Policy {
-    pub const NAMES: [&'static str; 5] =
-        ["bare", "ns-limit", "basic-haechi", "haechi-start", "haechi"];
+    pub const NAMES: [&'static str; 6] = [
+        "bare",
+        "ns-limit",
+        "basic-haechi",
+        "haechi-start",
+        "haechi-fcfs",
+        "haechi",
+    ];
 
     pub fn parse(s: &str) -> Option<Policy> {
         let (base, pacing) = match s.strip_suffix("+pacing") {
@@ -239,6 +264,7 @@ impl Policy {
             "ns-limit" => Enforcement::NsLimit,
             "basic-haechi" => Enforcement::BasicHaechi,
             "haechi-start" => Enforcement::HaechiStart,
+            "haechi-fcfs" => Enforcement::HaechiFirstCome,
             "haechi" => Enforcement::Haechi,
             _ => return None,
         };
@@ -254,6 +280,7 @@ impl Policy {
             Enforcement::NsLimit => "ns-limit",
             Enforcement::BasicHaechi => "basic-haechi",
             Enforcement::HaechiStart => "haechi-start",
+            Enforcement::HaechiFirstCome => "haechi-fcfs",
             Enforcement::Haechi => "haechi",
         };
         if self.pacing {
@@ -267,7 +294,10 @@ impl Policy {
     pub fn uses_tokens(&self) -> bool {
         matches!(
             self.enforcement,
-            Enforcement::BasicHaechi | Enforcement::HaechiStart | Enforcement::Haechi
+            Enforcement::BasicHaechi
+                | Enforcement::HaechiStart
+                | Enforcement::Haechi
+                | Enforcement::HaechiFirstCome
         )
     }
 }
@@ -366,6 +396,33 @@ pub struct HostSpec {
     pub weight: u32,
     pub start: Nanos,
     pub stop: Option<Nanos>,
+    /// Tenant group (one of the scenario's `[[group]]`s).
+    pub group: Option<String>,
+    pub priority: qos_core::PriorityClass,
+    /// Soft guarantee (seed 002), IOPS; at least the hard reservation.
+    pub soft_reservation_iops: Option<u64>,
+}
+
+/// A tenant group of the scenario (real figures, before `scale`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSpec {
+    pub name: String,
+    pub reservation_iops: Option<u64>,
+    pub limit_iops: Option<u64>,
+    pub weight: u32,
+}
+
+impl GroupSpec {
+    /// The core's configuration of this group, with rates divided by `scale`.
+    pub fn group_config(&self, scale: u64) -> qos_core::GroupConfig {
+        let s = |v: Option<u64>| v.map(|v| (v / scale).max(1));
+        qos_core::GroupConfig {
+            name: self.name.clone(),
+            reservation: Rate::iops_opt(s(self.reservation_iops)),
+            limit: Rate::iops_opt(s(self.limit_iops)),
+            weight: self.weight,
+        }
+    }
 }
 
 impl HostSpec {
@@ -382,6 +439,12 @@ impl HostSpec {
             mibps: s(self.limit_mibps),
         };
         h.weight = self.weight;
+        h.group = self.group.clone();
+        h.priority = self.priority;
+        h.soft_reservation = Rate {
+            iops: s(self.soft_reservation_iops),
+            mibps: None,
+        };
         h
     }
     /// The host NQN the lab gives this host.
@@ -418,6 +481,8 @@ pub struct Scenario {
     pub pacer: PacerSpec,
     /// One entry without a variant name, or one per `[[variant]]`.
     pub runs: Vec<RunSpec>,
+    /// Tenant groups (`[[group]]`), created before the hosts.
+    pub groups: Vec<GroupSpec>,
 }
 
 impl Scenario {
@@ -450,6 +515,7 @@ impl Scenario {
         scale: u64,
         mode: qos_core::TokenMode,
         release: qos_core::ReservationRelease,
+        sharing: qos_core::ExcessSharing,
     ) -> DomainConfig {
         let q = &self.qos;
         DomainConfig {
@@ -468,6 +534,7 @@ impl Scenario {
             },
             mode,
             release,
+            sharing,
             ..DomainConfig::default()
         }
     }
@@ -878,6 +945,39 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
     } else {
         raw.variant.iter().map(Some).collect()
     };
+    let mut groups = Vec::new();
+    for (gi, g) in raw.group.iter().enumerate() {
+        let gp = |k: &str| top("group").index(gi).key(k);
+        if groups.iter().any(|x: &GroupSpec| x.name == g.name) {
+            return Err(ctx.invalid(
+                &gp("name"),
+                format!(
+                    "two groups are named {:?}; give each group a distinct name",
+                    g.name
+                ),
+            ));
+        }
+        let weight = ctx
+            .positive(g.weight, &gp("weight"), "the weight")?
+            .unwrap_or(1);
+        if weight > u64::from(qos_core::config::MAX_WEIGHT) {
+            return Err(ctx.invalid(
+                &gp("weight"),
+                format!("the weight must be 1 ..= {}", qos_core::config::MAX_WEIGHT),
+            ));
+        }
+        groups.push(GroupSpec {
+            name: g.name.clone(),
+            reservation_iops: ctx.positive(
+                g.reservation_iops,
+                &gp("reservation_iops"),
+                "a reservation",
+            )?,
+            limit_iops: ctx.positive(g.limit_iops, &gp("limit_iops"), "a limit")?,
+            weight: weight as u32,
+        });
+    }
+    let group_names: Vec<String> = groups.iter().map(|g| g.name.clone()).collect();
     let mut names = std::collections::BTreeSet::new();
     let mut runs = Vec::new();
     for (vi, v) in variants.iter().enumerate() {
@@ -895,6 +995,7 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
             reservations,
             v.map(|v| (vi, v)),
             capacity_iops,
+            &group_names,
         )?;
         runs.push(RunSpec {
             variant: v.map(|v| v.name.clone()),
@@ -923,12 +1024,14 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
         qos,
         pacer,
         runs,
+        groups,
     };
     // The core validates the domain and every host; map its refusals to fields.
     let domain = scenario.domain_config(
         1,
         qos_core::TokenMode::Haechi,
         qos_core::ReservationRelease::Paced,
+        qos_core::ExcessSharing::Weighted,
     );
     domain.validate().map_err(|e| {
         let field = match e {
@@ -938,6 +1041,15 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
         };
         ctx.invalid(&field, e.to_string())
     })?;
+    for (gi, g) in scenario.groups.iter().enumerate() {
+        if let Err(e) = g.group_config(1).budgets(&domain) {
+            let key = match e {
+                qos_core::ConfigError::GroupReservationAboveLimit { .. } => "reservation_iops",
+                _ => "name",
+            };
+            return Err(ctx.invalid(&top("group").index(gi).key(key), e.to_string()));
+        }
+    }
     for run in &scenario.runs {
         for (i, h) in run.hosts.iter().enumerate() {
             if let Err(e) = h.host_config(1).budgets(&domain) {
@@ -945,6 +1057,8 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
                 let key = match e {
                     qos_core::ConfigError::ReservationAboveLimit { .. } => "reservation_iops",
                     qos_core::ConfigError::Weight { .. } => "weight",
+                    qos_core::ConfigError::SoftBelowHard { .. }
+                    | qos_core::ConfigError::SoftAboveLimit { .. } => "soft_reservation_iops",
                     _ => "name",
                 };
                 let mut msg = e.to_string();
@@ -977,6 +1091,9 @@ fn merge(d: &RawHost, h: &RawHost) -> RawHost {
         weight: h.weight.or(d.weight),
         start_s: h.start_s.or(d.start_s),
         stop_s: h.stop_s.or(d.stop_s),
+        group: h.group.clone().or_else(|| d.group.clone()),
+        priority: h.priority.clone().or_else(|| d.priority.clone()),
+        soft_reservation_iops: h.soft_reservation_iops.or(d.soft_reservation_iops),
     }
 }
 
@@ -986,6 +1103,7 @@ fn resolve_hosts(
     reservations: Option<&RawReservations>,
     variant: Option<(usize, &RawVariant)>,
     capacity_iops: u64,
+    group_names: &[String],
 ) -> Result<Vec<HostSpec>, ScenarioError> {
     let n = templates.len();
     let rp = |k: &str| top("reservations").key(k);
@@ -1247,6 +1365,31 @@ fn resolve_hosts(
             ));
         }
         let limit_mibps = ctx.positive(h.limit_mibps, &p("limit_mibps"), "a limit")?;
+        let priority = match h.priority.as_deref() {
+            None | Some("medium") => qos_core::PriorityClass::Medium,
+            Some("low") => qos_core::PriorityClass::Low,
+            Some("high") => qos_core::PriorityClass::High,
+            Some("urgent") => qos_core::PriorityClass::Urgent,
+            Some(other) => {
+                return Err(ctx.invalid(
+                    &p("priority"),
+                    format!("unknown priority {other:?}; use \"low\", \"medium\", \"high\" or \"urgent\""),
+                ));
+            }
+        };
+        let soft_reservation_iops = ctx.positive(
+            h.soft_reservation_iops,
+            &p("soft_reservation_iops"),
+            "a soft reservation",
+        )?;
+        if let Some(g) = &h.group
+            && !group_names.iter().any(|n| n == g)
+        {
+            return Err(ctx.invalid(
+                &p("group"),
+                format!("unknown group {g:?}; define it in a [[group]] table (name = {g:?})"),
+            ));
+        }
         let name = h.name.clone().expect("named above");
         hosts.push(HostSpec {
             machine: h.machine.clone().unwrap_or_else(|| name.clone()),
@@ -1264,6 +1407,9 @@ fn resolve_hosts(
             weight: weight as u32,
             start,
             stop,
+            group: h.group.clone(),
+            priority,
+            soft_reservation_iops,
         });
     }
     Ok(hosts)

@@ -47,6 +47,16 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "reader-writer",
         include_str!("../scenarios/reader-writer.toml"),
     ),
+    ("qd-weights", include_str!("../scenarios/qd-weights.toml")),
+    (
+        "qd-capacity-drop",
+        include_str!("../scenarios/qd-capacity-drop.toml"),
+    ),
+    ("groups", include_str!("../scenarios/groups.toml")),
+    (
+        "priority-soft",
+        include_str!("../scenarios/priority-soft.toml"),
+    ),
 ];
 
 /// The text of the shipped scenario `name`.

@@ -51,6 +51,15 @@ pub enum RunError {
         #[source]
         source: Box<qos_core::monitor::AddHostError>,
     },
+    #[error(
+        "{file}: group {group} was refused: {source}. Run `qos-lab check {file}` to see which reservations fit"
+    )]
+    AddGroup {
+        file: String,
+        group: String,
+        #[source]
+        source: Box<qos_core::monitor::AddGroupError>,
+    },
     #[error("{file}: at scale {scale}, {what} becomes 0; use a smaller scale (--scale)")]
     Scale {
         file: String,
@@ -425,18 +434,41 @@ impl Sim {
         let mut monitor = None;
         let mut estimates = Vec::new();
         if policy.uses_tokens() {
-            let (mode, release) = match policy.enforcement {
-                Enforcement::BasicHaechi => (TokenMode::Basic, ReservationRelease::Start),
-                Enforcement::HaechiStart => (TokenMode::Haechi, ReservationRelease::Start),
-                _ => (TokenMode::Haechi, ReservationRelease::Paced),
+            use qos_core::ExcessSharing::{FirstCome, Weighted};
+            let (mode, release, sharing) = match policy.enforcement {
+                Enforcement::BasicHaechi => {
+                    (TokenMode::Basic, ReservationRelease::Start, FirstCome)
+                }
+                Enforcement::HaechiStart => {
+                    (TokenMode::Haechi, ReservationRelease::Start, FirstCome)
+                }
+                Enforcement::HaechiFirstCome => {
+                    (TokenMode::Haechi, ReservationRelease::Paced, FirstCome)
+                }
+                _ => (TokenMode::Haechi, ReservationRelease::Paced, Weighted),
             };
-            let domain = sc.domain_config(scale, mode, release);
+            let domain = sc.domain_config(scale, mode, release, sharing);
             let mut m = Monitor::new(domain, Nanos::ZERO).map_err(|source| RunError::Domain {
                 file: file.clone(),
                 source: Box::new(source),
             })?;
+            if sharing == Weighted {
+                for g in &sc.groups {
+                    m.add_group(g.group_config(scale), Nanos::ZERO)
+                        .map_err(|source| RunError::AddGroup {
+                            file: file.clone(),
+                            group: g.name.clone(),
+                            source: Box::new(source),
+                        })?;
+                }
+            }
             for (i, h) in run.hosts.iter().enumerate() {
-                m.add_host(h.host_config(scale), Nanos::ZERO)
+                let mut cfg = h.host_config(scale);
+                if sharing != Weighted {
+                    // Policies without weighted sharing have no tenant groups.
+                    cfg.group = None;
+                }
+                m.add_host(cfg, Nanos::ZERO)
                     .map_err(|source| RunError::AddHost {
                         file: file.clone(),
                         host: h.name.clone(),
@@ -838,7 +870,10 @@ impl Sim {
                     self.server_enqueue(io);
                 }
             }
-            Enforcement::BasicHaechi | Enforcement::HaechiStart | Enforcement::Haechi => {
+            Enforcement::BasicHaechi
+            | Enforcement::HaechiStart
+            | Enforcement::Haechi
+            | Enforcement::HaechiFirstCome => {
                 let host = &mut self.hosts[i.host as usize];
                 let c = i.chan as usize;
                 if let Some(io) = host.holds[c].admit_or_hold(

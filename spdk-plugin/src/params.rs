@@ -6,8 +6,8 @@
 
 use qos_core::config::{BatchSize, Capacity, EstimatorConfig};
 use qos_core::{
-    CostModel, DomainConfig, HostConfig, Nanos, PriorityClass, Rate, RateSet, ReservationRelease,
-    TokenMode,
+    CostModel, DomainConfig, ExcessSharing, GroupConfig, HostConfig, Nanos, PriorityClass, Rate,
+    RateSet, ReservationRelease, TokenMode,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -85,6 +85,10 @@ pub struct DomainParams {
     pub write_weight_milli: u64,
     #[serde(default)]
     pub size_unit: u64,
+    /// `weighted` (default): the unreserved capacity split by weight among backlogged
+    /// hosts and groups; `first_come`: Haechi's open global pool.
+    #[serde(default)]
+    pub sharing: ExcessSharing,
 }
 
 /// `qos_domain_update` parameters: `name` and whatever changes.
@@ -112,6 +116,7 @@ pub struct DomainUpdate {
     pub release_burst_us: Option<u64>,
     pub write_weight_milli: Option<u64>,
     pub size_unit: Option<u64>,
+    pub sharing: Option<ExcessSharing>,
 }
 
 impl DomainParams {
@@ -156,6 +161,7 @@ impl DomainParams {
                 write_weight_milli: self.write_weight_milli,
                 size_unit: self.size_unit,
             },
+            sharing: self.sharing,
         };
         cfg.validate()
             .map_err(|e| Refusal::invalid(format!("domain {}: {e}", self.name)))?;
@@ -185,7 +191,8 @@ impl DomainParams {
             mode,
             release,
             write_weight_milli,
-            size_unit
+            size_unit,
+            sharing
         );
         set_opt!(
             capacity_mibps,
@@ -241,6 +248,9 @@ pub struct HostParams {
     pub soft_min_iops: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub soft_min_mibps: Option<u64>,
+    /// Tenant group (created by `qos_group_create`); none: a lone host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 impl HostParams {
@@ -262,6 +272,7 @@ impl HostParams {
             weight: self.weight.unwrap_or(1),
             priority: self.priority.unwrap_or_default(),
             soft_reservation: rate(self.soft_min_iops, self.soft_min_mibps),
+            group: self.group.clone(),
         }
     }
 
@@ -287,12 +298,115 @@ impl HostParams {
             priority: Some(cfg.priority),
             soft_min_iops: cfg.soft_reservation.iops,
             soft_min_mibps: cfg.soft_reservation.mibps,
+            group: cfg.group.clone(),
         }
     }
 
     pub fn to_json(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
+}
+
+/// `qos_group_create` parameters; also what `qos_group_get` and `save_config` print.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupParams {
+    pub domain: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_mibps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_mibps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<u32>,
+}
+
+/// `qos_group_update` parameters: `domain`, `name` and whatever changes (a rate of 0
+/// removes it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupUpdate {
+    pub domain: String,
+    pub name: String,
+    pub min_iops: Option<u64>,
+    pub min_mibps: Option<u64>,
+    pub max_iops: Option<u64>,
+    pub max_mibps: Option<u64>,
+    pub weight: Option<u32>,
+}
+
+impl GroupParams {
+    /// The core's group configuration (validated later against the domain).
+    pub fn to_config(&self) -> GroupConfig {
+        GroupConfig {
+            name: self.name.clone(),
+            reservation: Rate {
+                iops: self.min_iops,
+                mibps: self.min_mibps,
+            },
+            limit: Rate {
+                iops: self.max_iops,
+                mibps: self.max_mibps,
+            },
+            weight: self.weight.unwrap_or(1),
+        }
+    }
+
+    /// The parameters that configure `cfg` in `domain`.
+    pub fn from_config(domain: &str, cfg: &GroupConfig) -> GroupParams {
+        GroupParams {
+            domain: domain.to_string(),
+            name: cfg.name.clone(),
+            min_iops: cfg.reservation.iops,
+            min_mibps: cfg.reservation.mibps,
+            max_iops: cfg.limit.iops,
+            max_mibps: cfg.limit.mibps,
+            weight: Some(cfg.weight),
+        }
+    }
+
+    /// These parameters with `u`'s changes applied (0 clears a rate).
+    pub fn updated(&self, u: &GroupUpdate) -> GroupParams {
+        let mut p = self.clone();
+        let set = |old: Option<u64>, new: Option<u64>| match new {
+            Some(0) => None,
+            Some(v) => Some(v),
+            None => old,
+        };
+        p.min_iops = set(p.min_iops, u.min_iops);
+        p.min_mibps = set(p.min_mibps, u.min_mibps);
+        p.max_iops = set(p.max_iops, u.max_iops);
+        p.max_mibps = set(p.max_mibps, u.max_mibps);
+        if u.weight.is_some() {
+            p.weight = u.weight;
+        }
+        p
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
+/// `qos_group_delete` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupKey {
+    pub domain: String,
+    pub name: String,
+}
+
+/// `qos_group_get` parameters.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupQuery {
+    pub domain: String,
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 /// `qos_host_remove` parameters.

@@ -611,13 +611,20 @@ fn unregister(node: NodePtr, name: String, done: impl FnOnce(Result<(), Refusal>
     unsafe { spdk_sys::module::unregister_bdev(node.get().bdev_ptr(), done) };
 }
 
-/// The module's `config_json` (`save_config`): domains, then explicit hosts. QoS bdevs
+/// The module's `config_json` (`save_config`): domains, their groups, then explicit
+/// hosts. QoS bdevs
 /// follow in the per-bdev section ([`write_config_json`]).
 pub fn module_config(w: &mut JsonWriter<'_>) {
     let lines = registry::with(|r| {
         let mut out = Vec::new();
         for (name, d) in &r.domains {
             out.push(json!({"method": "qos_domain_create", "params": d.params.to_json()}));
+            // Groups before hosts: a host names its group.
+            if let Ok(groups) = registry::group_params(r, name) {
+                for g in groups {
+                    out.push(json!({"method": "qos_group_create", "params": g.to_json()}));
+                }
+            }
             if let Ok(hosts) = registry::host_params(r, name) {
                 for h in hosts {
                     out.push(json!({"method": "qos_host_set", "params": h.to_json()}));

@@ -18,7 +18,9 @@ use qos_core::{DomainShared, HostConfig, HostShared, Monitor, Nanos};
 use spdk_sys::poller::{PollStatus, Poller};
 use spdk_sys::time::now_ns;
 
-use crate::params::{DomainParams, DomainUpdate, HostParams, Refusal, code};
+use crate::params::{
+    DomainParams, DomainUpdate, GroupParams, GroupUpdate, HostParams, Refusal, code,
+};
 use crate::qos_bdev::{BaseEntry, NodePtr};
 
 /// One QoS domain.
@@ -259,7 +261,7 @@ pub fn set_host(p: &HostParams) -> Result<(), Refusal> {
                 use qos_core::monitor::UpdateHostError as E;
                 let c = match e {
                     E::Admission(_) => code::ENOSPC,
-                    E::Unknown(_) => code::ENOENT,
+                    E::Unknown(_) | E::UnknownGroup(_) => code::ENOENT,
                     E::Config(_) => code::EINVAL,
                 };
                 Refusal::new(c, e.to_string())
@@ -270,6 +272,7 @@ pub fn set_host(p: &HostParams) -> Result<(), Refusal> {
                 let c = match e {
                     E::Admission(_) => code::ENOSPC,
                     E::Duplicate(_) => code::EEXIST,
+                    E::UnknownGroup(_) => code::ENOENT,
                     E::Config(_) => code::EINVAL,
                 };
                 Refusal::new(c, e.to_string())
@@ -305,6 +308,85 @@ pub fn remove_host(domain: &str, host: &str) -> Result<(), Refusal> {
         }
         Ok(())
     })
+}
+
+/// Applies `qos_group_create`.
+pub fn create_group(p: &GroupParams) -> Result<(), Refusal> {
+    with(|r| {
+        let d = r.domain_mut(&p.domain)?;
+        d.monitor.add_group(p.to_config(), now()).map_err(|e| {
+            use qos_core::monitor::AddGroupError as E;
+            let c = match e {
+                E::Admission(_) => code::ENOSPC,
+                E::Duplicate(_) => code::EEXIST,
+                E::Config(_) | E::NeedsWeightedSharing => code::EINVAL,
+            };
+            Refusal::new(c, format!("domain {}: {e}", p.domain))
+        })
+    })
+}
+
+/// Applies `qos_group_update`: the given fields change, the others stay.
+pub fn update_group(u: &GroupUpdate) -> Result<(), Refusal> {
+    with(|r| {
+        let d = r.domain_mut(&u.domain)?;
+        let old = d
+            .monitor
+            .group_configs()
+            .find(|g| g.name == u.name)
+            .map(|g| GroupParams::from_config(&u.domain, g))
+            .ok_or_else(|| unknown_group(&u.domain, &u.name))?;
+        d.monitor
+            .update_group(old.updated(u).to_config(), now())
+            .map_err(|e| {
+                use qos_core::monitor::UpdateGroupError as E;
+                let c = match e {
+                    E::Admission(_) => code::ENOSPC,
+                    E::Unknown(_) => code::ENOENT,
+                    E::Config(_) => code::EINVAL,
+                };
+                Refusal::new(c, format!("domain {}: {e}", u.domain))
+            })
+    })
+}
+
+/// Applies `qos_group_delete` (refused while hosts belong to the group).
+pub fn delete_group(domain: &str, name: &str) -> Result<(), Refusal> {
+    with(|r| {
+        let d = r.domain_mut(domain)?;
+        d.monitor.remove_group(name, now()).map_err(|e| {
+            use qos_core::monitor::RemoveGroupError as E;
+            let c = match e {
+                E::Unknown(_) => code::ENOENT,
+                E::HasHosts { .. } => code::EBUSY,
+            };
+            Refusal::new(c, format!("domain {domain}: {e}"))
+        })
+    })
+}
+
+fn unknown_group(domain: &str, name: &str) -> Refusal {
+    Refusal::new(
+        code::ENOENT,
+        format!("group {name:?} does not exist in QoS domain {domain:?}"),
+    )
+}
+
+/// Groups of a domain, as `qos_group_create` parameters.
+pub fn group_params(r: &Registry, domain: &str) -> Result<Vec<GroupParams>, Refusal> {
+    let d = r.domain(domain)?;
+    Ok(d.monitor
+        .group_configs()
+        .map(|g| GroupParams::from_config(domain, g))
+        .collect())
+}
+
+/// One group of a domain.
+pub fn group_param(r: &Registry, domain: &str, name: &str) -> Result<GroupParams, Refusal> {
+    group_params(r, domain)?
+        .into_iter()
+        .find(|g| g.name == name)
+        .ok_or_else(|| unknown_group(domain, name))
 }
 
 /// Explicit hosts of a domain, as `qos_host_set` parameters.

@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 use spdk_sys::rpc::{self, RpcRequest};
 
 use crate::params::{
-    BdevParams, DomainParams, DomainUpdate, HostKey, HostParams, HostQuery, NameQuery, Refusal,
-    StatsQuery, code, parse,
+    BdevParams, DomainParams, DomainUpdate, GroupKey, GroupParams, GroupQuery, GroupUpdate,
+    HostKey, HostParams, HostQuery, NameQuery, Refusal, StatsQuery, code, parse,
 };
 use crate::{qos_bdev, registry, stats};
 
@@ -81,6 +81,37 @@ fn host_get(p: Value) -> Result<Value, Refusal> {
     })
 }
 
+fn group_create(p: Value) -> Result<Value, Refusal> {
+    let g: GroupParams = parse("qos_group_create", p)?;
+    registry::create_group(&g)?;
+    Ok(json!(true))
+}
+
+fn group_update(p: Value) -> Result<Value, Refusal> {
+    let u: GroupUpdate = parse("qos_group_update", p)?;
+    registry::update_group(&u)?;
+    Ok(json!(true))
+}
+
+fn group_delete(p: Value) -> Result<Value, Refusal> {
+    let k: GroupKey = parse("qos_group_delete", p)?;
+    registry::delete_group(&k.domain, &k.name)?;
+    Ok(json!(true))
+}
+
+fn group_get(p: Value) -> Result<Value, Refusal> {
+    let q: GroupQuery = parse("qos_group_get", p)?;
+    registry::with(|r| match &q.name {
+        Some(n) => Ok(json!([registry::group_param(r, &q.domain, n)?.to_json()])),
+        None => Ok(Value::Array(
+            registry::group_params(r, &q.domain)?
+                .iter()
+                .map(GroupParams::to_json)
+                .collect(),
+        )),
+    })
+}
+
 fn bdev_create(p: Value) -> Result<Value, Refusal> {
     let b: BdevParams = parse("qos_bdev_create", p)?;
     Ok(json!(qos_bdev::create(b)?))
@@ -139,6 +170,10 @@ spdk_sys::rpc_methods! {
     MHostSet = c"qos_host_set", ANY, |q, p| q.reply(host_set(p));
     MHostRemove = c"qos_host_remove", rpc::RUNTIME, |q, p| q.reply(host_remove(p));
     MHostGet = c"qos_host_get", rpc::RUNTIME, |q, p| q.reply(host_get(p));
+    MGroupCreate = c"qos_group_create", ANY, |q, p| q.reply(group_create(p));
+    MGroupUpdate = c"qos_group_update", rpc::RUNTIME, |q, p| q.reply(group_update(p));
+    MGroupDelete = c"qos_group_delete", rpc::RUNTIME, |q, p| q.reply(group_delete(p));
+    MGroupGet = c"qos_group_get", rpc::RUNTIME, |q, p| q.reply(group_get(p));
     MBdevCreate = c"qos_bdev_create", rpc::RUNTIME, |q, p| q.reply(bdev_create(p));
     MBdevDelete = c"qos_bdev_delete", rpc::RUNTIME, |q: RpcRequest, p| {
         match parse::<NameReq>("qos_bdev_delete", p) {

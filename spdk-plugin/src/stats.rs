@@ -57,6 +57,8 @@ fn host_common(d: &Domain, h: &HostStats) -> Value {
             "ios": h.completed_ios_total,
         },
         "held": h.held_now,
+        "group": h.group,
+        "excess_granted_this_period": amount(h.excess_granted),
         "throttled_ios": h.held_time.held_ios,
         "hold_events": h.hold_events_total,
         "held_time": {
@@ -148,7 +150,19 @@ pub fn domain(name: &str, d: &Domain, shape: Shape<'_>) -> Value {
         "elapsed_ns": s.elapsed_ns,
         "capacity_estimate": amount(s.budget),
         "global_available": amount(s.global_available),
+        "sharing": s.sharing,
         "held_time_bounds_ns": HELD_BUCKETS_NS,
         "hosts": hosts,
+        "groups": s.groups.iter().map(|g| json!({
+            "name": g.name,
+            "hosts": g.hosts,
+            "min": g.config.reservation,
+            "max": g.config.limit,
+            "weight": g.config.weight,
+            "reservation_per_period": amount(g.reservation_per_period),
+            "limit_per_period": amount(g.limit_per_period),
+            "completed_this_period": amount(g.completed_this_period),
+            "given_this_period": amount(g.given_this_period),
+        })).collect::<Vec<_>>(),
     })
 }

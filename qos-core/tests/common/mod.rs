@@ -201,10 +201,11 @@ impl Sim {
         }
         let global = self.monitor.shared().global_available().ops as i128;
         // Caches hold at most a batch per channel: Haechi's clients hold batches too.
-        // Weighted sharing hands each check interval's slice out at its start, so the
-        // hosts' credit may run one interval of capacity ahead of the clock.
+        // Weighted sharing hands each check interval's slice out at its start, and a
+        // slice the pool cut short is owed to the next interval, so the hosts' credit
+        // may run up to two intervals of capacity ahead of the clock.
         let ahead = if cfg.sharing == qos_core::ExcessSharing::Weighted {
-            (self.monitor.budget().ops as u128 * cfg.check_interval.0 as u128
+            (2 * self.monitor.budget().ops as u128 * cfg.check_interval.0 as u128
                 / cfg.period.0 as u128) as i128
         } else {
             0
