@@ -206,6 +206,15 @@ def test_prometheus_follows_a_real_target_under_load(target, tmp_path):
         r2 = prom.wait_for(rate, lambda r: r and r[0][1] >= max(2000, 1.8 * r1[0][1]), timeout=30)
         h2 = prom.wait_for(p90, lambda r: r and r[0][1] < h1[0][1], timeout=20)
         time.sleep(dwell)
+        # The compact form (typed) carries the full form's fields but the history.
+        full = c.call('qos_stats_get', {'domain': 'd0'})[0]
+        compact = c.call('qos_stats_get', {'domain': 'd0', 'compact': True})[0]
+        history = {'last_periods', 'periods', 'reservation_met_fraction_backlogged', 'soft_granted'}
+        assert set(compact) == set(full)
+        assert set(compact['hosts'][0]) == set(full['hosts'][0]) - history
+        assert compact['hosts'][0]['min'] == full['hosts'][0]['min'] == {'total': {'iops': 500}}
+        one = c.call('qos_stats_get', {'compact': True, 'host_nqn': HOST})
+        assert [h['host_nqn'] for d in one for h in d['hosts']] == [HOST]
         periods = prom.query('sum(nvmf_qos_host_periods_total%s)' % sel)
         assert periods and periods[0][1] > 10
         est = prom.query('nvmf_qos_domain_capacity_estimate_iops{domain="d0"}')
