@@ -9,18 +9,21 @@ Handlers only use `args.client.call(method, params)`, which every rpc.py client 
 PyPI package `spdk` 26.9), so the module needs nothing beyond the standard library.
 
 Only the parameters given on the command line are sent, so the target's defaults apply.
-Obvious mistakes (negative or out-of-range numbers, unknown priority or mode, a QoS
-reservation given both together and apart, a reservation above its limit) are argparse
-errors: usage, a message, exit status 2, nothing sent.
+Obvious mistakes (negative or out-of-range numbers, unknown priority, mode or sharing, a
+QoS reservation given both together and apart, a reservation above its limit, a bad
+group name) are argparse errors: usage, a message, exit status 2, nothing sent.
 """
 
 import argparse
 import json
+import string
 import sys
 import uuid
 
 METHOD_NOT_FOUND = -32601  # JSON-RPC 2.0 "Method not found", as SPDK's rpc.c answers it
 MAX_NQN_LEN = 223  # NVMe base specification, and qos-core's MAX_NQN_LEN
+MAX_GROUP_NAME_LEN = 64  # qos-core's MAX_GROUP_NAME_LEN
+_GROUP_NAME_CHARS = frozenset(string.ascii_letters + string.digits + '-_.:')
 
 
 # Output, in the format of spdk.rpc's print_dict / print_json (which moved between
@@ -92,6 +95,13 @@ def _seconds(text):
     return value
 
 
+def _rate_or_clear(text):
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must not be negative (got %d); 0 clears the rate" % value)
+    return value
+
+
 def _size_unit(text):
     value = _integer(text)
     if value != 0 and value < 512:
@@ -110,6 +120,14 @@ def _nqn(text):
 def _name(text):
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def _group_name(text):
+    if not 1 <= len(text) <= MAX_GROUP_NAME_LEN or not set(text) <= _GROUP_NAME_CHARS:
+        raise argparse.ArgumentTypeError(
+            "a group name is 1 ..= %d characters: letters, digits and - _ . : (got %r)"
+            % (MAX_GROUP_NAME_LEN, text))
     return text
 
 
@@ -217,7 +235,7 @@ _COST_OPTIONS = [
     ('size_unit', _size_unit,
      "when set, a command costs one op per started size_unit bytes; 0 or >= 512 (default 0)"),
 ]
-_DOMAIN_PARAMS = (['name'] + [o[0] for o in _DOMAIN_OPTIONS] + ['estimator', 'mode', 'release']
+_DOMAIN_PARAMS = (['name'] + [o[0] for o in _DOMAIN_OPTIONS] + ['estimator', 'mode', 'release', 'sharing']
                   + [o[0] for o in _COST_OPTIONS])
 
 
@@ -236,6 +254,10 @@ def _add_domain_options(p, create):
                    help='paced: reservations and limits are released over the period, and the global pool '
                         'closes while a backlogged host lags; start: all at the period start, as Haechi '
                         '(default paced)')
+    p.add_argument('--sharing', choices=['weighted', 'first_come'],
+                   help='weighted: the capacity nobody reserved is split by weight among backlogged hosts and '
+                        'groups, whatever their queue depth; first_come: Haechi\'s open global pool, deeper '
+                        'queues get more; tenant groups need weighted (default weighted)')
     for dest, kind, text in _COST_OPTIONS:
         if create:
             p.add_argument(_flag(dest), type=kind, metavar='N', help=text)
@@ -274,7 +296,7 @@ _HOST_RULES = (
     + [_at_most(s, 'max_' + s[9:], "the soft guarantee cannot be above the limit") for s in _SOFT]
 )
 
-_HOST_PARAMS = ['domain', 'host_nqn', *_TOGETHER, *_APART, *_MAX, 'weight', 'priority', *_SOFT]
+_HOST_PARAMS = ['domain', 'host_nqn', *_TOGETHER, *_APART, *_MAX, 'weight', 'priority', *_SOFT, 'group']
 
 
 def _rate_help(dest):
@@ -299,6 +321,61 @@ def qos_host_remove(args):
 
 def qos_host_get(args):
     _print_result(args.client.call('qos_host_get', _params(args, ['domain', 'host_nqn'])))
+
+
+# Tenant groups (domain -> group -> host). Rates are for the group's hosts together,
+# reads and writes together.
+
+_GROUP_RATES = ['min_iops', 'min_mibps', 'max_iops', 'max_mibps']
+_GROUP_PARAMS = ['domain', 'name', *_GROUP_RATES, 'weight']
+
+
+def _group_rules(update):
+    """A group's reservation is at most its limit; on update a limit of 0 clears it."""
+    def rule(m):
+        a, b = 'min_' + m, 'max_' + m
+        return _Rule(a, b, lambda x, y: (update and y == 0) or x <= y,
+                     lambda x, y: "%s %d is above %s %d: a group's reservation cannot be above its limit; "
+                                  "lower %s or raise %s" % (_flag(a), x, _flag(b), y, _flag(a), _flag(b)))
+    return [rule('iops'), rule('mibps')]
+
+
+def _group_rate_help(dest, update):
+    kind, rest = dest.split('_', 1)
+    unit = 'MiB/s' if rest == 'mibps' else 'IOPS'
+    if kind == 'min':
+        text = "the group's QoS reservation in %s, guaranteed to its hosts together" % unit
+    else:
+        text = "the group's limit in %s, for its hosts together" % unit
+    return text + ('; 0 clears it' if update else '')
+
+
+def _add_group_options(p, update):
+    p.add_argument('-d', '--domain', required=True, type=_name, help='QoS domain')
+    p.add_argument('-n', '--name', required=True, type=_group_name,
+                   help='group name, 1 ..= 64 letters, digits and - _ . :' + ('' if update else ', unique'))
+    rules = _group_rules(update)
+    for dest in _GROUP_RATES:
+        p.add_argument(_flag(dest), type=_rate_or_clear if update else _rate, action=_Checked, rules=rules,
+                       metavar='N', help=_group_rate_help(dest, update))
+    p.add_argument('-w', '--weight', type=_int_range(1, 1000), metavar='N',
+                   help='share of unreserved capacity among groups and lone hosts, 1 ..= 1000 (default 1)')
+
+
+def qos_group_create(args):
+    _print_result(args.client.call('qos_group_create', _params(args, _GROUP_PARAMS)))
+
+
+def qos_group_update(args):
+    _print_result(args.client.call('qos_group_update', _params(args, _GROUP_PARAMS)))
+
+
+def qos_group_delete(args):
+    _print_result(args.client.call('qos_group_delete', _params(args, ['domain', 'name'])))
+
+
+def qos_group_get(args):
+    _print_result(args.client.call('qos_group_get', _params(args, ['domain', 'name'])))
 
 
 # QoS bdevs
@@ -688,6 +765,8 @@ def spdk_rpc_plugin_initialize(subparsers):
     for dest in _SOFT:
         p.add_argument(_flag(dest), type=_rate, action=_Checked, rules=_HOST_RULES, metavar='N',
                        help=_rate_help(dest))
+    p.add_argument('--group', type=_group_name, metavar='NAME',
+                   help="the host's tenant group (qos_group_create); left out: a lone host")
 
     p = command('qos_host_remove', qos_host_remove,
                 "Remove a host's QoS settings; its QoS bdevs carry on best-effort")
@@ -697,6 +776,22 @@ def spdk_rpc_plugin_initialize(subparsers):
     p = command('qos_host_get', qos_host_get, "Show hosts' QoS settings in a domain")
     p.add_argument('-d', '--domain', required=True, type=_name, help='QoS domain')
     p.add_argument('-q', '--host-nqn', type=_nqn, help='only this host (optional)')
+
+    p = command('qos_group_create', qos_group_create,
+                'Create a tenant group: a reservation, limit and weight for its hosts together')
+    _add_group_options(p, update=False)
+
+    p = command('qos_group_update', qos_group_update,
+                "Change a tenant group; options left out keep their value, a rate of 0 clears it")
+    _add_group_options(p, update=True)
+
+    p = command('qos_group_delete', qos_group_delete, 'Delete a tenant group that no host belongs to')
+    p.add_argument('-d', '--domain', required=True, type=_name, help='QoS domain')
+    p.add_argument('-n', '--name', required=True, type=_group_name, help='group name')
+
+    p = command('qos_group_get', qos_group_get, 'Show the tenant groups of a domain and their settings')
+    p.add_argument('-d', '--domain', required=True, type=_name, help='QoS domain')
+    p.add_argument('-n', '--name', type=_group_name, help='only this group (optional)')
 
     p = command('qos_bdev_create', qos_bdev_create, "Create a QoS bdev that carries one host's I/O to a base bdev")
     _add_bdev_create_options(p)

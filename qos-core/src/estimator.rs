@@ -26,9 +26,12 @@
 //! reservations fail while they still fit. The monitor knows more than the total: when a
 //! host that kept commands coming missed its reservation in a period in which some
 //! backlogged host lagged behind its schedule, the target served less than it was asked
-//! (`capacity_bound`). Such a period is a measurement of capacity whatever the floor, and
-//! since reservations are at stake the estimate drops to it at once (the window restarts
-//! from it); probes raise it again if the target recovers.
+//! ([`Evidence::ReservationsStarved`]). Such a period is a measurement of capacity
+//! whatever the floor, and since reservations are at stake the estimate drops to it at
+//! once (the window restarts from it); probes raise it again if the target recovers. A
+//! period in which the hosts wanted more than they were offered all along
+//! ([`Evidence::Backlogged`]) is a measurement too, but weaker (a noisy dip looks the
+//! same): it enters the window's mean even below the floor.
 
 use std::collections::VecDeque;
 
@@ -51,6 +54,28 @@ pub struct CapacityEstimator {
     /// What `probe_wait` is set to after the next failed probe.
     probe_backoff: u32,
     probe_backoff_max: u32,
+    /// The period being observed had demand beyond what the target served.
+    demand_exceeded: bool,
+    /// Multiple of eta the next probe adds (doubles while probes are used).
+    probe_step: u64,
+}
+
+/// Largest multiple of eta one probe adds.
+const MAX_PROBE_STEP: u64 = 4;
+
+/// What the monitor saw in a period besides the work completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Evidence {
+    /// Nothing: a period below the floor may be one of low demand.
+    #[default]
+    None,
+    /// The hosts claimed every slice of the unreserved capacity they were offered all
+    /// period long (weighted sharing): demand exceeded what the target served, so the
+    /// period measures capacity even below the floor (averaged in the window).
+    Backlogged,
+    /// A host that kept commands coming missed its reservation while a backlogged host
+    /// lagged behind its schedule: the estimate drops to what was served at once.
+    ReservationsStarved,
 }
 
 /// What the estimator did with a period's figure.
@@ -83,6 +108,8 @@ impl CapacityEstimator {
             probe_wait: 0,
             probe_backoff: 1.min(cfg.probe_backoff_max),
             probe_backoff_max: cfg.probe_backoff_max,
+            demand_exceeded: false,
+            probe_step: 1,
         }
     }
 
@@ -98,36 +125,46 @@ impl CapacityEstimator {
     /// Takes the period's completed work `used`, and whether some host that wanted its
     /// reservation did not get it (`reservation_missed`): only a probe that did harm
     /// like that makes the next one wait.
-    /// `capacity_bound`: the period was limited by the target, not by demand (see the
-    /// module doc); below the estimate it drops the estimate to `used`.
+    /// `evidence` says what else the monitor saw (see the module doc).
     pub fn observe(
         &mut self,
         used: u64,
         reservation_missed: bool,
-        capacity_bound: bool,
+        evidence: Evidence,
     ) -> EstimateStep {
+        let capacity_bound = evidence == Evidence::ReservationsStarved;
+        self.demand_exceeded = evidence != Evidence::None;
         if !self.enabled {
             return EstimateStep::Fixed;
         }
         let tolerance = mul_div(self.current, self.tolerance_milli, 1000);
         let saturated = used.saturating_add(tolerance) >= self.current;
         if capacity_bound && !saturated && used > 0 {
+            // At most halved in one period: one odd period cannot take it all away.
+            let to = used.max(self.current / 2);
             self.probing = false;
+            self.probe_step = 1;
             self.window.clear();
-            self.window.push_back(used);
-            self.current = used;
+            self.window.push_back(to);
+            self.current = to;
             return EstimateStep::Dropped;
         }
         if std::mem::take(&mut self.probing) {
             if saturated {
-                // The raised estimate was used: the target has more, probe on.
+                // The raised estimate was used: the target has more, probe on, with a
+                // step that doubles while probes keep being used (at most 4 eta), so a
+                // target that recovered from a drop is followed in a few periods.
                 self.probe_backoff = 1.min(self.probe_backoff_max);
+                self.probe_step = (self.probe_step * 2).min(MAX_PROBE_STEP);
             } else if reservation_missed {
                 // It was not, and a reservation was missed: the probe's extra tokens
                 // were served at the expense of some host's reservation. Wait before
                 // the next one. (Unused for lack of demand, it did no harm.)
                 self.probe_wait = self.probe_backoff;
                 self.probe_backoff = (self.probe_backoff * 2).min(self.probe_backoff_max);
+                self.probe_step = 1;
+            } else {
+                self.probe_step = 1;
             }
         } else if self.probe_wait > 0 {
             self.probe_wait -= 1;
@@ -137,7 +174,9 @@ impl CapacityEstimator {
             }
         }
         if saturated {
-            self.current = self.current.saturating_add(self.eta);
+            self.current = self
+                .current
+                .saturating_add(self.eta.saturating_mul(self.probe_step));
             self.probing = true;
             EstimateStep::Raised
         } else {
@@ -148,7 +187,7 @@ impl CapacityEstimator {
     /// Records `used` in the window and takes the window's mean, unless it is below
     /// the floor (a low-demand period).
     fn average(&mut self, used: u64) -> EstimateStep {
-        if used < self.floor {
+        if used < self.floor && !self.demand_exceeded {
             return EstimateStep::Ignored;
         }
         if self.window.len() == self.window_len {
@@ -203,19 +242,25 @@ mod tests {
     fn saturated_period_raises_by_eta() {
         let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
         assert_eq!(e.floor(), 850);
-        assert_eq!(e.observe(1000, false, false), EstimateStep::Raised);
+        assert_eq!(e.observe(1000, false, Evidence::None), EstimateStep::Raised);
         assert_eq!(e.current(), 1010);
     }
 
     #[test]
     fn window_mean_of_the_last_m_periods_above_the_floor() {
         let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
-        assert_eq!(e.observe(900, false, false), EstimateStep::Averaged);
+        assert_eq!(
+            e.observe(900, false, Evidence::None),
+            EstimateStep::Averaged
+        );
         assert_eq!(e.current(), 900);
-        assert_eq!(e.observe(870, false, false), EstimateStep::Averaged);
+        assert_eq!(
+            e.observe(870, false, Evidence::None),
+            EstimateStep::Averaged
+        );
         assert_eq!(e.current(), 885);
-        e.observe(870, false, false);
-        e.observe(860, false, false); // 900 falls out of the window of 3
+        e.observe(870, false, Evidence::None);
+        e.observe(860, false, Evidence::None); // 900 falls out of the window of 3
         assert_eq!(e.current(), (870 + 870 + 860) / 3);
     }
 
@@ -233,7 +278,7 @@ mod tests {
         (0..periods)
             .map(|_| {
                 let used = e.current().min(capacity);
-                e.observe(used, true, false) == EstimateStep::Raised
+                e.observe(used, true, Evidence::None) == EstimateStep::Raised
             })
             .collect()
     }
@@ -267,12 +312,12 @@ mod tests {
         // Two failed probes build up a wait of 4.
         for _ in 0..6 {
             let used = e.current().min(1000);
-            e.observe(used, true, false);
+            e.observe(used, true, Evidence::None);
         }
         // The target gets much faster: after the wait, every period raises by eta.
         let mut raised = 0;
         for _ in 0..12 {
-            if e.observe(e.current(), false, false) == EstimateStep::Raised {
+            if e.observe(e.current(), false, Evidence::None) == EstimateStep::Raised {
                 raised += 1;
             }
         }
@@ -284,28 +329,37 @@ mod tests {
     fn a_probe_unused_for_lack_of_demand_does_not_back_off() {
         let c = with_backoff(4);
         let mut e = CapacityEstimator::new(&c, 1000, 0);
-        assert_eq!(e.observe(1000, false, false), EstimateStep::Raised);
+        assert_eq!(e.observe(1000, false, Evidence::None), EstimateStep::Raised);
         // Demand fell short of the raised estimate, but every reservation was met.
-        assert_eq!(e.observe(1000, false, false), EstimateStep::Averaged);
-        assert_eq!(e.observe(1000, false, false), EstimateStep::Raised);
+        assert_eq!(
+            e.observe(1000, false, Evidence::None),
+            EstimateStep::Averaged
+        );
+        assert_eq!(e.observe(1000, false, Evidence::None), EstimateStep::Raised);
     }
 
     #[test]
     fn waiting_periods_still_measure_capacity() {
         let c = with_backoff(4);
         let mut e = CapacityEstimator::new(&c, 1000, 0);
-        assert_eq!(e.observe(1000, false, false), EstimateStep::Raised); // probe to 1010
-        assert_eq!(e.observe(1000, true, false), EstimateStep::Averaged); // failed: wait 1
+        assert_eq!(e.observe(1000, false, Evidence::None), EstimateStep::Raised); // probe to 1010
+        assert_eq!(
+            e.observe(1000, true, Evidence::None),
+            EstimateStep::Averaged
+        ); // failed: wait 1
         assert_eq!(e.current(), 1000);
-        assert_eq!(e.observe(1000, false, false), EstimateStep::Averaged); // saturated, waiting
+        assert_eq!(
+            e.observe(1000, false, Evidence::None),
+            EstimateStep::Averaged
+        ); // saturated, waiting
         assert_eq!(e.current(), 1000);
-        assert_eq!(e.observe(1000, false, false), EstimateStep::Raised); // the next probe
+        assert_eq!(e.observe(1000, false, Evidence::None), EstimateStep::Raised); // the next probe
     }
 
     #[test]
     fn low_demand_periods_are_ignored() {
         let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
-        assert_eq!(e.observe(10, false, false), EstimateStep::Ignored);
+        assert_eq!(e.observe(10, false, Evidence::None), EstimateStep::Ignored);
         assert_eq!(e.current(), 1000);
     }
 
@@ -319,7 +373,7 @@ mod tests {
             1000,
             0,
         );
-        assert_eq!(e.observe(1000, true, false), EstimateStep::Fixed);
+        assert_eq!(e.observe(1000, true, Evidence::None), EstimateStep::Fixed);
         assert_eq!(e.current(), 1000);
     }
 
@@ -340,13 +394,16 @@ mod tests {
     fn a_capacity_bound_period_below_the_floor_drops_the_estimate_at_once() {
         let mut e = CapacityEstimator::new(&cfg(), 1000, 0);
         // Below the floor without evidence: a low-demand period, ignored.
-        assert_eq!(e.observe(600, true, false), EstimateStep::Ignored);
+        assert_eq!(e.observe(600, true, Evidence::None), EstimateStep::Ignored);
         assert_eq!(e.current(), 1000);
         // With evidence that the target was the bottleneck: followed at once.
-        assert_eq!(e.observe(600, true, true), EstimateStep::Dropped);
+        assert_eq!(
+            e.observe(600, true, Evidence::ReservationsStarved),
+            EstimateStep::Dropped
+        );
         assert_eq!(e.current(), 600);
         // And the window restarts from it: a recovery is followed by probes.
-        assert_eq!(e.observe(600, false, false), EstimateStep::Raised);
+        assert_eq!(e.observe(600, false, Evidence::None), EstimateStep::Raised);
         assert_eq!(e.current(), 610);
     }
 }

@@ -17,7 +17,7 @@ use crate::config::{
     HostConfig, PriorityClass, ReservationRelease, TokenMode, UNLIMITED,
 };
 use crate::cost::{Amount, Resource};
-use crate::estimator::{CapacityEstimator, UnderuseCounter};
+use crate::estimator::{CapacityEstimator, Evidence, UnderuseCounter};
 use crate::ledger::{
     ChannelTokens, CounterSnapshot, DomainShared, HostParams, HostShared, clamp_pool,
 };
@@ -180,6 +180,10 @@ struct HostEntry {
     group: Option<usize>,
     /// Idle at the last check interval (its unused reservation may be converted).
     idle: bool,
+    /// Check intervals of this period in which it was busy, and in which it lagged
+    /// behind its reservation schedule.
+    ticks_active: u32,
+    lag_ticks: u32,
     /// Commands admitted and not completed: the most seen lately (decaying), and
     /// whether it had (nearly) that many out at the last check interval with none
     /// held: a closed loop at its queue depth, bounded by the target's latency.
@@ -304,8 +308,10 @@ pub struct Monitor {
     /// which the hosts claimed all of it (demand beyond what the target was offering).
     share_ticks: [[u32; 2]; 2],
     /// Bit r: some backlogged host lagged behind its reservation in resource r at some
-    /// check interval of this period (evidence for the capacity estimator).
+    /// check interval of this period.
     lag_seen: u64,
+    /// Check intervals of this period (conversion ticks).
+    period_ticks: u32,
     scratch: ShareScratch,
 }
 
@@ -338,6 +344,7 @@ impl Monitor {
             share_balance: [0; 2],
             share_ticks: [[0; 2]; 2],
             lag_seen: 0,
+            period_ticks: 0,
             scratch: ShareScratch::default(),
             cfg,
         };
@@ -554,6 +561,8 @@ impl Monitor {
             period_counts: PeriodCounts::default(),
             group: None,
             idle: false,
+            ticks_active: 0,
+            lag_ticks: 0,
             peak_in_flight: 0,
             window_bound: false,
             share_cap: Amount::ZERO,
@@ -855,6 +864,7 @@ impl Monitor {
             .release_burst()
             .0
             .saturating_add((2 * self.cfg.check_interval.0).min(self.cfg.period.0 / 200));
+        self.period_ticks += 1;
         let mut closed = 0u64;
         let idle_after = self.idle_after();
         let mut outstanding = [0u64; 2];
@@ -881,6 +891,7 @@ impl Monitor {
             h.held_at_tick = c.held_events;
             let idle = now.saturating_sub(h.last_active) >= idle_after;
             h.idle = idle;
+            h.ticks_active += !idle as u32;
             let in_flight_ios = c.admitted_ios.saturating_sub(c.completed_ios);
             h.peak_in_flight = in_flight_ios.max(h.peak_in_flight - h.peak_in_flight / 256);
             h.window_bound = !idle
@@ -911,6 +922,7 @@ impl Monitor {
                     outstanding[r] = outstanding[r].saturating_add(left);
                 }
             }
+            h.lag_ticks += (lag != 0) as u32;
             if h.shared.lagging.load(Ordering::Relaxed) != lag {
                 h.shared.lagging.store(lag, Ordering::Release);
             }
@@ -1244,6 +1256,9 @@ impl Monitor {
         // Per resource: a host still active at the end of the period completed less
         // than its reservation.
         let mut reservation_missed = [false; 2];
+        // A host busy all period, lagging at some point, missed its reservation.
+        let mut starved = [false; 2];
+        let mut hosts_changed = false;
         let mut offered_unused = Amount::ZERO;
         let idle_after = self.idle_after();
         for h in &mut self.hosts {
@@ -1270,10 +1285,19 @@ impl Monitor {
             };
             let active =
                 start.saturating_sub(h.last_active) < idle_after || now_c.outstanding() > 0;
+            // Busy at every check interval of the period (or idle at all of them): a
+            // host that started or stopped during it makes the period no measurement.
+            let whole = h.ticks_active + 1 >= self.period_ticks;
+            if h.ticks_active > 0 && !whole {
+                hosts_changed = true;
+            }
             if active {
                 for r in Resource::ALL {
                     if completed.get(r) < hard.get(r) {
                         reservation_missed[r.index()] = true;
+                        if whole && h.lag_ticks > 0 {
+                            starved[r.index()] = true;
+                        }
                     }
                 }
             }
@@ -1295,14 +1319,19 @@ impl Monitor {
             let i = r.index();
             // A reservation missed by a host that kept commands coming, in a period in
             // which some backlogged host lagged behind its schedule: the target served
-            // less than it was asked, so what it served is its capacity now.
-            // Or, with weighted sharing: the hosts claimed every slice they were offered
-            // in nine intervals of ten (their demand exceeded the offer all period
-            // long), so completing less than the estimate is the target's doing.
+            // less than it was asked, so what it served is its capacity now. Or, with
+            // weighted sharing: the hosts claimed every slice they were offered in nine
+            // intervals of ten (their demand exceeded the offer all period long).
             let [ran, claimed] = self.share_ticks[i];
-            let backlogged_all_period = ran >= 10 && claimed * 10 >= ran * 9;
-            let capacity_bound =
-                (reservation_missed[i] && self.lag_seen & (1 << i) != 0) || backlogged_all_period;
+            let evidence = if hosts_changed {
+                Evidence::None
+            } else if starved[i] {
+                Evidence::ReservationsStarved
+            } else if ran >= 10 && claimed * 10 >= ran * 9 {
+                Evidence::Backlogged
+            } else {
+                Evidence::None
+            };
             // Weighted sharing hands the excess to the hosts a slice at a time: what they
             // still held when the period ended was offered and not refused by the
             // target, so it counts towards "every token was used".
@@ -1310,7 +1339,7 @@ impl Monitor {
                 .get(r)
                 .saturating_add(offered_unused.get(r))
                 .min(report_budget.get(r));
-            self.estimators[i].observe(offered, reservation_missed[i], capacity_bound);
+            self.estimators[i].observe(offered, reservation_missed[i], evidence);
         }
         let ended_epoch = self.epoch;
         let ended_start = self.period_start;
@@ -1356,11 +1385,14 @@ impl Monitor {
         }
         for h in &mut self.hosts {
             h.excess_granted = Amount::ZERO;
+            h.ticks_active = 0;
+            h.lag_ticks = 0;
         }
         self.last_share = start;
         self.share_balance = [0; 2];
         self.share_ticks = [[0; 2]; 2];
         self.lag_seen = 0;
+        self.period_ticks = 0;
         let weighted = if self.cfg.sharing == ExcessSharing::Weighted {
             1 | ((cap.bytes != u64::MAX) as u64) << 1
         } else {

@@ -27,7 +27,9 @@ STATS = [{
 def test_methods_returning_true_print_nothing(capsys):
     for argv in (['qos_domain_create', '-n', 'd', '--capacity-iops', '1'], ['qos_domain_update', '-n', 'd'],
                  ['qos_domain_delete', '-n', 'd'], ['qos_host_set', '-d', 'd', '-q', HOST1],
-                 ['qos_host_remove', '-d', 'd', '-q', HOST1], ['qos_bdev_delete', '-n', 'b']):
+                 ['qos_host_remove', '-d', 'd', '-q', HOST1], ['qos_bdev_delete', '-n', 'b'],
+                 ['qos_group_create', '-d', 'd', '-n', 'g'], ['qos_group_update', '-d', 'd', '-n', 'g', '-w', '2'],
+                 ['qos_group_delete', '-d', 'd', '-n', 'g']):
         run(argv)
     assert capsys.readouterr().out == ''
 
@@ -50,6 +52,12 @@ def test_get_methods_print_indented_json(capsys):
     assert json.loads(capsys.readouterr().out) == [{'host_nqn': HOST1}]
 
 
+def test_group_get_prints_indented_json(capsys):
+    groups = [{'domain': 'dom0', 'name': 'tenant-a', 'min_iops': 60000, 'max_iops': 100000, 'weight': 2}]
+    run(['qos_group_get', '-d', 'dom0'], FakeClient({'qos_group_get': groups}))
+    assert capsys.readouterr().out == json.dumps(groups, indent=2) + '\n'
+
+
 def test_stats_default_is_json(capsys):
     run(['qos_stats_get'], FakeClient({'qos_stats_get': STATS}))
     assert json.loads(capsys.readouterr().out) == STATS
@@ -68,6 +76,20 @@ def test_stats_table(capsys):
     # columns line up
     assert lines[1].index('MAX') == lines[2].index('iops=50000') == lines[3].index('- ')
     assert len(lines) == 4
+
+
+def test_stats_json_with_groups_is_printed_as_it_is(capsys):
+    stats = [dict(STATS[0], sharing='weighted',
+                  hosts=[dict(h, group='tenant-a', excess_granted_this_period={'ops': 10, 'bytes': 0})
+                         for h in STATS[0]['hosts']],
+                  groups=[{'name': 'tenant-a', 'hosts': [HOST1, HOST2], 'min': {'iops': 60000},
+                           'max': {'iops': 100000}, 'weight': 2,
+                           'reservation_per_period': {'ops': 60000, 'bytes': 0},
+                           'limit_per_period': {'ops': 100000, 'bytes': None},
+                           'completed_this_period': {'ops': 3600, 'bytes': 14745600},
+                           'given_this_period': {'ops': 20, 'bytes': 0}}])]
+    run(['qos_stats_get', '-d', 'dom0'], FakeClient({'qos_stats_get': stats}))
+    assert json.loads(capsys.readouterr().out) == stats
 
 
 def test_stats_table_tolerates_missing_fields_and_several_domains(capsys):

@@ -131,6 +131,55 @@ def test_dry_run_prints_the_request(rpc_py):
                              'priority': 'high'}
 
 
+@pytest.mark.parametrize('argv,method,params', [
+    (['qos_domain_create', '-n', 'dom0', '--capacity-iops', '400000', '--sharing', 'first_come'],
+     'qos_domain_create', {'name': 'dom0', 'capacity_iops': 400000, 'sharing': 'first_come'}),
+    (['qos_domain_update', '-n', 'dom0', '--sharing', 'weighted'],
+     'qos_domain_update', {'name': 'dom0', 'sharing': 'weighted'}),
+    (['qos_group_create', '-d', 'dom0', '-n', 'tenant-a', '--min-iops', '60000', '--max-iops', '100000',
+      '-w', '2'],
+     'qos_group_create', {'domain': 'dom0', 'name': 'tenant-a', 'min_iops': 60000, 'max_iops': 100000,
+                          'weight': 2}),
+    (['qos_group_update', '-d', 'dom0', '-n', 'tenant-a', '--max-iops', '0', '--weight', '3'],
+     'qos_group_update', {'domain': 'dom0', 'name': 'tenant-a', 'max_iops': 0, 'weight': 3}),
+    (['qos_group_delete', '-d', 'dom0', '-n', 'tenant-a'], 'qos_group_delete', {'domain': 'dom0', 'name': 'tenant-a'}),
+    (['qos_group_get', '-d', 'dom0', '-n', 'tenant-a'], 'qos_group_get', {'domain': 'dom0', 'name': 'tenant-a'}),
+    (['qos_host_set', '-d', 'dom0', '-q', HOST, '--min-iops', '20000', '--group', 'tenant-a'],
+     'qos_host_set', {'domain': 'dom0', 'host_nqn': HOST, 'min_iops': 20000, 'group': 'tenant-a'}),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_dry_run_sharing_and_groups(rpc_py, argv, method, params):
+    res = rpc(rpc_py, ['--dry-run', *argv])
+    assert res.returncode == 0, res.stderr
+    req = json.loads(res.stdout[len('Request:\n'):])
+    assert (req['method'], req['params']) == (method, params)
+
+
+def test_group_refusal_over_the_socket(rpc_py, target):
+    server = target({'qos_group_delete': ('error', -16, 'domain dom0: group tenant-a still has hosts (%s); move '
+                                                        'them out first' % HOST)})
+    res = rpc(rpc_py, ['qos_group_delete', '-d', 'dom0', '-n', 'tenant-a'], server)
+    assert res.returncode == 1
+    assert 'group tenant-a still has hosts' in res.stdout
+    assert 'Traceback' not in res.stdout + res.stderr
+    assert server.requests == [('qos_group_delete', {'domain': 'dom0', 'name': 'tenant-a'})]
+
+
+def test_group_get_over_the_socket(rpc_py, target):
+    groups = [{'domain': 'dom0', 'name': 'tenant-a', 'min_iops': 60000, 'max_iops': 100000, 'weight': 2}]
+    server = target({'qos_group_get': groups})
+    res = rpc(rpc_py, ['qos_group_get', '-d', 'dom0'], server)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert json.loads(res.stdout) == groups
+
+
+def test_group_validation_error_exits_2_before_connecting(rpc_py, target):
+    server = target({})
+    res = rpc(rpc_py, ['qos_group_create', '-d', 'dom0', '-n', 'g', '--min-iops', '9', '--max-iops', '5'], server)
+    assert res.returncode == 2
+    assert "--min-iops 9 is above --max-iops 5: a group's reservation cannot be above its limit" in res.stderr
+    assert server.requests == []
+
+
 def test_dry_run_stats_table_prints_only_the_request(rpc_py):
     res = rpc(rpc_py, ['--dry-run', 'qos_stats_get', '--table'])
     assert res.returncode == 0, res.stderr
@@ -140,7 +189,8 @@ def test_dry_run_stats_table_prints_only_the_request(rpc_py):
 def test_help_lists_the_commands(rpc_py):
     res = rpc(rpc_py, ['--help'])
     assert res.returncode == 0, res.stderr
-    for name in ('qos_domain_create', 'qos_host_set', 'qos_bdev_expose', 'qos_stats_get'):
+    for name in ('qos_domain_create', 'qos_host_set', 'qos_group_create', 'qos_group_update', 'qos_group_delete',
+                 'qos_group_get', 'qos_bdev_expose', 'qos_stats_get'):
         assert name in res.stdout
 
 

@@ -10,6 +10,8 @@ DU = ['qos_domain_update', '-n', 'dom0']
 HS = ['qos_host_set', '-d', 'dom0', '-q', HOST]
 BC = ['qos_bdev_create', '-n', 'qos0', '-b', 'Nvme0n1', '-d', 'dom0', '-q', HOST]
 EX = [*BC[1:], '--nqn', 'nqn.2016-06.io.spdk:cnode1']
+GC = ['qos_group_create', '-d', 'dom0', '-n', 'tenant-a']
+GU = ['qos_group_update', '-d', 'dom0', '-n', 'tenant-a']
 
 BAD = [
     # negative and zero numbers
@@ -75,7 +77,38 @@ BAD = [
     # the cost model cannot change
     ([*DU, '--size-unit', '4096'], "--size-unit: the cost model of a domain cannot change"),
     ([*DU, '--write-weight-milli', '2000'], "--write-weight-milli: the cost model of a domain cannot change"),
+    # domain sharing
+    ([*DC, '--sharing', 'fair'], "argument --sharing: invalid choice: 'fair'"),
+    ([*DU, '--sharing', 'first-come'], "argument --sharing: invalid choice: 'first-come'"),
+    # tenant groups: rates, weight, names
+    ([*GC, '--min-iops', '0'], "argument --min-iops: must be at least 1 (got 0); leave the option"),
+    ([*GC, '--max-mibps', '-1'], "argument --max-mibps: must be at least 1 (got -1)"),
+    ([*GU, '--max-iops', '-1'], "argument --max-iops: must not be negative (got -1); 0 clears the rate"),
+    ([*GU, '--min-mibps', 'ten'], "argument --min-mibps: 'ten' is not an integer"),
+    ([*GC, '--weight', '0'], "argument -w/--weight: must be 1 ..= 1000 (got 0)"),
+    ([*GC, '-w', '1001'], "argument -w/--weight: must be 1 ..= 1000 (got 1001)"),
+    ([*GU, '-w', '0'], "argument -w/--weight: must be 1 ..= 1000 (got 0)"),
+    (['qos_group_create', '-d', 'dom0', '-n', 'tenant a'],
+     "argument -n/--name: a group name is 1 ..= 64 characters: letters, digits and - _ . : (got 'tenant a')"),
+    (['qos_group_create', '-d', 'dom0', '-n', 'g' * 65], "argument -n/--name: a group name is 1 ..= 64"),
+    (['qos_group_update', '-d', 'dom0', '-n', ''], "argument -n/--name: a group name is 1 ..= 64"),
+    (['qos_group_delete', '-d', 'dom0', '-n', 'tenant/a'], "argument -n/--name: a group name is 1 ..= 64"),
+    (['qos_group_get', '-d', 'dom0', '-n', 'gr\u00fcn'], "argument -n/--name: a group name is 1 ..= 64"),
+    ([*HS, '--group', 'a b'], "argument --group: a group name is 1 ..= 64"),
+    ([*HS, '--group', ''], "argument --group: a group name is 1 ..= 64"),
+    # a group's reservation above its limit, in either order; on update only a nonzero limit bounds it
+    ([*GC, '--min-iops', '120000', '--max-iops', '100000'],
+     "--min-iops 120000 is above --max-iops 100000: a group's reservation cannot be above its limit; "
+     "lower --min-iops or raise --max-iops"),
+    ([*GC, '--max-mibps', '100', '--min-mibps', '200'],
+     "--min-mibps 200 is above --max-mibps 100: a group's reservation cannot be above its limit; "
+     "lower --min-mibps or raise --max-mibps"),
+    ([*GU, '--min-iops', '5', '--max-iops', '4'], "--min-iops 5 is above --max-iops 4: a group's reservation"),
     # required parameters
+    (['qos_group_create', '-d', 'dom0'], "the following arguments are required: -n/--name"),
+    (['qos_group_update', '-n', 'g'], "the following arguments are required: -d/--domain"),
+    (['qos_group_delete', '-d', 'dom0'], "the following arguments are required: -n/--name"),
+    (['qos_group_get'], "the following arguments are required: -d/--domain"),
     (['qos_domain_create', '-n', 'dom0'], "the following arguments are required: --capacity-iops"),
     (['qos_host_set', '-d', 'dom0'], "the following arguments are required: -q/--host-nqn"),
     (['qos_bdev_expose', *BC[1:]], "the following arguments are required: --nqn"),
@@ -108,3 +141,15 @@ def test_update_checks_pairs_only_among_given_options():
     # The period is not given, so the target checks the interval against the current one.
     client = run([*DU, '--check-interval-us', '500000'])
     assert client.calls == [('qos_domain_update', {'name': 'dom0', 'check_interval_us': 500000})]
+
+
+def test_group_pairs_within_bounds_are_accepted():
+    client = run([*GC, '--min-iops', '100000', '--max-iops', '100000', '--min-mibps', '1', '--max-mibps', '2'])
+    assert client.calls[0][1]['min_iops'] == 100000
+    # on update, 0 clears the limit, so it does not bound the reservation; 0 clears a reservation too
+    client = run([*GU, '--max-iops', '0', '--min-iops', '70000', '--min-mibps', '0'])
+    assert client.calls == [('qos_group_update', {'domain': 'dom0', 'name': 'tenant-a', 'max_iops': 0,
+                                                  'min_iops': 70000, 'min_mibps': 0})]
+    # the longest name, and every kind of character
+    client = run(['qos_group_create', '-d', 'dom0', '-n', 'aZ09-_.:' * 8])
+    assert client.calls[0][1]['name'] == 'aZ09-_.:' * 8
