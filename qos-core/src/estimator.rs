@@ -24,14 +24,16 @@
 //! window's mean, and never from a period below Omega_min, so a capacity that falls
 //! below the floor (background load on the target's core) is never followed and the
 //! reservations fail while they still fit. The monitor knows more than the total: when a
-//! host that kept commands coming missed its reservation in a period in which some
-//! backlogged host lagged behind its schedule, the target served less than it was asked
-//! ([`Evidence::ReservationsStarved`]). Such a period is a measurement of capacity
-//! whatever the floor, and since reservations are at stake the estimate drops to it at
-//! once (the window restarts from it); probes raise it again if the target recovers. A
-//! period in which the hosts wanted more than they were offered all along
-//! ([`Evidence::Backlogged`]) is a measurement too, but weaker (a noisy dip looks the
-//! same): it enters the window's mean even below the floor.
+//! host that kept commands coming all period missed its reservation while lagging behind
+//! its schedule ([`Evidence::ReservationsStarved`]), or the hosts claimed every slice of
+//! the unreserved capacity they were offered all period long ([`Evidence::Backlogged`]),
+//! the target served less than it was asked. Such a period measures capacity whatever
+//! the floor and enters the window's mean; meanwhile the paced release's lag rule keeps
+//! reservations first. (Dropping the estimate at once to such a period was tried: on a
+//! real target a host bound by its queue depth missed its reservation in every period,
+//! and each period halved the estimate.) Probes double while they are used (at most 4
+//! eta), so a recovery is followed in a few periods; the monitor never lets the estimate
+//! go below the admitted reservations.
 
 use std::collections::VecDeque;
 
@@ -87,8 +89,6 @@ pub enum EstimateStep {
     Averaged,
     /// Below the floor: ignored.
     Ignored,
-    /// A capacity-bound period below the estimate: dropped to what was served.
-    Dropped,
     /// Estimation is off.
     Fixed,
 }
@@ -132,23 +132,12 @@ impl CapacityEstimator {
         reservation_missed: bool,
         evidence: Evidence,
     ) -> EstimateStep {
-        let capacity_bound = evidence == Evidence::ReservationsStarved;
         self.demand_exceeded = evidence != Evidence::None;
         if !self.enabled {
             return EstimateStep::Fixed;
         }
         let tolerance = mul_div(self.current, self.tolerance_milli, 1000);
         let saturated = used.saturating_add(tolerance) >= self.current;
-        if capacity_bound && !saturated && used > 0 {
-            // At most halved in one period: one odd period cannot take it all away.
-            let to = used.max(self.current / 2);
-            self.probing = false;
-            self.probe_step = 1;
-            self.window.clear();
-            self.window.push_back(to);
-            self.current = to;
-            return EstimateStep::Dropped;
-        }
         if std::mem::take(&mut self.probing) {
             if saturated {
                 // The raised estimate was used: the target has more, probe on, with a
@@ -197,6 +186,16 @@ impl CapacityEstimator {
         let sum: u128 = self.window.iter().map(|&u| u as u128).sum();
         self.current = (sum / self.window.len() as u128) as u64;
         EstimateStep::Averaged
+    }
+
+    /// Keeps the estimate at least `min` (the admitted reservations: below them a lower
+    /// estimate takes nothing from anyone, and only slows the climb back).
+    pub fn hold_at_least(&mut self, min: u64) {
+        if self.current < min {
+            self.current = min;
+            self.window.clear();
+            self.window.push_back(min);
+        }
     }
 
     /// Replaces the profile (operator re-profiled the target); forgets the history.
@@ -391,19 +390,24 @@ mod tests {
     }
 
     #[test]
-    fn a_capacity_bound_period_below_the_floor_drops_the_estimate_at_once() {
+    fn a_capacity_bound_period_below_the_floor_is_a_measurement() {
         let mut e = CapacityEstimator::new(&cfg(), 1000, 0);
         // Below the floor without evidence: a low-demand period, ignored.
         assert_eq!(e.observe(600, true, Evidence::None), EstimateStep::Ignored);
         assert_eq!(e.current(), 1000);
-        // With evidence that the target was the bottleneck: followed at once.
+        // With evidence that the target was the bottleneck: averaged in the window.
         assert_eq!(
             e.observe(600, true, Evidence::ReservationsStarved),
-            EstimateStep::Dropped
+            EstimateStep::Averaged
         );
         assert_eq!(e.current(), 600);
-        // And the window restarts from it: a recovery is followed by probes.
-        assert_eq!(e.observe(600, false, Evidence::None), EstimateStep::Raised);
-        assert_eq!(e.current(), 610);
+        e.observe(500, false, Evidence::Backlogged);
+        assert_eq!(e.current(), 550);
+        // A recovery is followed by probes that double while they are used.
+        e.hold_at_least(800);
+        assert_eq!(e.observe(800, false, Evidence::None), EstimateStep::Raised);
+        assert_eq!(e.current(), 810);
+        assert_eq!(e.observe(810, false, Evidence::None), EstimateStep::Raised);
+        assert_eq!(e.current(), 830);
     }
 }

@@ -1340,6 +1340,13 @@ impl Monitor {
                 .saturating_add(offered_unused.get(r))
                 .min(report_budget.get(r));
             self.estimators[i].observe(offered, reservation_missed[i], evidence);
+            let reserved = self
+                .hosts
+                .iter()
+                .map(|h| h.budgets.reservation_total().get(r))
+                .chain(self.groups.iter().map(|g| g.surplus.get(r)))
+                .fold(0u64, u64::saturating_add);
+            self.estimators[i].hold_at_least(reserved);
         }
         let ended_epoch = self.epoch;
         let ended_start = self.period_start;

@@ -214,3 +214,76 @@ fn paced_release_rescues_haechi_example_2() {
     );
     assert!(paced >= 3940, "paced release meets 98.5% of it: {paced}");
 }
+
+/// Weighted sharing on the ideal server: backlogged hosts without reservations get the
+/// capacity in proportion to their weights (within 5%), and the books balance.
+#[test]
+fn backlogged_hosts_share_by_weight() {
+    let cap = 100_000;
+    let weights = [4u32, 3, 2, 1];
+    let hosts = weights
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| {
+            let mut h = HostConfig::new(format!("nqn.w{i}"));
+            h.weight = w;
+            (h, None)
+        })
+        .collect();
+    let mut sim = Sim::new(domain(cap, TokenMode::Haechi), hosts, 2, 5);
+    sim.run_periods(4);
+    assert_eq!(sim.audit_gap(), [0, 0]);
+    let total: u64 = sim.hosts.iter().map(|h| h.admitted_per_period[3]).sum();
+    for (i, h) in sim.hosts.iter().enumerate() {
+        let want = total as f64 * weights[i] as f64 / 10.0;
+        let got = h.admitted_per_period[3] as f64;
+        assert!(
+            (got - want).abs() <= 0.05 * want,
+            "host {i} (weight {}): {got} of {total}, share {want}",
+            weights[i]
+        );
+    }
+    assert!(total >= 9_500, "work-conserving: {total} of 10,000");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, .. ProptestConfig::default() })]
+
+    /// A tenant group never gets more than its limit in a period (its hosts' own
+    /// reservations included), whatever the weights and the other hosts; its
+    /// reservation is met; the token books balance.
+    #[test]
+    fn a_group_stays_within_its_limit(
+        limit_pct in 20u64..70,
+        weights in proptest::collection::vec(1u32..8, 4),
+        seed in any::<u64>(),
+    ) {
+        let cap = 100_000u64;
+        let d = domain(cap, TokenMode::Haechi);
+        let mut monitor_groups = vec![qos_core::GroupConfig {
+            name: "g".into(),
+            reservation: Rate::iops(cap * 10 / 100),
+            limit: Rate::iops(cap * limit_pct / 100),
+            weight: weights[0],
+        }];
+        let hosts: Vec<_> = (0..4)
+            .map(|i| {
+                let mut h = HostConfig::new(format!("nqn.g{i}")).with_reservation(Rate::iops(cap * 5 / 100));
+                h.weight = weights[i];
+                if i < 2 {
+                    h.group = Some("g".into());
+                }
+                (h, None)
+            })
+            .collect();
+        let mut sim = Sim::with_groups(d, std::mem::take(&mut monitor_groups), hosts, 2, seed);
+        sim.run_periods(3);
+        prop_assert_eq!(sim.audit_gap(), [0, 0]);
+        let per_period_limit = cap * limit_pct / 100 / 10; // 100 ms periods
+        for p in 1..3 {
+            let g = sim.hosts[0].admitted_per_period[p] + sim.hosts[1].admitted_per_period[p];
+            prop_assert!(g <= per_period_limit + 2, "period {p}: group {g} > limit {per_period_limit}");
+            prop_assert!(g + 4 >= cap / 100, "period {p}: group {g} < reservation {}", cap / 100);
+        }
+    }
+}

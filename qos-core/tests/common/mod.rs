@@ -56,8 +56,22 @@ impl Sim {
         channels: usize,
         seed: u64,
     ) -> Self {
+        Self::with_groups(cfg, Vec::new(), hosts, channels, seed)
+    }
+
+    /// As [`Sim::new`], with tenant groups created before the hosts.
+    pub fn with_groups(
+        cfg: DomainConfig,
+        groups: Vec<qos_core::GroupConfig>,
+        hosts: Vec<(HostConfig, Option<u64>)>,
+        channels: usize,
+        seed: u64,
+    ) -> Self {
         let now = Nanos::from_secs(1);
         let mut monitor = Monitor::new(cfg.clone(), now).expect("valid domain");
+        for g in groups {
+            monitor.add_group(g, now).expect("admissible group");
+        }
         let per_host_max = cfg.per_host_max.iops.unwrap_or(cfg.capacity.iops);
         let mut sim_hosts = Vec::new();
         for (h, demand) in hosts {
