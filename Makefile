@@ -5,9 +5,9 @@ SPDK_DIR ?= /opt/spdk
 PYTHON ?= python3
 VENV ?= .venv
 
-.PHONY: test test-rust test-loom test-rpc test-spdk accept lint lab bench
+.PHONY: test test-rust test-loom test-rpc test-exporter test-spdk accept lint lab bench exporter
 
-test: test-rust test-loom test-rpc test-spdk
+test: test-rust test-loom test-rpc test-exporter test-spdk
 
 test-rust:
 	cargo test
@@ -21,14 +21,33 @@ test-loom:
 test-rpc: $(VENV)/.installed
 	$(VENV)/bin/python -m pytest -q rpc-scripts/tests
 
-$(VENV)/.installed: rpc-scripts/requirements-test.txt
+$(VENV)/.installed: rpc-scripts/requirements-test.txt exporter/requirements.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -r rpc-scripts/requirements-test.txt
+	$(VENV)/bin/pip install -q -r rpc-scripts/requirements-test.txt -r exporter/requirements.txt
 	touch $@
 
-# Tests against a real nvmf_tgt (and SPDK initiators): run only where an SPDK
-# shared-library build is found at SPDK_DIR; elsewhere they print SKIPPED and pass.
-SPDK_FOUND := $(wildcard $(SPDK_DIR)/build/lib/libspdk_nvmf.so)
+# The Prometheus exporter's tests: against a stub JSON-RPC server, a real Prometheus
+# (Debian's `prometheus`; skipped, saying so, without it) scraping the exporter, and the
+# dashboard's queries against the exporter's metric names. The test against a real
+# nvmf_tgt runs where SPDK is present (see test-spdk's definition below).
+test-exporter: $(VENV)/.installed
+ifneq ($(SPDK_FOUND),)
+	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin
+endif
+	SPDK_DIR="$(SPDK_DIR)" $(VENV)/bin/python -m pytest -q -rs exporter/tests
+
+# Serve the QoS statistics of the SPDK application at RPC_SOCKET for Prometheus.
+RPC_SOCKET ?= /var/tmp/spdk.sock
+EXPORTER_PORT ?= 9633
+exporter: $(VENV)/.installed
+	$(VENV)/bin/python exporter/nvmf_qos_exporter.py --rpc-socket $(RPC_SOCKET) --port $(EXPORTER_PORT)
+
+# Tests against a real nvmf_tgt (and SPDK initiators): run only where SPDK is present
+# at SPDK_DIR, i.e. every path of spdk-present.list exists there (the same list the test
+# harnesses read); elsewhere they print SKIPPED and pass. Where SPDK is present, the
+# plugins are built before their tests.
+SPDK_PRESENT_FILES := $(addprefix $(SPDK_DIR)/,$(shell grep -v '^\#' spdk-present.list))
+SPDK_FOUND := $(if $(strip $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,missing))),,yes)
 
 test-spdk:
 ifneq ($(SPDK_FOUND),)
@@ -37,7 +56,7 @@ ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it -- --nocapture --test-threads=1
 	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p initiator-it -- --nocapture --test-threads=1
 else
-	@echo "SKIPPED: SPDK tests: no SPDK shared-library build at SPDK_DIR=$(SPDK_DIR) (see docs/target-plugin.md)"
+	@echo "SKIPPED: SPDK tests: SPDK not present at SPDK_DIR=$(SPDK_DIR): missing $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,$(f))) (spdk-present.list; see docs/target-plugin.md)"
 	SPDK_DIR="$(SPDK_DIR)" cargo test -p it-harness -p target-it -p initiator-it
 endif
 

@@ -85,6 +85,16 @@ def _rate(text):
     return value
 
 
+def _seconds(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("'%s' is not a number of seconds" % text) from None
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError("must be 0.1 ..= 3600 seconds (got %s)" % text)
+    return value
+
+
 def _rate_or_clear(text):
     value = _integer(text)
     if value < 0:
@@ -458,6 +468,10 @@ def qos_ini_bdev_get(args):
     _print_result(args.client.call('qos_ini_bdev_get', _params(args, ['name'])))
 
 
+def qos_ini_stats_get(args):
+    _print_result(args.client.call('qos_ini_stats_get', _params(args, ['name'])))
+
+
 def qos_ini_bdev_set_options(args):
     _print_result(args.client.call('qos_ini_bdev_set_options', _params(args, ['name', *_INI_PARAMS])))
 
@@ -605,8 +619,113 @@ def _print_stats_table(domains):
             print('  '.join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
 
 
+def _held_quantile(bounds_ns, cum_now, cum_before, q):
+    """Upper bound (ns) of the bucket holding quantile q of the observations between
+    two cumulative held-time histograms; None when there were none; '>last' above."""
+    if not bounds_ns or not cum_now or len(cum_now) != len(bounds_ns) + 1:
+        return None
+    before = cum_before if cum_before and len(cum_before) == len(cum_now) else [0] * len(cum_now)
+    delta = [a - b for a, b in zip(cum_now, before)]
+    total = delta[-1]
+    if total <= 0:
+        return None
+    for i, c in enumerate(delta[:-1]):
+        if c >= q * total:
+            return bounds_ns[i]
+    return float('inf')
+
+
+def _fmt_held(ns):
+    if ns is None:
+        return '-'
+    if ns == float('inf'):
+        return '>2.5s'
+    if ns == 0:
+        return '0'
+    if ns < 1_000_000:
+        return '<=%gus' % (ns / 1e3)
+    return '<=%gms' % (ns / 1e6)
+
+
+def _watch_rows(domains, before, seconds):
+    """Rows of the watch table; `before` maps (domain, host) to the previous sample."""
+    rows = []
+    for d in domains or []:
+        bounds = d.get('held_time_bounds_ns')
+        for h in d.get('hosts') or []:
+            key = (d.get('name'), h.get('host_nqn'))
+            total = h.get('completed_total') or {}
+            prev = before.get(key)
+            if prev is not None and seconds > 0:
+                ptotal = prev.get('completed_total') or {}
+                iops = '%.0f' % ((total.get('ios', 0) - ptotal.get('ios', 0)) / seconds)
+                mibps = '%.1f' % ((total.get('bytes', 0) - ptotal.get('bytes', 0)) / seconds / (1 << 20))
+                thr = '%.0f' % ((h.get('throttled_ios', 0) - prev.get('throttled_ios', 0)) / seconds)
+                held_p99 = _fmt_held(_held_quantile(bounds, (h.get('held_time') or {}).get('cumulative'),
+                                                    (prev.get('held_time') or {}).get('cumulative'), 0.99))
+            else:
+                iops = mibps = thr = held_p99 = '-'
+            pt = h.get('periods_total') or {}
+            ended = sum(pt.get(k, 0) for k in ('met', 'missed', 'met_backlogged', 'missed_backlogged'))
+            met = '-' if not ended else '%d/%d' % (pt.get('met', 0) + pt.get('met_backlogged', 0), ended)
+            rows.append((d.get('name', '-'), h.get('host_nqn', '-'), _fmt_rates(h.get('min')),
+                         _fmt_rates(h.get('max')), iops, mibps, met, str(h.get('held', '-')), thr, held_p99,
+                         _fmt_flags(h)))
+    return rows
+
+
+_WATCH_HEADER = ('DOMAIN', 'HOST', 'MIN', 'MAX', 'IOPS', 'MiB/s', 'MET', 'HELD', 'THROTTLED/s',
+                 'HELD p99', 'FLAGS')
+
+
+def _print_rows(header, rows):
+    rows = [header, *rows]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
+    for r in rows:
+        print('  '.join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+
+
+def _watch(args, params):
+    """Refreshes a table of rates per host every args.watch seconds (Ctrl-C stops)."""
+    import time
+    params = dict(params, compact=True)
+    before, t_before, n = {}, None, 0
+    clear = sys.stdout.isatty()
+    try:
+        while True:
+            stats = args.client.call('qos_stats_get', params)
+            now = time.monotonic()
+            if stats is None:  # --dry-run clients
+                return
+            if isinstance(stats, dict):
+                stats = [stats]
+            if not isinstance(stats, list):
+                stats = []
+            rows = _watch_rows(stats, before, (now - t_before) if t_before is not None else 0)
+            if clear:
+                print('\x1b[H\x1b[2J', end='')
+            print('%s  every %gs  (rates over the last interval; MET: periods met / ended; HELD p99: '
+                  'bucket bound of the time QoS held I/O; Ctrl-C stops)' % (time.strftime('%H:%M:%S'), args.watch))
+            _print_rows(_WATCH_HEADER, rows)
+            sys.stdout.flush()
+            before = {(d.get('name'), h.get('host_nqn')): h for d in stats for h in d.get('hosts') or []}
+            t_before = now
+            n += 1
+            if args.iterations is not None and n >= args.iterations:
+                return
+            print()
+            time.sleep(args.watch)
+    except KeyboardInterrupt:
+        pass
+
+
 def qos_stats_get(args):
-    stats = args.client.call('qos_stats_get', _params(args, ['domain']))
+    params = _params(args, ['domain', 'host_nqn'])
+    if args.compact:
+        params['compact'] = True
+    if args.watch is not None:
+        return _watch(args, params)
+    stats = args.client.call('qos_stats_get', params)
     if args.table and isinstance(stats, (list, dict)):
         _print_stats_table(stats)
     else:
@@ -707,6 +826,10 @@ def spdk_rpc_plugin_initialize(subparsers):
     p = command('qos_ini_bdev_get', qos_ini_bdev_get, 'Initiator: show QoS bdevs, their options and state')
     p.add_argument('-n', '--name', type=_name, help='only this QoS bdev (optional)')
 
+    p = command('qos_ini_stats_get', qos_ini_stats_get,
+                'Initiator: show the counters of QoS bdevs (held and paced time, chunks, vendor commands)')
+    p.add_argument('-n', '--name', type=_name, help='only this QoS bdev (optional)')
+
     p = command('qos_ini_bdev_set_options', qos_ini_bdev_set_options,
                 "Initiator: change a QoS bdev's options at run time (pacer options apply to its whole group)")
     p.add_argument('-n', '--name', required=True, type=_name, help='initiator QoS bdev name')
@@ -717,3 +840,10 @@ def spdk_rpc_plugin_initialize(subparsers):
     p.add_argument('--table', action='store_true',
                    help='print a table per domain (host, min, max, completed this period, met %%, held, flags) '
                         'instead of JSON')
+    p.add_argument('-q', '--host-nqn', type=_nqn, help='only this host (optional)')
+    p.add_argument('--compact', action='store_true',
+                   help='counters and gauges only, without the per-period history (cheap with many hosts)')
+    p.add_argument('--watch', type=_seconds, nargs='?', const=2.0, metavar='SECONDS',
+                   help='refresh a table of rates per host (IOPS, MiB/s, periods met, held I/O, throttled I/O '
+                        'per second, p99 of the time QoS held I/O) every SECONDS (default 2) until Ctrl-C')
+    p.add_argument('--iterations', type=_positive, metavar='N', help='with --watch: stop after N refreshes')

@@ -115,6 +115,8 @@ pub(crate) struct Parent {
     pub(crate) track: Tracker<BaseIo>,
     pub(crate) md_buf: *mut c_void,
     pub(crate) md_len: u64,
+    /// Since when its next chunk has been waiting for the pacer (ns).
+    pub(crate) waiting_since: u64,
 }
 
 /// Admission by the engine (or by nobody when the protocol is off), counting holds.
@@ -128,6 +130,11 @@ impl Admit for EngineAdmit<'_> {
         match self.engine.as_deref_mut() {
             Some(e) => e.decide(kind, bytes, now),
             None => true,
+        }
+    }
+    fn left_after(&mut self, waited: Nanos) {
+        if waited.0 > 0 {
+            self.stats.held_ns.fetch_add(waited.0, Ordering::Relaxed);
         }
     }
     fn held_changed(&mut self, delta: i64) {

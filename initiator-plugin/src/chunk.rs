@@ -93,6 +93,7 @@ impl IniChannel {
             md_buf,
             md_len: self.md_len,
             io: None,
+            waiting_since: now.0,
         });
         let p = NonNull::from(Box::leak(p));
         // SAFETY: our driver context; `p` is the fresh parent, freed by `finish`.
@@ -153,6 +154,14 @@ impl IniChannel {
                         continue;
                     };
                     p.track.release();
+                    let paced = now.0.saturating_sub(p.waiting_since);
+                    if paced > 0 {
+                        self.shared
+                            .stats
+                            .paced_ns
+                            .fetch_add(paced, Ordering::Relaxed);
+                    }
+                    p.waiting_since = now.0;
                     p.next = p.plan.next();
                     if p.next.is_some() {
                         st.streams.push_back(pp);

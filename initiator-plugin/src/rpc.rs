@@ -24,6 +24,26 @@ fn get(p: Value) -> Result<Value, Refusal> {
     node::get(q.name.as_deref())
 }
 
+/// The statistics part of `qos_ini_bdev_get` (no options): what a scraper reads.
+fn stats(p: Value) -> Result<Value, Refusal> {
+    let q: NameQuery = parse("qos_ini_stats_get", p)?;
+    let all = node::get(q.name.as_deref())?;
+    let keep = ["name", "pacer_group", "deleting", "state", "pacer"];
+    Ok(Value::Array(
+        all.as_array()
+            .into_iter()
+            .flatten()
+            .map(|b| {
+                Value::Object(
+                    keep.iter()
+                        .filter_map(|k| b.get(*k).map(|v| (k.to_string(), v.clone())))
+                        .collect(),
+                )
+            })
+            .collect(),
+    ))
+}
+
 // `qos_ini_bdev_create` is RUNTIME only: when a JSON configuration is loaded, SPDK runs
 // the STARTUP-capable methods before the bdev layer exists (and before the base's own
 // `bdev_nvme_attach_controller`), so a STARTUP create could never find its base. In
@@ -38,4 +58,5 @@ spdk_sys::rpc_methods! {
     };
     MGet = c"qos_ini_bdev_get", rpc::RUNTIME, |q, p| q.reply(get(p));
     MSetOptions = c"qos_ini_bdev_set_options", rpc::RUNTIME, |q, p| q.reply(set_options(p));
+    MStats = c"qos_ini_stats_get", rpc::RUNTIME, |q, p| q.reply(stats(p));
 }

@@ -35,6 +35,11 @@ pub struct Stats {
     /// I/O (or chunks) waiting for tokens now, and how many ever waited.
     pub held: AtomicI64,
     pub held_total: AtomicU64,
+    /// Time I/O and chunks spent held for tokens, ns (summed when they leave the queue).
+    pub held_ns: AtomicU64,
+    /// Time chunks of large I/O waited for the pacer, ns (from the parent's arrival or
+    /// the previous chunk's release to the chunk's release).
+    pub paced_ns: AtomicU64,
     pub vendor_sent: AtomicU64,
     pub vendor_errors: AtomicU64,
     /// Replies that arrived after their request had timed out (ignored).
@@ -183,6 +188,8 @@ impl Shared {
             "global_bytes": glob.bytes,
             "held": s.held.load(Ordering::Relaxed).max(0),
             "held_total": get(&s.held_total),
+            "held_ns": get(&s.held_ns),
+            "paced_ns": get(&s.paced_ns),
             "ios": get(&s.ios),
             "large_ios": get(&s.large_ios),
             "chunks": get(&s.chunks),

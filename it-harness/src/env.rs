@@ -15,6 +15,19 @@ pub struct Spdk {
     pub lib_dir: PathBuf,
 }
 
+/// What "SPDK present" means, shared with the Makefile: paths under `SPDK_DIR`.
+pub const SPDK_PRESENT_LIST: &str = include_str!("../../spdk-present.list");
+
+/// The paths of [`SPDK_PRESENT_LIST`] missing under `dir` (empty: SPDK is present).
+pub fn spdk_missing(dir: &Path, list: &str) -> Vec<PathBuf> {
+    list.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| dir.join(l))
+        .filter(|p| !p.exists())
+        .collect()
+}
+
 /// Finds SPDK, or says why not (the caller prints it as the skip reason).
 pub fn detect_spdk() -> Result<Spdk, String> {
     let dir = PathBuf::from(std::env::var("SPDK_DIR").unwrap_or_else(|_| "/opt/spdk".into()));
@@ -24,14 +37,18 @@ pub fn detect_spdk() -> Result<Spdk, String> {
         lib_dir: dir.join("build/lib"),
         dir: dir.clone(),
     };
-    for p in [&s.nvmf_tgt, &s.perf, &s.lib_dir.join("libspdk_bdev.so")] {
-        if !p.exists() {
-            return Err(format!(
-                "SPDK not found at {} (missing {}; set SPDK_DIR to an SPDK v25.09 shared-library build)",
-                dir.display(),
-                p.display()
-            ));
-        }
+    let missing = spdk_missing(&dir, SPDK_PRESENT_LIST);
+    if !missing.is_empty() {
+        return Err(format!(
+            "SPDK not present at {} (missing {}; set SPDK_DIR to an SPDK v25.09 shared-library build, \
+             see spdk-present.list)",
+            dir.display(),
+            missing
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     Ok(s)
 }
@@ -48,9 +65,10 @@ fn or_skip<T>(what: &str, found: Result<T, String>) -> Option<T> {
     }
 }
 
-/// SPDK, or `None` after printing the SKIPPED line.
+/// SPDK, or `None` after printing the SKIPPED line. Also skips (never panics) where
+/// SPDK is present but the plugin was not built: `make test-spdk` builds it first.
 pub fn spdk_or_skip(what: &str) -> Option<Spdk> {
-    or_skip(what, detect_spdk())
+    or_skip(what, detect_spdk().and_then(|s| plugin_lib().map(|_| s)))
 }
 
 /// SPDK's initiator applications.
@@ -93,16 +111,25 @@ fn which(name: &str) -> Option<PathBuf> {
     })
 }
 
-/// The initiators, or `None` after printing the SKIPPED line.
+/// The initiators, or `None` after printing the SKIPPED line. Also skips (never
+/// panics) where SPDK is present but a plugin was not built.
 pub fn initiators_or_skip(what: &str) -> Option<Initiators> {
-    or_skip(what, detect())
+    or_skip(
+        what,
+        detect().and_then(|s| ini_lib().and(tgt_lib()).map(|_| s)),
+    )
 }
 
 /// A shared library built by this workspace: `$env`, else `<target dir>/release/`
 /// then the test executable's own profile, then `debug/`.
 pub fn built_lib(lib: &str, env: &str, package: &str) -> Result<PathBuf, String> {
     if let Ok(p) = std::env::var(env) {
-        return Ok(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("{env}={}: no such file", p.display()))
+        };
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     // <target>/<profile>/deps/<test> or <target>/<profile>/<bin>.
@@ -172,3 +199,26 @@ pub fn ensure_hugepages(pages: u64) -> Result<(), String> {
 /// (bounded by the tests' run time) keeps measurements meaningful; `nice` ignores it
 /// when not permitted.
 pub const NICE: &str = "-10";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spdk_present_is_every_listed_path() {
+        let dir = std::env::temp_dir().join(format!("spdk-present-{}", std::process::id()));
+        let list = "# comment\nbuild/bin/nvmf_tgt\n\nbuild/lib/libspdk_nvmf.so\n";
+        std::fs::create_dir_all(dir.join("build/bin")).unwrap();
+        std::fs::write(dir.join("build/bin/nvmf_tgt"), "").unwrap();
+        assert_eq!(
+            spdk_missing(&dir, list),
+            vec![dir.join("build/lib/libspdk_nvmf.so")]
+        );
+        std::fs::create_dir_all(dir.join("build/lib")).unwrap();
+        std::fs::write(dir.join("build/lib/libspdk_nvmf.so"), "").unwrap();
+        assert!(spdk_missing(&dir, list).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The shipped list names the libraries the Makefile used to test for.
+        assert!(SPDK_PRESENT_LIST.contains("build/lib/libspdk_nvmf.so"));
+    }
+}

@@ -15,6 +15,10 @@ pub trait Admit {
     fn admit(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> bool;
     /// The hold queue's length changed by `delta` (for statistics).
     fn held_changed(&mut self, _delta: i64) {}
+    /// A command admitted after waiting `waited` in the queue (zero: admitted at once),
+    /// for the held-time statistics.
+    #[inline]
+    fn left_after(&mut self, _waited: Nanos) {}
 }
 
 impl Admit for ChannelTokens {
@@ -24,6 +28,10 @@ impl Admit for ChannelTokens {
     }
     fn held_changed(&mut self, delta: i64) {
         self.note_held(delta);
+    }
+    #[inline]
+    fn left_after(&mut self, waited: Nanos) {
+        self.record_held_time(waited);
     }
 }
 
@@ -76,6 +84,7 @@ impl<T> HoldQueue<T> {
         item: T,
     ) -> Option<T> {
         if self.q.is_empty() && tokens.admit(kind, bytes, now) {
+            tokens.left_after(Nanos(0));
             return Some(item);
         }
         self.q.push_back(Held {
@@ -103,7 +112,9 @@ impl<T> HoldQueue<T> {
             }
             let h = self.q.pop_front().expect("front exists");
             tokens.held_changed(-1);
-            send(h.item, now.saturating_sub(h.since));
+            let waited = now.saturating_sub(h.since);
+            tokens.left_after(waited);
+            send(h.item, waited);
             n += 1;
         }
         n

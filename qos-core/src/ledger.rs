@@ -17,6 +17,7 @@
 
 use crate::config::{BudgetClass, UNLIMITED};
 use crate::cost::{Amount, CostModel, Direction, IoKind, Resource};
+use crate::histogram::{HeldTime, HeldTimeSnapshot, SharedHeldTime};
 use crate::sync::{Arc, AtomicU64, CachePadded, Ordering, POOL_MAX, SeqLock, TokenPool};
 use crate::time::Nanos;
 use crate::wire;
@@ -194,6 +195,8 @@ pub struct HostShared {
     /// Limit allowance per class and resource.
     pub(crate) limit: CachePadded<[[TokenPool; 2]; 3]>,
     pub(crate) counters: CachePadded<HostCounters>,
+    /// Time its commands spent held (published by channels when they flush).
+    pub(crate) held_time: CachePadded<SharedHeldTime>,
     /// Bit r: the monitor found this host behind its reservation schedule in resource r.
     pub(crate) lagging: AtomicU64,
 }
@@ -279,6 +282,7 @@ impl HostShared {
             credit: CachePadded([TokenPool::new(tag, 0), TokenPool::new(tag, 0)]),
             limit: Default::default(),
             counters: CachePadded::default(),
+            held_time: CachePadded::default(),
             lagging: AtomicU64::new(0),
         };
         h.write_params(params);
@@ -293,6 +297,10 @@ impl HostShared {
     }
     pub fn counters(&self) -> CounterSnapshot {
         self.counters.snapshot()
+    }
+    /// The held-time histogram of its commands (as of its channels' last flushes).
+    pub fn held_time(&self) -> HeldTimeSnapshot {
+        self.held_time.snapshot()
     }
     /// Reservation tokens left in the shared pools (not counting channel caches).
     pub fn reservation_available(&self) -> Amount {
@@ -412,6 +420,7 @@ pub struct ChannelTokens {
     expired: [u64; 2],
     held_events: u64,
     held_delta: i64,
+    held_time: HeldTime,
     /// Cache sizes last published to the host's gauges: [reservation, global][resource].
     published: [[u64; 2]; 2],
     /// When to look for released reservation again although cached global tokens would
@@ -444,6 +453,7 @@ impl ChannelTokens {
             expired: [0; 2],
             held_events: 0,
             held_delta: 0,
+            held_time: HeldTime::default(),
             published: [[0; 2]; 2],
             res_retry_at: [[0; 2]; 2],
             active: false,
@@ -639,6 +649,16 @@ impl ChannelTokens {
     /// Tracks the hold-queue gauge published in the host's stats.
     pub(crate) fn note_held(&mut self, delta: i64) {
         self.held_delta += delta;
+        if delta > 0 {
+            self.held_time.entered(delta as u64);
+        }
+    }
+
+    /// Records how long an admitted command waited in the hold queue (zero: admitted at
+    /// once). Published on the next [`ChannelTokens::flush`].
+    #[inline]
+    pub fn record_held_time(&mut self, waited: Nanos) {
+        self.held_time.record(waited);
     }
 
     /// Publishes local counters to the host (call from the channel's poller; cheap when
@@ -664,6 +684,7 @@ impl ChannelTokens {
                 .fetch_add(self.held_delta as u64, Ordering::AcqRel);
             self.held_delta = 0;
         }
+        self.host.held_time.publish(&mut self.held_time);
         for r in 0..2 {
             let now = [self.res[0][r] + self.res[1][r], self.glob[r]];
             for (k, gauge) in [&c.cached_res[r], &c.cached_global[r]]

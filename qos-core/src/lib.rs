@@ -10,6 +10,7 @@
 //!   soft grants, capacity estimation, statistics.
 //! - [`share`]: weighted max-min sharing (water-filling).
 //! - [`hold`]: the FIFO of I/O waiting for tokens.
+//! - [`histogram`]: the time I/O spent held, in fixed buckets (statistics).
 //! - [`initiator`]: the cooperative initiator's token engine.
 //! - [`pacer`]: Justitia's chunking and multi-resource pacing, AIMD, and DIRS.
 //! - [`wire`]: the vendor-command protocol between the two plugins.
@@ -19,6 +20,7 @@ pub mod admission;
 pub mod config;
 pub mod cost;
 pub mod estimator;
+pub mod histogram;
 pub mod hold;
 pub mod initiator;
 pub mod latency;

@@ -200,6 +200,30 @@ struct HostEntry {
     /// Global tokens given to it this period (its share of the excess, and of its
     /// group's surplus reservation).
     excess_granted: Amount,
+    /// Ended periods since the host was added, by outcome (monotonic).
+    period_counts: PeriodCounts,
+}
+
+/// Ended periods of one host since it was added, by outcome: reservation met or
+/// missed, while backlogged (I/O held for tokens or limit) or not. A host without a
+/// reservation meets it in every period.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PeriodCounts {
+    pub met: u64,
+    pub missed: u64,
+    pub met_backlogged: u64,
+    pub missed_backlogged: u64,
+}
+
+impl PeriodCounts {
+    fn count(&mut self, met: bool, backlogged: bool) {
+        *match (met, backlogged) {
+            (true, false) => &mut self.met,
+            (false, false) => &mut self.missed,
+            (true, true) => &mut self.met_backlogged,
+            (false, true) => &mut self.missed_backlogged,
+        } += 1;
+    }
 }
 
 /// A tenant group of the domain.
@@ -534,6 +558,7 @@ impl Monitor {
             last_active: now,
             res_slack: Amount::ZERO,
             history: VecDeque::new(),
+            period_counts: PeriodCounts::default(),
             group: None,
             idle: false,
             ticks_active: 0,
@@ -1286,6 +1311,7 @@ impl Monitor {
                 h.history.pop_front();
             }
             h.history.push_back(rec);
+            h.period_counts.count(met, backlogged);
             h.last = now_c;
             used = used.saturating_add(completed);
             hosts.push(rec);
@@ -1627,10 +1653,17 @@ impl Monitor {
 
     /// Statistics for the stats RPC and the lab.
     pub fn stats(&self, now: Nanos) -> DomainStats {
+        self.stats_of(now, None)
+    }
+
+    /// Statistics with only host `only` (all hosts with `None`; none when it is not
+    /// configured here), so a scraper asking for one host costs one host.
+    pub fn stats_of(&self, now: Nanos, only: Option<&str>) -> DomainStats {
         let elapsed = now.saturating_sub(self.period_start).min(self.cfg.period);
         let hosts = self
             .hosts
             .iter()
+            .filter(|h| only.is_none_or(|n| n == h.cfg.host_nqn))
             .map(|h| {
                 let c = h.shared.counters();
                 let res_left = h.shared.reservation_available();
@@ -1659,6 +1692,11 @@ impl Monitor {
                     reservation_at_risk: Resource::ALL
                         .iter()
                         .any(|&r| local_shortfall(&self.cfg, res_left.get(r), r, elapsed) > 0),
+                    completed_total: c.completed,
+                    completed_ios_total: c.completed_ios,
+                    hold_events_total: c.held_events,
+                    held_time: h.shared.held_time(),
+                    period_counts: h.period_counts,
                     group: h.cfg.group.clone(),
                     excess_granted: h.excess_granted,
                 }
@@ -1695,6 +1733,14 @@ impl Monitor {
             hosts,
             groups,
         }
+    }
+
+    /// Every host's history of past periods (oldest first), in the order of
+    /// [`Monitor::stats`]'s hosts.
+    pub fn histories(&self) -> impl Iterator<Item = (&str, &VecDeque<PeriodRecord>)> {
+        self.hosts
+            .iter()
+            .map(|h| (h.cfg.host_nqn.as_str(), &h.history))
     }
 }
 
@@ -1817,6 +1863,17 @@ pub struct HostStats {
     /// The local constraint fails now: the residual reservation cannot be served at
     /// the per-host maximum rate in the time left.
     pub reservation_at_risk: bool,
+    /// Work completed since the host was added (cost units; monotonic).
+    pub completed_total: Amount,
+    /// Commands completed since the host was added (monotonic).
+    pub completed_ios_total: u64,
+    /// Admission attempts that found no tokens or no limit allowance (monotonic; a
+    /// held command counts once per attempt).
+    pub hold_events_total: u64,
+    /// Time its commands spent held, as a histogram (monotonic).
+    pub held_time: crate::histogram::HeldTimeSnapshot,
+    /// Ended periods by outcome (monotonic).
+    pub period_counts: PeriodCounts,
     pub group: Option<String>,
     /// Global tokens given to it this period by weighted sharing.
     pub excess_granted: Amount,

@@ -25,20 +25,21 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Simulate every policy of a scenario and print a table per policy and host.
+    #[command(after_long_help = qos_lab::report::LEGEND)]
     Run {
         /// A scenario file, or the name of a shipped scenario (see `list`).
         scenario: String,
         /// Seed of the random streams (default: the scenario's).
         #[arg(long)]
         seed: Option<u64>,
-        /// Measured periods (default: the scenario's).
-        #[arg(long)]
+        /// Measured periods, at least 1 (default: the scenario's).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         periods: Option<u32>,
         /// Warm-up periods, not measured (default: the scenario's).
         #[arg(long)]
         warmup: Option<u32>,
-        /// Divide every rate by this (default: the scenario's `scale`).
-        #[arg(long)]
+        /// Divide every rate by this, at least 1 (default: the scenario's `scale`).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         scale: Option<u64>,
         /// Write the JSON summary here.
         #[arg(long, value_name = "PATH")]
@@ -59,15 +60,33 @@ enum Command {
     List,
 }
 
-fn load(arg: &str) -> Result<Scenario, ScenarioError> {
+fn load(arg: &str) -> Result<Scenario, String> {
     let path = Path::new(arg);
-    if !path.exists()
-        && let Some(text) = shipped::find(arg.trim_end_matches(".toml"))
-    {
+    if !path.exists() {
         let name = arg.trim_end_matches(".toml");
-        return Scenario::parse(text, &shipped::path_of(name), name);
+        return match shipped::find(name) {
+            Some(text) => {
+                Scenario::parse(text, &shipped::path_of(name), name).map_err(|e| e.to_string())
+            }
+            None => Err(format!(
+                "no scenario file {arg:?} and no shipped scenario named {name:?}; \
+                 `qos-lab list` shows the shipped scenarios"
+            )),
+        };
     }
-    Scenario::load(path)
+    Scenario::load(path).map_err(|e: ScenarioError| e.to_string())
+}
+
+/// Refuses an output path whose folder does not exist, before any simulation runs.
+fn check_output(p: &Path, what: &str) -> Result<(), String> {
+    match p.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => Err(format!(
+            "cannot write the {what} to {}: the folder {} does not exist",
+            p.display(),
+            dir.display()
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn main() -> ExitCode {
@@ -122,6 +141,14 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            for (p, what) in [(&json, "JSON summary"), (&plot_path, "plot")] {
+                if let Some(p) = p
+                    && let Err(e) = check_output(p, what)
+                {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            }
             let opts = RunOptions {
                 seed,
                 periods,
@@ -176,7 +203,7 @@ fn main() -> ExitCode {
             if let Some(p) = plot_path {
                 let with_text = plot::font().is_some();
                 if let Err(e) = plot::render(&summary, &p) {
-                    eprintln!("error: {e}");
+                    eprintln!("error: cannot draw the plot {}: {e}", p.display());
                     return ExitCode::from(1);
                 }
                 if with_text {

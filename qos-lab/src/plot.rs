@@ -5,7 +5,10 @@
 //!   mean with a min-max whisker;
 //! - bottom left: total throughput per period for each policy (Haechi Fig. 11/14/16);
 //! - bottom right: the host with the largest reservation over time against its
-//!   reservation (Haechi Fig. 17/19).
+//!   reservation (Haechi Fig. 17/19);
+//! - in scenarios with pacing (Justitia's reader and writer), the bottom shows instead
+//!   the small-I/O host's p99 latency (left, log scale) and the large-I/O host's MiB/s
+//!   (right), one bar per policy: the point of those scenarios.
 //!
 //! Text needs a TrueType font: the plot looks for DejaVu Sans (Debian package
 //! `fonts-dejavu-core`) or the file named by `QOS_LAB_FONT`, and draws the figure
@@ -95,9 +98,156 @@ pub fn render_with(summary: &Summary, path: &Path, text: bool) -> Result<(), Plo
         .collect();
     let period_s = summary.period_ms as f64 / 1000.0;
     bars(summary, &series, period_s, &top, text).map_err(|e| err(path, e))?;
-    totals(summary, &series, &left, text).map_err(|e| err(path, e))?;
-    top_host(summary, &series, period_s, &right, text).map_err(|e| err(path, e))?;
+    match small_and_large(summary) {
+        // Pacing scenarios (Justitia's reader and writer): the point is the small
+        // reader's latency and the large writer's bandwidth, not I/O counts.
+        Some((reader, writer)) => {
+            let p99: Vec<f64> = summary
+                .policies
+                .iter()
+                .map(|p| p.hosts[reader].latency_us.p99.unwrap_or(0.0))
+                .collect();
+            let mibps: Vec<f64> = summary
+                .policies
+                .iter()
+                .map(|p| p.hosts[writer].mib_per_s)
+                .collect();
+            let host = |i: usize| summary.policies[0].hosts[i].host.clone();
+            policy_bars(
+                &left,
+                &format!("{}: p99 latency (us, log scale)", host(reader)),
+                &series,
+                &p99,
+                true,
+                text,
+            )
+            .map_err(|e| err(path, e))?;
+            policy_bars(
+                &right,
+                &format!("{}: MiB/s", host(writer)),
+                &series,
+                &mibps,
+                false,
+                text,
+            )
+            .map_err(|e| err(path, e))?;
+        }
+        None => {
+            totals(summary, &series, &left, text).map_err(|e| err(path, e))?;
+            top_host(summary, &series, period_s, &right, text).map_err(|e| err(path, e))?;
+        }
+    }
     root.present().map_err(|e| err(path, e))?;
+    Ok(())
+}
+
+/// In a scenario with pacing policies: the host with the smallest and the one with the
+/// largest bytes per I/O (the reader and the writer), when they differ.
+pub fn small_and_large(summary: &Summary) -> Option<(usize, usize)> {
+    if !summary
+        .policies
+        .iter()
+        .any(|p| p.policy.ends_with("+pacing"))
+    {
+        return None;
+    }
+    let first = summary.policies.first()?;
+    let size = |i: usize| {
+        let h = &first.hosts[i];
+        if h.mean_iops > 0.0 {
+            h.mib_per_s / h.mean_iops
+        } else {
+            0.0
+        }
+    };
+    let n = first.hosts.len();
+    let small = (0..n).min_by(|&a, &b| size(a).total_cmp(&size(b)))?;
+    let large = (0..n).max_by(|&a, &b| size(a).total_cmp(&size(b)))?;
+    (size(large) > size(small)).then_some((small, large))
+}
+
+/// One bar per policy.
+fn policy_bars(
+    area: &Area<'_>,
+    caption: &str,
+    names: &[String],
+    values: &[f64],
+    log: bool,
+    text: bool,
+) -> DrawResult {
+    let n = values.len().max(1);
+    let ymax = values.iter().copied().fold(1.0f64, f64::max) * if log { 3.0 } else { 1.15 };
+    let mut b = ChartBuilder::on(area);
+    b.margin(12)
+        .x_label_area_size(if text { 90 } else { 0 })
+        .y_label_area_size(if text { 70 } else { 0 });
+    if text {
+        b.caption(caption, ("sans-serif", 18));
+    }
+    let label = |v: &f64| crate::report::thousands(*v);
+    let x_label = |x: &f64| {
+        let i = x.floor() as usize;
+        if (x - x.floor() - 0.5).abs() < 1e-9 && i < names.len() {
+            names[i].clone()
+        } else {
+            String::new()
+        }
+    };
+    if log {
+        let mut chart = b.build_cartesian_2d(0f64..n as f64, (1f64..ymax).log_scale())?;
+        let mut mesh = chart.configure_mesh();
+        mesh.disable_x_mesh();
+        if text {
+            mesh.x_labels(n * 2 + 1)
+                .x_label_formatter(&x_label)
+                .y_label_formatter(&label);
+        } else {
+            mesh.x_labels(0).y_labels(0);
+        }
+        mesh.draw()?;
+        chart.draw_series(values.iter().enumerate().map(|(i, v)| {
+            Rectangle::new(
+                [(i as f64 + 0.15, 1.0), (i as f64 + 0.85, v.max(1.0))],
+                PALETTE[i % PALETTE.len()].filled(),
+            )
+        }))?;
+        if text {
+            chart.draw_series(values.iter().enumerate().map(|(i, v)| {
+                Text::new(
+                    crate::report::thousands(*v),
+                    (i as f64 + 0.35, v.max(1.0) * 1.25),
+                    ("sans-serif", 13),
+                )
+            }))?;
+        }
+    } else {
+        let mut chart = b.build_cartesian_2d(0f64..n as f64, 0f64..ymax)?;
+        let mut mesh = chart.configure_mesh();
+        mesh.disable_x_mesh();
+        if text {
+            mesh.x_labels(n * 2 + 1)
+                .x_label_formatter(&x_label)
+                .y_label_formatter(&label);
+        } else {
+            mesh.x_labels(0).y_labels(0);
+        }
+        mesh.draw()?;
+        chart.draw_series(values.iter().enumerate().map(|(i, v)| {
+            Rectangle::new(
+                [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, *v)],
+                PALETTE[i % PALETTE.len()].filled(),
+            )
+        }))?;
+        if text {
+            chart.draw_series(values.iter().enumerate().map(|(i, v)| {
+                Text::new(
+                    crate::report::thousands(*v),
+                    (i as f64 + 0.35, v + ymax * 0.03),
+                    ("sans-serif", 13),
+                )
+            }))?;
+        }
+    }
     Ok(())
 }
 

@@ -9,6 +9,27 @@ use serde::{Deserialize, Serialize};
 use crate::scenario::Scenario;
 use crate::sim::Outcome;
 
+/// What the table's columns and the policies are; printed after every table and by
+/// `qos-lab run --help`.
+pub const LEGEND: &str = "\
+Columns (per host; counts in the scenario's units):
+  reservation, limit   the host's reservation and limit, I/O per period (- : none)
+  min/mean/max/period  completed I/O per measured period: the smallest, the mean, the largest
+  MiB/s                mean data rate over the measured periods
+  met                  share of measured periods in which the host completed at least its reservation
+  p50, p99, p99.9      latency from issue to completion, including time held by QoS at the
+                       initiator or the target (at scale 1/N: of the simulation, see the note)
+Policies:
+  bare          no QoS at all
+  ns-limit      SPDK's bdev QoS: one IOPS limit for the namespace, shared by all hosts
+  basic-haechi  Haechi's tokens without conversion of unused reservations
+  haechi-start  Haechi as published: conversion, whole reservation released at the period start
+  haechi        nvmf-qos: conversion and reservations released continuously over the period
+  +pacing       cooperative hosts split and pace transfers above the chunk size (Justitia)
+Verdict: how many hosts with a reservation met it in every measured period, and the total
+throughput against the bare target's in the same run.
+";
+
 /// The summary of one `qos-lab run`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -168,7 +189,9 @@ impl Summary {
         if self.scale > 1 {
             let _ = writeln!(
                 s,
-                "scale 1/{0}: simulated with every rate divided by {0}; counts are shown multiplied back by {0}, latencies are as simulated",
+                "scale 1/{0}: simulated with every rate divided by {0}; counts are shown multiplied back by {0}.\n\
+                 NOTE: latencies (p50@1/{0} ...) are those of the slowed-down simulation, NOT of the real target: \
+                 service and queueing times are about {0}x longer than at full rate. `--scale 1` gives real-scale latencies ({0}x more events).",
                 self.scale
             );
         }
@@ -183,6 +206,7 @@ impl Summary {
                 let _ = write!(s, ", {:.0} MiB/s", p.total_mib_per_s);
             }
             let _ = writeln!(s);
+            let _ = writeln!(s, "  verdict: {}", self.verdict(p));
             if let (Some(first), Some(last)) = (
                 p.capacity_estimate_iops.first(),
                 p.capacity_estimate_iops.last(),
@@ -201,19 +225,27 @@ impl Summary {
                 .max()
                 .unwrap_or(4)
                 .max(4);
+            let lat = |q: &str| {
+                if self.scale > 1 {
+                    format!("{q}@1/{}", self.scale)
+                } else {
+                    q.to_string()
+                }
+            };
             let _ = writeln!(
                 s,
-                "  {:<width$} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7} {:>9} {:>9} {:>9}",
+                "  {:<width$} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>7} {:>11} {:>11} {:>11}",
                 "host",
                 "reservation",
                 "limit",
                 "min/period",
                 "mean/period",
                 "max/period",
+                "MiB/s",
                 "met",
-                "p50",
-                "p99",
-                "p99.9"
+                lat("p50"),
+                lat("p99"),
+                lat("p99.9")
             );
             for h in &p.hosts {
                 let per_period = |v: Option<u64>| {
@@ -229,13 +261,14 @@ impl Summary {
                     .map_or("-".to_string(), |m| format!("{:.1}%", m * 100.0));
                 let _ = writeln!(
                     s,
-                    "  {:<width$} {:>11} {:>11} {:>11} {:>11} {:>11} {:>7} {:>9} {:>9} {:>9}",
+                    "  {:<width$} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>7} {:>11} {:>11} {:>11}",
                     h.host,
                     per_period(h.reservation_iops),
                     per_period(h.limit_iops),
                     thousands(min as f64),
                     thousands(mean),
                     thousands(max as f64),
+                    format!("{:.1}", h.mib_per_s),
                     met,
                     latency(h.latency_us.p50),
                     latency(h.latency_us.p99),
@@ -246,7 +279,59 @@ impl Summary {
                 let _ = writeln!(s, "  warning: {w}");
             }
         }
+        let _ = write!(s, "\n{LEGEND}");
         s
+    }
+
+    /// One line: did the hosts get their reservations, and at what cost in throughput.
+    pub fn verdict(&self, p: &PolicySummary) -> String {
+        let reserved: Vec<&HostSummary> = p
+            .hosts
+            .iter()
+            .filter(|h| h.reservation_met_fraction.is_some())
+            .collect();
+        let mut out = if reserved.is_empty() {
+            "no host has a reservation".to_string()
+        } else {
+            let always = reserved
+                .iter()
+                .filter(|h| h.reservation_met_fraction == Some(1.0))
+                .count();
+            let worst = reserved
+                .iter()
+                .min_by(|a, b| {
+                    a.reservation_met_fraction
+                        .unwrap_or(0.0)
+                        .total_cmp(&b.reservation_met_fraction.unwrap_or(0.0))
+                })
+                .expect("not empty");
+            if always == reserved.len() {
+                format!(
+                    "all {} hosts with a reservation met it in 100% of periods",
+                    reserved.len()
+                )
+            } else {
+                format!(
+                    "{always} of {} hosts with a reservation met it in every period (worst: {} in {:.1}%)",
+                    reserved.len(),
+                    worst.host,
+                    worst.reservation_met_fraction.unwrap_or(0.0) * 100.0
+                )
+            }
+        };
+        let _ = write!(out, "; total {} IOPS", thousands(p.total_iops));
+        let bare = self
+            .policies
+            .iter()
+            .find(|b| b.policy == "bare" && b.variant == p.variant);
+        if let Some(b) = bare.filter(|b| b.total_iops > 0.0 && b.policy != p.policy) {
+            let _ = write!(
+                out,
+                " = {:.1}% of bare",
+                p.total_iops / b.total_iops * 100.0
+            );
+        }
+        out
     }
 }
 

@@ -540,6 +540,22 @@ impl Scenario {
     }
 }
 
+/// serde's "invalid type: floating point `1570000.0`, expected i64" in words: TOML
+/// reads `1.57e6` as a float, and every rate and count here is a whole number.
+fn float_for_integer(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("invalid type: floating point `")?;
+    let value = &rest[..rest.find('`')?];
+    let v: f64 = value.parse().ok()?;
+    let hint = if v.fract() == 0.0 && v.abs() < 1e18 {
+        format!("; write {} (or with _ separators)", v as i64)
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "expected a whole number, got the floating-point number {value} (TOML reads forms like 1.57e6 as floating point){hint}"
+    ))
+}
+
 struct Ctx<'a> {
     text: &'a str,
     file: &'a str,
@@ -555,6 +571,9 @@ impl Ctx<'_> {
         let mut message = e.message().trim().to_string();
         if field.ends_with("demand") && message.contains("untagged") {
             message = "expected an I/O count per period (e.g. 158000), \"unlimited\", or a table such as { of_reservation = 0.5, plus_unreserved = true }".into();
+        }
+        if let Some(m) = float_for_integer(&message) {
+            message = m;
         }
         ScenarioError::Parse {
             file: self.file.to_string(),

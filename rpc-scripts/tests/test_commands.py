@@ -182,9 +182,14 @@ CASES = [
       'latency_idle_us': 1, 'dirs_late_gap_us': 1, 'dirs_recovery_us': 1, 'dirs_reset_us': 1,
       'dirs_window_us': 1, 'token_protocol': True, 'dirs': True}),
     # Statistics
+    (['qos_ini_stats_get'], 'qos_ini_stats_get', {}),
+    (['qos_ini_stats_get', '-n', 'qh1'], 'qos_ini_stats_get', {'name': 'qh1'}),
     (['qos_stats_get'], 'qos_stats_get', {}),
     (['qos_stats_get', '-d', 'dom0'], 'qos_stats_get', {'domain': 'dom0'}),
     (['qos_stats_get', '--domain', 'dom0', '--table'], 'qos_stats_get', {'domain': 'dom0'}),
+    (['qos_stats_get', '-q', 'nqn.h1', '--compact'], 'qos_stats_get', {'host_nqn': 'nqn.h1', 'compact': True}),
+    (['qos_stats_get', '--host-nqn', 'nqn.h1', '--watch', '1', '--iterations', '1'], 'qos_stats_get',
+     {'host_nqn': 'nqn.h1', 'compact': True}),
 ]
 
 
@@ -202,7 +207,8 @@ def test_every_command_is_registered_with_help():
         'qos_host_set', 'qos_host_remove', 'qos_host_get',
         'qos_group_create', 'qos_group_update', 'qos_group_delete', 'qos_group_get',
         'qos_bdev_create', 'qos_bdev_delete', 'qos_bdev_get', 'qos_bdev_expose', 'qos_stats_get',
-        'qos_ini_bdev_create', 'qos_ini_bdev_delete', 'qos_ini_bdev_get', 'qos_ini_bdev_set_options'])
+        'qos_ini_bdev_create', 'qos_ini_bdev_delete', 'qos_ini_bdev_get', 'qos_ini_bdev_set_options',
+        'qos_ini_stats_get'])
     for name, p in sub.choices.items():
         assert p.description, name
         for action in p._actions:

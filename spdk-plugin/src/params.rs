@@ -455,6 +455,12 @@ pub struct StatsQuery {
     /// How many past periods to list per host (default 16, at most 128).
     #[serde(default)]
     pub periods: Option<usize>,
+    /// Only this host (the domain's other hosts are not even looked at).
+    #[serde(default)]
+    pub host_nqn: Option<String>,
+    /// Counters and gauges only, no per-period history (what a scraper reads).
+    #[serde(default)]
+    pub compact: bool,
 }
 
 #[cfg(test)]

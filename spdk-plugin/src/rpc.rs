@@ -141,20 +141,57 @@ fn bdev_get(p: Value) -> Result<Value, Refusal> {
     })
 }
 
-fn stats_get(p: Value) -> Result<Value, Refusal> {
+/// `qos_stats_get`'s answer: the full form as a `Value`, the compact form already
+/// serialised (typed, without a `Value` tree).
+#[derive(Debug, serde::Serialize)]
+#[serde(untagged)]
+enum StatsAnswer {
+    Full(Value),
+    Compact(Vec<Box<serde_json::value::RawValue>>),
+}
+
+fn stats_get(p: Value) -> Result<StatsAnswer, Refusal> {
     let q: StatsQuery = parse("qos_stats_get", p)?;
     let periods = q
         .periods
         .unwrap_or(16)
         .min(qos_core::monitor::HISTORY_PERIODS);
+    let shape = stats::Shape {
+        periods,
+        compact: q.compact,
+        host_nqn: q.host_nqn.as_deref(),
+    };
+    if q.compact {
+        let raw = |s: String| {
+            serde_json::value::RawValue::from_string(s)
+                .map_err(|e| Refusal::new(code::EINVAL, format!("qos_stats_get: {e}")))
+        };
+        return registry::with(|r| match &q.domain {
+            Some(n) => Ok(StatsAnswer::Compact(vec![raw(stats::domain_compact(
+                n,
+                r.domain(n)?,
+                shape.host_nqn,
+            ))?])),
+            None => r
+                .domains
+                .iter()
+                .map(|(n, d)| raw(stats::domain_compact(n, d, shape.host_nqn)))
+                .collect::<Result<_, _>>()
+                .map(StatsAnswer::Compact),
+        });
+    }
     registry::with(|r| match &q.domain {
-        Some(n) => Ok(json!([stats::domain(n, r.domain(n)?, periods)])),
-        None => Ok(Value::Array(
+        Some(n) => Ok(StatsAnswer::Full(json!([stats::domain(
+            n,
+            r.domain(n)?,
+            shape
+        )]))),
+        None => Ok(StatsAnswer::Full(Value::Array(
             r.domains
                 .iter()
-                .map(|(n, d)| stats::domain(n, d, periods))
+                .map(|(n, d)| stats::domain(n, d, shape))
                 .collect(),
-        )),
+        ))),
     })
 }
 
@@ -180,5 +217,5 @@ spdk_sys::rpc_methods! {
         }
     };
     MBdevGet = c"qos_bdev_get", rpc::RUNTIME, |q, p| q.reply(bdev_get(p));
-    MStatsGet = c"qos_stats_get", rpc::RUNTIME, |q, p| q.reply(stats_get(p));
+    MStatsGet = c"qos_stats_get", rpc::RUNTIME, |q, p| q.reply_with(stats_get(p));
 }

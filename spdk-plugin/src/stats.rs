@@ -1,9 +1,18 @@
 //! `qos_stats_get` output: the monitor's statistics of a domain and its hosts, plus the
 //! per-period history kept by the core (newest first), so that an operator (or the
-//! integration test) can see in how many periods each host got its reservation.
+//! integration test) can see in how many periods each host got its reservation; and the
+//! monotonic counters a scraper turns into rates (completed work, held time histogram,
+//! periods by outcome). `compact` leaves the history out and `host_nqn` builds one host
+//! only, so a scrape of a target with a thousand hosts stays cheap on the app thread.
+
+use std::collections::VecDeque;
 
 use qos_core::Amount;
+use qos_core::histogram::HELD_BUCKETS_NS;
+use qos_core::monitor::{DomainStats, HostStats, PeriodCounts, PeriodRecord};
 use qos_core::sync::POOL_MAX;
+use qos_core::{PriorityClass, RateSet};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::registry::{Domain, now};
@@ -17,70 +26,275 @@ fn amount(a: Amount) -> Value {
     json!({"ops": count(a.ops), "bytes": count(a.bytes)})
 }
 
-/// Statistics of domain `name`, with up to `periods` past periods per host.
-pub fn domain(name: &str, d: &Domain, periods: usize) -> Value {
-    let s = d.monitor.stats(now());
-    let hosts: Vec<Value> = s
-        .hosts
-        .iter()
-        .map(|h| {
-            let history = d.monitor.history(&h.host_nqn);
-            let recs: Vec<Value> = history
-                .map(|hist| {
-                    hist.iter()
-                        .rev()
-                        .take(periods)
-                        .map(|p| {
-                            json!({
-                                "epoch": p.epoch,
-                                "ops": p.completed.ops,
-                                "bytes": p.completed.bytes,
-                                "ios": p.completed_ios,
-                                "met": p.met,
-                                "backlogged": p.backlogged,
-                            })
-                        })
-                        .collect()
+/// `{ops, bytes}` with `null` for "unlimited", typed (see [`amount`]).
+#[derive(Debug, Serialize)]
+struct Amt {
+    ops: Option<u64>,
+    bytes: Option<u64>,
+}
+
+fn amt(a: Amount) -> Amt {
+    let c = |v: u64| (v < POOL_MAX).then_some(v);
+    Amt {
+        ops: c(a.ops),
+        bytes: c(a.bytes),
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct Work {
+    ops: u64,
+    bytes: u64,
+    ios: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct HeldJson<'a> {
+    cumulative: &'a [u64],
+    count: u64,
+    sum_ns: u64,
+}
+
+/// One host of the compact form, serialised straight from the core's statistics (no
+/// `Value` tree: with a thousand hosts the tree's allocations were most of the cost).
+/// The same fields as [`host_common`].
+#[derive(Debug, Serialize)]
+struct CompactHost<'a> {
+    host_nqn: &'a str,
+    configured: bool,
+    min: &'a RateSet,
+    max: &'a RateSet,
+    weight: u32,
+    priority: PriorityClass,
+    reservation_per_period: Amt,
+    completed_this_period: Work,
+    completed_total: Work,
+    held: i64,
+    group: &'a Option<String>,
+    excess_granted_this_period: Amt,
+    throttled_ios: u64,
+    hold_events: u64,
+    held_time: HeldJson<'a>,
+    periods_total: &'a PeriodCounts,
+    reservation_met_fraction: f64,
+    reservation_tokens: Amt,
+    credit_tokens: Amt,
+    limit_left: Amt,
+    underuse_flag: bool,
+    reservation_at_risk: bool,
+}
+
+fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
+    CompactHost {
+        host_nqn: &h.host_nqn,
+        configured: !d.implicit.contains(&h.host_nqn),
+        min: &h.config.reservation,
+        max: &h.config.limit,
+        weight: h.config.weight,
+        priority: h.config.priority,
+        reservation_per_period: amt(h.reservation_per_period),
+        completed_this_period: Work {
+            ops: h.completed_this_period.ops,
+            bytes: h.completed_this_period.bytes,
+            ios: h.completed_ios_this_period,
+        },
+        completed_total: Work {
+            ops: h.completed_total.ops,
+            bytes: h.completed_total.bytes,
+            ios: h.completed_ios_total,
+        },
+        held: h.held_now,
+        group: &h.group,
+        excess_granted_this_period: amt(h.excess_granted),
+        throttled_ios: h.held_time.held_ios,
+        hold_events: h.hold_events_total,
+        held_time: HeldJson {
+            cumulative: &h.held_time.cumulative,
+            count: h.held_time.count(),
+            sum_ns: h.held_time.sum_ns,
+        },
+        periods_total: &h.period_counts,
+        reservation_met_fraction: h.reservation_met_fraction,
+        reservation_tokens: amt(h.reservation_tokens),
+        credit_tokens: amt(h.credit_tokens),
+        limit_left: amt(h.limit_left),
+        underuse_flag: h.underuse_flag,
+        reservation_at_risk: h.reservation_at_risk,
+    }
+}
+
+/// A domain's statistics in the compact form, ready to serialise.
+pub fn domain_compact(name: &str, d: &Domain, host_nqn: Option<&str>) -> String {
+    let s = d.monitor.stats_of(now(), host_nqn);
+    let hosts: Vec<CompactHost<'_>> = s.hosts.iter().map(|h| compact_host(d, h)).collect();
+    #[derive(Serialize)]
+    struct Out<'a> {
+        name: &'a str,
+        epoch: u64,
+        period_ns: u64,
+        elapsed_ns: u64,
+        capacity_estimate: Amt,
+        global_available: Amt,
+        sharing: Value,
+        held_time_bounds_ns: &'a [u64],
+        hosts: Vec<CompactHost<'a>>,
+        groups: Value,
+    }
+    let out = Out {
+        name,
+        epoch: s.epoch,
+        period_ns: s.period_ns,
+        elapsed_ns: s.elapsed_ns,
+        capacity_estimate: amt(s.budget),
+        global_available: amt(s.global_available),
+        sharing: json!(s.sharing),
+        held_time_bounds_ns: &HELD_BUCKETS_NS,
+        hosts,
+        groups: groups(&s),
+    };
+    serde_json::to_string(&out).unwrap_or_else(|_| "null".into())
+}
+
+fn groups(s: &DomainStats) -> Value {
+    Value::Array(
+        s.groups
+            .iter()
+            .map(|g| {
+                json!({
+                    "name": g.name,
+                    "hosts": g.hosts,
+                    "min": g.config.reservation,
+                    "max": g.config.limit,
+                    "weight": g.config.weight,
+                    "reservation_per_period": amount(g.reservation_per_period),
+                    "limit_per_period": amount(g.limit_per_period),
+                    "completed_this_period": amount(g.completed_this_period),
+                    "given_this_period": amount(g.given_this_period),
                 })
-                .unwrap_or_default();
-            let (backlogged, met_backlogged) = history.map_or((0, 0), |hist| {
-                hist.iter()
-                    .filter(|p| p.backlogged)
-                    .fold((0u64, 0u64), |(b, m), p| (b + 1, m + p.met as u64))
-            });
-            json!({
-                "host_nqn": h.host_nqn,
-                "configured": !d.implicit.contains(&h.host_nqn),
-                "min": h.config.reservation,
-                "max": h.config.limit,
-                "weight": h.config.weight,
-                "priority": h.config.priority,
-                "completed_this_period": {
-                    "ops": h.completed_this_period.ops,
-                    "bytes": h.completed_this_period.bytes,
-                    "ios": h.completed_ios_this_period,
-                },
-                "last_periods": h.last_periods.iter().map(|a| a.ops).collect::<Vec<_>>(),
-                "periods": recs,
-                "reservation_met_fraction": h.reservation_met_fraction,
-                "reservation_met_fraction_backlogged": if backlogged == 0 {
-                    Value::Null
-                } else {
-                    json!(met_backlogged as f64 / backlogged as f64)
-                },
-                "reservation_per_period": amount(h.reservation_per_period),
-                "soft_granted": amount(h.soft_granted),
-                "reservation_tokens": amount(h.reservation_tokens),
-                "credit_tokens": amount(h.credit_tokens),
-                "limit_left": amount(h.limit_left),
-                "held": h.held_now,
-                "group": h.group,
-                "excess_granted_this_period": amount(h.excess_granted),
-                "underuse_flag": h.underuse_flag,
-                "reservation_at_risk": h.reservation_at_risk,
             })
+            .collect(),
+    )
+}
+
+/// What to put in the answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape<'a> {
+    /// Past periods per host (full form only).
+    pub periods: usize,
+    /// Counters and gauges only.
+    pub compact: bool,
+    /// One host only.
+    pub host_nqn: Option<&'a str>,
+}
+
+/// The counters every form carries.
+fn host_common(d: &Domain, h: &HostStats) -> Value {
+    let p = &h.period_counts;
+    json!({
+        "host_nqn": h.host_nqn,
+        "configured": !d.implicit.contains(&h.host_nqn),
+        "min": h.config.reservation,
+        "max": h.config.limit,
+        "weight": h.config.weight,
+        "priority": h.config.priority,
+        "reservation_per_period": amount(h.reservation_per_period),
+        "completed_this_period": {
+            "ops": h.completed_this_period.ops,
+            "bytes": h.completed_this_period.bytes,
+            "ios": h.completed_ios_this_period,
+        },
+        "completed_total": {
+            "ops": h.completed_total.ops,
+            "bytes": h.completed_total.bytes,
+            "ios": h.completed_ios_total,
+        },
+        "held": h.held_now,
+        "group": h.group,
+        "excess_granted_this_period": amount(h.excess_granted),
+        "throttled_ios": h.held_time.held_ios,
+        "hold_events": h.hold_events_total,
+        "held_time": {
+            "cumulative": h.held_time.cumulative,
+            "count": h.held_time.count(),
+            "sum_ns": h.held_time.sum_ns,
+        },
+        "periods_total": {
+            "met": p.met,
+            "missed": p.missed,
+            "met_backlogged": p.met_backlogged,
+            "missed_backlogged": p.missed_backlogged,
+        },
+        "reservation_met_fraction": h.reservation_met_fraction,
+        "reservation_tokens": amount(h.reservation_tokens),
+        "credit_tokens": amount(h.credit_tokens),
+        "limit_left": amount(h.limit_left),
+        "underuse_flag": h.underuse_flag,
+        "reservation_at_risk": h.reservation_at_risk,
+    })
+}
+
+/// The history part of the full form.
+fn add_history(v: &mut Value, h: &HostStats, hist: Option<&VecDeque<PeriodRecord>>, n: usize) {
+    let recs: Vec<Value> = hist
+        .map(|hist| {
+            hist.iter()
+                .rev()
+                .take(n)
+                .map(|p| {
+                    json!({
+                        "epoch": p.epoch,
+                        "ops": p.completed.ops,
+                        "bytes": p.completed.bytes,
+                        "ios": p.completed_ios,
+                        "met": p.met,
+                        "backlogged": p.backlogged,
+                    })
+                })
+                .collect()
         })
-        .collect();
+        .unwrap_or_default();
+    let (backlogged, met_backlogged) = hist.map_or((0, 0), |hist| {
+        hist.iter()
+            .filter(|p| p.backlogged)
+            .fold((0u64, 0u64), |(b, m), p| (b + 1, m + p.met as u64))
+    });
+    v["last_periods"] = json!(h.last_periods.iter().map(|a| a.ops).collect::<Vec<_>>());
+    v["periods"] = Value::Array(recs);
+    v["reservation_met_fraction_backlogged"] = if backlogged == 0 {
+        Value::Null
+    } else {
+        json!(met_backlogged as f64 / backlogged as f64)
+    };
+    v["soft_granted"] = amount(h.soft_granted);
+}
+
+/// Statistics of domain `name`.
+pub fn domain(name: &str, d: &Domain, shape: Shape<'_>) -> Value {
+    let s = d.monitor.stats_of(now(), shape.host_nqn);
+    let hosts: Vec<Value> = if shape.compact {
+        s.hosts.iter().map(|h| host_common(d, h)).collect()
+    } else if shape.host_nqn.is_some() {
+        s.hosts
+            .iter()
+            .map(|h| {
+                let mut v = host_common(d, h);
+                add_history(&mut v, h, d.monitor.history(&h.host_nqn), shape.periods);
+                v
+            })
+            .collect()
+    } else {
+        // Same order as the stats: no lookup per host.
+        s.hosts
+            .iter()
+            .zip(d.monitor.histories())
+            .map(|(h, (nqn, hist))| {
+                debug_assert_eq!(nqn, h.host_nqn);
+                let mut v = host_common(d, h);
+                add_history(&mut v, h, Some(hist), shape.periods);
+                v
+            })
+            .collect()
+    };
     json!({
         "name": name,
         "epoch": s.epoch,
@@ -89,17 +303,8 @@ pub fn domain(name: &str, d: &Domain, periods: usize) -> Value {
         "capacity_estimate": amount(s.budget),
         "global_available": amount(s.global_available),
         "sharing": s.sharing,
+        "held_time_bounds_ns": HELD_BUCKETS_NS,
         "hosts": hosts,
-        "groups": s.groups.iter().map(|g| json!({
-            "name": g.name,
-            "hosts": g.hosts,
-            "min": g.config.reservation,
-            "max": g.config.limit,
-            "weight": g.config.weight,
-            "reservation_per_period": amount(g.reservation_per_period),
-            "limit_per_period": amount(g.limit_per_period),
-            "completed_this_period": amount(g.completed_this_period),
-            "given_this_period": amount(g.given_this_period),
-        })).collect::<Vec<_>>(),
+        "groups": groups(&s),
     })
 }

@@ -71,9 +71,10 @@ impl JsonWriter<'_> {
         }
     }
 
-    /// Writes `v` as the next value (array element, or value after a name).
-    pub fn value(&mut self, v: &serde_json::Value) {
-        let s = v.to_string();
+    /// Writes `v` as the next value (array element, or value after a name). Any
+    /// `Serialize` type: a typed answer is written without building a `Value` tree.
+    pub fn value<T: serde::Serialize + ?Sized>(&mut self, v: &T) {
+        let s = serde_json::to_string(v).unwrap_or_else(|_| "null".into());
         // SAFETY: live writer; `s` holds `len` bytes of valid JSON.
         unsafe { ffi::spdk_json_write_val_raw(self.w, s.as_ptr().cast(), s.len()) };
     }

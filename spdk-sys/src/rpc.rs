@@ -118,8 +118,8 @@ impl RpcRequest {
         p
     }
 
-    /// Sends `result`.
-    pub fn ok(self, result: &serde_json::Value) {
+    /// Sends `result` (a `serde_json::Value` or any `Serialize` type).
+    pub fn ok<T: serde::Serialize + ?Sized>(self, result: &T) {
         let r = self.into_raw();
         // SAFETY: `r` is an unanswered request; begin/end are paired. A null writer
         // means a notification (no response expected), which SPDK then frees itself.
@@ -142,6 +142,14 @@ impl RpcRequest {
 
     /// Sends `result` or the error.
     pub fn reply(self, result: Result<serde_json::Value, RpcError>) {
+        match result {
+            Ok(v) => self.ok(&v),
+            Err(e) => self.err(&e),
+        }
+    }
+
+    /// Sends a typed `result` or the error.
+    pub fn reply_with<T: serde::Serialize>(self, result: Result<T, RpcError>) {
         match result {
             Ok(v) => self.ok(&v),
             Err(e) => self.err(&e),

@@ -1,0 +1,378 @@
+#  SPDX-License-Identifier: Apache-2.0
+"""Prometheus exporter for nvmf-qos: reads the QoS statistics of one SPDK application
+(an nvmf_tgt with the target plugin, or an initiator application with the initiator
+plugin, or both) over its JSON-RPC socket at every scrape, and serves them as
+Prometheus metrics.
+
+    python3 exporter/nvmf_qos_exporter.py --rpc-socket /var/tmp/spdk.sock --port 9633
+
+Built on the JSON-RPC client of the PyPI package `spdk` (spdk.rpc.client) and on
+`prometheus_client`. Nothing is cached between scrapes: each scrape makes one
+`qos_stats_get` call (in its compact form, counters and gauges only) and one
+`qos_ini_stats_get` call. A plugin that is not loaded (the method is unknown) is
+skipped; a target that does not answer makes `nvmf_qos_up` 0.
+
+Metric names follow Prometheus conventions: counters end in `_total`, times are in
+seconds and sizes in bytes; labels are `domain`, `host_nqn` (and `group` when the
+target reports tenant groups) on the target side, `bdev` and `pacer_group` on the
+initiator side. `docs/operations.md` lists every metric.
+"""
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import time
+
+from prometheus_client import start_http_server
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+try:
+    from spdk.rpc.client import JSONRPCClient, JSONRPCException
+except ImportError:  # pragma: no cover - reported by main()
+    JSONRPCClient = None
+    JSONRPCException = Exception
+
+METHOD_NOT_FOUND = -32601
+PREFIX = 'nvmf_qos'
+DEFAULT_PORT = 9633
+
+log = logging.getLogger('nvmf_qos_exporter')
+
+
+class RpcError(Exception):
+    """A JSON-RPC error answer (code and message), or a transport failure (code None)."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+if JSONRPCClient is not None:
+    class Client(JSONRPCClient):
+        """spdk.rpc's client with a receive path linear in the answer's size: the stock
+        one reads 4 KiB at a time and re-parses the whole buffer after each read (and
+        formats the answer for its debug log), which makes a 1 MB answer cost seconds
+        in the client alone. This one reads large chunks and parses once the buffer
+        ends a JSON object."""
+
+        def recv(self):
+            deadline = time.monotonic() + self.timeout
+            parts = [self._recv_buf] if self._recv_buf else []
+            self._recv_buf = ''
+            dec = json.JSONDecoder()
+            while True:
+                if parts and parts[-1].rstrip().endswith('}'):
+                    buf = ''.join(parts).lstrip()
+                    try:
+                        obj, idx = dec.raw_decode(buf)
+                        self._recv_buf = buf[idx:]
+                        return obj
+                    except ValueError:
+                        parts = [buf]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise JSONRPCException('Timeout while waiting for response')
+                self.sock.settimeout(left)
+                try:
+                    data = self.sock.recv(1 << 20)
+                except OSError as ex:
+                    raise JSONRPCException('Error while receiving: %s' % ex) from None
+                if not data:
+                    self.sock.close()
+                    self.sock = None
+                    raise JSONRPCException('Connection closed with partial response')
+                parts.append(data.decode('utf-8'))
+else:  # pragma: no cover
+    Client = None
+
+
+def _error_of(ex):
+    """The {code, message} of spdk.rpc's JSONRPCException, whose message is the text
+    "request: ... Got JSON-RPC error response response: {json}"."""
+    text = getattr(ex, 'message', str(ex))
+    marker = 'response:'
+    at = text.rfind(marker)
+    if at >= 0:
+        try:
+            err = json.loads(text[at + len(marker):])
+            return RpcError(err.get('code'), err.get('message', text))
+        except ValueError:
+            pass
+    return RpcError(None, text)
+
+
+class Source:
+    """One SPDK application's JSON-RPC socket; reconnects after a failure. Calls are
+    serialised (one scrape at a time talks to the socket)."""
+
+    def __init__(self, socket_path, timeout):
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._client = None
+        self._lock = threading.Lock()
+
+    def call(self, method, params=None):
+        with self._lock:
+            try:
+                if self._client is None:
+                    self._client = Client(self.socket_path, timeout=self.timeout)
+                return self._client.call(method, params)
+            except JSONRPCException as ex:
+                err = _error_of(ex)
+                if err.code is None:
+                    self._drop()
+                raise err from None
+            except (OSError, ValueError) as ex:
+                self._drop()
+                raise RpcError(None, str(ex)) from None
+
+    def _drop(self):
+        if self._client is not None:
+            try:
+                self._client.close()
+            except OSError:
+                pass
+        self._client = None
+
+
+def _num(v):
+    return None if v is None else float(v)
+
+
+def _labels(names, values):
+    return list(names), [str(v) for v in values]
+
+
+class QosCollector(Collector):
+    """Builds every metric at scrape time from the application's answers."""
+
+    def __init__(self, source, compact=True):
+        self.source = source
+        self.compact = compact
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _try(self, method, params=None):
+        """The method's result, None when the plugin is not loaded; RpcError when the
+        application does not answer."""
+        try:
+            return self.source.call(method, params)
+        except RpcError as ex:
+            if ex.code == METHOD_NOT_FOUND:
+                return None
+            raise
+
+    def collect(self):
+        started = time.monotonic()
+        up = GaugeMetricFamily(PREFIX + '_up', 'Whether the SPDK application answered the last scrape '
+                               '(1) or not (0)', labels=['plugin'])
+        try:
+            stats_params = {'compact': True} if self.compact else None
+            target = self._try('qos_stats_get', stats_params)
+            initiator = self._try('qos_ini_stats_get')
+            if initiator is None:  # an initiator plugin older than qos_ini_stats_get
+                initiator = self._try('qos_ini_bdev_get')
+        except RpcError as ex:
+            log.warning('scrape failed: %s', ex)
+            up.add_metric(['target'], 0)
+            up.add_metric(['initiator'], 0)
+            yield up
+            return
+        if target is not None:
+            up.add_metric(['target'], 1)
+            yield from self._target(target)
+        if initiator is not None:
+            up.add_metric(['initiator'], 1)
+            yield from self._initiator(initiator)
+        yield up
+        yield GaugeMetricFamily(PREFIX + '_scrape_duration_seconds',
+                                'Time the exporter took to read the statistics',
+                                value=time.monotonic() - started)
+
+    # -- target ----------------------------------------------------------------------
+
+    def _target(self, domains):
+        if isinstance(domains, dict):
+            domains = [domains]
+        g = {}
+        c = {}
+
+        def gauge(name, text, labels):
+            if name not in g:
+                g[name] = GaugeMetricFamily(PREFIX + '_' + name, text, labels=labels)
+            return g[name]
+
+        def counter(name, text, labels):
+            if name not in c:
+                c[name] = CounterMetricFamily(PREFIX + '_' + name, text, labels=labels)
+            return c[name]
+
+        # A `group` label as soon as some host is in a tenant group (hosts outside groups: '').
+        with_group = any(h.get('group') for d in domains for h in d.get('hosts') or [])
+        host_labels = ['domain', 'host_nqn'] + (['group'] if with_group else [])
+        held = HistogramMetricFamily(PREFIX + '_host_held_seconds',
+                                     'Time I/O spent held by QoS before going to the base bdev '
+                                     '(QoS-added latency; commands admitted at once count as 0)',
+                                     labels=host_labels)
+        for d in domains:
+            dom = d.get('name', '')
+            period_s = (d.get('period_ns') or 1e9) / 1e9
+            gauge('domain_period_seconds', 'QoS period T', ['domain']).add_metric([dom], period_s)
+            gauge('domain_epoch', 'Number of the current QoS period', ['domain']).add_metric(
+                [dom], d.get('epoch', 0))
+            est = d.get('capacity_estimate') or {}
+            if est.get('ops') is not None:
+                gauge('domain_capacity_estimate_iops', 'Capacity estimate sizing the current period, '
+                      'operations per second', ['domain']).add_metric([dom], est['ops'] / period_s)
+            if est.get('bytes') is not None:
+                gauge('domain_capacity_estimate_bytes_per_second', 'Capacity estimate sizing the current '
+                      'period, bytes per second', ['domain']).add_metric([dom], est['bytes'] / period_s)
+            pool = d.get('global_available') or {}
+            if pool.get('ops') is not None:
+                gauge('domain_global_pool_ops', 'Global (unreserved) tokens left in this period, operations',
+                      ['domain']).add_metric([dom], pool['ops'])
+            if pool.get('bytes') is not None:
+                gauge('domain_global_pool_bytes', 'Global (unreserved) tokens left in this period, bytes',
+                      ['domain']).add_metric([dom], pool['bytes'])
+            hosts = d.get('hosts') or []
+            gauge('domain_hosts', 'Hosts in the domain', ['domain']).add_metric([dom], len(hosts))
+            bounds = [b / 1e9 for b in d.get('held_time_bounds_ns') or []]
+            for h in hosts:
+                lv = [dom, h.get('host_nqn', '')] + ([h.get('group') or ''] if with_group else [])
+                total = h.get('completed_total') or {}
+                counter('host_completed_ios', 'I/O completed by the host (monotonic)', host_labels).add_metric(
+                    lv, total.get('ios', 0))
+                counter('host_completed_bytes', 'Bytes transferred by completed I/O', host_labels).add_metric(
+                    lv, total.get('bytes', 0))
+                counter('host_completed_cost_ops', 'Completed work in the domain\'s cost units '
+                        '(operations, writes and large I/O weighted by the cost model)', host_labels).add_metric(
+                    lv, total.get('ops', 0))
+                counter('host_throttled_ios', 'I/O that QoS held for want of tokens or limit',
+                        host_labels).add_metric(lv, h.get('throttled_ios', 0))
+                gauge('host_held_ios', 'I/O held by QoS now', host_labels).add_metric(lv, h.get('held', 0))
+                periods = counter('host_periods', 'Ended QoS periods by outcome: reservation met or missed, '
+                                  'while backlogged (I/O was held) or not', [*host_labels, 'outcome', 'backlogged'])
+                pt = h.get('periods_total') or {}
+                for key, outcome, backlogged in (('met', 'met', 'false'), ('missed', 'missed', 'false'),
+                                                 ('met_backlogged', 'met', 'true'),
+                                                 ('missed_backlogged', 'missed', 'true')):
+                    periods.add_metric([*lv, outcome, backlogged], pt.get(key, 0))
+                gauge('host_reservation_met_ratio', 'Fraction of the kept past periods (up to 128) in which '
+                      'the host met its reservation', host_labels).add_metric(
+                    lv, h.get('reservation_met_fraction') or 0)
+                gauge('host_underuse', 'The host used less than its reservation for several periods (1)',
+                      host_labels).add_metric(lv, 1 if h.get('underuse_flag') else 0)
+                gauge('host_reservation_at_risk', 'The host\'s remaining reservation cannot be served in the '
+                      'time left of the period (1)', host_labels).add_metric(
+                    lv, 1 if h.get('reservation_at_risk') else 0)
+                gauge('host_configured', 'Set by qos_host_set (1) or best-effort because only a QoS bdev '
+                      'names it (0)', host_labels).add_metric(lv, 0 if h.get('configured') is False else 1)
+                for setting, word in (('min', 'reservation'), ('max', 'limit')):
+                    rates = h.get(setting) or {}
+                    for direction in ('total', 'read', 'write'):
+                        r = rates.get(direction) or {}
+                        if r.get('iops') is not None:
+                            gauge('host_%s_iops' % word, 'Configured %s, I/O per second' % word,
+                                  [*host_labels, 'direction']).add_metric([*lv, direction], r['iops'])
+                        if r.get('mibps') is not None:
+                            gauge('host_%s_bytes_per_second' % word, 'Configured %s, bytes per second' % word,
+                                  [*host_labels, 'direction']).add_metric([*lv, direction],
+                                                                          r['mibps'] * 1048576)
+                ht = h.get('held_time')
+                if ht and bounds and len(ht.get('cumulative') or []) == len(bounds) + 1:
+                    cum = ht['cumulative']
+                    buckets = [(repr(b), cum[i]) for i, b in enumerate(bounds)]
+                    buckets.append(('+Inf', cum[-1]))
+                    held.add_metric(lv, buckets, ht.get('sum_ns', 0) / 1e9)
+        yield from g.values()
+        yield from c.values()
+        yield held
+
+    # -- initiator -------------------------------------------------------------------
+
+    def _initiator(self, bdevs):
+        labels = ['bdev', 'pacer_group']
+        fams = {}
+
+        def fam(kind, name, text, extra=()):
+            if name not in fams:
+                cls = CounterMetricFamily if kind == 'c' else GaugeMetricFamily
+                fams[name] = cls(PREFIX + '_ini_' + name, text, labels=labels + list(extra))
+            return fams[name]
+
+        for b in bdevs or []:
+            lv = [b.get('name', ''), b.get('pacer_group', '')]
+            st = b.get('state') or {}
+            counters = (
+                ('ios', 'ios', 'I/O submitted to the initiator QoS bdev'),
+                ('large_ios', 'large_ios', 'I/O above the chunk size (split and paced)'),
+                ('chunks', 'chunks', 'Chunks sent for large I/O'),
+                ('held_total', 'throttled_ios', 'I/O or chunks held for want of tokens'),
+                ('vendor_sent', 'vendor_commands', 'Token-protocol vendor commands sent'),
+                ('vendor_errors', 'vendor_errors', 'Vendor commands that failed'),
+                ('aborted', 'aborted_ios', 'I/O completed with an error by the QoS bdev itself'),
+            )
+            for key, name, text in counters:
+                if st.get(key) is not None:
+                    fam('c', name, text).add_metric(lv, st[key])
+            for key, name, text in (('held_ns', 'held_seconds', 'Time I/O and chunks spent held for tokens'),
+                                    ('paced_ns', 'paced_seconds', 'Time chunks of large I/O waited for the '
+                                     'pacer')):
+                if st.get(key) is not None:
+                    fam('c', name, text).add_metric(lv, st[key] / 1e9)
+            if st.get('held') is not None:
+                fam('g', 'held_ios', 'I/O or chunks held now').add_metric(lv, st['held'])
+            if st.get('mode') is not None:
+                fam('g', 'mode', 'Token engine mode (1 for the current one)', ['mode']).add_metric(
+                    [*lv, st['mode']], 1)
+            pacer = b.get('pacer') or {}
+            if pacer.get('allowed_bytes_per_sec') is not None:
+                fam('g', 'pacer_allowed_bytes_per_second', 'Rate the pacer allows large I/O (AIMD)').add_metric(
+                    lv, pacer['allowed_bytes_per_sec'])
+        yield from fams.values()
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog='nvmf_qos_exporter',
+        description='Prometheus exporter for nvmf-qos: serves the QoS statistics of one SPDK application '
+                    '(target and/or initiator plugin), read over its JSON-RPC socket at every scrape.')
+    p.add_argument('-s', '--rpc-socket', default='/var/tmp/spdk.sock',
+                   help='JSON-RPC socket of the SPDK application (default %(default)s)')
+    p.add_argument('--listen', default='127.0.0.1',
+                   help='address to serve /metrics on (default %(default)s)')
+    p.add_argument('-p', '--port', type=int, default=DEFAULT_PORT,
+                   help='port to serve /metrics on (default %(default)s)')
+    p.add_argument('-t', '--timeout', type=float, default=5.0,
+                   help='seconds to wait for an answer of the application (default %(default)s)')
+    p.add_argument('--full', action='store_true',
+                   help='ask for the full statistics (with per-period history) instead of the compact form; '
+                        'for targets whose plugin predates the compact form')
+    p.add_argument('-v', '--verbose', action='store_true', help='log every failed scrape')
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format='%(asctime)s %(levelname)s %(message)s')
+    if JSONRPCClient is None:
+        print("nvmf_qos_exporter: the Python package 'spdk' is missing: pip install -r exporter/requirements.txt",
+              file=sys.stderr)
+        return 2
+    REGISTRY.register(QosCollector(Source(args.rpc_socket, args.timeout), compact=not args.full))
+    server, thread = start_http_server(args.port, addr=args.listen)
+    print('nvmf_qos_exporter: serving http://%s:%d/metrics for %s' % (args.listen, server.server_port,
+                                                                      args.rpc_socket), flush=True)
+    try:
+        thread.join()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""The exporter against a stub JSON-RPC server (no SPDK): metric names, labels, the
+held-time histogram, the initiator's metrics, plugins that are not loaded, a target
+that does not answer, and the command line."""
+
+import subprocess
+import sys
+import urllib.request
+
+import nvmf_qos_exporter as ex
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import BOUNDS_NS, EXPORTER, cumulative, domain, free_port, host
+
+INI_BDEV = {
+    'name': 'qh1', 'base_bdev_name': 'Nvme0n1', 'pacer_group': 'default',
+    'state': {'mode': 'cooperative', 'held': 2, 'held_total': 40, 'ios': 1000, 'large_ios': 10,
+              'chunks': 160, 'vendor_sent': 55, 'vendor_errors': 1, 'aborted': 0,
+              'held_ns': 2_500_000_000, 'paced_ns': 1_000_000_000},
+    'pacer': {'name': 'default', 'allowed_bytes_per_sec': 2_000_000_000},
+}
+
+
+def scrape(socket_path, compact=True):
+    reg = CollectorRegistry()
+    reg.register(ex.QosCollector(ex.Source(socket_path, 2.0), compact=compact))
+    text = generate_latest(reg).decode()
+    samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            samples.setdefault(s.name, []).append((s.labels, s.value))
+    return text, samples
+
+
+def value(samples, name, **labels):
+    hits = [v for lab, v in samples.get(name, []) if all(lab.get(k) == w for k, w in labels.items())]
+    assert len(hits) == 1, (name, labels, samples.get(name))
+    return hits[0]
+
+
+def test_target_metrics_names_labels_and_histogram(stub):
+    h1 = host('nqn.h1', 1000, cumulative(900, 100, 3), 100 * 40_000, res_iops=5000, max_iops=9000)
+    h2 = host('nqn.h2', 50, cumulative(50, 0, 0), 0)
+    s = stub({'qos_stats_get': [domain('d0', [h1, h2])]})
+    text, m = scrape(s.path)
+    assert s.calls[0] == ('qos_stats_get', {'compact': True})
+    assert value(m, 'nvmf_qos_up', plugin='target') == 1
+    assert 'nvmf_qos_up' in m and not any(lab.get('plugin') == 'initiator' for lab, _ in m['nvmf_qos_up'])
+    assert value(m, 'nvmf_qos_host_completed_ios_total', domain='d0', host_nqn='nqn.h1') == 1000
+    assert value(m, 'nvmf_qos_host_completed_bytes_total', host_nqn='nqn.h1') == 1000 * 4096
+    assert value(m, 'nvmf_qos_host_throttled_ios_total', host_nqn='nqn.h1') == 100
+    assert value(m, 'nvmf_qos_host_held_ios', host_nqn='nqn.h2') == 3
+    assert value(m, 'nvmf_qos_host_periods_total', host_nqn='nqn.h1', outcome='missed', backlogged='true') == 4
+    assert value(m, 'nvmf_qos_host_periods_total', host_nqn='nqn.h1', outcome='met', backlogged='false') == 5
+    assert value(m, 'nvmf_qos_host_reservation_iops', host_nqn='nqn.h1', direction='total') == 5000
+    assert value(m, 'nvmf_qos_host_limit_iops', host_nqn='nqn.h1', direction='total') == 9000
+    assert not [lab for lab, _ in m.get('nvmf_qos_host_limit_iops', []) if lab['host_nqn'] == 'nqn.h2']
+    assert value(m, 'nvmf_qos_host_reservation_at_risk', host_nqn='nqn.h1') == 1
+    assert value(m, 'nvmf_qos_domain_capacity_estimate_iops', domain='d0') == 400_000
+    assert value(m, 'nvmf_qos_domain_global_pool_ops', domain='d0') == 1234
+    assert 'nvmf_qos_domain_capacity_estimate_bytes_per_second' not in m  # null: no bandwidth capacity
+    # The histogram: one bucket per bound plus +Inf, cumulative, in seconds.
+    buckets = [(lab['le'], v) for lab, v in m['nvmf_qos_host_held_seconds_bucket'] if lab['host_nqn'] == 'nqn.h1']
+    assert len(buckets) == len(BOUNDS_NS) + 1
+    assert buckets[0] == ('0.0', 900)
+    assert float(buckets[3][0]) == 50e-6 and buckets[3][1] == 1000
+    assert buckets[-1] == ('+Inf', 1000)
+    assert value(m, 'nvmf_qos_host_held_seconds_count', host_nqn='nqn.h1') == 1000
+    assert abs(value(m, 'nvmf_qos_host_held_seconds_sum', host_nqn='nqn.h1') - 0.004) < 1e-12
+    # No group label unless some host is in a group.
+    assert 'group=' not in text
+    h1['group'] = h2['group'] = None
+    s2 = stub({'qos_stats_get': [domain('d0', [h1, h2])]})
+    assert 'group=' not in scrape(s2.path)[0]
+
+
+def test_group_label_when_the_target_reports_groups(stub):
+    h1 = host('nqn.h1', 10, cumulative(10, 0, 0), 0, group='tenant-a')
+    h2 = host('nqn.h2', 20, cumulative(20, 0, 0), 0, group=None)  # not in a group
+    h2['group'] = None  # as the target reports it
+    s = stub({'qos_stats_get': [domain('d0', [h1, h2])]})
+    _, m = scrape(s.path)
+    assert value(m, 'nvmf_qos_host_completed_ios_total', host_nqn='nqn.h1', group='tenant-a') == 10
+    assert value(m, 'nvmf_qos_host_completed_ios_total', host_nqn='nqn.h2', group='') == 20
+    assert all('group' in lab for lab, _ in m['nvmf_qos_host_held_seconds_bucket'])
+
+
+@pytest.mark.parametrize('method', ['qos_ini_stats_get', 'qos_ini_bdev_get'])
+def test_initiator_metrics(stub, method):
+    s = stub({method: [INI_BDEV]})
+    _, m = scrape(s.path)
+    assert value(m, 'nvmf_qos_up', plugin='initiator') == 1
+    assert not any(lab.get('plugin') == 'target' for lab, _ in m['nvmf_qos_up'])
+    assert value(m, 'nvmf_qos_ini_chunks_total', bdev='qh1', pacer_group='default') == 160
+    assert value(m, 'nvmf_qos_ini_throttled_ios_total', bdev='qh1') == 40
+    assert value(m, 'nvmf_qos_ini_held_seconds_total', bdev='qh1') == 2.5
+    assert value(m, 'nvmf_qos_ini_paced_seconds_total', bdev='qh1') == 1.0
+    assert value(m, 'nvmf_qos_ini_mode', bdev='qh1', mode='cooperative') == 1
+    assert value(m, 'nvmf_qos_ini_pacer_allowed_bytes_per_second', bdev='qh1') == 2e9
+
+
+def test_rpc_error_other_than_unknown_method_is_not_hidden(stub):
+    s = stub({'qos_stats_get': {'error': {'code': -22, 'message': 'bad'}}})
+    _, m = scrape(s.path)
+    assert value(m, 'nvmf_qos_up', plugin='target') == 0
+
+
+def test_application_not_running_gives_up_zero(tmp_path):
+    _, m = scrape(str(tmp_path / 'no.sock'))
+    assert value(m, 'nvmf_qos_up', plugin='target') == 0
+    assert value(m, 'nvmf_qos_up', plugin='initiator') == 0
+
+
+def test_full_form_is_asked_without_params(stub):
+    s = stub({'qos_stats_get': [domain('d0', [])]})
+    scrape(s.path, compact=False)
+    assert s.calls[0] == ('qos_stats_get', None)
+
+
+def test_help_and_one_command_serving_metrics(stub):
+    out = subprocess.run([sys.executable, EXPORTER + '/nvmf_qos_exporter.py', '--help'],
+                         capture_output=True, text=True, check=True).stdout
+    assert '--rpc-socket' in out and '--port' in out
+    s = stub({'qos_stats_get': [domain('d0', [host('nqn.h1', 7, cumulative(7, 0, 0), 0)])]})
+    port = free_port()
+    p = subprocess.Popen([sys.executable, EXPORTER + '/nvmf_qos_exporter.py', '-s', s.path, '-p', str(port)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert 'serving http://127.0.0.1:%d/metrics' % port in p.stdout.readline()
+        body = urllib.request.urlopen('http://127.0.0.1:%d/metrics' % port, timeout=10).read().decode()
+        assert 'nvmf_qos_host_completed_ios_total{domain="d0",host_nqn="nqn.h1"} 7.0' in body
+    finally:
+        p.terminate()
+        p.wait(10)
