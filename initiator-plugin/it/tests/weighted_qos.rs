@@ -42,17 +42,11 @@ const TGT_SHM: u32 = 71;
 const BP_SHM: u32 = 72;
 const PERIOD_MS: u64 = 500;
 
-fn host(i: usize) -> String {
-    format!("nqn.2014-08.io.nvmf-qos:weighted-it-h{i}")
-}
-fn subsys(i: usize) -> String {
-    format!("nqn.2016-06.io.spdk:nvmf-qos-weighted-it-{i}")
-}
 fn ctrl(i: usize) -> Controller {
     Controller {
         name: format!("Nvme{i}"),
-        subnqn: subsys(i),
-        hostnqn: host(i),
+        subnqn: subsys_nqn(i),
+        hostnqn: host_nqn(i),
         port: PORT,
     }
 }
@@ -86,32 +80,7 @@ fn target(s: &Setup) -> Target {
         "bdev_malloc_create",
         json!({"name": "Malloc0", "num_blocks": 131072, "block_size": 512}),
     );
-    t.call("nvmf_create_transport", json!({"trtype": "TCP"}));
     t
-}
-
-/// One subsystem per host (only that host allowed) with namespace `bdevs[i - 1]`.
-fn expose(t: &mut Target, bdevs: &[String]) {
-    for (k, bdev) in bdevs.iter().enumerate() {
-        let (s, i) = (subsys(k + 1), k + 1);
-        t.call(
-            "nvmf_create_subsystem",
-            json!({"nqn": s, "allow_any_host": false}),
-        );
-        t.call(
-            "nvmf_subsystem_add_host",
-            json!({"nqn": s, "host": host(i)}),
-        );
-        t.call(
-            "nvmf_subsystem_add_ns",
-            json!({"nqn": s, "namespace": {"bdev_name": bdev}}),
-        );
-        t.call(
-            "nvmf_subsystem_add_listener",
-            json!({"nqn": s, "listen_address": {"trtype": "TCP", "adrfam": "IPv4",
-                   "traddr": "127.0.0.1", "trsvcid": PORT.to_string()}}),
-        );
-    }
 }
 
 /// bdevperf on core 1, one 4 KiB random-read job per host (`qds[i]` for host i + 1).
@@ -145,7 +114,7 @@ fn bare(s: &Setup, qds: &[u32], secs: u32) -> (Vec<f64>, f64) {
         json!({"base_bdev": "Malloc0", "split_count": qds.len()}),
     );
     let bdevs: Vec<String> = (0..qds.len()).map(|i| format!("Malloc0p{i}")).collect();
-    expose(&mut t, &bdevs);
+    expose_per_host(&mut t, &bdevs, PORT);
     let hosts: Vec<usize> = (1..=qds.len()).collect();
     let mut b = bdevperf(s, &hosts, qds, secs);
     let h = b.perform_tests();
@@ -175,11 +144,11 @@ fn qos_bdevs(t: &mut Target, n: usize) {
         t.call(
             "qos_bdev_create",
             json!({"name": format!("qos{i}"), "base_bdev_name": "Malloc0", "domain": "d",
-                   "host_nqn": host(i)}),
+                   "host_nqn": host_nqn(i)}),
         );
     }
     let bdevs: Vec<String> = (1..=n).map(|i| format!("qos{i}")).collect();
-    expose(t, &bdevs);
+    expose_per_host(t, &bdevs, PORT);
 }
 
 fn domain(t: &mut Target, capacity: u64) {
@@ -244,7 +213,7 @@ impl Periods {
 
     /// Host `i`'s IOPS in each of `epochs`.
     fn iops(&self, i: usize, epochs: &[u64]) -> Vec<f64> {
-        let m = self.ops.get(&host(i));
+        let m = self.ops.get(&host_nqn(i));
         let per_s = 1000.0 / PERIOD_MS as f64;
         epochs
             .iter()
@@ -331,7 +300,7 @@ fn weighted_excess_whatever_the_queue_depth() {
     for i in 1..=4 {
         t.call(
             "qos_host_set",
-            json!({"domain": "d", "host_nqn": host(i), "min_iops": res[i - 1],
+            json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": res[i - 1],
                    "weight": weights[i - 1]}),
         );
     }
@@ -466,7 +435,7 @@ fn reservations_hold_when_capacity_drops() {
     for i in 1..=4 {
         t.call(
             "qos_host_set",
-            json!({"domain": "d", "host_nqn": host(i), "min_iops": res[i - 1],
+            json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": res[i - 1],
                    "weight": 5 - i}),
         );
     }
@@ -577,14 +546,14 @@ fn group_reservation_and_limit() {
     expect_refused(
         &mut t,
         "qos_host_set",
-        json!({"domain": "d", "host_nqn": host(1), "min_iops": 10, "group": "nope"}),
+        json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": 10, "group": "nope"}),
         -2,
         "create it first",
     );
     expect_refused(
         &mut t,
         "qos_host_set",
-        json!({"domain": "d", "host_nqn": host(1), "min_iops": g_min + 1, "group": "g"}),
+        json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": g_min + 100, "group": "g"}),
         -28,
         "group level",
     );
@@ -594,7 +563,7 @@ fn group_reservation_and_limit() {
         (3, pct(10), 1, None),
         (4, pct(5), 1, None),
     ] {
-        let mut p = json!({"domain": "d", "host_nqn": host(i), "min_iops": min, "weight": w});
+        let mut p = json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": min, "weight": w});
         if let Some(g) = group {
             p["group"] = json!(g);
         }
@@ -621,7 +590,7 @@ fn group_reservation_and_limit() {
     let mut moved = 0;
     let (p, t0, jr) = run_polling(&mut t, &mut b, secs, |t, el| {
         let h4 = |g: Option<&str>| {
-            let mut p = json!({"domain": "d", "host_nqn": host(4), "min_iops": pct(5)});
+            let mut p = json!({"domain": "d", "host_nqn": host_nqn(4), "min_iops": pct(5)});
             if let Some(g) = g {
                 p["group"] = json!(g);
             }
@@ -694,14 +663,14 @@ fn soft_guarantees_by_priority() {
         for i in 1..=2 {
             t.call(
                 "qos_host_set",
-                json!({"domain": "d", "host_nqn": host(i), "min_iops": pct(5),
+                json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": pct(5),
                        "soft_min_iops": soft, "priority": "high"}),
             );
         }
         for i in 3..=4 {
             t.call(
                 "qos_host_set",
-                json!({"domain": "d", "host_nqn": host(i), "priority": "low"}),
+                json!({"domain": "d", "host_nqn": host_nqn(i), "priority": "low"}),
             );
         }
         qos_bdevs(t, 4);
