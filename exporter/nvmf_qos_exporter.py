@@ -268,6 +268,9 @@ class QosCollector(Collector):
                 gauge('host_reservation_at_risk', 'The host\'s remaining reservation cannot be served in the '
                       'time left of the period (1)', host_labels).add_metric(
                     lv, 1 if h.get('reservation_at_risk') else 0)
+                gauge('host_reservation_unreachable', 'Closing the excess to the other hosts did not bring the '
+                      'host to its reservation: its queue depth cannot carry it here (1)', host_labels).add_metric(
+                    lv, 1 if h.get('reservation_unreachable') else 0)
                 gauge('host_configured', 'Set by qos_host_set (1) or best-effort because only a QoS bdev '
                       'names it (0)', host_labels).add_metric(lv, 0 if h.get('configured') is False else 1)
                 for setting, word in (('min', 'reservation'), ('max', 'limit')):

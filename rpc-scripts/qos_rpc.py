@@ -590,7 +590,8 @@ def _fmt_met(value):
 
 
 def _fmt_flags(host):
-    flags = [name for key, name in (('underuse_flag', 'underuse'), ('reservation_at_risk', 'at-risk'))
+    flags = [name for key, name in (('underuse_flag', 'underuse'), ('reservation_at_risk', 'at-risk'),
+                                    ('reservation_unreachable', 'unreachable'))
              if host.get(key)]
     return ','.join(flags) or '-'
 

@@ -106,7 +106,7 @@ def host(nqn, ios, held_cum, sum_ns, group=None, res_iops=None, max_iops=None):
         'periods_total': {'met': 5, 'missed': 1, 'met_backlogged': 2, 'missed_backlogged': 4},
         'reservation_met_fraction': 0.58, 'reservation_tokens': {'ops': 1, 'bytes': None},
         'credit_tokens': {'ops': 0, 'bytes': 0}, 'limit_left': {'ops': None, 'bytes': None},
-        'underuse_flag': False, 'reservation_at_risk': True,
+        'underuse_flag': False, 'reservation_at_risk': True, 'reservation_unreachable': res_iops is not None,
     }
     if group is not None:
         h['group'] = group

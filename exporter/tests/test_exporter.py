@@ -57,6 +57,8 @@ def test_target_metrics_names_labels_and_histogram(stub):
     assert value(m, 'nvmf_qos_host_limit_iops', host_nqn='nqn.h1', direction='total') == 9000
     assert not [lab for lab, _ in m.get('nvmf_qos_host_limit_iops', []) if lab['host_nqn'] == 'nqn.h2']
     assert value(m, 'nvmf_qos_host_reservation_at_risk', host_nqn='nqn.h1') == 1
+    assert value(m, 'nvmf_qos_host_reservation_unreachable', host_nqn='nqn.h1') == 1
+    assert value(m, 'nvmf_qos_host_reservation_unreachable', host_nqn='nqn.h2') == 0
     assert value(m, 'nvmf_qos_domain_capacity_estimate_iops', domain='d0') == 400_000
     assert value(m, 'nvmf_qos_domain_global_pool_ops', domain='d0') == 1234
     assert 'nvmf_qos_domain_capacity_estimate_bytes_per_second' not in m  # null: no bandwidth capacity

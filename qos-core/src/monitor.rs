@@ -202,6 +202,17 @@ struct HostEntry {
     excess_granted: Amount,
     /// Ended periods since the host was added, by outcome (monotonic).
     period_counts: PeriodCounts,
+    /// Closing the pool for it did not help: it lagged all of a period with the pool
+    /// closed on its account and still missed its reservation (its queue depth cannot
+    /// carry it at this target's latency). For this many more periods its lag does not
+    /// close the pool to the others; `unreachable_backoff` doubles (2 ..= 16) each time
+    /// a probe confirms it and resets when it meets its reservation.
+    unreachable_periods: u32,
+    unreachable_backoff: u32,
+    /// While its reservation is unreachable: what it completed in the period that
+    /// showed it, with the pool closed to everybody else (the most it can do), less a
+    /// sixteenth. It is served as its reservation until the next probe.
+    reach: Amount,
 }
 
 /// Ended periods of one host since it was added, by outcome: reservation met or
@@ -572,6 +583,9 @@ impl Monitor {
             share_seen_held: 0,
             share_carry: [0; 2],
             excess_granted: Amount::ZERO,
+            unreachable_periods: 0,
+            unreachable_backoff: 0,
+            reach: Amount::ZERO,
         });
         self.nqns_cache = None;
         self.refresh_groups();
@@ -1273,6 +1287,12 @@ impl Monitor {
             let completed = now_c.completed.saturating_sub(h.last.completed);
             let backlogged = now_c.held_events > h.last.held_events;
             let hard = h.budgets.reservation_total();
+            if self.cfg.sharing == ExcessSharing::Weighted && h.unreachable_periods > 0 {
+                // The part of its reservation it cannot reach was offered and left:
+                // without it the budget would stay at the reservations (they are
+                // what the estimate is held at) and nobody could have the rest.
+                offered_unused = offered_unused.saturating_add(hard.saturating_sub(completed));
+            }
             let met = Resource::ALL
                 .iter()
                 .all(|&r| completed.get(r) >= hard.get(r));
@@ -1293,15 +1313,42 @@ impl Monitor {
             if h.ticks_active > 0 && !whole {
                 hosts_changed = true;
             }
+            let mut lagged_in_vain = false;
             if active {
                 for r in Resource::ALL {
                     if completed.get(r) < hard.get(r) {
                         reservation_missed[r.index()] = true;
-                        if whole && h.lag_ticks > 0 {
+                        // A host known not to reach its reservation even with the
+                        // pool closed (until it meets it again) is no evidence about
+                        // the target's capacity.
+                        if whole && h.lag_ticks > 0 && h.unreachable_backoff == 0 {
                             starved[r.index()] = true;
+                        }
+                        // Lagging at nine check intervals of ten closed the pool to
+                        // everybody else nearly all period: if it still fell more than
+                        // 1 % short, its own queue depth bounds it, not the others.
+                        if whole
+                            && h.unreachable_periods == 0
+                            && h.lag_ticks * 10 >= self.period_ticks * 9
+                            && completed.get(r).saturating_mul(100) < hard.get(r).saturating_mul(99)
+                        {
+                            lagged_in_vain = true;
                         }
                     }
                 }
+            }
+            if lagged_in_vain {
+                h.unreachable_backoff = (h.unreachable_backoff * 2).clamp(2, 16);
+                h.unreachable_periods = h.unreachable_backoff;
+                h.reach = Amount::new(
+                    completed.ops - completed.ops / 16,
+                    completed.bytes - completed.bytes / 16,
+                );
+            } else if met || !active {
+                h.unreachable_backoff = 0;
+                h.unreachable_periods = 0;
+            } else {
+                h.unreachable_periods = h.unreachable_periods.saturating_sub(1);
             }
             h.underuse.observe(met);
             let soft_total = hard.saturating_add(h.budgets.soft_extra);
@@ -1535,6 +1582,9 @@ impl Monitor {
         }
         for h in &mut self.hosts {
             h.period_res = with_soft(&h.budgets, h.soft_granted);
+            if h.unreachable_periods > 0 {
+                h.period_res = within_reach(h.period_res, h.reach);
+            }
         }
     }
 
@@ -1699,6 +1749,7 @@ impl Monitor {
                     period_counts: h.period_counts,
                     group: h.cfg.group.clone(),
                     excess_granted: h.excess_granted,
+                    reservation_unreachable: h.unreachable_periods > 0,
                 }
             })
             .collect();
@@ -1746,6 +1797,19 @@ impl Monitor {
 
 /// A host's reservation per pool for a period: the hard reservation plus its soft
 /// grant, which is split between the read and write pools like the hard one.
+/// Per-pool reservations scaled down together so they add up to at most `reach`.
+fn within_reach(mut pr: [Amount; 2], reach: Amount) -> [Amount; 2] {
+    for r in Resource::ALL {
+        let total = pr[0].get(r).saturating_add(pr[1].get(r));
+        if total > reach.get(r) {
+            for pool in &mut pr {
+                pool.set(r, mul_div(pool.get(r), reach.get(r), total));
+            }
+        }
+    }
+    pr
+}
+
 fn with_soft(b: &HostBudgets, soft: Amount) -> [Amount; 2] {
     let mut pr = b.reservation;
     if b.together {
@@ -1877,4 +1941,8 @@ pub struct HostStats {
     pub group: Option<String>,
     /// Global tokens given to it this period by weighted sharing.
     pub excess_granted: Amount,
+    /// Closing the excess to the others did not bring its reservation within reach
+    /// (its queue depth cannot carry it at this target's latency): its lag no longer
+    /// holds the others back; retried after a back-off of 2 to 16 periods.
+    pub reservation_unreachable: bool,
 }

@@ -29,8 +29,8 @@ fn domain(iops: u64) -> DomainConfig {
             ..Default::default()
         },
         // Haechi's own release: the whole reservation at the period start, and its
-        // own sharing: any host takes global tokens (weighted sharing is tested in
-        // tests/weighted.rs).
+        // own sharing: any host takes global tokens (weighted sharing has its own tests
+        // below and in tests/ideal_server.rs).
         release: ReservationRelease::Start,
         sharing: ExcessSharing::FirstCome,
         ..DomainConfig::default()
@@ -594,4 +594,67 @@ fn idle_channels_and_limit_switches_keep_limits_right() {
         .filter(|_| ch.try_admit(IoKind::Read, 4096, at_ms(600)).is_admitted())
         .count();
     assert_eq!(reads, 20);
+}
+
+/// A host whose reservation its queue depth cannot carry (it completes 3,000 of its
+/// 6,000 per period with the pool closed to everybody else) is marked unreachable after
+/// one such period: the others get the excess it cannot use, it keeps being served what
+/// it can do, and the mark goes when it meets its reservation again.
+#[test]
+fn an_unreachable_reservation_stops_closing_the_pool() {
+    let mut d = domain(10_000);
+    d.period = Nanos::from_millis(1000);
+    d.release = ReservationRelease::Paced;
+    d.sharing = ExcessSharing::Weighted;
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(
+        HostConfig::new("nqn.bound").with_reservation(Rate::iops(6_000)),
+        T0,
+    )
+    .unwrap();
+    m.add_host(HostConfig::new("nqn.deep"), T0).unwrap();
+    let mut bound = m.channel("nqn.bound").unwrap();
+    let mut deep = m.channel("nqn.deep").unwrap();
+    // Per period: what each host completed, and the unreachable mark at its end.
+    let mut run_period = |m: &mut Monitor, p: u64, bound_per_ms: u32| {
+        let (mut b, mut g) = (0u64, 0u64);
+        for ms in 1..=1000 {
+            let now = at_ms(p * 1000 + ms);
+            for _ in 0..bound_per_ms {
+                if bound.try_admit(IoKind::Read, 4096, now).is_admitted() {
+                    bound.record_completion(IoKind::Read, 4096);
+                    b += 1;
+                }
+            }
+            for _ in 0..20 {
+                if deep.try_admit(IoKind::Read, 4096, now).is_admitted() {
+                    deep.record_completion(IoKind::Read, 4096);
+                    g += 1;
+                }
+            }
+            bound.flush();
+            deep.flush();
+            m.tick(now);
+        }
+        let marked = m.stats(at_ms(p * 1000 + 1000)).hosts[0].reservation_unreachable;
+        (b, g, marked)
+    };
+    let (b0, g0, marked0) = run_period(&mut m, 0, 3);
+    assert!(b0 <= 3_000 && g0 < 1_000, "closed while it lags: {b0} {g0}");
+    assert!(marked0, "one whole period in vain marks it");
+    let (b1, g1, marked1) = run_period(&mut m, 1, 3);
+    assert!(marked1);
+    assert!(b1 >= 2_700, "still served what it can do: {b1}");
+    assert!(g1 >= 5_000, "the others get the excess: {g1}");
+    // It can do its reservation again: the mark goes once it meets it.
+    let mut met = false;
+    for p in 2..8 {
+        let (b, _, marked) = run_period(&mut m, p, 10);
+        if !marked {
+            assert!(b >= 5_900, "period {p}: {b}");
+            met = true;
+            break;
+        }
+    }
+    assert!(met, "the mark stays although it meets its reservation");
 }

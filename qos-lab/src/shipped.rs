@@ -49,6 +49,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
     ),
     ("qd-weights", include_str!("../scenarios/qd-weights.toml")),
     (
+        "qd-unreachable",
+        include_str!("../scenarios/qd-unreachable.toml"),
+    ),
+    (
         "qd-capacity-drop",
         include_str!("../scenarios/qd-capacity-drop.toml"),
     ),

@@ -19,7 +19,8 @@ STATS = [{
          'underuse_flag': False, 'reservation_at_risk': False},
         {'host_nqn': HOST2, 'min': {'read': {'iops': 2000}, 'write': {'iops': 1000}}, 'max': {},
          'completed_this_period': {'ops': 100, 'bytes': 409600}, 'last_periods': [],
-         'reservation_met_fraction': 0.875, 'held': 12, 'underuse_flag': True, 'reservation_at_risk': True},
+         'reservation_met_fraction': 0.875, 'held': 12, 'underuse_flag': True, 'reservation_at_risk': True,
+         'reservation_unreachable': True},
     ],
 }]
 
@@ -72,7 +73,7 @@ def test_stats_table(capsys):
     assert lines[2].split() == [HOST1, 'iops=10000', 'iops=50000,read_mibps=100', '3500', 'ops,', '13.7', 'MiB',
                                 '100.0%', '0', '-']
     assert lines[3].split() == [HOST2, 'read_iops=2000,write_iops=1000', '-', '100', 'ops,', '0.4', 'MiB',
-                                '87.5%', '12', 'underuse,at-risk']
+                                '87.5%', '12', 'underuse,at-risk,unreachable']
     # columns line up
     assert lines[1].index('MAX') == lines[2].index('iops=50000') == lines[3].index('- ')
     assert len(lines) == 4

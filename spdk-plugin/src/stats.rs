@@ -82,6 +82,7 @@ struct CompactHost<'a> {
     limit_left: Amt,
     underuse_flag: bool,
     reservation_at_risk: bool,
+    reservation_unreachable: bool,
 }
 
 fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
@@ -120,6 +121,7 @@ fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
         limit_left: amt(h.limit_left),
         underuse_flag: h.underuse_flag,
         reservation_at_risk: h.reservation_at_risk,
+        reservation_unreachable: h.reservation_unreachable,
     }
 }
 
@@ -230,6 +232,7 @@ fn host_common(d: &Domain, h: &HostStats) -> Value {
         "limit_left": amount(h.limit_left),
         "underuse_flag": h.underuse_flag,
         "reservation_at_risk": h.reservation_at_risk,
+        "reservation_unreachable": h.reservation_unreachable,
     })
 }
 
