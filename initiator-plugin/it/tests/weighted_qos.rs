@@ -289,9 +289,11 @@ fn weighted_excess_whatever_the_queue_depth() {
     println!("weighted sharing: queue depths {qds:?}, weights {weights:?}");
     let (_, bare_total) = bare(&s, &qds, 10);
     // The operator's profile comes in under what the target does (as the estimator
-    // expects): 90% of the measured total; reservations 40 / 27 / 15 / 8 % of it.
+    // expects): 90% of the measured total; reservations 15 / 15 / 10 / 5 % of it. (A
+    // QD-16 host does not reach 40% of this target at any latency it gives: that
+    // reservation is marked unreachable, see docs/benchmarks.md.)
     let capacity = (bare_total * 0.9) as u64;
-    let res: Vec<u64> = [40u64, 27, 15, 8]
+    let res: Vec<u64> = [15u64, 15, 10, 5]
         .iter()
         .map(|p| capacity * p / 100)
         .collect();
@@ -306,8 +308,38 @@ fn weighted_excess_whatever_the_queue_depth() {
     }
     qos_bdevs(&mut t, 4);
     let mut b = bdevperf(&s, &[1, 2, 3, 4], &qds, secs);
-    let (p, t0, jr) = run_polling(&mut t, &mut b, secs, |_, _| {});
+    // Commands held by QoS and completed, per host, at the start of the steady window
+    // and at its end.
+    let counts = |t: &mut Target| -> Vec<(u64, u64, bool)> {
+        let st = t.call("qos_stats_get", json!({"domain": "d"}));
+        (1..=4)
+            .map(|i| {
+                let h = st[0]["hosts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|h| h["host_nqn"] == host_nqn(i))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                (
+                    h["throttled_ios"].as_u64().unwrap_or(0),
+                    h["completed_total"]["ios"].as_u64().unwrap_or(0),
+                    h["reservation_unreachable"].as_bool().unwrap_or(false),
+                )
+            })
+            .collect()
+    };
+    let mut at_start = None;
+    let mut at_end = None;
+    let (p, t0, jr) = run_polling(&mut t, &mut b, secs, |t, el| {
+        if el >= 10.0 && at_start.is_none() {
+            at_start = Some(counts(t));
+        } else if el <= secs as f64 {
+            at_end = Some(counts(t));
+        }
+    });
     t.stop(30);
+    let (at_start, at_end) = (at_start.expect("polled at 10 s"), at_end.expect("polled"));
     // The estimator climbs 1% of the profile a period from 90%: steady after 10 s.
     let epochs = p.epochs(
         t0 + Duration::from_secs(10),
@@ -317,14 +349,30 @@ fn weighted_excess_whatever_the_queue_depth() {
     let rates: Vec<Vec<f64>> = (1..=4).map(|i| p.iops(i, &epochs)).collect();
     let means: Vec<f64> = rates.iter().map(|r| mean(r)).collect();
     let total: f64 = means.iter().sum();
-    let excess = total - res.iter().sum::<u64>() as f64;
-    let wsum: f64 = weights.iter().map(|&w| w as f64).sum();
+    let above: Vec<f64> = (0..4).map(|i| means[i] - res[i] as f64).collect();
+    // Weighted max-min: a host QoS (nearly) never held (under 1% of its commands) got
+    // all the target gave it at its queue depth; it wants no more than that. The rest
+    // is shared by weight among the hosts whose commands were held.
+    let held_frac: Vec<f64> = (0..4)
+        .map(|i| {
+            let held = at_end[i].0.saturating_sub(at_start[i].0) as f64;
+            let done = at_end[i].1.saturating_sub(at_start[i].1).max(1) as f64;
+            held / done
+        })
+        .collect();
+    let wants: Vec<Option<f64>> = (0..4)
+        .map(|i| (held_frac[i] < 0.01).then_some(above[i].max(0.0)))
+        .collect();
+    let shares = water_fill(
+        above.iter().sum::<f64>().max(0.0),
+        &weights.map(|w| w as f64),
+        &wants,
+    );
     println!(
-        "  with QoS ({} steady periods of {PERIOD_MS} ms): {} = {total:.0} IOPS ({:.1}% of without), estimate {:?}",
+        "  with QoS ({} steady periods of {PERIOD_MS} ms): {} = {total:.0} IOPS ({:.1}% of without)",
         epochs.len(),
         show(&means),
         100.0 * total / bare_total,
-        p.estimate.values().last()
     );
     println!(
         "  capacity estimate at the polls: {}",
@@ -335,31 +383,33 @@ fn weighted_excess_whatever_the_queue_depth() {
             .join(" ")
     );
     for i in 0..4 {
-        let share = excess * weights[i] as f64 / wsum;
-        let above = means[i] - res[i] as f64;
+        let share = shares[i];
         let met = rates[i].iter().filter(|&&r| r >= res[i] as f64).count();
         println!(
-            "  h{} (QD {}, weight {}): reservation {}, got {:.0} ({:+.0} above; weighted share {:.0}, {:+.1}%), met in {met}/{} periods, bdevperf {:.0} IOPS",
+            "  h{} (QD {}, weight {}): reservation {}, got {:.0} ({:+.0} above; weighted max-min share {share:.0}, {:+.1}%), held {:.2}% of its commands{}{}, met in {met}/{} periods, bdevperf {:.0} IOPS",
             i + 1,
             qds[i],
             weights[i],
             res[i],
             means[i],
-            above,
-            share,
-            100.0 * (above - share) / share,
+            above[i],
+            100.0 * (above[i] - share) / share.max(1.0),
+            100.0 * held_frac[i],
+            if wants[i].is_some() { " (wants no more)" } else { "" },
+            if at_end[i].2 { ", reservation unreachable" } else { "" },
             rates[i].len(),
             jr.get(&ctrl(i + 1).bdev()).map_or(0.0, |r| r.iops)
         );
         // Always: each host gets at least 80% of its weighted max-min allocation
         // (reservation plus share); first come gives the QD-16 host far less.
-        let alloc = res[i] as f64 + share.max(0.0);
+        let alloc = res[i] as f64 + share;
         check(
-            (above - share).abs() <= 0.10 * share,
+            (above[i] - share).abs() <= 0.10 * share.max(1.0),
             means[i] >= 0.8 * alloc,
             format_args!(
-                "h{}: {above:.0} above its reservation, weighted share {share:.0} (allocation {alloc:.0})",
-                i + 1
+                "h{}: {:.0} above its reservation, weighted max-min share {share:.0} (allocation {alloc:.0})",
+                i + 1,
+                above[i]
             ),
         );
         check(
@@ -381,6 +431,37 @@ fn weighted_excess_whatever_the_queue_depth() {
         total >= 0.85 * bare_total,
         format_args!("total {total:.0} against {bare_total:.0} without QoS"),
     );
+}
+
+/// Weighted max-min shares of `amount`: a host with `Some(want)` gets at most that, the
+/// rest is split among the others by weight (water-filling).
+fn water_fill(amount: f64, weights: &[f64], wants: &[Option<f64>]) -> Vec<f64> {
+    let mut share = vec![0.0; weights.len()];
+    let mut open: Vec<usize> = (0..weights.len()).collect();
+    let mut left = amount;
+    loop {
+        let w: f64 = open.iter().map(|&i| weights[i]).sum();
+        if open.is_empty() || w == 0.0 {
+            return share;
+        }
+        let level = left / w;
+        let capped: Vec<usize> = open
+            .iter()
+            .copied()
+            .filter(|&i| wants[i].is_some_and(|x| x < level * weights[i]))
+            .collect();
+        if capped.is_empty() {
+            for &i in &open {
+                share[i] = level * weights[i];
+            }
+            return share;
+        }
+        for &i in &capped {
+            share[i] = wants[i].unwrap_or(0.0);
+            left -= share[i];
+        }
+        open.retain(|i| !capped.contains(i));
+    }
 }
 
 /// A busy loop pinned to the target's core for `secs`, at a niceness that takes a part
