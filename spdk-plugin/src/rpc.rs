@@ -4,8 +4,8 @@
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use spdk_sys::rpc::{self, RpcRequest};
-use spdk_sys::vbdev::Node;
+use spdk_sys::rpc;
+use spdk_sys::vbdev::{self, Node};
 
 use crate::io::QosTgt;
 use crate::params::{
@@ -210,11 +210,8 @@ spdk_sys::rpc_methods! {
     MGroupDelete = c"qos_group_delete", rpc::RUNTIME, |q, p| q.reply(group_delete(p));
     MGroupGet = c"qos_group_get", rpc::RUNTIME, |q, p| q.reply(group_get(p));
     MBdevCreate = c"qos_bdev_create", rpc::RUNTIME, |q, p| q.reply(bdev_create(p));
-    MBdevDelete = c"qos_bdev_delete", rpc::RUNTIME, |q: RpcRequest, p| {
-        match parse::<NameReq>("qos_bdev_delete", p) {
-            Ok(n) => qos_bdev::delete(&n.name, move |r| q.reply(r.map(|()| json!(true)))),
-            Err(e) => q.reply(Err(e)),
-        }
+    MBdevDelete = c"qos_bdev_delete", rpc::RUNTIME, |q, p| {
+        vbdev::rpc_delete::<QosTgt>("qos_bdev_delete", q, p)
     };
     MBdevGet = c"qos_bdev_get", rpc::RUNTIME, |q, p| q.reply(bdev_get(p));
     MStatsGet = c"qos_stats_get", rpc::RUNTIME, |q, p| q.reply_with(stats_get(p));
