@@ -8,7 +8,7 @@ use spdk_sys::vbdev;
 
 use crate::chan::IniPolicy;
 use crate::node;
-use crate::params::{CreateParams, NameQuery, Refusal, SetParams, parse};
+use crate::params::{CreateParams, NameQuery, Refusal, parse};
 
 fn create(p: Value) -> Result<Value, Refusal> {
     let c: CreateParams = parse("qos_ini_bdev_create", p)?;
@@ -16,9 +16,7 @@ fn create(p: Value) -> Result<Value, Refusal> {
 }
 
 fn set_options(p: Value) -> Result<Value, Refusal> {
-    let s: SetParams = parse("qos_ini_bdev_set_options", p)?;
-    node::set_options(s)?;
-    Ok(json!(true))
+    rpc::apply("qos_ini_bdev_set_options", p, node::set_options)
 }
 
 fn get(p: Value) -> Result<Value, Refusal> {
