@@ -1,7 +1,7 @@
 //! The state of one initiator QoS bdev on one thread ([`IniChannel`]) and the types its
-//! parts share: the per-I/O context, what waits in the channel ([`Item`]: an
-//! application I/O or a chunk of a [`Parent`]), the engine admission, and the vendor
-//! commands in flight. The behaviour is spread by concern over `io` (entry points,
+//! parts share: what waits in the channel ([`Item`]: an application I/O or a chunk of
+//! a [`Parent`], carried by `spdk_sys::vbdev::Split`), the engine admission, and the
+//! vendor commands in flight. The behaviour is spread by concern over `io` (entry points,
 //! sending to the base, the poller), `held` (the hold queue), `chunk` (carving and
 //! parent completion) and `vendor` (token-protocol commands and orphans); each of
 //! those imports this module and nothing of the others but `io`'s completion callback.

@@ -383,12 +383,6 @@ pub struct NvmeStatus {
     pub sc: u8,
 }
 
-impl NvmeStatus {
-    pub fn is_success(&self) -> bool {
-        self.sct == 0 && self.sc == 0
-    }
-}
-
 /// A child bdev_io this module submitted to another bdev, handed back in its
 /// completion callback. Dropping it frees it (`spdk_bdev_free_io`).
 #[derive(Debug)]

@@ -329,6 +329,10 @@ unsafe extern "C" fn write_config_json<P: Vbdev>(
     w.value(&json!({"method": P::CREATE_METHOD, "params": P::create_params(n)}));
 }
 
+/// Synchronous: everything it does is done when it returns 0, so SPDK's
+/// `spdk_bdev_destruct_done` (for a destruct that returns 1 and finishes later) is not
+/// used; what outlives it (the io_device, the node, the base) is released by the
+/// io_device's unregistration and the handles.
 unsafe extern "C" fn destruct<P: Vbdev>(ctx: *mut c_void) -> c_int {
     let ptr = ctx.cast::<Node<P>>().cast_const();
     // SAFETY: called by SPDK once, when every descriptor of the bdev is closed; the node
