@@ -71,7 +71,7 @@ pub fn destroy(ch: Rc<IniChannel>) {
 }
 
 impl IniChannel {
-    /// The read's buffer is ready (`vbdev::get_read_buf`).
+    /// The read's buffer is ready (`Io::get_read_buf`).
     pub(crate) fn read_buf_ready(&self, io: IniIo, success: bool) {
         if !success {
             // Larger than the bdev layer's largest buffer: it cannot be served without one.
