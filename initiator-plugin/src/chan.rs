@@ -1,7 +1,7 @@
 //! The state of one initiator QoS bdev on one thread ([`IniChannel`]) and the types its
-//! parts share: the per-I/O context, what waits in the channel ([`Item`]: an
-//! application I/O or a chunk of a [`Parent`]), the engine admission, and the vendor
-//! commands in flight. The behaviour is spread by concern over `io` (entry points,
+//! parts share: what waits in the channel ([`Item`]: an application I/O or a chunk of
+//! a [`Parent`], carried by `spdk_sys::vbdev::Split`), the engine admission, and the
+//! vendor commands in flight. The behaviour is spread by concern over `io` (entry points,
 //! sending to the base, the poller), `held` (the hold queue), `chunk` (carving and
 //! parent completion) and `vendor` (token-protocol commands and orphans); each of
 //! those imports this module and nothing of the others but `io`'s completion callback.
@@ -14,8 +14,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::ffi::c_void;
-use std::ptr::NonNull;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -23,12 +22,10 @@ use qos_core::hold::{Admit, HoldQueue};
 use qos_core::initiator::InitiatorEngine;
 use qos_core::pacer::{Chunk, ChunkPlan};
 use qos_core::{IoKind, Nanos};
-use spdk_sys::bdev_io::{BaseIo, BdevIo};
-use spdk_sys::dma::DmaBuf;
-use spdk_sys::poller::Poller;
+use spdk_sys::bdev_io::BaseIo;
+use spdk_sys::poller::LocalPoller;
 use spdk_sys::time::now_ns;
-use spdk_sys::vbdev::{BaseChannel, Node};
-use spdk_sys::{self as ffi};
+use spdk_sys::vbdev::{BaseChannel, Io, Node, RequestId, Seg, Split};
 
 use crate::split::{Cursor, Tracker};
 use crate::state::{PacerGroup, Shared, Stats, StreamRef};
@@ -43,8 +40,6 @@ pub struct IniPolicy {
     pub shared: Arc<Shared>,
     pub group: Arc<PacerGroup>,
     pub block_len: u32,
-    /// Separate metadata per block (bytes), 0 when none or interleaved.
-    pub md_len: u32,
     /// The base takes ABORT.
     pub base_abort: bool,
 }
@@ -55,66 +50,38 @@ pub(crate) fn now() -> Nanos {
     Nanos(now_ns())
 }
 
-/// Per-I/O context in the bdev_io's `driver_ctx`.
-#[repr(C)]
-pub(crate) struct IoCtx {
-    /// Our channel this I/O was submitted on.
-    pub(crate) ch: *mut ffi::spdk_io_channel,
-    /// The parent state while the I/O is being chunked, else null.
-    pub(crate) parent: *mut Parent,
-}
+/// An I/O of an initiator QoS bdev.
+pub(crate) type IniIo = Io<IniPolicy>;
 
-const _: () = assert!(std::mem::offset_of!(ffi::spdk_bdev_io, driver_ctx) % 8 == 0);
-
-/// Bytes of `driver_ctx` the module asks for.
-pub fn ctx_size() -> usize {
-    std::mem::size_of::<IoCtx>()
-}
-
-pub(crate) fn ctx_of(io: *mut ffi::spdk_bdev_io) -> *mut IoCtx {
-    // `driver_ctx` is 8-byte aligned (asserted above) and `ctx_size()` bytes long; the
-    // pointer is only computed here, dereferenced by callers that own the I/O.
-    // SAFETY: `io` is a live bdev_io of one of our bdevs (callers' contract); taking
-    // the address of its trailing field does not read it.
-    unsafe { std::ptr::addr_of_mut!((*io).driver_ctx).cast::<IoCtx>() }
-}
-
-pub(crate) fn ctx(io: &BdevIo) -> *mut IoCtx {
-    ctx_of(io.as_ptr())
-}
+/// A large transfer being chunked: the upper I/O and what is at the base
+/// (`spdk_sys::vbdev::Split`, shared by every chunk in flight), with our state of it.
+pub(crate) type ParentRef = Rc<Split<IniPolicy, RefCell<Parent>>>;
 
 /// Something waiting for tokens or for the base.
 pub(crate) enum Item {
     /// An I/O of the application, sent as is.
-    Io(BdevIo),
+    Io(IniIo),
     /// Chunk `index` of a parent.
-    Chunk(NonNull<Parent>, usize),
+    Chunk(ParentRef, usize),
 }
 
 pub(crate) struct ChunkBuf {
     pub(crate) chunk: Chunk,
-    pub(crate) iovs: Vec<ffi::iovec>,
+    /// Where its data lies in the parent's buffers.
+    pub(crate) segs: Vec<Seg>,
 }
 
-/// A large transfer being chunked.
+/// Our state of a large transfer being chunked.
 pub(crate) struct Parent {
-    pub(crate) io: Option<BdevIo>,
-    /// Our channel (the parent's), for completions.
-    pub(crate) ch: *mut ffi::spdk_io_channel,
     pub(crate) kind: IoKind,
     pub(crate) block_len: u64,
-    pub(crate) offset_blocks: u64,
     pub(crate) plan: ChunkPlan,
     pub(crate) next: Option<Chunk>,
     pub(crate) lens: Vec<usize>,
-    pub(crate) bases: Vec<*mut c_void>,
     pub(crate) cursor: Cursor,
-    /// Every chunk's scatter-gather list, alive until the parent completes (the base
-    /// keeps the pointer while the chunk is outstanding).
+    /// Every carved chunk.
     pub(crate) chunks: Vec<ChunkBuf>,
     pub(crate) track: Tracker<BaseIo>,
-    pub(crate) md_buf: *mut c_void,
-    pub(crate) md_len: u64,
     /// Since when its next chunk has been waiting for the pacer (ns).
     pub(crate) waiting_since: u64,
 }
@@ -151,7 +118,9 @@ impl Admit for EngineAdmit<'_> {
 pub(crate) struct ChState {
     pub(crate) held: HoldQueue<Item>,
     /// Parents with chunks not yet released by the pacer, in round-robin order.
-    pub(crate) streams: VecDeque<NonNull<Parent>>,
+    pub(crate) streams: VecDeque<ParentRef>,
+    /// Every parent of this channel not yet finished (an ABORT finds its target here).
+    pub(crate) parents: Vec<ParentRef>,
     /// Items the base refused for lack of bdev_ios; resent from the poller.
     pub(crate) retry: VecDeque<Item>,
     /// Earliest time a paced chunk may go.
@@ -161,14 +130,12 @@ pub(crate) struct ChState {
 }
 
 /// A vendor command in flight: the engine's (a state request or an acquisition) or the
-/// pacer's probe. Its buffer lives here until the command completes.
+/// pacer's probe. It keeps its channel (even once destroyed: an orphan) until it
+/// completes; its buffer is kept by `spdk_sys`.
 pub(crate) struct VendorReq {
     pub(crate) kind: VendorKind,
     pub(crate) sent: Nanos,
-    pub(crate) buf: DmaBuf,
-    pub(crate) inner: *const IniChannel,
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) group: Arc<PacerGroup>,
+    pub(crate) chan: Rc<IniChannel>,
 }
 
 #[derive(Clone, Copy)]
@@ -177,10 +144,12 @@ pub(crate) enum VendorKind {
     Probe(u64),
 }
 
-/// One QoS bdev on one thread.
+/// One QoS bdev on one thread, shared (`Rc`) by the skeleton's channel slot and by its
+/// vendor commands and their aborts in flight.
 pub struct IniChannel {
-    /// The node; valid until the channel is destroyed (never used by an orphan).
-    pub(crate) node: *const IniNode,
+    /// This channel, for the vendor commands it sends.
+    pub(crate) me: Weak<IniChannel>,
+    pub(crate) node: Arc<IniNode>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) group: Arc<PacerGroup>,
     /// This thread's channel of the base; keeps the base open while this channel (or
@@ -189,18 +158,16 @@ pub struct IniChannel {
     /// The base takes ABORT (stragglers of an orphan are aborted).
     pub(crate) base_abort: bool,
     pub(crate) block_len: u64,
-    pub(crate) md_len: u64,
     pub(crate) st: RefCell<ChState>,
-    /// Vendor commands in flight on `base`.
-    pub(crate) vendor: RefCell<Vec<*mut VendorReq>>,
-    /// The channel was destroyed with vendor commands in flight: the last completion
-    /// (of those and of the aborts sent for them) frees this (and puts `base`).
+    /// Vendor commands in flight on `base`, with when they were sent.
+    pub(crate) vendor: RefCell<Vec<(RequestId, Nanos)>>,
+    /// The channel was destroyed with vendor commands in flight: it lives on until the
+    /// last of those (and of the aborts sent for them) completes.
     pub(crate) orphan: Cell<bool>,
     /// Aborts the orphan's vendor commands once they are overdue.
-    pub(crate) orphan_poller: RefCell<Option<Poller>>,
-    /// Vendor commands an abort was sent for, and aborts in flight.
-    pub(crate) aborted: RefCell<Vec<*mut VendorReq>>,
-    pub(crate) aborts: Cell<u32>,
+    pub(crate) orphan_poller: RefCell<Option<LocalPoller>>,
+    /// Vendor commands an abort was sent for.
+    pub(crate) aborted: RefCell<Vec<RequestId>>,
     pub(crate) seen_version: Cell<u64>,
     pub(crate) last_release: Cell<u64>,
     pub(crate) last_engine_poll: Cell<u64>,
@@ -215,31 +182,29 @@ impl std::fmt::Debug for IniChannel {
 
 impl IniChannel {
     /// Builds the channel on the current thread (io_device create callback).
-    pub fn new(node: &IniNode, base: BaseChannel) -> IniChannel {
-        IniChannel {
-            node,
+    pub fn new(node: &Arc<IniNode>, base: BaseChannel) -> Rc<IniChannel> {
+        Rc::new_cyclic(|me| IniChannel {
+            me: me.clone(),
+            node: node.clone(),
             shared: node.shared.clone(),
             group: node.group.clone(),
             base,
             base_abort: node.base_abort,
             block_len: node.block_len as u64,
-            md_len: node.md_len as u64,
             st: RefCell::new(ChState::default()),
             vendor: RefCell::new(Vec::new()),
             orphan: Cell::new(false),
             orphan_poller: RefCell::new(None),
             aborted: RefCell::new(Vec::new()),
-            aborts: Cell::new(0),
             seen_version: Cell::new(0),
             last_release: Cell::new(0),
             last_engine_poll: Cell::new(0),
             last_credit: Cell::new(0),
-        }
+        })
     }
 
     pub(crate) fn node(&self) -> &IniNode {
-        // SAFETY: the node outlives its io_device's channels; orphans never call this.
-        unsafe { &*self.node }
+        &self.node
     }
 
     pub(crate) fn bypass(&self) -> bool {

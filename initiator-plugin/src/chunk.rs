@@ -5,47 +5,42 @@
 //! and sent to the base; the parent completes once, after its last chunk, with the
 //! first error (`split::Tracker`).
 
-use std::ffi::{c_int, c_void};
-use std::ptr::NonNull;
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 use qos_core::pacer::{Chunk, plan_chunks};
 use qos_core::{IoKind, Nanos};
-use spdk_sys::bdev_io::{BaseIo, BdevIo, IoStatus, ext_io_opts};
-use spdk_sys::{self as ffi, vbdev};
+use spdk_sys::bdev_io::{BaseIo, IoStatus};
+use spdk_sys::vbdev::{PieceError, Seg, Split};
 
-use crate::chan::{ChunkBuf, IniChannel, IniPolicy, Item, Parent, ctx, now};
+use crate::chan::{ChunkBuf, IniChannel, IniIo, Item, Parent, ParentRef, now};
 use crate::split::{Cursor, Failure, Stop, Tracker};
 
 impl Parent {
-    /// Builds the scatter-gather list of `c`; returns its index.
+    /// Carves the scatter-gather list of `c` out of the parent's; returns its index.
     pub(crate) fn carve(&mut self, c: Chunk) -> Option<usize> {
         let len = (c.num_blocks * self.block_len) as usize;
         let segs = self.cursor.take(&self.lens, len).ok()?;
-        let iovs = segs
+        let segs = segs
             .iter()
-            .map(|s| ffi::iovec {
-                // Address arithmetic only (as the bdev layer's own split does); the
-                // memory belongs to the application's I/O, alive until it completes.
-                iov_base: self.bases[s.index]
-                    .cast::<u8>()
-                    .wrapping_add(s.offset)
-                    .cast(),
-                iov_len: s.len,
+            .map(|s| Seg {
+                index: s.index,
+                offset: s.offset,
+                len: s.len,
             })
             .collect();
-        self.chunks.push(ChunkBuf { chunk: c, iovs });
+        self.chunks.push(ChunkBuf { chunk: c, segs });
         Some(self.chunks.len() - 1)
     }
 }
 
 impl IniChannel {
     /// A read or write (buffers present): small path or chunked.
-    pub(crate) fn rw(&self, io: BdevIo, kind: IoKind) {
+    pub(crate) fn rw(&self, io: IniIo, kind: IoKind) {
         let now = now();
         self.shared.stats.ios.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: READ/WRITE carry `u.bdev`.
-        let bytes = unsafe { io.block_bytes() };
+        let bytes = io.block_bytes();
         let pacing = self.pacing() && !self.bypass();
         if pacing && bytes > self.group.chunk_bytes.load(Ordering::Relaxed) {
             return self.start_large(io, kind, now);
@@ -56,53 +51,42 @@ impl IniChannel {
         self.admit(Item::Io(io), kind, bytes, now);
     }
 
-    pub(crate) fn start_large(&self, io: BdevIo, kind: IoKind, now: Nanos) {
+    pub(crate) fn start_large(&self, io: IniIo, kind: IoKind, now: Nanos) {
         let chunk_bytes = self.group.chunk_bytes.load(Ordering::Relaxed);
-        // SAFETY: READ/WRITE carry `u.bdev`; its iovs are the application's buffers,
-        // `iovcnt` entries, alive until the I/O completes.
-        let (offset, blocks, lens, bases, md_buf) = unsafe {
-            let b = io.block();
-            let iovs = std::slice::from_raw_parts(b.iovs, b.iovcnt.max(0) as usize);
-            (
-                b.offset_blocks,
-                b.num_blocks,
-                iovs.iter().map(|v| v.iov_len).collect::<Vec<_>>(),
-                iovs.iter().map(|v| v.iov_base).collect::<Vec<_>>(),
-                b.md_buf,
-            )
-        };
+        let (offset, blocks) = io
+            .block()
+            .map_or((0, 0), |b| (b.offset_blocks, b.num_blocks));
+        let lens: Vec<usize> = io.iovs().iter().map(|v| v.iov_len).collect();
         let mut plan = plan_chunks(offset, blocks, self.block_len, chunk_bytes);
         let total = plan.chunk_count();
         let next = plan.next();
-        let ch = {
-            // SAFETY: our driver context, initialised at submit.
-            unsafe { (*ctx(&io)).ch }
-        };
-        let p = Box::new(Parent {
-            ch,
+        let parent = Parent {
             kind,
             block_len: self.block_len,
-            offset_blocks: offset,
             plan,
             next,
             lens,
-            bases,
             cursor: Cursor::default(),
             chunks: Vec::with_capacity(total as usize),
             track: Tracker::new(total),
-            md_buf,
-            md_len: self.md_len,
-            io: None,
             waiting_since: now.0,
-        });
-        let p = NonNull::from(Box::leak(p));
-        // SAFETY: our driver context; `p` is the fresh parent, freed by `finish`.
-        unsafe {
-            (*ctx(&io)).parent = p.as_ptr();
-            (*p.as_ptr()).io = Some(io);
-        }
+        };
+        let p = match Split::new(io, RefCell::new(parent), chunk_done) {
+            Ok(p) => p,
+            Err(io) => {
+                tracing::error!(
+                    bdev = self.shared.name.as_str(),
+                    "I/O buffers shorter than its blocks: failing it"
+                );
+                return io.complete(IoStatus::Failed);
+            }
+        };
         self.shared.stats.large_ios.fetch_add(1, Ordering::Relaxed);
-        self.st.borrow_mut().streams.push_back(p);
+        {
+            let mut st = self.st.borrow_mut();
+            st.parents.push(p.clone());
+            st.streams.push_back(p);
+        }
         self.pump(now);
     }
 
@@ -111,7 +95,7 @@ impl IniChannel {
     pub(crate) fn pump(&self, now: Nanos) {
         let bypass = self.bypass() || !self.pacing();
         let mut admit: Vec<(Item, IoKind, u64)> = Vec::new();
-        let mut finish: Vec<NonNull<Parent>> = Vec::new();
+        let mut finish: Vec<ParentRef> = Vec::new();
         {
             let mut st = self.st.borrow_mut();
             let mut earliest = u64::MAX;
@@ -121,13 +105,12 @@ impl IniChannel {
                     let Some(pp) = st.streams.pop_front() else {
                         break;
                     };
-                    // SAFETY: parents in the deque are alive (freed only by `finish`,
-                    // which unlinks them first) and used on this thread only.
-                    let p = unsafe { &mut *pp.as_ptr() };
+                    let mut p = pp.state().borrow_mut();
                     let Some(c) = p.next.filter(|_| p.track.may_release()) else {
                         // Stopped (or done): it leaves the deque; its last completion
                         // (or this) finishes it.
                         if p.track.is_done() {
+                            drop(p);
                             finish.push(pp);
                         }
                         continue;
@@ -139,6 +122,7 @@ impl IniChannel {
                                 .try_send(&mut st.stream, self.shared.flow, bytes, now)
                     {
                         earliest = earliest.min(t.0);
+                        drop(p);
                         st.streams.push_back(pp);
                         continue;
                     }
@@ -149,6 +133,7 @@ impl IniChannel {
                         );
                         p.track.stop(Stop::Failed);
                         if p.track.is_done() {
+                            drop(p);
                             finish.push(pp);
                         }
                         continue;
@@ -163,12 +148,15 @@ impl IniChannel {
                     }
                     p.waiting_since = now.0;
                     p.next = p.plan.next();
-                    if p.next.is_some() {
-                        st.streams.push_back(pp);
+                    let more = p.next.is_some();
+                    let kind = p.kind;
+                    drop(p);
+                    if more {
+                        st.streams.push_back(pp.clone());
                     }
                     progressed = true;
                     self.shared.stats.chunks.fetch_add(1, Ordering::Relaxed);
-                    admit.push((Item::Chunk(pp, index), p.kind, bytes));
+                    admit.push((Item::Chunk(pp, index), kind, bytes));
                 }
                 if !progressed || st.streams.is_empty() {
                     break;
@@ -183,33 +171,26 @@ impl IniChannel {
             self.admit(item, kind, bytes, now);
         }
         for p in finish {
-            self.finish(p);
+            self.finish(&p);
         }
     }
 
     /// Completes a parent whose chunks are all done: exactly once.
-    pub(crate) fn finish(&self, pp: NonNull<Parent>) {
+    pub(crate) fn finish(&self, pp: &ParentRef) {
         {
             let mut st = self.st.borrow_mut();
-            st.streams.retain(|x| *x != pp);
+            st.streams.retain(|x| !Rc::ptr_eq(x, pp));
+            st.parents.retain(|x| !Rc::ptr_eq(x, pp));
             if st.streams.is_empty() && st.stream.is_some() {
                 self.group.close(&mut st.stream, now());
             }
         }
-        // SAFETY: leaked in `start_large`, reclaimed once: `outcome` below is `Some`
-        // only once, and nothing references a done parent (no chunk outstanding, no
-        // held item, unlinked above).
-        let mut p = unsafe { Box::from_raw(pp.as_ptr()) };
-        let Some(outcome) = p.track.outcome() else {
-            // Not done (caller bug): keep it alive rather than free it under use.
+        let Some(outcome) = pp.state().borrow_mut().track.outcome() else {
+            // Not done (caller bug): leave it to its chunks.
             tracing::error!("a chunked I/O was finished early; keeping it");
-            let _ = Box::into_raw(p);
             return;
         };
-        let Some(io) = p.io.take() else { return };
-        // SAFETY: our driver context; the parent is gone.
-        unsafe { (*ctx(&io)).parent = std::ptr::null_mut() };
-        drop(p);
+        let Some(io) = pp.take_io() else { return };
         match outcome {
             Ok(()) => io.complete(IoStatus::Success),
             Err(Failure::Chunk(base)) => {
@@ -226,79 +207,49 @@ impl IniChannel {
         }
     }
 
-    /// Issues chunk `i` of `pp` to the base, with `chunk_done` as callback and the
-    /// parent as its argument (so a base abort of the parent matches all its chunks).
-    ///
-    /// # Safety
-    /// `pp` is alive and chunk `i` was carved.
-    pub(crate) unsafe fn submit_chunk(&self, pp: NonNull<Parent>, i: usize) -> c_int {
-        // SAFETY: per the contract.
-        let p = unsafe { &mut *pp.as_ptr() };
-        let Some(io) = p.io.as_ref() else {
+    /// Issues chunk `i` of `pp` to the base, with `chunk_done` as completion and the
+    /// parent as callback argument (so a base abort of the parent matches all its
+    /// chunks). Returns 0, or the error code of the refusal.
+    pub(crate) fn submit_chunk(&self, pp: &ParentRef, i: usize) -> i32 {
+        let p = pp.state().borrow();
+        let Some(c) = p.chunks.get(i) else {
             return -22;
         };
-        let cb =
-            Some(chunk_done as unsafe extern "C" fn(*mut ffi::spdk_bdev_io, bool, *mut c_void));
-        let arg = pp.as_ptr().cast::<c_void>();
-        let md = if p.md_buf.is_null() || p.md_len == 0 {
-            p.md_buf
-        } else {
-            let skip = (p.chunks[i].chunk.offset_blocks - p.offset_blocks) * p.md_len;
-            p.md_buf.cast::<u8>().wrapping_add(skip as usize).cast()
-        };
-        let write = p.kind == IoKind::Write;
-        let c = &mut p.chunks[i];
-        // SAFETY: the upper I/O's block parameters (READ/WRITE); the chunk's iovecs live
-        // in the parent until it completes, which is after this chunk completes; the
-        // parent reaches `chunk_done` through `arg` when the call returns 0.
-        unsafe {
-            let b = io.block();
-            let mut opts = ext_io_opts(b, md);
-            let f = if write {
-                ffi::spdk_bdev_writev_blocks_ext
-            } else {
-                ffi::spdk_bdev_readv_blocks_ext
-            };
-            f(
-                self.base.desc_ptr(),
-                self.base.as_ptr(),
-                c.iovs.as_mut_ptr(),
-                c.iovs.len() as c_int,
-                c.chunk.offset_blocks,
-                c.chunk.num_blocks,
-                cb,
-                arg,
-                &mut opts,
-            )
+        match pp.send(
+            c.chunk.offset_blocks,
+            c.chunk.num_blocks,
+            c.segs.iter().copied(),
+        ) {
+            Ok(()) => 0,
+            Err(PieceError::Refused(rc)) => rc,
+            Err(e) => {
+                tracing::error!(bdev = self.shared.name.as_str(), "chunk not sent: {e}");
+                -22
+            }
         }
     }
 }
 
 /// Completion of a chunk at the base.
-unsafe extern "C" fn chunk_done(base: *mut ffi::spdk_bdev_io, success: bool, arg: *mut c_void) {
-    // SAFETY: `arg` is the parent handed over in `submit_chunk`, alive while this chunk
-    // is outstanding; its `ch` is our channel, alive while the parent's I/O is.
-    let (base, pp, inner) = unsafe {
-        let pp = NonNull::new_unchecked(arg.cast::<Parent>());
-        let inner = vbdev::channel::<IniPolicy>((*pp.as_ptr()).ch);
-        (BaseIo::from_raw(base), pp, inner)
-    };
+fn chunk_done(inner: &Rc<IniChannel>, pp: ParentRef, base: BaseIo, success: bool) {
     let now = now();
-    // SAFETY: as above; used on this thread only.
-    let p = unsafe { &mut *pp.as_ptr() };
     inner.shared.base_outcome(success);
-    if success {
-        let cdw0 = base.nvme_status().cdw0;
-        drop(base);
-        if cdw0 != 0 {
-            inner.on_credit(cdw0, now);
+    let done = {
+        let mut p = pp.state().borrow_mut();
+        if success {
+            let cdw0 = base.nvme_status().cdw0;
+            drop(base);
+            if cdw0 != 0 {
+                inner.on_credit(cdw0, now);
+            }
+            p.track.chunk_ok();
+        } else {
+            drop(p.track.chunk_failed(base));
         }
-        p.track.chunk_ok();
-    } else {
-        drop(p.track.chunk_failed(base));
-    }
-    if p.track.is_done() {
-        inner.finish(pp);
+        p.track.is_done()
+    };
+    if done {
+        inner.finish(&pp);
     }
     inner.after_completion(now);
 }

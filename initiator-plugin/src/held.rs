@@ -3,13 +3,13 @@
 //! in order as tokens come, and what happens to what waits on reset (aborted), on
 //! delete and shutdown (sent to the base), and on an ABORT of one I/O.
 
-use std::ptr::NonNull;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 use qos_core::{IoKind, Nanos};
-use spdk_sys::bdev_io::{BdevIo, IoStatus};
+use spdk_sys::bdev_io::IoStatus;
 
-use crate::chan::{ChState, EngineAdmit, IniChannel, Item, Parent, ctx_of, now};
+use crate::chan::{ChState, EngineAdmit, IniChannel, IniIo, Item, ParentRef, now};
 use crate::io::base_done;
 use crate::split::Stop;
 use crate::state::lock;
@@ -79,7 +79,7 @@ impl IniChannel {
             };
             let h: Vec<Item> = held.drain(&mut a).collect();
             let r: Vec<Item> = retry.drain(..).collect();
-            let s: Vec<NonNull<Parent>> = streams.drain(..).collect();
+            let s: Vec<ParentRef> = streams.drain(..).collect();
             self.group.close(stream, now());
             (h, r, s)
         };
@@ -87,11 +87,13 @@ impl IniChannel {
             self.drop_item(it, Stop::Aborted);
         }
         for pp in streams {
-            // SAFETY: parents in the deque are alive.
-            let p = unsafe { &mut *pp.as_ptr() };
-            p.track.stop(Stop::Aborted);
-            if p.track.is_done() {
-                self.finish(pp);
+            let done = {
+                let mut p = pp.state().borrow_mut();
+                p.track.stop(Stop::Aborted);
+                p.track.is_done()
+            };
+            if done {
+                self.finish(&pp);
             }
         }
     }
@@ -107,11 +109,13 @@ impl IniChannel {
                 })
             }
             Item::Chunk(pp, _) => {
-                // SAFETY: alive while this chunk is outstanding.
-                let p = unsafe { &mut *pp.as_ptr() };
-                p.track.chunk_dropped(why);
-                if p.track.is_done() {
-                    self.finish(pp);
+                let done = {
+                    let mut p = pp.state().borrow_mut();
+                    p.track.chunk_dropped(why);
+                    p.track.is_done()
+                };
+                if done {
+                    self.finish(&pp);
                 }
             }
         }
@@ -139,9 +143,10 @@ impl IniChannel {
         }
     }
 
-    pub(crate) fn abort(&self, io: BdevIo) {
-        // SAFETY: an ABORT's parameters are `u.abort`.
-        let target = unsafe { io.abort_target() };
+    pub(crate) fn abort(&self, io: IniIo) {
+        let Some(target) = io.abort_target() else {
+            return io.complete(IoStatus::Failed);
+        };
         // 1. Held (or waiting to be retried) here: complete it aborted.
         let victim = {
             let mut st = self.st.borrow_mut();
@@ -150,7 +155,7 @@ impl IniChannel {
                 engine: None,
                 stats: &self.shared.stats,
             };
-            let is = |it: &Item| matches!(it, Item::Io(x) if x.as_ptr() == target);
+            let is = |it: &Item| matches!(it, Item::Io(x) if x.id() == target);
             held.remove_first(&mut a, is).or_else(|| {
                 let i = retry.iter().position(is)?;
                 retry.remove(i)
@@ -160,13 +165,14 @@ impl IniChannel {
             self.drop_item(v, Stop::Aborted);
             return io.complete(IoStatus::Success);
         }
-        // 2. A transfer being chunked: stop it, drop its waiting chunks, and abort its
-        // chunks at the base (they carry the parent as callback argument).
-        // SAFETY: `target` is an outstanding I/O of our bdev on this channel (the bdev
-        // layer submits an abort on the channel of the I/O it aborts), so its driver
-        // context is ours and initialised.
-        let parent = unsafe { (*ctx_of(target)).parent };
-        if let Some(pp) = NonNull::new(parent) {
+        // 2. A transfer being chunked (the bdev layer submits an abort on the channel of
+        // the I/O it aborts): stop it, drop its waiting chunks, and abort its chunks at
+        // the base (they carry the parent as callback argument).
+        let parent = {
+            let st = self.st.borrow();
+            st.parents.iter().find(|p| p.is(target)).cloned()
+        };
+        if let Some(pp) = parent {
             let dropped: Vec<Item> = {
                 let mut st = self.st.borrow_mut();
                 let ChState { held, retry, .. } = &mut *st;
@@ -174,7 +180,7 @@ impl IniChannel {
                     engine: None,
                     stats: &self.shared.stats,
                 };
-                let mine = |it: &Item| matches!(it, Item::Chunk(p, _) if *p == pp);
+                let mine = |it: &Item| matches!(it, Item::Chunk(p, _) if Rc::ptr_eq(p, &pp));
                 let mut v = Vec::new();
                 while let Some(it) = held.remove_first(&mut a, mine) {
                     v.push(it);
@@ -186,14 +192,13 @@ impl IniChannel {
                 }
                 v
             };
-            // SAFETY: the parent is alive (its upper I/O is outstanding).
-            let at_base = unsafe {
-                let t = &mut (*pp.as_ptr()).track;
+            let at_base = {
+                let t = &mut pp.state().borrow_mut().track;
                 t.stop(Stop::Aborted);
                 t.outstanding() - dropped.len() as u64
             };
             if dropped.is_empty() && at_base == 0 {
-                self.finish(pp);
+                self.finish(&pp);
             }
             // The last dropped chunk finishes the parent when nothing is at the base;
             // after that neither the parent nor the target may be touched.
@@ -203,20 +208,12 @@ impl IniChannel {
             if at_base == 0 {
                 return io.complete(IoStatus::Success);
             }
-            // SAFETY: on this channel's thread; `base_done` takes `io` back. When the base
-            // refuses, the chunks finish on their own.
-            unsafe {
-                self.base
-                    .abort(io, pp.as_ptr().cast(), Some(base_done), IoStatus::Success)
-            };
+            // When the base refuses, the chunks finish on their own.
+            io.abort_at_base(pp.victim(), base_done, IoStatus::Success);
             return;
         }
         // 3. At the base: the base matches it by the callback argument we gave it (the
         // upper bdev_io).
-        // SAFETY: as above.
-        unsafe {
-            self.base
-                .abort(io, target.cast(), Some(base_done), IoStatus::Failed)
-        };
+        io.abort_at_base(target.as_victim(), base_done, IoStatus::Failed);
     }
 }

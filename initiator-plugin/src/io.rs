@@ -36,17 +36,18 @@
 //! stops the transfer's remaining chunks instead of sending them, and the chunks of one
 //! transfer are released in order.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
 use qos_core::wire::Request;
 use qos_core::{IoKind, Nanos};
-use spdk_sys::bdev_io::{BaseIo, BdevIo, IoStatus};
+use spdk_sys::bdev_io::{BaseIo, IoStatus};
 use spdk_sys::poller::PollStatus;
 use spdk_sys::time::now_ns;
-use spdk_sys::{self as ffi, spdk_bdev_io_type as T, vbdev};
+use spdk_sys::{spdk_bdev_io_type as T, vbdev};
 
-use crate::chan::{IniChannel, IniPolicy, Item, VendorKind, ctx, now};
+use crate::chan::{IniChannel, IniIo, Item, VendorKind, now};
 use crate::split::Stop;
 
 const ENOMEM: c_int = -12;
@@ -58,19 +59,20 @@ const ENGINE_POLL_NS: u64 = 20_000;
 /// io_device destroy callback. The bdev layer keeps a channel while it has I/O, so
 /// nothing of the application is left; vendor commands may still be in flight, and
 /// then the channel lives on as an orphan (`vendor.rs`).
-pub fn destroy(ch: Box<IniChannel>) {
+pub fn destroy(ch: Rc<IniChannel>) {
     // Anything left (never expected) goes to the base rather than being lost.
     ch.release_everything();
     if ch.vendor.borrow().is_empty() {
-        // Dropping it puts the base channel.
+        // Dropping it (the last handle) puts the base channel.
         return;
     }
+    // The vendor commands in flight hold it on.
     ch.orphan();
 }
 
 impl IniChannel {
-    /// The read's buffer is ready (`vbdev::get_read_buf`).
-    pub(crate) fn read_buf_ready(&self, io: BdevIo, success: bool) {
+    /// The read's buffer is ready (`Io::get_read_buf`).
+    pub(crate) fn read_buf_ready(&self, io: IniIo, success: bool) {
         if !success {
             // Larger than the bdev layer's largest buffer: it cannot be served without one.
             return io.complete(IoStatus::Failed);
@@ -81,17 +83,12 @@ impl IniChannel {
     /// Sends an admitted item to the base.
     pub(crate) fn send(&self, item: Item) {
         let refused = match item {
-            // SAFETY: on this channel's thread; a READ reaches here only with its buffer
-            // (`submit`, `vbdev::get_read_buf`); `base_done` takes `io` back.
-            Item::Io(io) => unsafe { self.base.forward(io, Some(base_done)) }
-                .map_err(|(io, rc)| (Item::Io(io), rc)),
-            Item::Chunk(p, i) => {
-                // SAFETY: the parent is alive while it has an outstanding chunk (this one).
-                match unsafe { self.submit_chunk(p, i) } {
-                    0 => Ok(()),
-                    rc => Err((Item::Chunk(p, i), rc)),
-                }
-            }
+            // A READ reaches here only with its buffer (`submit`, `get_read_buf`).
+            Item::Io(io) => io.forward(base_done).map_err(|(io, rc)| (Item::Io(io), rc)),
+            Item::Chunk(p, i) => match self.submit_chunk(&p, i) {
+                0 => Ok(()),
+                rc => Err((Item::Chunk(p, i), rc)),
+            },
         };
         let Err((item, rc)) = refused else {
             return;
@@ -107,11 +104,13 @@ impl IniChannel {
         match item {
             Item::Io(io) => io.complete(IoStatus::Failed),
             Item::Chunk(pp, _) => {
-                // SAFETY: alive while this chunk is outstanding.
-                let p = unsafe { &mut *pp.as_ptr() };
-                p.track.chunk_dropped(Stop::Failed);
-                if p.track.is_done() {
-                    self.finish(pp);
+                let done = {
+                    let mut p = pp.state().borrow_mut();
+                    p.track.chunk_dropped(Stop::Failed);
+                    p.track.is_done()
+                };
+                if done {
+                    self.finish(&pp);
                 }
             }
         }
@@ -212,15 +211,13 @@ impl IniChannel {
         }
     }
 
-    fn reset(&self, io: BdevIo, ch: *mut ffi::spdk_io_channel) {
+    fn reset(&self, io: IniIo) {
         // Until the base's reset completes (`reset_done`), no ACQUIRE goes out.
         self.shared.resetting.fetch_add(1, Ordering::Relaxed);
         vbdev::reset(
-            self.node(),
-            ch,
             io,
-            IniChannel::abort_everything,
-            Some(reset_done),
+            |c| c.abort_everything(),
+            reset_done,
             |c| {
                 c.shared.resetting.fetch_sub(1, Ordering::Relaxed);
             },
@@ -228,62 +225,37 @@ impl IniChannel {
     }
 }
 
-/// The bdev layer's entry point for our bdevs (through the skeleton): `ch` is the SPDK
-/// channel of `inner`.
-pub(crate) fn submit(inner: &IniChannel, ch: *mut ffi::spdk_io_channel, io: BdevIo) {
-    // SAFETY: our driver context (ctx_size bytes), written in full before any read.
-    unsafe {
-        let c = ctx(&io);
-        std::ptr::addr_of_mut!((*c).ch).write(ch);
-        std::ptr::addr_of_mut!((*c).parent).write(std::ptr::null_mut());
-    }
+/// The bdev layer's entry point for our bdevs (through the skeleton).
+pub(crate) fn submit(inner: &IniChannel, io: IniIo) {
     let now = now();
     match io.io_type() {
         T::SPDK_BDEV_IO_TYPE_READ => {
-            // SAFETY: READ carries `u.bdev`.
-            let no_buf = unsafe {
-                let b = io.block();
-                b.iovcnt < 1 || b.iovs.is_null() || (*b.iovs).iov_base.is_null()
-            };
-            if no_buf {
-                vbdev::get_read_buf::<IniPolicy>(io);
-            } else {
+            if io.has_buffers() {
                 inner.rw(io, IoKind::Read);
+            } else {
+                io.get_read_buf();
             }
         }
         T::SPDK_BDEV_IO_TYPE_WRITE => inner.rw(io, IoKind::Write),
         T::SPDK_BDEV_IO_TYPE_COMPARE => {
-            // SAFETY: COMPARE carries `u.bdev`.
-            let b = unsafe { io.block_bytes() };
+            let b = io.block_bytes();
             inner.admit(Item::Io(io), IoKind::Other, b, now)
         }
         T::SPDK_BDEV_IO_TYPE_UNMAP => inner.admit(Item::Io(io), IoKind::Unmap, 0, now),
         T::SPDK_BDEV_IO_TYPE_FLUSH => inner.admit(Item::Io(io), IoKind::Flush, 0, now),
         T::SPDK_BDEV_IO_TYPE_WRITE_ZEROES => inner.admit(Item::Io(io), IoKind::WriteZeroes, 0, now),
         T::SPDK_BDEV_IO_TYPE_NVME_IO => {
-            // SAFETY: NVME_IO carries `u.nvme_passthru`.
-            let n = unsafe { io.nvme_passthru().nbytes } as u64;
+            let n = io.nvme_passthru().map_or(0, |p| p.nbytes as u64);
             inner.admit(Item::Io(io), IoKind::Other, n, now)
         }
-        T::SPDK_BDEV_IO_TYPE_RESET => inner.reset(io, ch),
+        T::SPDK_BDEV_IO_TYPE_RESET => inner.reset(io),
         T::SPDK_BDEV_IO_TYPE_ABORT => inner.abort(io),
         _ => io.complete(IoStatus::Failed),
     }
 }
 
 /// Completion of an application I/O at the base.
-pub(crate) unsafe extern "C" fn base_done(
-    base: *mut ffi::spdk_bdev_io,
-    success: bool,
-    arg: *mut c_void,
-) {
-    // SAFETY: `base` is the completed child (freed by `BaseIo`), `arg` the upper I/O
-    // handed over at submit; its context names our channel, alive while it is outstanding.
-    let (base, io, inner) = unsafe {
-        let io = BdevIo::from_raw(arg.cast());
-        let inner = vbdev::channel::<IniPolicy>((*ctx(&io)).ch);
-        (BaseIo::from_raw(base), io, inner)
-    };
+pub(crate) fn base_done(inner: &Rc<IniChannel>, io: IniIo, base: BaseIo, success: bool) {
     let now = now();
     inner.shared.base_outcome(success);
     if success {
@@ -301,12 +273,7 @@ pub(crate) unsafe extern "C" fn base_done(
 }
 
 /// Completion of the base's reset (forwarded from ours).
-unsafe extern "C" fn reset_done(base: *mut ffi::spdk_bdev_io, success: bool, arg: *mut c_void) {
-    // SAFETY: as for `base_done`: `arg` is our RESET, whose context names our channel.
-    unsafe {
-        let io = BdevIo::from_raw(arg.cast());
-        let inner = vbdev::channel::<IniPolicy>((*ctx(&io)).ch);
-        inner.shared.resetting.fetch_sub(1, Ordering::Relaxed);
-        base_done(base, success, io.into_raw().cast());
-    }
+fn reset_done(inner: &Rc<IniChannel>, io: IniIo, base: BaseIo, success: bool) {
+    inner.shared.resetting.fetch_sub(1, Ordering::Relaxed);
+    base_done(inner, io, base, success);
 }

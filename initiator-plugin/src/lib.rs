@@ -35,41 +35,14 @@ pub mod split;
 pub mod state;
 pub mod vendor;
 
-use std::ffi::c_int;
-use std::sync::atomic::Ordering;
+use spdk_sys::module::Loading;
+use spdk_sys::vbdev;
 
-unsafe extern "C" fn module_init() -> c_int {
-    0
-}
-
-unsafe extern "C" fn module_fini() {}
-
-unsafe extern "C" fn fini_start() {
-    // The application is stopping: nothing is held or paced from now on.
-    chan::SHUTDOWN.store(true, Ordering::Release);
-}
-
-unsafe extern "C" fn get_ctx_size() -> c_int {
-    chan::ctx_size() as c_int
-}
-
-/// Registers everything with SPDK; runs once, as an ELF constructor.
-extern "C" fn register() {
+/// Registers everything with SPDK, once, when the plugin is loaded.
+fn register(loading: &Loading) {
     spdk_sys::log::install();
-    // SAFETY: called once from the constructor below, before SPDK initialises anything;
-    // the name is unique to this plugin.
-    unsafe {
-        node::MODULE.register(c"qos_ini", |m| {
-            m.module_init = Some(module_init);
-            m.module_fini = Some(module_fini);
-            m.fini_start = Some(fini_start);
-            m.get_ctx_size = Some(get_ctx_size);
-        });
-    }
+    vbdev::register_module::<chan::IniPolicy>(c"qos_ini", loading);
     rpc::register_all();
 }
 
-#[cfg(not(test))]
-#[used]
-#[unsafe(link_section = ".init_array")]
-static REGISTER: extern "C" fn() = register;
+spdk_sys::at_load!(register);

@@ -12,16 +12,17 @@
 //! The registry is touched only on the app thread (RPC handlers and module callbacks).
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use spdk_sys::bdev_io::BdevIo;
 use spdk_sys::module::BdevModule;
 use spdk_sys::poller::PollStatus;
+use spdk_sys::spdk_bdev_io_type as T;
 use spdk_sys::vbdev::{self, BaseChannel, BaseHints, Node, Vbdev, Vbdevs};
-use spdk_sys::{self as ffi, spdk_bdev_io_type as T};
 
-use crate::chan::{IniChannel, IniPolicy};
+use crate::chan::{IniChannel, IniIo, IniPolicy, SHUTDOWN};
 use crate::io;
 use crate::params::{
     CheckedCreate, CreateParams, OptionsPatch, PacerOptions, Refusal, SetParams, check_chunk, code,
@@ -93,7 +94,10 @@ impl Registry {
 }
 
 impl Vbdev for IniPolicy {
-    type Channel = IniChannel;
+    /// Shared with the vendor commands in flight, which keep a destroyed channel on
+    /// (an orphan) until they complete.
+    type Channel = Rc<IniChannel>;
+    type IoCtx = ();
     const KIND: &'static str = "initiator QoS bdev";
     const PRODUCT: &'static std::ffi::CStr = c"nvmf-qos initiator";
     /// Name-space UUID for QoS bdev UUIDs derived from the base's UUID and the name.
@@ -119,25 +123,25 @@ impl Vbdev for IniPolicy {
     fn with_vbdevs<R>(f: impl FnOnce(&mut Vbdevs<Self>) -> R) -> R {
         with(|r| f(&mut r.bdevs))
     }
-    fn new_channel(node: &IniNode, base: BaseChannel) -> Option<IniChannel> {
+    fn new_channel(node: &Arc<IniNode>, base: BaseChannel) -> Option<Rc<IniChannel>> {
         Some(IniChannel::new(node, base))
     }
-    fn base_channel(ch: &IniChannel) -> &BaseChannel {
+    fn base_channel(ch: &Rc<IniChannel>) -> &BaseChannel {
         &ch.base
     }
-    fn poll(ch: &IniChannel) -> PollStatus {
+    fn poll(ch: &Rc<IniChannel>) -> PollStatus {
         ch.poll()
     }
-    fn drop_channel(_node: &IniNode, ch: Box<IniChannel>) {
-        io::destroy(ch);
+    fn drop_channel(_node: &IniNode, ch: Box<Rc<IniChannel>>) {
+        io::destroy(*ch);
     }
-    fn drain(ch: &IniChannel) {
+    fn drain(ch: &Rc<IniChannel>) {
         ch.release_everything();
     }
-    fn submit(ch: &IniChannel, raw_ch: *mut ffi::spdk_io_channel, io: BdevIo) {
-        io::submit(ch, raw_ch, io)
+    fn submit(ch: &Rc<IniChannel>, io: IniIo) {
+        io::submit(ch, io)
     }
-    fn read_buf_ready(ch: &IniChannel, io: BdevIo, success: bool) {
+    fn read_buf_ready(ch: &Rc<IniChannel>, io: IniIo, success: bool) {
         ch.read_buf_ready(io, success)
     }
     fn io_type_supported(n: &IniNode, t: T) -> bool {
@@ -155,6 +159,10 @@ impl Vbdev for IniPolicy {
     }
     fn destroyed(n: &IniNode) {
         with(|r| r.leave_group(&n.group.name));
+    }
+    fn fini_start() {
+        // The application is stopping: nothing is held or paced from now on.
+        SHUTDOWN.store(true, Ordering::Release);
     }
 }
 
@@ -183,10 +191,7 @@ pub fn create(p: CreateParams) -> Result<String, Refusal> {
     let cname = vbdev::check_new_name::<IniPolicy>(&c.name)?;
     let group = with(|r| join_group(r, &c))?;
     let base = vbdev::open_base::<IniPolicy>(&c.base_bdev_name)?;
-    let (block_len, md_len, md_interleave) = {
-        let b = base.bdev();
-        (b.blocklen, b.md_len, b.md_interleave)
-    };
+    let block_len = base.bdev().blocklen;
     // On the refusals below, dropping `base` closes it again.
     check_chunk(group.options().chunk_bytes, block_len)?;
     let uuid = vbdev::make_uuid::<IniPolicy>(c.uuid.as_deref(), &c.name, &base)?;
@@ -207,7 +212,6 @@ pub fn create(p: CreateParams) -> Result<String, Refusal> {
         shared: Arc::new(Shared::new(&c.name, flow, c.bdev, base_nvme_io, now())),
         group: group.clone(),
         block_len,
-        md_len: if md_interleave { 0 } else { md_len },
         base_abort,
     };
     with(|r| {
@@ -286,10 +290,4 @@ pub fn get(name: Option<&str>) -> Result<Value, Refusal> {
             r.bdevs.iter().map(|(_, b, _)| info_json(b)).collect(),
         )),
     })
-}
-
-/// Deletes a QoS bdev: every channel sends what it holds to the base, then the bdev is
-/// unregistered. `done` gets the outcome (on the app thread).
-pub fn delete(name: &str, done: impl FnOnce(Result<(), Refusal>) + 'static) {
-    vbdev::delete::<IniPolicy>(name, done)
 }

@@ -3,10 +3,12 @@
 //! negative errno code and a message that names the object and the numbers.
 
 use serde_json::{Value, json};
-use spdk_sys::rpc::{self, RpcRequest};
+use spdk_sys::rpc;
+use spdk_sys::vbdev;
 
+use crate::chan::IniPolicy;
 use crate::node;
-use crate::params::{CreateParams, NameParams, NameQuery, Refusal, SetParams, parse};
+use crate::params::{CreateParams, NameQuery, Refusal, parse};
 
 fn create(p: Value) -> Result<Value, Refusal> {
     let c: CreateParams = parse("qos_ini_bdev_create", p)?;
@@ -14,9 +16,7 @@ fn create(p: Value) -> Result<Value, Refusal> {
 }
 
 fn set_options(p: Value) -> Result<Value, Refusal> {
-    let s: SetParams = parse("qos_ini_bdev_set_options", p)?;
-    node::set_options(s)?;
-    Ok(json!(true))
+    rpc::apply("qos_ini_bdev_set_options", p, node::set_options)
 }
 
 fn get(p: Value) -> Result<Value, Refusal> {
@@ -50,11 +50,8 @@ fn stats(p: Value) -> Result<Value, Refusal> {
 // the RUNTIME phase the bdev section is replayed in order: the attach comes first.
 spdk_sys::rpc_methods! {
     MCreate = c"qos_ini_bdev_create", rpc::RUNTIME, |q, p| q.reply(create(p));
-    MDelete = c"qos_ini_bdev_delete", rpc::RUNTIME, |q: RpcRequest, p| {
-        match parse::<NameParams>("qos_ini_bdev_delete", p) {
-            Ok(n) => node::delete(&n.name, move |r| q.reply(r.map(|()| json!(true)))),
-            Err(e) => q.reply(Err(e)),
-        }
+    MDelete = c"qos_ini_bdev_delete", rpc::RUNTIME, |q, p| {
+        vbdev::rpc_delete::<IniPolicy>("qos_ini_bdev_delete", q, p)
     };
     MGet = c"qos_ini_bdev_get", rpc::RUNTIME, |q, p| q.reply(get(p));
     MSetOptions = c"qos_ini_bdev_set_options", rpc::RUNTIME, |q, p| q.reply(set_options(p));

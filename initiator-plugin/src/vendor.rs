@@ -4,7 +4,7 @@
 //! orphan: a channel destroyed while vendor commands are in flight keeps its base
 //! channel until they complete, and aborts those overdue.
 
-use std::ffi::c_void;
+use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 
 use qos_core::Nanos;
@@ -12,8 +12,8 @@ use qos_core::initiator::{InitiatorEngine, Mode, RequestFailure};
 use qos_core::wire::{self, Request, StateReply};
 use spdk_sys::bdev_io::{BaseIo, nvme_cmd_from_dwords};
 use spdk_sys::dma::DmaBuf;
-use spdk_sys::poller::{PollStatus, Poller};
-use spdk_sys::{self as ffi};
+use spdk_sys::poller::{LocalPoller, PollStatus};
+use spdk_sys::vbdev::RequestId;
 
 use crate::chan::{IniChannel, VendorKind, VendorReq, now};
 use crate::state::lock;
@@ -22,17 +22,6 @@ use crate::state::lock;
 const CREDIT_SAMPLE_NS: u64 = 10_000;
 /// Credit marker of completion dword 0 (bits 31:28), see `docs/wire-protocol.md`.
 const CREDIT_MARKER: u32 = 0xA;
-
-/// What the orphan poller closure holds: the orphan's heap address.
-struct OrphanPtr(*const IniChannel);
-// SAFETY: the poller runs only on the thread that registered it, which is the
-// channel's thread; the pointer is never dereferenced elsewhere.
-unsafe impl Send for OrphanPtr {}
-impl OrphanPtr {
-    fn get(&self) -> *const IniChannel {
-        self.0
-    }
-}
 
 impl IniChannel {
     /// Completion dword 0 of a successful read or write (or vendor command): the
@@ -120,48 +109,39 @@ impl IniChannel {
             }
             return;
         };
-        let r = Box::into_raw(Box::new(VendorReq {
+        let Some(chan) = self.me.upgrade() else {
+            return;
+        };
+        let req = VendorReq {
             kind,
             sent: now,
-            buf,
-            inner: self,
-            shared: self.shared.clone(),
-            group: self.group.clone(),
-        }));
-        // SAFETY: valid descriptor and channel on this thread; `cmd` is copied by the
-        // driver; the buffer (REPLY_LEN DMA-able bytes) lives in `*r` until
-        // `vendor_done` reclaims `r`, which happens only when the call returns 0; it is
-        // not read before that.
-        let rc = unsafe {
-            ffi::spdk_bdev_nvme_io_passthru(
-                self.base.desc_ptr(),
-                self.base.as_ptr(),
-                &cmd,
-                (*r).buf.as_mut_ptr().cast(),
-                wire::REPLY_LEN,
-                Some(vendor_done),
-                r.cast(),
-            )
+            chan,
         };
-        if rc != 0 {
-            // SAFETY: not submitted, so still ours.
-            drop(unsafe { Box::from_raw(r) });
-            stats.vendor_submit_failed.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(
-                bdev = self.shared.name.as_str(),
-                "vendor command not submitted: error {rc}"
-            );
-            // An engine command is then left to time out; a probe is forgotten.
-            if let VendorKind::Probe(seq) = kind {
-                self.group.probe_not_sent(seq);
+        // The buffer (REPLY_LEN DMA-able bytes) is kept with the request until
+        // `vendor_done`, and read only there.
+        let id = match self
+            .base
+            .nvme_io_passthru(&cmd, buf, wire::REPLY_LEN, req, vendor_done)
+        {
+            Ok(id) => id,
+            Err((_req, _buf, rc)) => {
+                stats.vendor_submit_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    bdev = self.shared.name.as_str(),
+                    "vendor command not submitted: error {rc}"
+                );
+                // An engine command is then left to time out; a probe is forgotten.
+                if let VendorKind::Probe(seq) = kind {
+                    self.group.probe_not_sent(seq);
+                }
+                return;
             }
-            return;
-        }
+        };
         match kind {
             VendorKind::Engine(_) => stats.vendor_sent.fetch_add(1, Ordering::Relaxed),
             VendorKind::Probe(_) => stats.probes_sent.fetch_add(1, Ordering::Relaxed),
         };
-        self.vendor.borrow_mut().push(r);
+        self.vendor.borrow_mut().push((id, now));
     }
 
     /// The channel is destroyed with vendor commands in flight: they keep the base
@@ -169,22 +149,18 @@ impl IniChannel {
     /// a round trip; commands overdue by the request time-out are aborted, so a silent
     /// target cannot keep the base channel (and with it shutdown) waiting. The last
     /// completion frees the rest.
-    pub(crate) fn orphan(self: Box<Self>) {
+    pub(crate) fn orphan(self: &Rc<Self>) {
         self.orphan.set(true);
-        let raw = Box::into_raw(self);
-        let p = OrphanPtr(raw);
-        let poller = Poller::new(c"qos_ini_orphan", 1000, move || {
-            // SAFETY: the orphan is freed only after this poller is dropped (in
-            // `free_orphan_if_idle`, on this thread).
-            unsafe { (*p.get()).abort_overdue() };
+        let me: Weak<IniChannel> = Rc::downgrade(self);
+        let poller = LocalPoller::new(c"qos_ini_orphan", 1000, move || {
+            if let Some(c) = me.upgrade() {
+                c.abort_overdue();
+            }
             PollStatus::Idle
         });
-        // SAFETY: `raw` is the orphan, alive until `free_orphan_if_idle`.
-        unsafe {
-            match poller {
-                Ok(pl) => *(*raw).orphan_poller.borrow_mut() = Some(pl),
-                Err(e) => tracing::error!("orphan poller: {e}"),
-            }
+        match poller {
+            Ok(pl) => *self.orphan_poller.borrow_mut() = Some(pl),
+            Err(e) => tracing::error!("orphan poller: {e}"),
         }
     }
 
@@ -195,75 +171,36 @@ impl IniChannel {
         }
         let timeout = Nanos::from_micros(lock(&self.shared.eng).opts.request_timeout_us);
         let now = now();
-        let overdue: Vec<*mut VendorReq> = {
+        let overdue: Vec<RequestId> = {
             let aborted = self.aborted.borrow();
             self.vendor
                 .borrow()
                 .iter()
-                .copied()
-                // SAFETY: requests in the list are alive (removed before they are freed).
-                .filter(|r| now.saturating_sub(unsafe { (**r).sent }) >= timeout)
-                .filter(|r| !aborted.contains(r))
+                .filter(|(_, sent)| now.saturating_sub(*sent) >= timeout)
+                .map(|(id, _)| *id)
+                .filter(|id| !aborted.contains(id))
                 .collect()
         };
-        for r in overdue {
-            // SAFETY: valid descriptor (kept open by `base`) and channel on this thread;
-            // the abort matches the vendor command by its callback argument; its
-            // completion `abort_done` gets this orphan.
-            let rc = unsafe {
-                ffi::spdk_bdev_abort(
-                    self.base.desc_ptr(),
-                    self.base.as_ptr(),
-                    r.cast(),
-                    Some(abort_done),
-                    (self as *const IniChannel).cast_mut().cast(),
-                )
-            };
-            self.aborted.borrow_mut().push(r);
-            if rc == 0 {
-                self.aborts.set(self.aborts.get() + 1);
-            }
-        }
-    }
-
-    /// Frees an orphan once nothing of it is in flight.
-    ///
-    /// # Safety
-    /// `this` is an orphan leaked by `IniChannel::orphan`, on its thread, not borrowed.
-    pub(crate) unsafe fn free_orphan_if_idle(this: *const IniChannel) {
-        // SAFETY: per the contract.
-        let inner = unsafe { &*this };
-        if !inner.orphan.get() || !inner.vendor.borrow().is_empty() || inner.aborts.get() > 0 {
+        let Some(me) = self.me.upgrade() else {
             return;
+        };
+        for id in overdue {
+            // The abort matches the vendor command by its callback argument; it keeps
+            // this orphan until it completes.
+            let _ = self.base.abort(id, me.clone(), abort_done);
+            self.aborted.borrow_mut().push(id);
         }
-        inner.orphan_poller.borrow_mut().take();
-        // SAFETY: nothing is in flight on the base channel any more (dropping the orphan
-        // puts it, on this thread); the orphan was leaked once and is reclaimed once.
-        drop(unsafe { Box::from_raw(this.cast_mut()) });
     }
 }
 
 /// Completion of a vendor command (the engine's, or a probe).
-unsafe extern "C" fn vendor_done(base: *mut ffi::spdk_bdev_io, success: bool, arg: *mut c_void) {
-    // SAFETY: `arg` is the request leaked in `send_vendor`, reclaimed once here; `base`
-    // the completed child.
-    let (r, base) = unsafe {
-        (
-            Box::from_raw(arg.cast::<VendorReq>()),
-            BaseIo::from_raw(base),
-        )
-    };
+fn vendor_done(id: RequestId, r: VendorReq, buf: DmaBuf, base: BaseIo, success: bool) {
     let status = base.nvme_status();
     drop(base);
     let now = now();
-    // SAFETY: the channel state outlives its vendor commands (an orphan is freed by the
-    // last one, below); same thread.
-    let inner = unsafe { &*r.inner };
-    inner
-        .vendor
-        .borrow_mut()
-        .retain(|x| !std::ptr::eq(*x, arg.cast::<VendorReq>()));
-    let shared = &r.shared;
+    let inner = &r.chan;
+    inner.vendor.borrow_mut().retain(|(x, _)| *x != id);
+    let shared = &inner.shared;
     // A refused opcode is an answer: the path works.
     shared.base_outcome(success || (status.sct == 0 && status.sc == wire::status::INVALID_OPCODE));
     match r.kind {
@@ -275,7 +212,7 @@ unsafe extern "C" fn vendor_done(base: *mut ffi::spdk_bdev_io, success: bool, ar
             if e.outstanding == Some(seq) {
                 e.outstanding = None;
                 let reply = if success {
-                    StateReply::decode(r.buf.as_slice())
+                    StateReply::decode(buf.as_slice())
                         .map(mirror_for_engine)
                         .map_err(RequestFailure::BadReply)
                 } else {
@@ -295,7 +232,7 @@ unsafe extern "C" fn vendor_done(base: *mut ffi::spdk_bdev_io, success: bool, ar
         }
         VendorKind::Probe(seq) => {
             // Any completion measured a round trip through the target's queues.
-            r.group.probe_done(seq, now.saturating_sub(r.sent), now);
+            inner.group.probe_done(seq, now.saturating_sub(r.sent), now);
             if !success
                 && status.sct == 0
                 && status.sc == wire::status::INVALID_OPCODE
@@ -309,12 +246,8 @@ unsafe extern "C" fn vendor_done(base: *mut ffi::spdk_bdev_io, success: bool, ar
         }
     }
     if inner.orphan.get() {
-        inner
-            .aborted
-            .borrow_mut()
-            .retain(|x| !std::ptr::eq(*x, arg.cast::<VendorReq>()));
-        // SAFETY: an orphan on its thread, not borrowed here.
-        unsafe { IniChannel::free_orphan_if_idle(r.inner) };
+        inner.aborted.borrow_mut().retain(|x| *x != id);
+        // Dropping `r` lets the orphan go once nothing else of it is in flight.
         return;
     }
     inner.release_held(now);
@@ -323,17 +256,6 @@ unsafe extern "C" fn vendor_done(base: *mut ffi::spdk_bdev_io, success: bool, ar
 /// Reservation tokens the engine may have released ahead of consumption, at least.
 const MIN_RELEASED_OPS: u64 = 4;
 
-/// Adjusts the target's state for `InitiatorEngine` (see `docs/initiator-plugin.md`,
-/// "Mirroring paced reservations").
-///
-/// With `PACED`, the engine allows `R * burst / T` reservation tokens at a time (it
-/// decays its tokens to Haechi's `X = R (T - t) / T` on every decision and subtracts
-/// the part of `R` not released yet), rounded down twice: below one token it allows
-/// none, and a host whose reservation is under one operation per burst (432 per 500 ms
-/// with the target's 1 ms burst) never uses its reservation at all (integration test:
-/// 271 of 432 operations per period, from global tokens only). The burst the engine
-/// sees is therefore widened to release at least `MIN_RELEASED_OPS` operations. The
-/// target keeps its own burst; what comes early waits there.
 /// Adjusts the target's state for `InitiatorEngine` (see `docs/initiator-plugin.md`,
 /// "Mirroring paced reservations").
 ///
@@ -355,14 +277,8 @@ fn mirror_for_engine(mut r: StateReply) -> StateReply {
     r
 }
 
-/// Completion of an abort of an orphan's vendor command.
-unsafe extern "C" fn abort_done(base: *mut ffi::spdk_bdev_io, _success: bool, arg: *mut c_void) {
-    // SAFETY: the completed abort's bdev_io, freed once here; `arg` is the orphan that
-    // sent it, alive while its aborts are in flight.
-    unsafe {
-        drop(BaseIo::from_raw(base));
-        let inner = &*arg.cast::<IniChannel>().cast_const();
-        inner.aborts.set(inner.aborts.get().saturating_sub(1));
-        IniChannel::free_orphan_if_idle(inner);
-    }
+/// Completion of an abort of an orphan's vendor command: the orphan is let go once
+/// nothing else of it is in flight (dropping `_orphan`).
+fn abort_done(_orphan: Rc<IniChannel>, base: BaseIo, _success: bool) {
+    drop(base);
 }

@@ -25,19 +25,19 @@
 //! completion can re-enter `submit_request` on this channel). Held or released I/O is
 //! moved out of the state before it is submitted or completed.
 
-use std::cell::RefCell;
-use std::ffi::{c_int, c_void};
+use std::cell::{Cell, RefCell};
+use std::ffi::c_int;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use qos_core::hold::HoldQueue;
 use qos_core::wire::{self, RequestError, VendorCmd};
 use qos_core::{ChannelTokens, DomainShared, HostShared, IoKind, Nanos};
-use spdk_sys::bdev_io::{BaseIo, BdevIo, IoStatus, nvme_cmd_dwords};
+use spdk_sys::bdev_io::{BaseIo, IoStatus, nvme_cmd_dwords};
 use spdk_sys::poller::PollStatus;
+use spdk_sys::spdk_bdev_io_type as T;
 use spdk_sys::time::now_ns;
-use spdk_sys::vbdev::{self, BaseChannel, Node};
-use spdk_sys::{self as ffi, spdk_bdev_io_type as T};
+use spdk_sys::vbdev::{self, BaseChannel, Io, Node};
 
 /// Set when `nvmf_tgt` shuts down (our event subsystem's fini, which runs before the
 /// nvmf target's): channels stop holding I/O and release what they hold, so that qpair
@@ -68,30 +68,27 @@ pub const CHANNEL_POLL_US: u64 = 100;
 const ENOMEM: c_int = -12;
 const SCT_GENERIC: u8 = 0;
 
-/// Per-I/O context in the bdev_io's `driver_ctx`.
-#[repr(C)]
-struct IoCtx {
-    /// For `spdk_bdev_queue_io_wait` when the base is out of bdev_ios.
-    wait: ffi::spdk_bdev_io_wait_entry,
-    /// Our channel this I/O was submitted on.
-    ch: *mut ffi::spdk_io_channel,
-    bytes: u64,
-    kind: IoKind,
+/// Per-I/O context (in the bdev_io, through `spdk_sys::vbdev::Io::ctx`).
+#[derive(Debug)]
+pub struct IoCtx {
+    bytes: Cell<u64>,
+    kind: Cell<IoKind>,
     /// Admitted with tokens: its completion is recorded in the ledger.
-    accounted: bool,
+    accounted: Cell<bool>,
 }
 
-const _: () = assert!(std::mem::offset_of!(ffi::spdk_bdev_io, driver_ctx) % 8 == 0);
-
-/// Bytes of `driver_ctx` the module asks for.
-pub fn ctx_size() -> usize {
-    std::mem::size_of::<IoCtx>()
+impl Default for IoCtx {
+    fn default() -> Self {
+        IoCtx {
+            bytes: Cell::new(0),
+            kind: Cell::new(IoKind::Other),
+            accounted: Cell::new(false),
+        }
+    }
 }
 
-fn ctx(io: &BdevIo) -> *mut IoCtx {
-    // `driver_ctx` is 8-byte aligned (asserted above) and `ctx_size()` bytes long.
-    io.driver_ctx().cast::<IoCtx>()
-}
+/// An I/O of a QoS bdev.
+pub type QosIo = Io<QosTgt>;
 
 fn now() -> Nanos {
     Nanos(now_ns())
@@ -99,30 +96,34 @@ fn now() -> Nanos {
 
 struct State {
     tokens: ChannelTokens,
-    held: HoldQueue<BdevIo>,
+    held: HoldQueue<QosIo>,
 }
 
 /// One QoS bdev on one thread.
+#[derive(Debug)]
 pub struct QosChannel {
-    node: *const QosNode,
+    node: Arc<QosNode>,
     base: BaseChannel,
     st: RefCell<State>,
 }
 
-impl std::fmt::Debug for QosChannel {
+impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QosChannel").finish_non_exhaustive()
+        f.debug_struct("State")
+            .field("held", &self.held.len())
+            .finish()
     }
 }
 
 impl QosChannel {
     /// Builds the channel on the current thread (io_device create callback).
-    pub fn new(node: &QosNode, base: BaseChannel) -> QosChannel {
+    pub fn new(node: Arc<QosNode>, base: BaseChannel) -> QosChannel {
+        let tokens = ChannelTokens::new(node.domain_shared.clone(), node.host_shared.clone());
         QosChannel {
             node,
             base,
             st: RefCell::new(State {
-                tokens: ChannelTokens::new(node.domain_shared.clone(), node.host_shared.clone()),
+                tokens,
                 held: HoldQueue::new(),
             }),
         }
@@ -148,36 +149,31 @@ impl QosChannel {
     }
 
     fn node(&self) -> &QosNode {
-        // SAFETY: the node outlives its io_device's channels.
-        unsafe { &*self.node }
+        &self.node
     }
 
     /// Takes every held I/O out (never admitted, so not accounted).
-    fn take_all_held(&self) -> Vec<BdevIo> {
+    fn take_all_held(&self) -> Vec<QosIo> {
         let mut st = self.st.borrow_mut();
         let State { tokens, held } = &mut *st;
-        let all: Vec<BdevIo> = held.drain(tokens).collect();
+        let all: Vec<QosIo> = held.drain(tokens).collect();
         drop(st);
         for io in &all {
-            // SAFETY: our driver context, initialised at submit.
-            unsafe { (*ctx(io)).accounted = false };
+            io.ctx().accounted.set(false);
         }
         all
     }
 
     /// The admission decision: send now, or hold.
-    fn admit(&self, io: BdevIo, kind: IoKind, bytes: u64) {
+    fn admit(&self, io: QosIo, kind: IoKind, bytes: u64) {
         let node = self.node();
         if SHUTDOWN.load(Ordering::Relaxed) || node.is_deleting() {
             return self.send(io);
         }
-        // SAFETY: our driver context, initialised at submit.
-        unsafe {
-            let c = ctx(&io);
-            (*c).kind = kind;
-            (*c).bytes = bytes;
-            (*c).accounted = true;
-        }
+        let c = io.ctx();
+        c.kind.set(kind);
+        c.bytes.set(bytes);
+        c.accounted.set(true);
         let out = {
             let mut st = self.st.borrow_mut();
             let State { tokens, held } = &mut *st;
@@ -227,42 +223,38 @@ impl QosChannel {
     }
 
     /// Completes an I/O that will not reach the base, recording it if it was admitted.
-    fn fail(&self, io: BdevIo, status: IoStatus) {
-        // SAFETY: our driver context, initialised at submit.
-        let c = unsafe { &*ctx(&io) };
-        if c.accounted {
+    fn fail(&self, io: QosIo, status: IoStatus) {
+        let c = io.ctx();
+        if c.accounted.get() {
             self.st
                 .borrow_mut()
                 .tokens
-                .record_completion(c.kind, c.bytes);
+                .record_completion(c.kind.get(), c.bytes.get());
         }
         io.complete(status);
     }
 
     /// Sends an admitted (or unaccounted) I/O to the base bdev.
-    fn send(&self, io: BdevIo) {
+    fn send(&self, io: QosIo) {
         let t = io.io_type();
         if t == T::SPDK_BDEV_IO_TYPE_READ {
             // Make sure the read has a buffer we own before the base sees it.
-            return vbdev::get_read_buf::<QosTgt>(io);
+            return io.get_read_buf();
         }
         self.submit_base(io);
     }
 
     /// The read's buffer is ready: send it to the base.
-    pub fn read_buf_ready(&self, io: BdevIo, success: bool) {
+    pub fn read_buf_ready(&self, io: QosIo, success: bool) {
         if !success {
             return self.fail(io, IoStatus::NoMem);
         }
         self.submit_base(io);
     }
 
-    /// Issues the base I/O for `io` with `base_done` as callback and `io` as its
-    /// argument.
-    fn submit_base(&self, io: BdevIo) {
-        // SAFETY: on this channel's thread; a READ reaches here only with its buffer
-        // (`read_buf_ready`); `base_done` takes `io` back from its argument.
-        match unsafe { self.base.forward(io, Some(base_done)) } {
+    /// Issues the base I/O for `io`, with `base_done` as completion.
+    fn submit_base(&self, io: QosIo) {
+        match io.forward(base_done) {
             Ok(()) => {}
             Err((io, ENOMEM)) => self.queue_wait(io),
             Err((io, rc)) => {
@@ -276,46 +268,25 @@ impl QosChannel {
     }
 
     /// The base is out of bdev_ios: retry when one frees up.
-    fn queue_wait(&self, io: BdevIo) {
-        let base = self.base.base().bdev_ptr();
-        let c = ctx(&io);
-        let raw = io.into_raw();
-        // SAFETY: our driver context holds the wait entry for the I/O's lifetime; the
-        // entry names the base bdev whose channel we queue on, as SPDK requires; the
-        // retry callback takes ownership of `raw` back.
-        let rc = unsafe {
-            (*c).wait = std::mem::zeroed();
-            (*c).wait.bdev = base;
-            (*c).wait.cb_fn = Some(retry);
-            (*c).wait.cb_arg = raw.cast();
-            ffi::spdk_bdev_queue_io_wait(base, self.base.as_ptr(), &mut (*c).wait)
-        };
-        if rc != 0 {
-            // SAFETY: not queued, so still ours.
-            let io = unsafe { BdevIo::from_raw(raw) };
+    fn queue_wait(&self, io: QosIo) {
+        if let Err(io) = io.queue_wait(|ch, io| ch.send(io)) {
             self.fail(io, IoStatus::Failed);
         }
     }
 
-    fn reset(&self, io: BdevIo, ch: *mut ffi::spdk_io_channel) {
+    fn reset(&self, io: QosIo) {
         // Abort what every channel holds (like vbdev_delay), then reset the base.
-        vbdev::reset(
-            self.node(),
-            ch,
-            io,
-            QosChannel::abort_all_held,
-            Some(base_done),
-            |_| {},
-        );
+        vbdev::reset(io, QosChannel::abort_all_held, base_done, |_| {});
     }
 
-    fn abort(&self, io: BdevIo) {
-        // SAFETY: an ABORT's parameters are `u.abort`.
-        let target = unsafe { io.abort_target() };
+    fn abort(&self, io: QosIo) {
+        let Some(target) = io.abort_target() else {
+            return io.complete(IoStatus::Failed);
+        };
         let victim = {
             let mut st = self.st.borrow_mut();
             let State { tokens, held } = &mut *st;
-            held.remove_first(tokens, |h| h.as_ptr() == target)
+            held.remove_first(tokens, |h| h.id() == target)
         };
         if let Some(v) = victim {
             v.complete(IoStatus::Aborted);
@@ -324,26 +295,21 @@ impl QosChannel {
         }
         // Not held here: it is at the base (or gone); the base matches it by the callback
         // argument we gave it, which is the upper bdev_io.
-        // SAFETY: on this channel's thread; `base_done` takes `io` back.
-        unsafe {
-            self.base
-                .abort(io, target.cast(), Some(base_done), IoStatus::Failed)
-        };
+        io.abort_at_base(target.as_victim(), base_done, IoStatus::Failed);
     }
 
     /// NVMe I/O passthru: the token protocol's vendor commands are answered here; other
     /// opcodes go to the base when it takes NVMe passthru.
-    fn passthru(&self, io: BdevIo) {
+    fn passthru(&self, mut io: QosIo) {
         let node = self.node();
-        // SAFETY: passthru types carry `u.nvme_passthru`.
-        let (dw, nbytes, len) = unsafe {
-            let p = io.nvme_passthru();
-            (
-                nvme_cmd_dwords(&p.cmd),
-                p.nbytes as u64,
-                io.passthru_buf_len(),
-            )
+        let Some(p) = io.nvme_passthru() else {
+            return io.complete(IoStatus::Failed);
         };
+        let (dw, nbytes, len) = (
+            nvme_cmd_dwords(&p.cmd),
+            p.nbytes as u64,
+            io.passthru_buf_len(),
+        );
         let opc = (dw[0] & 0xff) as u8;
         if !wire::is_qos_opcode(opc) {
             return if node.base_nvme_io {
@@ -373,9 +339,9 @@ impl QosChannel {
                 let mut buf = [0u8; wire::REPLY_LEN];
                 match reply.encode(&mut buf) {
                     Ok(()) => {
-                        // SAFETY: a controller-to-host passthru with at least REPLY_LEN
-                        // bytes (checked by decode_request).
-                        unsafe { io.copy_to_passthru_buf(&buf, len) };
+                        // A controller-to-host passthru with at least REPLY_LEN bytes
+                        // (checked by decode_request).
+                        io.copy_to_passthru_buf(&buf, len);
                         io.complete_nvme(credit, SCT_GENERIC, wire::status::SUCCESS);
                     }
                     Err(e) => io.complete_nvme(0, SCT_GENERIC, e.status_code()),
@@ -393,37 +359,26 @@ impl QosChannel {
     }
 }
 
-/// The bdev layer's entry point for our bdevs (through the skeleton): `ch` is the
-/// channel of `raw_ch`.
-pub(crate) fn submit(inner: &QosChannel, ch: *mut ffi::spdk_io_channel, io: BdevIo) {
-    // SAFETY: our driver context (ctx_size bytes), written in full before any read.
-    unsafe {
-        let c = ctx(&io);
-        std::ptr::addr_of_mut!((*c).ch).write(ch);
-        std::ptr::addr_of_mut!((*c).bytes).write(0);
-        std::ptr::addr_of_mut!((*c).kind).write(IoKind::Other);
-        std::ptr::addr_of_mut!((*c).accounted).write(false);
-    }
+/// The bdev layer's entry point for our bdevs (through the skeleton).
+pub(crate) fn submit(inner: &QosChannel, io: QosIo) {
     let t = io.io_type();
-    // SAFETY: block I/O types carry `u.bdev`.
-    let bytes = || unsafe { io.block_bytes() };
     match t {
         T::SPDK_BDEV_IO_TYPE_READ => {
-            let b = bytes();
+            let b = io.block_bytes();
             inner.admit(io, IoKind::Read, b)
         }
         T::SPDK_BDEV_IO_TYPE_WRITE => {
-            let b = bytes();
+            let b = io.block_bytes();
             inner.admit(io, IoKind::Write, b)
         }
         T::SPDK_BDEV_IO_TYPE_COMPARE => {
-            let b = bytes();
+            let b = io.block_bytes();
             inner.admit(io, IoKind::Other, b)
         }
         T::SPDK_BDEV_IO_TYPE_UNMAP => inner.admit(io, IoKind::Unmap, 0),
         T::SPDK_BDEV_IO_TYPE_FLUSH => inner.admit(io, IoKind::Flush, 0),
         T::SPDK_BDEV_IO_TYPE_WRITE_ZEROES => inner.admit(io, IoKind::WriteZeroes, 0),
-        T::SPDK_BDEV_IO_TYPE_RESET => inner.reset(io, ch),
+        T::SPDK_BDEV_IO_TYPE_RESET => inner.reset(io),
         T::SPDK_BDEV_IO_TYPE_ABORT => inner.abort(io),
         T::SPDK_BDEV_IO_TYPE_NVME_IO
         | T::SPDK_BDEV_IO_TYPE_NVME_IO_MD
@@ -432,31 +387,14 @@ pub(crate) fn submit(inner: &QosChannel, ch: *mut ffi::spdk_io_channel, io: Bdev
     }
 }
 
-unsafe extern "C" fn retry(arg: *mut c_void) {
-    // SAFETY: `arg` is the I/O handed over in `queue_wait`; its context names its channel.
-    unsafe {
-        let io = BdevIo::from_raw(arg.cast());
-        let inner = vbdev::channel::<QosTgt>((*ctx(&io)).ch);
-        inner.send(io);
-    }
-}
-
 /// Completion of a base I/O: record it, complete the upper I/O (with the host's credit
 /// in dword 0 for successful reads and writes), and release held I/O.
-unsafe extern "C" fn base_done(base: *mut ffi::spdk_bdev_io, success: bool, arg: *mut c_void) {
-    // SAFETY: `base` is the completed child (freed by `BaseIo`), `arg` the upper I/O
-    // handed over at submit; its context names our channel, alive while it is outstanding.
-    let (base, io, inner) = unsafe {
-        let io = BdevIo::from_raw(arg.cast());
-        let inner = vbdev::channel::<QosTgt>((*ctx(&io)).ch);
-        (BaseIo::from_raw(base), io, inner)
-    };
-    // SAFETY: our driver context, initialised at submit.
-    let c = unsafe { &*ctx(&io) };
+fn base_done(inner: &QosChannel, io: QosIo, base: BaseIo, success: bool) {
+    let c = io.ctx();
     let t = io.io_type();
-    let credit = if c.accounted {
+    let credit = if c.accounted.get() {
         let mut st = inner.st.borrow_mut();
-        st.tokens.record_completion(c.kind, c.bytes);
+        st.tokens.record_completion(c.kind.get(), c.bytes.get());
         (success
             && (t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE)
             && inner.node().cooperative.load(Ordering::Relaxed))

@@ -31,66 +31,35 @@ pub mod registry;
 pub mod rpc;
 pub mod stats;
 
-use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
-use spdk_sys::json::JsonWriter;
-use spdk_sys::module::Subsystem;
+use spdk_sys::module::{Loading, Subsystem, SubsystemHooks, register_subsystem};
+use spdk_sys::vbdev;
 
 /// The event subsystem that marks the start of shutdown.
 static SUBSYSTEM: Subsystem = Subsystem::new();
 
-unsafe extern "C" fn module_init() -> c_int {
-    0
-}
+/// `nvmf_qos`: finished before the nvmf target, so that from then on no I/O is held.
+struct Shutdown;
 
-unsafe extern "C" fn module_fini() {
-    // Every QoS bdev is gone by now (the bdev layer unregisters them first); stop the
-    // monitors.
-    registry::clear_domains();
-}
-
-unsafe extern "C" fn get_ctx_size() -> c_int {
-    io::ctx_size() as c_int
-}
-
-unsafe extern "C" fn config_json(w: *mut spdk_sys::spdk_json_write_ctx) -> c_int {
-    // SAFETY: SPDK passes a live writer positioned inside the bdev config array.
-    let mut w = unsafe { JsonWriter::from_raw(w) };
-    qos_bdev::module_config(&mut w);
-    0
-}
-
-unsafe extern "C" fn subsystem_init() {
-    // SAFETY: required continuation of a subsystem's init.
-    unsafe { spdk_sys::spdk_subsystem_init_next(0) };
-}
-
-unsafe extern "C" fn subsystem_fini() {
-    io::SHUTDOWN.store(true, Ordering::Release);
-    tracing::info!("nvmf_tgt is stopping: QoS no longer holds I/O");
-    // SAFETY: required continuation of a subsystem's fini.
-    unsafe { spdk_sys::spdk_subsystem_fini_next() };
-}
-
-/// Registers everything with SPDK; runs once, as an ELF constructor.
-extern "C" fn register() {
-    spdk_sys::log::install();
-    // SAFETY: called once from the constructor below, before SPDK initialises anything;
-    // the names are unique to this plugin.
-    unsafe {
-        qos_bdev::MODULE.register(c"qos", |m| {
-            m.module_init = Some(module_init);
-            m.module_fini = Some(module_fini);
-            m.config_json = Some(config_json);
-            m.get_ctx_size = Some(get_ctx_size);
-        });
-        SUBSYSTEM.register(c"nvmf_qos", c"nvmf", subsystem_init, subsystem_fini);
+impl SubsystemHooks for Shutdown {
+    const NAME: &'static std::ffi::CStr = c"nvmf_qos";
+    const DEPENDS_ON: &'static std::ffi::CStr = c"nvmf";
+    fn descriptor() -> &'static Subsystem {
+        &SUBSYSTEM
     }
+    fn fini() {
+        io::SHUTDOWN.store(true, Ordering::Release);
+        tracing::info!("nvmf_tgt is stopping: QoS no longer holds I/O");
+    }
+}
+
+/// Registers everything with SPDK, once, when the plugin is loaded.
+fn register(loading: &Loading) {
+    spdk_sys::log::install();
+    vbdev::register_module::<io::QosTgt>(c"qos", loading);
+    register_subsystem::<Shutdown>(loading);
     rpc::register_all();
 }
 
-#[cfg(not(test))]
-#[used]
-#[unsafe(link_section = ".init_array")]
-static REGISTER: extern "C" fn() = register;
+spdk_sys::at_load!(register);

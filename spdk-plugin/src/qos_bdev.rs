@@ -12,17 +12,16 @@
 //! hot-remove) aborts the I/O held in every channel before the bdev is unregistered;
 //! `destruct` drops an implicit host that no QoS bdev uses any more.
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use serde_json::{Value, json};
-use spdk_sys::bdev_io::BdevIo;
-use spdk_sys::json::JsonWriter;
 use spdk_sys::module::BdevModule;
 use spdk_sys::poller::PollStatus;
+use spdk_sys::spdk_bdev_io_type as T;
 use spdk_sys::vbdev::{self, BaseChannel, BaseHints, Node, Vbdev, Vbdevs};
-use spdk_sys::{self as ffi, spdk_bdev_io_type as T};
 
-use crate::io::{self, QosChannel, QosTgt};
+use crate::io::{self, IoCtx, QosChannel, QosIo, QosTgt};
 use crate::params::{BdevParams, Refusal};
 use crate::registry;
 
@@ -31,6 +30,7 @@ pub static MODULE: BdevModule = BdevModule::new();
 
 impl Vbdev for QosTgt {
     type Channel = QosChannel;
+    type IoCtx = IoCtx;
     const KIND: &'static str = "QoS bdev";
     const PRODUCT: &'static std::ffi::CStr = c"nvmf-qos";
     /// Name-space UUID for QoS bdev UUIDs derived from the bdev name (SHA-1, RFC 4122 v5).
@@ -53,8 +53,8 @@ impl Vbdev for QosTgt {
     fn with_vbdevs<R>(f: impl FnOnce(&mut Vbdevs<Self>) -> R) -> R {
         registry::with(|r| f(&mut r.bdevs))
     }
-    fn new_channel(node: &Node<Self>, base: BaseChannel) -> Option<QosChannel> {
-        Some(QosChannel::new(node, base))
+    fn new_channel(node: &Arc<Node<Self>>, base: BaseChannel) -> Option<QosChannel> {
+        Some(QosChannel::new(node.clone(), base))
     }
     fn base_channel(ch: &QosChannel) -> &BaseChannel {
         ch.base()
@@ -68,10 +68,10 @@ impl Vbdev for QosTgt {
     fn drain(ch: &QosChannel) {
         ch.abort_all_held();
     }
-    fn submit(ch: &QosChannel, raw_ch: *mut ffi::spdk_io_channel, io: BdevIo) {
-        io::submit(ch, raw_ch, io)
+    fn submit(ch: &QosChannel, io: QosIo) {
+        io::submit(ch, io)
     }
-    fn read_buf_ready(ch: &QosChannel, io: BdevIo, success: bool) {
+    fn read_buf_ready(ch: &QosChannel, io: QosIo, success: bool) {
         ch.read_buf_ready(io, success)
     }
     fn io_type_supported(_node: &Node<Self>, t: T) -> bool {
@@ -95,6 +95,33 @@ impl Vbdev for QosTgt {
     }
     fn destroyed(n: &Node<Self>) {
         registry::with(|r| r.unbind_host(&n.domain, &n.host));
+    }
+    fn module_fini() {
+        // Every QoS bdev is gone by now (the bdev layer unregisters them first); stop
+        // the monitors.
+        registry::clear_domains();
+    }
+    /// The module's `save_config` lines: domains, their groups, then explicit hosts.
+    /// QoS bdevs follow in the per-bdev section ([`Vbdev::create_params`]).
+    fn module_config() -> Vec<Value> {
+        registry::with(|r| {
+            let mut out = Vec::new();
+            for (name, d) in &r.domains {
+                out.push(json!({"method": "qos_domain_create", "params": d.params.to_json()}));
+                // Groups before hosts: a host names its group.
+                if let Ok(groups) = registry::group_params(r, name) {
+                    for g in groups {
+                        out.push(json!({"method": "qos_group_create", "params": g.to_json()}));
+                    }
+                }
+                if let Ok(hosts) = registry::host_params(r, name) {
+                    for h in hosts {
+                        out.push(json!({"method": "qos_host_set", "params": h.to_json()}));
+                    }
+                }
+            }
+            out
+        })
     }
 }
 
@@ -145,36 +172,4 @@ pub fn create(p: BdevParams) -> Result<String, Refusal> {
         "QoS bdev created"
     );
     Ok(p.name)
-}
-
-/// Deletes a QoS bdev: aborts its held I/O on every channel, then unregisters it.
-/// `done` gets the outcome (on the app thread).
-pub fn delete(name: &str, done: impl FnOnce(Result<(), Refusal>) + 'static) {
-    vbdev::delete::<QosTgt>(name, done)
-}
-
-/// The module's `config_json` (`save_config`): domains, their groups, then explicit
-/// hosts. QoS bdevs follow in the per-bdev section ([`Vbdev::create_params`]).
-pub fn module_config(w: &mut JsonWriter<'_>) {
-    let lines = registry::with(|r| {
-        let mut out = Vec::new();
-        for (name, d) in &r.domains {
-            out.push(json!({"method": "qos_domain_create", "params": d.params.to_json()}));
-            // Groups before hosts: a host names its group.
-            if let Ok(groups) = registry::group_params(r, name) {
-                for g in groups {
-                    out.push(json!({"method": "qos_group_create", "params": g.to_json()}));
-                }
-            }
-            if let Ok(hosts) = registry::host_params(r, name) {
-                for h in hosts {
-                    out.push(json!({"method": "qos_host_set", "params": h.to_json()}));
-                }
-            }
-        }
-        out
-    });
-    for l in &lines {
-        w.value(l);
-    }
 }

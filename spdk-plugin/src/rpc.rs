@@ -4,13 +4,13 @@
 
 use serde::Deserialize;
 use serde_json::{Value, json};
-use spdk_sys::rpc::{self, RpcRequest};
-use spdk_sys::vbdev::Node;
+use spdk_sys::rpc;
+use spdk_sys::vbdev::{self, Node};
 
 use crate::io::QosTgt;
 use crate::params::{
-    BdevParams, DomainParams, DomainUpdate, GroupKey, GroupParams, GroupQuery, GroupUpdate,
-    HostKey, HostParams, HostQuery, NameQuery, Refusal, StatsQuery, code, parse,
+    BdevParams, DomainUpdate, GroupKey, GroupParams, GroupQuery, GroupUpdate, HostKey, HostParams,
+    HostQuery, NameQuery, Refusal, StatsQuery, code, parse,
 };
 use crate::{qos_bdev, registry, stats};
 
@@ -22,21 +22,19 @@ struct NameReq {
 }
 
 fn domain_create(p: Value) -> Result<Value, Refusal> {
-    let p: DomainParams = parse("qos_domain_create", p)?;
-    registry::create_domain(p)?;
-    Ok(json!(true))
+    rpc::apply("qos_domain_create", p, registry::create_domain)
 }
 
 fn domain_update(p: Value) -> Result<Value, Refusal> {
-    let u: DomainUpdate = parse("qos_domain_update", p)?;
-    registry::update_domain(&u)?;
-    Ok(json!(true))
+    rpc::apply("qos_domain_update", p, |u: DomainUpdate| {
+        registry::update_domain(&u)
+    })
 }
 
 fn domain_delete(p: Value) -> Result<Value, Refusal> {
-    let n: NameReq = parse("qos_domain_delete", p)?;
-    registry::delete_domain(&n.name)?;
-    Ok(json!(true))
+    rpc::apply("qos_domain_delete", p, |n: NameReq| {
+        registry::delete_domain(&n.name)
+    })
 }
 
 fn domain_get(p: Value) -> Result<Value, Refusal> {
@@ -50,15 +48,13 @@ fn domain_get(p: Value) -> Result<Value, Refusal> {
 }
 
 fn host_set(p: Value) -> Result<Value, Refusal> {
-    let h: HostParams = parse("qos_host_set", p)?;
-    registry::set_host(&h)?;
-    Ok(json!(true))
+    rpc::apply("qos_host_set", p, |h: HostParams| registry::set_host(&h))
 }
 
 fn host_remove(p: Value) -> Result<Value, Refusal> {
-    let k: HostKey = parse("qos_host_remove", p)?;
-    registry::remove_host(&k.domain, &k.host_nqn)?;
-    Ok(json!(true))
+    rpc::apply("qos_host_remove", p, |k: HostKey| {
+        registry::remove_host(&k.domain, &k.host_nqn)
+    })
 }
 
 fn host_get(p: Value) -> Result<Value, Refusal> {
@@ -84,21 +80,21 @@ fn host_get(p: Value) -> Result<Value, Refusal> {
 }
 
 fn group_create(p: Value) -> Result<Value, Refusal> {
-    let g: GroupParams = parse("qos_group_create", p)?;
-    registry::create_group(&g)?;
-    Ok(json!(true))
+    rpc::apply("qos_group_create", p, |g: GroupParams| {
+        registry::create_group(&g)
+    })
 }
 
 fn group_update(p: Value) -> Result<Value, Refusal> {
-    let u: GroupUpdate = parse("qos_group_update", p)?;
-    registry::update_group(&u)?;
-    Ok(json!(true))
+    rpc::apply("qos_group_update", p, |u: GroupUpdate| {
+        registry::update_group(&u)
+    })
 }
 
 fn group_delete(p: Value) -> Result<Value, Refusal> {
-    let k: GroupKey = parse("qos_group_delete", p)?;
-    registry::delete_group(&k.domain, &k.name)?;
-    Ok(json!(true))
+    rpc::apply("qos_group_delete", p, |k: GroupKey| {
+        registry::delete_group(&k.domain, &k.name)
+    })
 }
 
 fn group_get(p: Value) -> Result<Value, Refusal> {
@@ -210,11 +206,8 @@ spdk_sys::rpc_methods! {
     MGroupDelete = c"qos_group_delete", rpc::RUNTIME, |q, p| q.reply(group_delete(p));
     MGroupGet = c"qos_group_get", rpc::RUNTIME, |q, p| q.reply(group_get(p));
     MBdevCreate = c"qos_bdev_create", rpc::RUNTIME, |q, p| q.reply(bdev_create(p));
-    MBdevDelete = c"qos_bdev_delete", rpc::RUNTIME, |q: RpcRequest, p| {
-        match parse::<NameReq>("qos_bdev_delete", p) {
-            Ok(n) => qos_bdev::delete(&n.name, move |r| q.reply(r.map(|()| json!(true)))),
-            Err(e) => q.reply(Err(e)),
-        }
+    MBdevDelete = c"qos_bdev_delete", rpc::RUNTIME, |q, p| {
+        vbdev::rpc_delete::<QosTgt>("qos_bdev_delete", q, p)
     };
     MBdevGet = c"qos_bdev_get", rpc::RUNTIME, |q, p| q.reply(bdev_get(p));
     MStatsGet = c"qos_stats_get", rpc::RUNTIME, |q, p| q.reply_with(stats_get(p));

@@ -98,32 +98,66 @@ impl BdevIo {
         unsafe { (*self.raw().bdev).blocklen }
     }
 
-    /// Block parameters (read, write, unmap, flush, write-zeroes, compare, reset...).
-    ///
-    /// # Safety
-    /// Only for I/O types whose parameters are `u.bdev` (not NVMe passthru, not abort).
-    pub unsafe fn block(&self) -> &ffi::spdk_bdev_io_block_params {
-        // SAFETY: per the contract above.
-        unsafe { self.raw().u.bdev.as_ref() }
+    /// Block parameters, for the I/O types that carry them (`u.bdev`): READ, WRITE,
+    /// UNMAP, FLUSH, WRITE_ZEROES, COMPARE, COMPARE_AND_WRITE; `None` for the others.
+    pub fn block(&self) -> Option<&ffi::spdk_bdev_io_block_params> {
+        match self.io_type() {
+            T::SPDK_BDEV_IO_TYPE_READ
+            | T::SPDK_BDEV_IO_TYPE_WRITE
+            | T::SPDK_BDEV_IO_TYPE_UNMAP
+            | T::SPDK_BDEV_IO_TYPE_FLUSH
+            | T::SPDK_BDEV_IO_TYPE_WRITE_ZEROES
+            | T::SPDK_BDEV_IO_TYPE_COMPARE
+            | T::SPDK_BDEV_IO_TYPE_COMPARE_AND_WRITE => {
+                // SAFETY: the bdev layer fills `u.bdev` for these types (bdev.c), and the
+                // parameters live as long as the I/O, which `&self` borrows.
+                Some(unsafe { self.raw().u.bdev.as_ref() })
+            }
+            _ => None,
+        }
     }
 
-    /// Bytes the I/O covers (`num_blocks * block_len`), for block I/O types.
-    ///
-    /// # Safety
-    /// As for [`BdevIo::block`].
-    pub unsafe fn block_bytes(&self) -> u64 {
-        // SAFETY: per the contract above.
-        let b = unsafe { self.block() };
-        b.num_blocks.saturating_mul(self.block_len() as u64)
+    /// Bytes the I/O covers (`num_blocks * block_len`); 0 for types without block
+    /// parameters.
+    pub fn block_bytes(&self) -> u64 {
+        self.block()
+            .map_or(0, |b| b.num_blocks.saturating_mul(self.block_len() as u64))
     }
 
-    /// NVMe passthru parameters (`NVME_IO`, `NVME_IO_MD`, `NVME_IOV_MD`).
-    ///
-    /// # Safety
-    /// Only for those I/O types.
-    pub unsafe fn nvme_passthru(&self) -> &ffi::spdk_bdev_io_nvme_passthru_params {
-        // SAFETY: per the contract above.
-        unsafe { self.raw().u.nvme_passthru.as_ref() }
+    /// The data buffers of a READ, WRITE or COMPARE (empty when the bdev layer has not
+    /// attached any yet), borrowed for as long as the I/O.
+    pub fn iovs(&self) -> &[ffi::iovec] {
+        match self.block() {
+            Some(b)
+                if matches!(
+                    self.io_type(),
+                    T::SPDK_BDEV_IO_TYPE_READ
+                        | T::SPDK_BDEV_IO_TYPE_WRITE
+                        | T::SPDK_BDEV_IO_TYPE_COMPARE
+                ) && !b.iovs.is_null()
+                    && b.iovcnt > 0 =>
+            {
+                // SAFETY: for these types `iovs` holds `iovcnt` entries owned by the
+                // submitter until the I/O completes, which `&self` outlives.
+                unsafe { std::slice::from_raw_parts(b.iovs, b.iovcnt as usize) }
+            }
+            _ => &[],
+        }
+    }
+
+    /// NVMe passthru parameters (`NVME_IO`, `NVME_IO_MD`, `NVME_IOV_MD`); `None` for
+    /// other types.
+    pub fn nvme_passthru(&self) -> Option<&ffi::spdk_bdev_io_nvme_passthru_params> {
+        match self.io_type() {
+            T::SPDK_BDEV_IO_TYPE_NVME_IO
+            | T::SPDK_BDEV_IO_TYPE_NVME_IO_MD
+            | T::SPDK_BDEV_IO_TYPE_NVME_IOV_MD => {
+                // SAFETY: the bdev layer fills `u.nvme_passthru` for these types; they
+                // live as long as the I/O.
+                Some(unsafe { self.raw().u.nvme_passthru.as_ref() })
+            }
+            _ => None,
+        }
     }
 
     /// Issues this I/O, unchanged, to the bdev below: `desc` and its channel `ch`, with
@@ -135,19 +169,19 @@ impl BdevIo {
     /// On `ch`'s thread, `ch` a channel of `desc`; a READ has its buffers; this I/O is
     /// not completed before `cb` runs when the call returns 0 (SPDK never completes
     /// inside the submit call).
-    pub unsafe fn forward(
+    pub(crate) unsafe fn forward(
         &self,
         desc: *mut ffi::spdk_bdev_desc,
         ch: *mut ffi::spdk_io_channel,
         cb: ffi::spdk_bdev_io_completion_cb,
         arg: *mut c_void,
     ) -> c_int {
+        let (b, p) = (self.block(), self.nvme_passthru());
         // SAFETY: (all arms) per the contract above; each arm reads the parameters of
         // its own I/O type, which stay valid until this I/O completes.
         unsafe {
-            match self.io_type() {
-                T::SPDK_BDEV_IO_TYPE_READ | T::SPDK_BDEV_IO_TYPE_WRITE => {
-                    let b = self.block();
+            match (self.io_type(), b, p) {
+                (T::SPDK_BDEV_IO_TYPE_READ | T::SPDK_BDEV_IO_TYPE_WRITE, Some(b), _) => {
                     let mut opts = ext_io_opts(b, b.md_buf);
                     let submit = if self.io_type() == T::SPDK_BDEV_IO_TYPE_READ {
                         ffi::spdk_bdev_readv_blocks_ext
@@ -166,16 +200,13 @@ impl BdevIo {
                         &mut opts,
                     )
                 }
-                T::SPDK_BDEV_IO_TYPE_UNMAP => {
-                    let b = self.block();
+                (T::SPDK_BDEV_IO_TYPE_UNMAP, Some(b), _) => {
                     ffi::spdk_bdev_unmap_blocks(desc, ch, b.offset_blocks, b.num_blocks, cb, arg)
                 }
-                T::SPDK_BDEV_IO_TYPE_FLUSH => {
-                    let b = self.block();
+                (T::SPDK_BDEV_IO_TYPE_FLUSH, Some(b), _) => {
                     ffi::spdk_bdev_flush_blocks(desc, ch, b.offset_blocks, b.num_blocks, cb, arg)
                 }
-                T::SPDK_BDEV_IO_TYPE_WRITE_ZEROES => {
-                    let b = self.block();
+                (T::SPDK_BDEV_IO_TYPE_WRITE_ZEROES, Some(b), _) => {
                     ffi::spdk_bdev_write_zeroes_blocks(
                         desc,
                         ch,
@@ -185,31 +216,25 @@ impl BdevIo {
                         arg,
                     )
                 }
-                T::SPDK_BDEV_IO_TYPE_COMPARE => {
-                    let b = self.block();
-                    ffi::spdk_bdev_comparev_blocks(
-                        desc,
-                        ch,
-                        b.iovs,
-                        b.iovcnt,
-                        b.offset_blocks,
-                        b.num_blocks,
-                        cb,
-                        arg,
-                    )
-                }
-                T::SPDK_BDEV_IO_TYPE_NVME_IO => {
-                    let p = self.nvme_passthru();
+                (T::SPDK_BDEV_IO_TYPE_COMPARE, Some(b), _) => ffi::spdk_bdev_comparev_blocks(
+                    desc,
+                    ch,
+                    b.iovs,
+                    b.iovcnt,
+                    b.offset_blocks,
+                    b.num_blocks,
+                    cb,
+                    arg,
+                ),
+                (T::SPDK_BDEV_IO_TYPE_NVME_IO, _, Some(p)) => {
                     ffi::spdk_bdev_nvme_io_passthru(desc, ch, &p.cmd, p.buf, p.nbytes, cb, arg)
                 }
-                T::SPDK_BDEV_IO_TYPE_NVME_IO_MD => {
-                    let p = self.nvme_passthru();
+                (T::SPDK_BDEV_IO_TYPE_NVME_IO_MD, _, Some(p)) => {
                     ffi::spdk_bdev_nvme_io_passthru_md(
                         desc, ch, &p.cmd, p.buf, p.nbytes, p.md_buf, p.md_len, cb, arg,
                     )
                 }
-                T::SPDK_BDEV_IO_TYPE_NVME_IOV_MD => {
-                    let p = self.nvme_passthru();
+                (T::SPDK_BDEV_IO_TYPE_NVME_IOV_MD, _, Some(p)) => {
                     ffi::spdk_bdev_nvme_iov_passthru_md(
                         desc, ch, &p.cmd, p.iovs, p.iovcnt, p.nbytes, p.md_buf, p.md_len, cb, arg,
                     )
@@ -219,18 +244,20 @@ impl BdevIo {
         }
     }
 
-    /// The I/O an `ABORT` asks to abort.
-    ///
-    /// # Safety
-    /// Only for `ABORT`.
-    pub unsafe fn abort_target(&self) -> *mut ffi::spdk_bdev_io {
-        // SAFETY: per the contract above.
-        unsafe { self.raw().u.abort.as_ref().bio_to_abort }
+    /// The address of the I/O an `ABORT` asks to abort; `None` for other types. Only an
+    /// address, to compare: it may name an I/O this module never saw.
+    pub fn abort_target(&self) -> Option<usize> {
+        (self.io_type() == T::SPDK_BDEV_IO_TYPE_ABORT).then(|| {
+            // SAFETY: the bdev layer fills `u.abort` for ABORT; only the pointer's value
+            // is read, never what it points to.
+            unsafe { self.raw().u.abort.as_ref().bio_to_abort as usize }
+        })
     }
 
     /// The module's per-I/O context (`get_ctx_size` bytes, 8-byte aligned).
-    pub fn driver_ctx(&self) -> *mut u8 {
-        // SAFETY: `driver_ctx` is the flexible array at the end of the live bdev_io.
+    pub(crate) fn driver_ctx(&self) -> *mut u8 {
+        // SAFETY: `driver_ctx` is the flexible array at the end of the live bdev_io;
+        // only its address is taken.
         unsafe { std::ptr::addr_of_mut!((*self.0.as_ptr()).driver_ctx).cast::<u8>() }
     }
 
@@ -256,27 +283,27 @@ impl BdevIo {
         unsafe { ffi::spdk_bdev_io_complete_base_io_status(p, base.0.as_ptr()) };
     }
 
-    /// Copies `data` into the I/O's data buffer (`iovs`, or `buf` for `NVME_IO`),
-    /// up to `limit` bytes; returns how many bytes were copied.
-    ///
-    /// # Safety
-    /// The I/O is an NVMe passthru whose buffer is controller-to-host data owned by
-    /// the submitter for the I/O's lifetime.
-    pub unsafe fn copy_to_passthru_buf(&self, data: &[u8], limit: usize) -> usize {
-        // SAFETY: per the contract above.
-        let p = unsafe { self.nvme_passthru() };
+    /// Copies `data` into the data buffer of an NVMe passthru I/O (`iovs`, or `buf` for
+    /// `NVME_IO`), up to `limit` bytes; returns how many bytes were copied (0 for other
+    /// types). The buffer is the submitter's, which owns it for the I/O's lifetime.
+    pub fn copy_to_passthru_buf(&mut self, data: &[u8], limit: usize) -> usize {
+        let Some(p) = self.nvme_passthru() else {
+            return 0;
+        };
         let mut left = &data[..data.len().min(limit)];
         let mut copied = 0;
         if !p.iovs.is_null() && p.iovcnt > 0 {
-            for i in 0..p.iovcnt as usize {
+            // SAFETY: `iovs` has `iovcnt` entries, owned by the submitter until the I/O
+            // completes (after this call: `&mut self`).
+            let iovs = unsafe { std::slice::from_raw_parts(p.iovs, p.iovcnt as usize) };
+            for iov in iovs {
                 if left.is_empty() {
                     break;
                 }
-                // SAFETY: `iovs` has `iovcnt` entries, each a writable buffer.
-                let iov = unsafe { &*p.iovs.add(i) };
                 let n = left.len().min(iov.iov_len);
                 if n > 0 && !iov.iov_base.is_null() {
-                    // SAFETY: `n` bytes fit in this iovec; the regions are distinct.
+                    // SAFETY: `n` bytes fit in this iovec, a writable buffer of the
+                    // submitter; `data` is ours, so the regions are distinct.
                     unsafe {
                         std::ptr::copy_nonoverlapping(left.as_ptr(), iov.iov_base.cast::<u8>(), n)
                     };
@@ -286,7 +313,8 @@ impl BdevIo {
             }
         } else if !p.buf.is_null() {
             let n = left.len().min(p.nbytes);
-            // SAFETY: `buf` holds `nbytes` writable bytes.
+            // SAFETY: `buf` holds `nbytes` writable bytes of the submitter, distinct from
+            // `data`.
             unsafe { std::ptr::copy_nonoverlapping(left.as_ptr(), p.buf.cast::<u8>(), n) };
             copied = n;
         }
@@ -294,19 +322,15 @@ impl BdevIo {
     }
 
     /// Length of the data buffer of an NVMe passthru I/O: the smaller of `nbytes` and
-    /// the buffer actually attached.
-    ///
-    /// # Safety
-    /// The I/O is an NVMe passthru.
-    pub unsafe fn passthru_buf_len(&self) -> usize {
-        // SAFETY: per the contract above.
-        let p = unsafe { self.nvme_passthru() };
+    /// the buffer actually attached (0 for other types).
+    pub fn passthru_buf_len(&self) -> usize {
+        let Some(p) = self.nvme_passthru() else {
+            return 0;
+        };
         if !p.iovs.is_null() && p.iovcnt > 0 {
-            let total: usize = (0..p.iovcnt as usize)
-                // SAFETY: `iovs` has `iovcnt` entries.
-                .map(|i| unsafe { (*p.iovs.add(i)).iov_len })
-                .sum();
-            total.min(p.nbytes)
+            // SAFETY: `iovs` has `iovcnt` entries while the I/O lives.
+            let iovs = unsafe { std::slice::from_raw_parts(p.iovs, p.iovcnt as usize) };
+            iovs.iter().map(|v| v.iov_len).sum::<usize>().min(p.nbytes)
         } else if !p.buf.is_null() {
             p.nbytes
         } else {
@@ -357,12 +381,6 @@ pub struct NvmeStatus {
     /// Status code type (0: generic command status).
     pub sct: u8,
     pub sc: u8,
-}
-
-impl NvmeStatus {
-    pub fn is_success(&self) -> bool {
-        self.sct == 0 && self.sc == 0
-    }
 }
 
 /// A child bdev_io this module submitted to another bdev, handed back in its

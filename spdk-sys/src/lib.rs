@@ -8,13 +8,18 @@
 //! - [`io_device`]: io_devices whose per-thread channel context is a Rust value;
 //! - [`bdev_io`]: a bdev_io that is completed exactly once (consumed by value);
 //! - [`dma`]: DMA-able buffers (`spdk_dma_zmalloc`) owned by a Rust value;
-//! - [`module`]: static bdev-module and event-subsystem descriptors for registration
-//!   from ELF constructors;
+//! - [`module`]: static bdev-module and event-subsystem descriptors, registered from
+//!   the plugin's ELF constructor ([`at_load!`]);
 //! - [`rpc`]: JSON-RPC methods with `serde_json` parameters and results;
 //! - [`json`]: writing `serde_json` values into SPDK's JSON writer (`save_config`);
 //! - [`log`]: a `tracing` subscriber that writes into SPDK's log;
-//! - [`vbdev`]: the skeleton of a stacked bdev (base claim, fn table, channels, JSON,
-//!   ordered delete) that both plugins fill with their policy.
+//! - [`vbdev`]: the skeleton of a stacked bdev (module descriptor, base claim, fn
+//!   table, channels, JSON, ordered delete) that both plugins fill with their policy,
+//!   and their I/O path: typed I/O handles ([`vbdev::Io`]), transfers sent in pieces
+//!   ([`vbdev::Split`]), and the module's own requests on a base channel.
+//!
+//! Every `unsafe` of the plugins is here, each block with a `// SAFETY:` comment; the
+//! plugins have none.
 //!
 //! The raw bindings keep bindgen's layout tests (compile-time assertions). All the
 //! lint allowances that generated code needs are confined to the private `ffi` module.

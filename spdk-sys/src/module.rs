@@ -1,14 +1,53 @@
 //! Static descriptors that SPDK keeps by address: a bdev module
 //! (`struct spdk_bdev_module`) and an event subsystem (`struct spdk_subsystem`) with a
-//! dependency. They are registered from ELF constructors, before SPDK starts, like
-//! SPDK's own `SPDK_BDEV_MODULE_REGISTER` and `SPDK_SUBSYSTEM_REGISTER` macros. Also the
-//! unregistration of a module's bdev, with a Rust callback.
+//! dependency. They are registered from an ELF constructor, before SPDK starts, like
+//! SPDK's own `SPDK_BDEV_MODULE_REGISTER` and `SPDK_SUBSYSTEM_REGISTER` macros: a
+//! plugin names its registration function with [`at_load!`](crate::at_load), which
+//! hands it the [`Loading`] token that registration asks for. Also the unregistration
+//! of a module's bdev, with a Rust callback.
 
 use std::cell::UnsafeCell;
 use std::ffi::{CStr, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::ffi;
 use crate::rpc::RpcError;
+
+/// Proof that the caller runs inside the plugin's ELF constructor: at load time, once,
+/// on the loading thread, before `main` and so before SPDK has any thread or has read
+/// any of its module or subsystem lists. Only [`at_load!`](crate::at_load) makes one.
+/// Neither `Send` nor `Sync`: it stays on the loading thread.
+#[derive(Debug)]
+pub struct Loading(std::marker::PhantomData<*const ()>);
+
+impl Loading {
+    /// # Safety
+    /// Only from an ELF constructor (what [`at_load!`](crate::at_load) expands to).
+    #[doc(hidden)]
+    pub unsafe fn assume() -> Loading {
+        Loading(std::marker::PhantomData)
+    }
+}
+
+/// Runs `$f(&Loading)` once when the plugin is loaded, as an ELF constructor (not in
+/// the crate's unit-test builds: tests must not register with SPDK).
+#[macro_export]
+macro_rules! at_load {
+    ($f:path) => {
+        #[cfg(not(test))]
+        #[used]
+        #[unsafe(link_section = ".init_array")]
+        static __SPDK_SYS_AT_LOAD: extern "C" fn() = {
+            extern "C" fn at_load() {
+                // SAFETY: this function is only referenced from `.init_array`, so it runs
+                // once, as an ELF constructor.
+                let loading = unsafe { $crate::module::Loading::assume() };
+                $f(&loading)
+            }
+            at_load
+        };
+    };
+}
 
 /// Unregisters `bdev`; `done` gets the outcome once, as an RPC answer would carry it.
 ///
@@ -40,11 +79,14 @@ pub unsafe fn unregister_bdev(
 /// A bdev module descriptor in a `static`. SPDK links it into its module list and
 /// writes its internal fields (list links, spinlock); Rust code only fills it before
 /// registration.
-#[repr(transparent)]
-pub struct BdevModule(UnsafeCell<ffi::spdk_bdev_module>);
+pub struct BdevModule {
+    m: UnsafeCell<ffi::spdk_bdev_module>,
+    registered: AtomicBool,
+}
 
-// SAFETY: the descriptor is written only by `register` (once, from a constructor, before
-// any SPDK thread exists) and afterwards only by SPDK under its own locking.
+// SAFETY: the descriptor is written only by `register` (once, guarded by `registered`, at
+// load time, before any SPDK thread exists) and afterwards only by SPDK under its own
+// locking.
 unsafe impl Sync for BdevModule {}
 
 impl std::fmt::Debug for BdevModule {
@@ -56,32 +98,41 @@ impl std::fmt::Debug for BdevModule {
 impl BdevModule {
     /// An all-zero descriptor (no callbacks, no name): what C's static initialisers give.
     pub const fn new() -> Self {
-        // SAFETY: every field of `spdk_bdev_module` is a pointer, an optional function
-        // pointer, an integer, a bool or a C spinlock/list head, for which all-zero is
-        // the valid "empty" value (C statics are zero-initialised the same way).
-        BdevModule(UnsafeCell::new(unsafe { std::mem::zeroed() }))
+        BdevModule {
+            // SAFETY: every field of `spdk_bdev_module` is a pointer, an optional
+            // function pointer, an integer, a bool or a C spinlock/list head, for which
+            // all-zero is the valid "empty" value (C statics are zero-initialised the
+            // same way).
+            m: UnsafeCell::new(unsafe { std::mem::zeroed() }),
+            registered: AtomicBool::new(false),
+        }
     }
 
     pub fn as_ptr(&'static self) -> *mut ffi::spdk_bdev_module {
-        self.0.get()
+        self.m.get()
     }
 
-    /// Fills the descriptor with `init` and adds it to SPDK's module list.
-    ///
-    /// # Safety
-    /// Call once, from an ELF constructor (before SPDK initialises the bdev layer);
-    /// `name` must name no other module.
-    pub unsafe fn register(
+    /// Fills the descriptor with `init` and adds it to SPDK's module list, at load
+    /// time; a second call does nothing (and logs). SPDK refuses a name another module
+    /// has at its init.
+    pub(crate) fn register(
         &'static self,
         name: &'static CStr,
+        _loading: &Loading,
         init: impl FnOnce(&mut ffi::spdk_bdev_module),
     ) {
-        // SAFETY: per the contract above nothing else accesses the descriptor yet.
-        let m = unsafe { &mut *self.0.get() };
+        if self.registered.swap(true, Ordering::Relaxed) {
+            tracing::error!("bdev module {name:?} registered twice; ignored");
+            return;
+        }
+        // SAFETY: at load time nothing else runs (`Loading`), and this descriptor is
+        // registered once (the flag above): nothing else accesses it yet.
+        let m = unsafe { &mut *self.m.get() };
         m.name = name.as_ptr();
         init(m);
-        // SAFETY: the descriptor is 'static and filled.
-        unsafe { ffi::spdk_bdev_module_list_add(self.0.get()) };
+        // SAFETY: the descriptor is 'static and filled; SPDK reads its module list only
+        // once it runs, after the constructors.
+        unsafe { ffi::spdk_bdev_module_list_add(self.m.get()) };
     }
 }
 
@@ -91,10 +142,46 @@ impl Default for BdevModule {
     }
 }
 
+/// An event subsystem: its descriptor, name, dependency and hooks.
+pub trait SubsystemHooks: 'static {
+    const NAME: &'static CStr;
+    /// Initialised after this subsystem, finished before it.
+    const DEPENDS_ON: &'static CStr;
+    fn descriptor() -> &'static Subsystem;
+    /// At the subsystem's init (nothing by default).
+    fn init() {}
+    /// At the subsystem's fini (nothing by default).
+    fn fini() {}
+}
+
+unsafe extern "C" fn subsystem_init<S: SubsystemHooks>() {
+    S::init();
+    // SAFETY: the required continuation of a subsystem's init, once.
+    unsafe { ffi::spdk_subsystem_init_next(0) };
+}
+
+unsafe extern "C" fn subsystem_fini<S: SubsystemHooks>() {
+    S::fini();
+    // SAFETY: the required continuation of a subsystem's fini, once.
+    unsafe { ffi::spdk_subsystem_fini_next() };
+}
+
+/// Registers subsystem `S` at load time; a second call does nothing (and logs).
+pub fn register_subsystem<S: SubsystemHooks>(loading: &Loading) {
+    S::descriptor().register(
+        S::NAME,
+        S::DEPENDS_ON,
+        subsystem_init::<S>,
+        subsystem_fini::<S>,
+        loading,
+    );
+}
+
 /// An event subsystem and its dependency on another subsystem, in a `static`.
 pub struct Subsystem {
     subsystem: UnsafeCell<ffi::spdk_subsystem>,
     depend: UnsafeCell<ffi::spdk_subsystem_depend>,
+    registered: AtomicBool,
 }
 
 // SAFETY: as for `BdevModule`: written once from a constructor, then by SPDK only.
@@ -114,24 +201,29 @@ impl Subsystem {
             Subsystem {
                 subsystem: UnsafeCell::new(std::mem::zeroed()),
                 depend: UnsafeCell::new(std::mem::zeroed()),
+                registered: AtomicBool::new(false),
             }
         }
     }
 
     /// Registers subsystem `name` (initialised after `depends_on`, finished before it)
-    /// with its `init` and `fini` callbacks. `init` must end with
-    /// `spdk_subsystem_init_next(rc)` and `fini` with `spdk_subsystem_fini_next()`.
-    ///
-    /// # Safety
-    /// Call once, from an ELF constructor; `name` must name no other subsystem.
-    pub unsafe fn register(
+    /// with its `init` and `fini` callbacks, which end with `spdk_subsystem_init_next`
+    /// and `spdk_subsystem_fini_next`.
+    fn register(
         &'static self,
         name: &'static CStr,
         depends_on: &'static CStr,
         init: unsafe extern "C" fn(),
         fini: unsafe extern "C" fn(),
+        _loading: &Loading,
     ) {
-        // SAFETY: per the contract above nothing else accesses the descriptors yet.
+        if self.registered.swap(true, Ordering::Relaxed) {
+            tracing::error!("subsystem {name:?} registered twice; ignored");
+            return;
+        }
+        // SAFETY: at load time nothing else runs (`Loading`) and these descriptors are
+        // registered once (the flag above): nothing else accesses them yet. SPDK reads
+        // its subsystem lists only once it runs.
         unsafe {
             let s = &mut *self.subsystem.get();
             s.name = name.as_ptr();

@@ -134,3 +134,37 @@ impl Drop for Poller {
         }
     }
 }
+
+/// A poller whose closure need not be `Send` (it may hold `Rc`s of its thread): the
+/// [`LocalPoller`] itself is not `Send`, so it is dropped on the thread that registered
+/// it, and the closure never leaves that thread.
+#[derive(Debug)]
+pub struct LocalPoller {
+    _inner: Poller,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl LocalPoller {
+    /// Registers `f` on the current SPDK thread.
+    pub fn new<F>(name: &CStr, period_us: u64, f: F) -> Result<LocalPoller, PollerError>
+    where
+        F: FnMut() -> PollStatus + 'static,
+    {
+        struct OnThisThread<F>(F);
+        // SAFETY: the closure is created here, run by the poller on this thread only,
+        // and freed by `Poller`'s drop, which runs on this thread (a `LocalPoller` is
+        // not `Send`) and frees it by a message to this same thread: it never crosses a
+        // thread.
+        unsafe impl<F> Send for OnThisThread<F> {}
+        impl<F: FnMut() -> PollStatus> OnThisThread<F> {
+            fn call(&mut self) -> PollStatus {
+                (self.0)()
+            }
+        }
+        let mut f = OnThisThread(f);
+        Ok(LocalPoller {
+            _inner: Poller::new(name, period_us, move || f.call())?,
+            _not_send: std::marker::PhantomData,
+        })
+    }
+}

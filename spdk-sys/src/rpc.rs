@@ -64,6 +64,17 @@ pub fn parse<T: for<'de> serde::Deserialize<'de>>(
         .map_err(|e| RpcError::invalid(format!("{method}: invalid parameters: {e}")))
 }
 
+/// A method that changes something: parses `params` as `T` for `method`, runs `f`, and
+/// answers `true`.
+pub fn apply<T: for<'de> serde::Deserialize<'de>>(
+    method: &str,
+    params: serde_json::Value,
+    f: impl FnOnce(T) -> Result<(), RpcError>,
+) -> Result<serde_json::Value, RpcError> {
+    f(parse(method, params)?)?;
+    Ok(serde_json::Value::Bool(true))
+}
+
 /// Checks an object name: 1 ..= [`MAX_NAME_LEN`] printable ASCII characters, no spaces.
 /// `what` names the field in the message ("bdev name", "pacer_group").
 pub fn check_name(what: &str, name: &str) -> Result<(), RpcError> {

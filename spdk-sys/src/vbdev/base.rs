@@ -4,13 +4,17 @@
 //! channel of it ([`BaseChannel`], put when dropped), through which upper I/O goes down.
 
 use std::ffi::{CString, c_int, c_void};
+use std::rc::Rc;
 use std::sync::Arc;
 
-use crate::bdev_io::{BdevIo, IoStatus};
+use crate::bdev_io::BaseIo;
+use crate::dma::DmaBuf;
 use crate::ffi::{self, spdk_bdev_io_type as T};
 use crate::module::BdevModule;
 use crate::rpc::{RpcError, code};
 use crate::thread::Thread;
+
+use super::io::Victim;
 
 /// A raw SPDK pointer that may be sent between threads. SPDK objects are designed to be
 /// referenced from several threads; which calls are allowed where is SPDK's contract,
@@ -167,10 +171,6 @@ impl Base {
         // SAFETY: per the contract; the base is open.
         unsafe { ffi::spdk_bdev_get_memory_domains(self.bdev.0, domains, size) }
     }
-
-    pub fn desc_ptr(&self) -> *mut ffi::spdk_bdev_desc {
-        self.desc.0
-    }
 }
 
 impl Drop for Base {
@@ -196,9 +196,14 @@ impl Drop for Base {
     }
 }
 
-/// This thread's channel of a base (`spdk_bdev_get_io_channel`), put when dropped. It
-/// keeps the base open. Not `Send`: got, used and put on one thread.
-pub struct BaseChannel {
+/// This thread's channel of a base (`spdk_bdev_get_io_channel`), put when the last
+/// clone drops. It keeps the base open. Not `Send`: got, used and put on one thread.
+/// Every request this layer sends through it on the module's behalf holds a clone, so
+/// the channel outlives what is in flight on it.
+#[derive(Clone)]
+pub struct BaseChannel(Rc<ChannelInner>);
+
+struct ChannelInner {
     ch: *mut ffi::spdk_io_channel,
     base: Arc<Base>,
 }
@@ -206,105 +211,172 @@ pub struct BaseChannel {
 impl std::fmt::Debug for BaseChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("BaseChannel")
-            .field("base", &self.base.name)
+            .field("base", &self.0.base.name)
             .finish()
     }
+}
+
+/// Identity of a request sent with [`BaseChannel::nvme_io_passthru`]: the victim of an
+/// ABORT of it, and a key for the module's own bookkeeping.
+pub type RequestId = Victim;
+
+/// A request in flight on a base channel: the channel (kept), the buffer the device
+/// writes (kept), the module's context and completion.
+struct Pending<C> {
+    _ch: BaseChannel,
+    buf: Option<DmaBuf>,
+    ctx: C,
+    done: PendingDone<C>,
+}
+
+enum PendingDone<C> {
+    Passthru(fn(RequestId, C, DmaBuf, BaseIo, bool)),
+    Abort(fn(C, BaseIo, bool)),
 }
 
 impl BaseChannel {
     /// Gets the current thread's channel of `base`; `None` when SPDK has none to give.
     pub(crate) fn get(base: &Arc<Base>) -> Option<BaseChannel> {
         // SAFETY: the descriptor is open (we hold the base); the caller is on an SPDK
-        // thread (io_device channel creation); the channel is put in `drop`.
+        // thread (io_device channel creation); the channel is put when the last clone
+        // drops.
         let ch = unsafe { ffi::spdk_bdev_get_io_channel(base.desc.0) };
-        (!ch.is_null()).then(|| BaseChannel {
-            ch,
-            base: base.clone(),
+        (!ch.is_null()).then(|| {
+            BaseChannel(Rc::new(ChannelInner {
+                ch,
+                base: base.clone(),
+            }))
         })
     }
 
     pub fn base(&self) -> &Arc<Base> {
-        &self.base
+        &self.0.base
     }
 
-    pub fn as_ptr(&self) -> *mut ffi::spdk_io_channel {
-        self.ch
+    pub(crate) fn as_ptr(&self) -> *mut ffi::spdk_io_channel {
+        self.0.ch
     }
 
-    pub fn desc_ptr(&self) -> *mut ffi::spdk_bdev_desc {
-        self.base.desc.0
+    pub(crate) fn desc_ptr(&self) -> *mut ffi::spdk_bdev_desc {
+        self.0.base.desc.0
     }
 
-    /// Issues `io`, unchanged, to the base with `cb(io)` as completion
-    /// ([`BdevIo::forward`]). On a refusal `io` comes back with SPDK's error code.
-    ///
-    /// # Safety
-    /// On this channel's thread; a READ has its buffers; `cb` takes `io` back from its
-    /// argument ([`BdevIo::from_raw`]) and completes it.
-    pub unsafe fn forward(
+    /// Sends an NVMe I/O command (`spdk_bdev_nvme_io_passthru`) whose data, `len` bytes
+    /// from the controller, lands in `buf`; `done` gets the request's id, `ctx`, the
+    /// buffer (now holding the data), the child I/O and success. The request keeps a
+    /// clone of this channel and the buffer until then. On a refusal `ctx` and `buf`
+    /// come back with SPDK's error code (-EINVAL when `len` exceeds the buffer).
+    #[allow(clippy::type_complexity)]
+    pub fn nvme_io_passthru<C: 'static>(
         &self,
-        io: BdevIo,
-        cb: ffi::spdk_bdev_io_completion_cb,
-    ) -> Result<(), (BdevIo, c_int)> {
-        // SAFETY: per the contract; `io` goes to `cb` only when the call returns 0.
-        let rc = unsafe { io.forward(self.base.desc.0, self.ch, cb, io.as_ptr().cast()) };
-        if rc == 0 {
-            let _ = io.into_raw();
-            Ok(())
-        } else {
-            Err((io, rc))
+        cmd: &ffi::spdk_nvme_cmd,
+        mut buf: DmaBuf,
+        len: usize,
+        ctx: C,
+        done: fn(RequestId, C, DmaBuf, BaseIo, bool),
+    ) -> Result<RequestId, (C, DmaBuf, c_int)> {
+        if len > buf.len() {
+            return Err((ctx, buf, -22));
         }
-    }
-
-    /// Resets the base with `cb(io)` as completion; when the base refuses, completes
-    /// `io` itself (success when the base has no reset, -ENOTSUP).
-    ///
-    /// # Safety
-    /// As for [`BaseChannel::forward`]; `io` is a RESET.
-    pub unsafe fn reset(&self, io: BdevIo, cb: ffi::spdk_bdev_io_completion_cb) -> bool {
-        let raw = io.into_raw();
-        // SAFETY: valid descriptor and channel on this thread; `raw` goes to `cb` when
-        // the call returns 0.
-        let rc = unsafe { ffi::spdk_bdev_reset(self.base.desc.0, self.ch, cb, raw.cast()) };
+        let data = buf.as_mut_ptr();
+        let p = Box::into_raw(Box::new(Pending {
+            _ch: self.clone(),
+            buf: Some(buf),
+            ctx,
+            done: PendingDone::Passthru(done),
+        }));
+        // SAFETY: valid descriptor and channel on this thread (`BaseChannel` is not
+        // `Send`); `cmd` is copied by the driver; the buffer (`len` of its bytes, checked
+        // above) is owned by the pending request until `pending_done::<C>` reclaims it,
+        // which happens once, only when the call returns 0.
+        let rc = unsafe {
+            ffi::spdk_bdev_nvme_io_passthru(
+                self.desc_ptr(),
+                self.as_ptr(),
+                cmd,
+                data.cast(),
+                len,
+                Some(pending_done::<C>),
+                p.cast(),
+            )
+        };
         if rc != 0 {
             // SAFETY: not submitted, so still ours.
-            let io = unsafe { BdevIo::from_raw(raw) };
-            io.complete(if rc == -95 {
-                IoStatus::Success
-            } else {
-                IoStatus::Failed
-            });
-            return false;
+            let p = unsafe { Box::from_raw(p) };
+            let Pending { buf, ctx, .. } = *p;
+            return Err((ctx, buf.expect("a passthru keeps its buffer"), rc));
         }
-        true
+        Ok(Victim(p as usize))
     }
 
-    /// Asks the base to abort the I/O it got with callback argument `victim`, with
-    /// `cb(io)` as completion; when the base refuses, completes `io` with `refused`.
-    ///
-    /// # Safety
-    /// As for [`BaseChannel::forward`]; `io` is an ABORT.
-    pub unsafe fn abort(
+    /// Asks the base to abort what was sent through it with callback argument `victim`
+    /// (e.g. a [`RequestId`]); `done` gets `ctx`, the abort's child I/O and success. The
+    /// abort keeps a clone of this channel until then. On a refusal `ctx` comes back.
+    pub fn abort<C: 'static>(
         &self,
-        io: BdevIo,
-        victim: *mut c_void,
-        cb: ffi::spdk_bdev_io_completion_cb,
-        refused: IoStatus,
-    ) {
-        let raw = io.into_raw();
-        // SAFETY: valid descriptor and channel on this thread; `raw` goes to `cb` when
-        // the call returns 0.
-        let rc = unsafe { ffi::spdk_bdev_abort(self.base.desc.0, self.ch, victim, cb, raw.cast()) };
+        victim: Victim,
+        ctx: C,
+        done: fn(C, BaseIo, bool),
+    ) -> Result<(), (C, c_int)> {
+        let p = Box::into_raw(Box::new(Pending {
+            _ch: self.clone(),
+            buf: None,
+            ctx,
+            done: PendingDone::Abort(done),
+        }));
+        // SAFETY: valid descriptor and channel on this thread; the victim is only
+        // compared by SPDK; `p` goes to `pending_done::<C>` when the call returns 0.
+        let rc = unsafe {
+            ffi::spdk_bdev_abort(
+                self.desc_ptr(),
+                self.as_ptr(),
+                victim.0 as *mut c_void,
+                Some(pending_done::<C>),
+                p.cast(),
+            )
+        };
         if rc != 0 {
             // SAFETY: not submitted, so still ours.
-            unsafe { BdevIo::from_raw(raw) }.complete(refused);
+            let p = unsafe { Box::from_raw(p) };
+            return Err((p.ctx, rc));
         }
+        Ok(())
     }
 }
 
-impl Drop for BaseChannel {
+unsafe extern "C" fn pending_done<C>(
+    base: *mut ffi::spdk_bdev_io,
+    success: bool,
+    arg: *mut c_void,
+) {
+    // SAFETY: `arg` is the pending request leaked by `nvme_io_passthru` or `abort`,
+    // reclaimed once here; `base` is the completed child, freed by `BaseIo`.
+    let (p, base) = unsafe {
+        (
+            Box::from_raw(arg.cast::<Pending<C>>()),
+            BaseIo::from_raw(base),
+        )
+    };
+    let id = Victim(arg as usize);
+    // The channel clone in `p` is put after the module's completion has run.
+    let Pending {
+        _ch,
+        buf,
+        ctx,
+        done,
+    } = *p;
+    match (done, buf) {
+        (PendingDone::Passthru(f), Some(buf)) => f(id, ctx, buf, base, success),
+        (PendingDone::Abort(f), _) => f(ctx, base, success),
+        (PendingDone::Passthru(_), None) => unreachable!("a passthru keeps its buffer"),
+    }
+    drop(_ch);
+}
+
+impl Drop for ChannelInner {
     fn drop(&mut self) {
-        // SAFETY: got in `get` on this thread (the type is not `Send`), put once.
+        // SAFETY: got in `BaseChannel::get` on this thread (the type is not `Send`), put
+        // once, when the last clone drops.
         unsafe { ffi::spdk_put_io_channel(self.ch) };
     }
 }

@@ -11,8 +11,12 @@
 //! the base after its last channel.
 
 mod base;
+mod io;
+mod split;
 
-pub use base::{Base, BaseChannel, BaseError, BaseHints};
+pub use base::{Base, BaseChannel, BaseError, BaseHints, RequestId};
+pub use io::{BaseDone, Io, IoId, Retry, Victim};
+pub use split::{PieceDone, PieceError, Seg, Split};
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
@@ -22,18 +26,22 @@ use std::sync::{Arc, Weak};
 
 use serde_json::{Value, json};
 
-use crate::bdev_io::BdevIo;
+use crate::bdev_io::IoStatus;
 use crate::ffi::{self, spdk_bdev_io_type as T};
 use crate::io_device::{self, IoDevice};
 use crate::json::JsonWriter;
-use crate::module::BdevModule;
+use crate::module::{BdevModule, Loading};
 use crate::poller::{PollStatus, Poller};
-use crate::rpc::{RpcError, check_name, code};
+use crate::rpc::{RpcError, RpcRequest, check_name, code};
 
 /// An upper module's policy: one value per upper bdev (shared by its channels, so
 /// `Sync`), and one [`Vbdev::Channel`] per (bdev, thread).
 pub trait Vbdev: Send + Sync + Sized + 'static {
     type Channel: 'static;
+    /// The module's per-I/O context ([`Io::ctx`]), `Default` when the I/O is
+    /// submitted. It lives in the bdev_io and is never dropped (no drop glue allowed),
+    /// and is only ever borrowed shared: mutable fields are `Cell`s.
+    type IoCtx: Default + 'static;
     /// Names the module's bdevs in messages ("QoS bdev").
     const KIND: &'static str;
     const PRODUCT: &'static CStr;
@@ -57,8 +65,9 @@ pub trait Vbdev: Send + Sync + Sized + 'static {
     /// that `f`'s caller takes).
     fn with_vbdevs<R>(f: impl FnOnce(&mut Vbdevs<Self>) -> R) -> R;
 
-    /// Builds this thread's channel on `base`; `None` fails the channel creation.
-    fn new_channel(node: &Node<Self>, base: BaseChannel) -> Option<Self::Channel>;
+    /// Builds this thread's channel on `base`; `None` fails the channel creation. The
+    /// channel may keep the node (`Arc`).
+    fn new_channel(node: &Arc<Node<Self>>, base: BaseChannel) -> Option<Self::Channel>;
     /// The base channel a channel sends I/O through.
     fn base_channel(ch: &Self::Channel) -> &BaseChannel;
     /// The channel's poller body.
@@ -71,12 +80,11 @@ pub trait Vbdev: Send + Sync + Sized + 'static {
     }
     /// Delete: this channel lets go of what it holds (the bdev is `deleting`).
     fn drain(ch: &Self::Channel);
-    /// Handles one submitted I/O: completes it exactly once, now or later. `raw_ch` is
-    /// the SPDK channel (for callbacks that must find `ch` again).
-    fn submit(ch: &Self::Channel, raw_ch: *mut ffi::spdk_io_channel, io: BdevIo);
-    /// A READ sent through [`get_read_buf`] has its buffer (`success`), or could not get
-    /// one; on the I/O's channel.
-    fn read_buf_ready(ch: &Self::Channel, io: BdevIo, success: bool);
+    /// Handles one submitted I/O: completes it exactly once, now or later.
+    fn submit(ch: &Self::Channel, io: Io<Self>);
+    /// A READ sent through [`Io::get_read_buf`] has its buffer (`success`), or could
+    /// not get one; on the I/O's channel.
+    fn read_buf_ready(ch: &Self::Channel, io: Io<Self>, success: bool);
     /// I/O types beyond READ, WRITE, UNMAP, FLUSH, WRITE_ZEROES, COMPARE (as the base)
     /// and RESET (always).
     fn io_type_supported(node: &Node<Self>, t: T) -> bool;
@@ -87,10 +95,21 @@ pub trait Vbdev: Send + Sync + Sized + 'static {
     fn destroyed(node: &Node<Self>) {
         let _ = node;
     }
+    /// The module's `module_fini` (the bdev layer is finishing; its bdevs are gone).
+    fn module_fini() {}
+    /// The module's `fini_start` (the bdev layer starts to finish).
+    fn fini_start() {}
+    /// The module's own `save_config` lines (`{"method", "params"}` objects), written
+    /// before the per-bdev section.
+    fn module_config() -> Vec<Value> {
+        Vec::new()
+    }
 }
 
 /// One upper bdev: the `spdk_bdev` SPDK sees, its base, and the module's policy value
-/// (reached through `Deref`). Its address is the bdev's `ctxt` and the io_device id.
+/// (reached through `Deref`). Its address is the bdev's `ctxt` and the io_device id. It
+/// lives in an `Arc`: SPDK's reference is released when the io_device is gone, and a
+/// channel may hold another ([`Node::arc`]).
 pub struct Node<P: Vbdev> {
     /// Written before registration, then only by SPDK.
     bdev: UnsafeCell<ffi::spdk_bdev>,
@@ -144,6 +163,26 @@ impl<P: Vbdev> Node<P> {
     }
     fn bdev_ptr(&self) -> *mut ffi::spdk_bdev {
         self.bdev.get()
+    }
+    /// Block size, separate metadata bytes per block, and whether metadata is
+    /// interleaved (the base's, copied at registration).
+    pub(crate) fn geometry(&self) -> (u32, u32, bool) {
+        let b = self.bdev_ptr();
+        // SAFETY: these fields are written before registration and never changed by
+        // SPDK afterwards; read by value through the raw pointer (no reference to a
+        // struct SPDK updates).
+        unsafe { ((*b).blocklen, (*b).md_len, (*b).md_interleave) }
+    }
+    /// Another handle on this node.
+    pub fn arc(&self) -> Arc<Node<P>> {
+        let p: *const Node<P> = self;
+        // SAFETY: every node is built by `register` inside an `Arc` whose strong count
+        // stays at least 1 until `unregistered`, and `&self` proves it is not there yet;
+        // the count is incremented before the new handle is made.
+        unsafe {
+            Arc::increment_strong_count(p);
+            Arc::from_raw(p)
+        }
     }
 }
 
@@ -226,10 +265,11 @@ unsafe extern "C" fn submit_request<P: Vbdev>(
     ch: *mut ffi::spdk_io_channel,
     raw: *mut ffi::spdk_bdev_io,
 ) {
-    // SAFETY: SPDK passes a fresh I/O of one of our bdevs, which we own until completed,
-    // and a live channel of its io_device on this thread.
-    let (io, c) = unsafe { (BdevIo::from_raw(raw), channel::<P>(ch)) };
-    P::submit(c, ch, io);
+    // SAFETY: SPDK passes a fresh I/O of one of our bdevs (its `driver_ctx` sized by
+    // the module's `get_ctx_size`, `ctx_size::<P>`), which we own until completed, and
+    // a live channel of its io_device on this thread.
+    let (io, c) = unsafe { (Io::<P>::start(raw, ch), channel::<P>(ch)) };
+    P::submit(c, io);
 }
 
 unsafe extern "C" fn io_type_supported<P: Vbdev>(ctx: *mut c_void, t: T) -> bool {
@@ -289,6 +329,10 @@ unsafe extern "C" fn write_config_json<P: Vbdev>(
     w.value(&json!({"method": P::CREATE_METHOD, "params": P::create_params(n)}));
 }
 
+/// Synchronous: everything it does is done when it returns 0, so SPDK's
+/// `spdk_bdev_destruct_done` (for a destruct that returns 1 and finishes later) is not
+/// used; what outlives it (the io_device, the node, the base) is released by the
+/// io_device's unregistration and the handles.
 unsafe extern "C" fn destruct<P: Vbdev>(ctx: *mut c_void) -> c_int {
     let ptr = ctx.cast::<Node<P>>().cast_const();
     // SAFETY: called by SPDK once, when every descriptor of the bdev is closed; the node
@@ -354,7 +398,7 @@ impl<P: Vbdev> IoDevice for Node<P> {
             tracing::error!(bdev = self.name(), "cannot get a channel of the base bdev");
             return None;
         };
-        let ch = Box::new(P::new_channel(self, base)?);
+        let ch = Box::new(P::new_channel(&self.arc(), base)?);
         let p = ChannelPtr::<P::Channel>(&*ch);
         match Poller::new(P::POLLER, P::POLL_US, move || {
             // SAFETY: the poller is dropped (unregistered) before the channel is dropped
@@ -379,8 +423,8 @@ impl<P: Vbdev> IoDevice for Node<P> {
     }
     unsafe fn unregistered(this: *const Self) {
         // SAFETY: SPDK no longer references the node (bdev destructed, io_device gone):
-        // reclaim the box leaked in `register`.
-        drop(unsafe { Box::from_raw(this.cast_mut()) });
+        // release the `Arc` handle given up in `register` (channels may hold others).
+        drop(unsafe { Arc::from_raw(this) });
     }
 }
 
@@ -389,33 +433,12 @@ impl<P: Vbdev> IoDevice for Node<P> {
 /// # Safety
 /// `ch` is a live channel of a `P` bdev's io_device, used on its own thread, alive for
 /// `'a` (the bdev layer keeps a bdev's channel alive while its I/O is outstanding).
-pub unsafe fn channel<'a, P: Vbdev>(ch: *mut ffi::spdk_io_channel) -> &'a P::Channel {
+pub(crate) unsafe fn channel<'a, P: Vbdev>(ch: *mut ffi::spdk_io_channel) -> &'a P::Channel {
     // SAFETY: per the contract.
     let slot = unsafe { io_device::channel::<Node<P>>(ch) };
     slot.ch
         .as_deref()
         .expect("a live channel has its module state")
-}
-
-/// Gives a READ a data buffer the module owns (when it came without one, the bdev
-/// layer allocates it), then hands it to [`Vbdev::read_buf_ready`], now or later.
-pub fn get_read_buf<P: Vbdev>(io: BdevIo) {
-    // SAFETY: READ carries block parameters.
-    let len = unsafe { io.block_bytes() };
-    // SAFETY: ownership of the I/O moves to `read_buf_ready::<P>`, which SPDK calls once
-    // (now or later) on the I/O's channel.
-    unsafe { ffi::spdk_bdev_io_get_buf(io.into_raw(), Some(read_buf_ready::<P>), len) };
-}
-
-unsafe extern "C" fn read_buf_ready<P: Vbdev>(
-    ch: *mut ffi::spdk_io_channel,
-    raw: *mut ffi::spdk_bdev_io,
-    success: bool,
-) {
-    // SAFETY: `raw` was handed over by `get_read_buf` with `into_raw`; `ch` is the
-    // channel of one of `P`'s bdevs the read was submitted on.
-    let (io, c) = unsafe { (BdevIo::from_raw(raw), channel::<P>(ch)) };
-    P::read_buf_ready(c, io, success);
 }
 
 /// Calls `f` on every channel of `node`, each on its own thread; then `done` on the
@@ -442,27 +465,25 @@ pub fn for_each_channel<P: Vbdev>(
 }
 
 /// RESET: `drain` every channel (what they hold is completed), then reset the base
-/// from the channel the reset came on (`raw_ch`), with `cb(io)` as completion. Returns
-/// at once; `before` runs on the base reset's submission, `refused` when the base
-/// refused it (and `io` was completed).
+/// from the channel the reset came on, with `done` as completion. Returns at once;
+/// `refused` runs on the reset's channel when the base refused it (and `io` was
+/// completed).
 pub fn reset<P: Vbdev>(
-    node: &Node<P>,
-    raw_ch: *mut ffi::spdk_io_channel,
-    io: BdevIo,
+    io: Io<P>,
     drain: fn(&P::Channel),
-    cb: ffi::spdk_bdev_io_completion_cb,
+    done: BaseDone<P>,
     refused: fn(&P::Channel),
 ) {
-    struct Pending(BdevIo, *mut ffi::spdk_io_channel);
-    let pending = Pending(io, raw_ch);
-    for_each_channel(node, drain, move |_| {
-        let Pending(io, raw_ch) = pending;
-        // SAFETY: `raw_ch` is the channel the reset was submitted on, alive while the
-        // reset is outstanding; the walk's completion runs on its thread.
-        let c = unsafe { channel::<P>(raw_ch) };
-        // SAFETY: on the channel's thread; the completion callback takes `io` back.
-        if !unsafe { P::base_channel(c).reset(io, cb) } {
-            refused(c);
+    let node = io.node().arc();
+    for_each_channel(&node, drain, move |_| {
+        if let Err((io, rc)) = io.reset_base(done) {
+            refused(io.channel());
+            // A base without reset (-ENOTSUP) has nothing to reset.
+            io.complete(if rc == -95 {
+                IoStatus::Success
+            } else {
+                IoStatus::Failed
+            });
         }
     });
 }
@@ -559,7 +580,7 @@ pub fn register<P: Vbdev>(
     uuid: ffi::spdk_uuid,
     policy: P,
 ) -> Result<(), RpcError> {
-    let node = Box::new(Node {
+    let node = Arc::new(Node {
         // SAFETY: an all-zero `spdk_bdev` is the blank bdev SPDK modules start from
         // (calloc in C); the fields that matter are set below.
         bdev: UnsafeCell::new(unsafe { std::mem::zeroed() }),
@@ -570,9 +591,11 @@ pub fn register<P: Vbdev>(
         deleting: AtomicBool::new(false),
         policy,
     });
-    let ptr: *const Node<P> = Box::into_raw(node);
-    // SAFETY: `ptr` is the fresh node; its bdev is not registered yet, so nothing else
-    // accesses it. The base bdev is open, so reading its properties is valid.
+    // SPDK's handle, released in `unregistered`.
+    let ptr: *const Node<P> = Arc::into_raw(node);
+    // SAFETY: `ptr` is the fresh node, whose only handle is ours; its bdev is not
+    // registered yet, so nothing else accesses it. The base bdev is open, so reading its
+    // properties is valid.
     unsafe {
         let n = &*ptr;
         let b = &mut *n.bdev.get();
@@ -614,7 +637,7 @@ pub fn register<P: Vbdev>(
     if rc != 0 {
         let msg = format!("cannot register bdev {:?}: error {rc}", n.name());
         P::with_vbdevs(|v| v.bdevs.remove(n.name()));
-        // SAFETY: registered above and never exposed; `unregistered` frees the node
+        // SAFETY: registered above and never exposed; `unregistered` releases the node
         // (and with it the base handle).
         unsafe { io_device::unregister(ptr) };
         return Err(RpcError::new(rc.min(-1), msg));
@@ -678,5 +701,60 @@ unsafe extern "C" fn base_event<P: Vbdev>(
             }
         }
         other => tracing::info!("base bdev event {} ignored", other.0),
+    }
+}
+
+// ---- the module descriptor and the delete RPC ----------------------------------------
+
+unsafe extern "C" fn module_init() -> c_int {
+    0
+}
+
+unsafe extern "C" fn module_fini<P: Vbdev>() {
+    P::module_fini();
+}
+
+unsafe extern "C" fn fini_start<P: Vbdev>() {
+    P::fini_start();
+}
+
+unsafe extern "C" fn get_ctx_size<P: Vbdev>() -> c_int {
+    io::ctx_size::<P>() as c_int
+}
+
+unsafe extern "C" fn config_json<P: Vbdev>(w: *mut ffi::spdk_json_write_ctx) -> c_int {
+    // SAFETY: SPDK passes a live writer positioned inside the bdev config array.
+    let mut w = unsafe { JsonWriter::from_raw(w) };
+    for line in P::module_config() {
+        w.value(&line);
+    }
+    0
+}
+
+/// Registers `P`'s bdev module as `name` ([`Vbdev::module`]), at load time: its init,
+/// fini and `fini_start` hooks, its `save_config` lines, and the size of its per-I/O
+/// context.
+pub fn register_module<P: Vbdev>(name: &'static CStr, loading: &Loading) {
+    P::module().register(name, loading, |m| {
+        m.module_init = Some(module_init);
+        m.module_fini = Some(module_fini::<P>);
+        m.fini_start = Some(fini_start::<P>);
+        m.config_json = Some(config_json::<P>);
+        m.get_ctx_size = Some(get_ctx_size::<P>);
+    });
+}
+
+/// Parameters of a module's delete method.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteParams {
+    name: String,
+}
+
+/// A module's delete method (`{"name"}`, answering `true`): [`delete`] over JSON-RPC.
+pub fn rpc_delete<P: Vbdev>(method: &str, req: RpcRequest, params: Value) {
+    match crate::rpc::parse::<DeleteParams>(method, params) {
+        Ok(n) => delete::<P>(&n.name, move |r| req.reply(r.map(|()| json!(true)))),
+        Err(e) => req.reply(Err(e)),
     }
 }
