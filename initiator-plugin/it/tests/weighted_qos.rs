@@ -395,8 +395,16 @@ fn weighted_excess_whatever_the_queue_depth() {
             above[i],
             100.0 * (above[i] - share) / share.max(1.0),
             100.0 * held_frac[i],
-            if wants[i].is_some() { " (wants no more)" } else { "" },
-            if at_end[i].2 { ", reservation unreachable" } else { "" },
+            if wants[i].is_some() {
+                " (wants no more)"
+            } else {
+                ""
+            },
+            if at_end[i].2 {
+                ", reservation unreachable"
+            } else {
+                ""
+            },
             rates[i].len(),
             jr.get(&ctrl(i + 1).bdev()).map_or(0.0, |r| r.iops)
         );
