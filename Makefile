@@ -34,7 +34,7 @@ test-exporter: $(VENV)/.installed
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin
 endif
-	SPDK_DIR="$(SPDK_DIR)" $(VENV)/bin/python -m pytest -q -rs exporter/tests
+	$(KEEP_HUGEPAGES) SPDK_DIR="$(SPDK_DIR)" $(VENV)/bin/python -m pytest -q -rs exporter/tests
 
 # Serve the QoS statistics of the SPDK application at RPC_SOCKET for Prometheus.
 RPC_SOCKET ?= /var/tmp/spdk.sock
@@ -49,11 +49,17 @@ exporter: $(VENV)/.installed
 SPDK_PRESENT_FILES := $(addprefix $(SPDK_DIR)/,$(shell grep -v '^\#' spdk-present.list))
 SPDK_FOUND := $(if $(strip $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,missing))),,yes)
 
+# The SPDK tests reserve hugepages (1024 x 2 MiB) as they need them; the machine gets
+# back the number it had when the recipe ends, whether the tests passed or not.
+KEEP_HUGEPAGES = hp=$$(cat /proc/sys/vm/nr_hugepages 2>/dev/null); \
+	trap 'echo $$hp > /proc/sys/vm/nr_hugepages 2>/dev/null || true' EXIT;
+
 test-spdk:
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin
-	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p spdk-sys -p spdk-plugin -p initiator-plugin -p it-harness
-	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it -- --nocapture --test-threads=1
+	$(KEEP_HUGEPAGES) \
+	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p spdk-sys -p spdk-plugin -p initiator-plugin -p it-harness && \
+	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it -- --nocapture --test-threads=1 && \
 	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p initiator-it -- --nocapture --test-threads=1
 else
 	@echo "SKIPPED: SPDK tests: SPDK not present at SPDK_DIR=$(SPDK_DIR): missing $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,$(f))) (spdk-present.list; see docs/target-plugin.md)"
@@ -65,7 +71,7 @@ endif
 accept:
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin
-	NVMF_QOS_ACCEPTANCE=1 SPDK_DIR="$(SPDK_DIR)" cargo test --release -p initiator-it --test weighted_qos -- --ignored --nocapture --test-threads=1
+	$(KEEP_HUGEPAGES) NVMF_QOS_ACCEPTANCE=1 SPDK_DIR="$(SPDK_DIR)" cargo test --release -p initiator-it --test weighted_qos -- --ignored --nocapture --test-threads=1
 else
 	@echo "SKIPPED: acceptance runs need SPDK at SPDK_DIR=$(SPDK_DIR)"
 endif
