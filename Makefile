@@ -5,6 +5,14 @@ SPDK_DIR ?= /opt/spdk
 PYTHON ?= python3
 VENV ?= .venv
 
+# Tests against a real nvmf_tgt (and SPDK initiators): run only where SPDK is present
+# at SPDK_DIR, i.e. every path of spdk-present.list exists there (the same list the test
+# harnesses read); elsewhere they print SKIPPED and pass. Where SPDK is present, the
+# plugins are built before their tests. (Defined before every recipe that tests it:
+# make reads a recipe's ifneq when it parses it.)
+SPDK_PRESENT_FILES := $(addprefix $(SPDK_DIR)/,$(shell grep -v '^\#' spdk-present.list))
+SPDK_FOUND := $(if $(strip $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,missing))),,yes)
+
 .PHONY: test test-rust test-loom test-rpc test-exporter test-spdk accept lint lab bench exporter
 
 test: test-rust test-loom test-rpc test-exporter test-spdk
@@ -42,12 +50,6 @@ EXPORTER_PORT ?= 9633
 exporter: $(VENV)/.installed
 	$(VENV)/bin/python exporter/nvmf_qos_exporter.py --rpc-socket $(RPC_SOCKET) --port $(EXPORTER_PORT)
 
-# Tests against a real nvmf_tgt (and SPDK initiators): run only where SPDK is present
-# at SPDK_DIR, i.e. every path of spdk-present.list exists there (the same list the test
-# harnesses read); elsewhere they print SKIPPED and pass. Where SPDK is present, the
-# plugins are built before their tests.
-SPDK_PRESENT_FILES := $(addprefix $(SPDK_DIR)/,$(shell grep -v '^\#' spdk-present.list))
-SPDK_FOUND := $(if $(strip $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,missing))),,yes)
 
 # The SPDK tests reserve hugepages (1024 x 2 MiB) as they need them; the machine gets
 # back the number it had when the recipe ends, whether the tests passed or not.

@@ -19,7 +19,8 @@
 //!   low-priority load; idle high-priority hosts give the capacity back.
 //!
 //! `QOS_IT_SHARING=first_come` runs them with Haechi's first-come pool instead,
-//! `QOS_IT_PROFILE=F` configures the domain at F times the bare total (default 0.9).
+//! `QOS_IT_PROFILE=F` configures the domain at F times the bare total (default 0.9),
+//! `QOS_IT_QDS=a,b,c,d` sets the weighted test's four queue depths.
 //!
 //! Every test prints its figures. They are `#[ignore]`d: `make accept` runs them on a
 //! quiet machine, with the acceptance thresholds (the figures above) asserted
@@ -264,6 +265,18 @@ fn profile_factor() -> f64 {
         .unwrap_or(0.9)
 }
 
+/// The four hosts' queue depths: `default`, or `QOS_IT_QDS` (four numbers, commas).
+fn queue_depths(default: [u32; 4]) -> [u32; 4] {
+    let Ok(v) = std::env::var("QOS_IT_QDS") else {
+        return default;
+    };
+    let qds: Vec<u32> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+    match <[u32; 4]>::try_from(qds) {
+        Ok(q) if q.iter().all(|&d| (1..=1024).contains(&d)) => q,
+        _ => panic!("QOS_IT_QDS={v:?}: give four queue depths 1..=1024, e.g. 64,128,192,256"),
+    }
+}
+
 /// The acceptance thresholds are asserted (`NVMF_QOS_ACCEPTANCE=1`).
 fn acceptance() -> bool {
     std::env::var("NVMF_QOS_ACCEPTANCE").is_ok_and(|v| v == "1")
@@ -297,7 +310,7 @@ fn weighted_excess_whatever_the_queue_depth() {
     let Some(s) = setup("weighted sharing on a real target") else {
         return;
     };
-    let qds = [16u32, 32, 48, 64];
+    let qds = queue_depths([16, 32, 48, 64]);
     let weights = [4u32, 3, 2, 1];
     let secs = 26;
     println!("weighted sharing: queue depths {qds:?}, weights {weights:?}");
