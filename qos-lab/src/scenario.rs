@@ -118,6 +118,7 @@ struct RawTarget {
     per_host_max_iops: Option<i64>,
     service: Option<String>,
     base_latency_us: Option<f64>,
+    half_depth: Option<f64>,
     link_gbps: Option<f64>,
     channels_per_host: Option<i64>,
     #[serde(default)]
@@ -345,6 +346,9 @@ pub struct TargetSpec {
     pub service: Service,
     /// Fabric round trip added to every command outside the target's queues.
     pub base_latency: Nanos,
+    /// Commands in flight at which the target does half of `capacity_iops` (it does
+    /// `capacity_iops * n / (n + half_depth)` with n); 0: `capacity_iops` at any depth.
+    pub half_depth: f64,
     /// The target's link in bytes per second; `None` leaves bytes unconstrained.
     pub link_bytes_per_s: Option<u64>,
     pub channels_per_host: usize,
@@ -750,6 +754,13 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
             format!("the base latency must be 0 ..= 1000000 us (got {base_latency_us})"),
         ));
     }
+    let half_depth = t.half_depth.unwrap_or(0.0);
+    if !(0.0..=100_000.0).contains(&half_depth) {
+        return Err(ctx.invalid(
+            &tp("half_depth"),
+            format!("the half depth must be 0 ..= 100000 commands (got {half_depth}); 0 or no field: the capacity whatever the depth"),
+        ));
+    }
     let link_bytes_per_s = match t.link_gbps {
         None => None,
         Some(g) if g.is_nan() || g <= 0.0 || g > 100_000.0 => {
@@ -1017,6 +1028,7 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
             per_host_max_iops,
             service,
             base_latency: Nanos((base_latency_us * 1000.0).round() as u64),
+            half_depth,
             link_bytes_per_s,
             channels_per_host: channels as usize,
             capacity_changes,

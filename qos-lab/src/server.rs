@@ -5,7 +5,9 @@
 //!    and 7);
 //! 2. [`Server`]: the target, processor sharing of capacity C_G among the commands it
 //!    holds, so hosts with as many commands outstanding get equal shares (the bare
-//!    system of Haechi Fig. 8(a) and 9), and a host with few commands takes little;
+//!    system of Haechi Fig. 8(a) and 9), and a host with few commands takes little.
+//!    Optionally the target is faster the more commands it holds (NVMe/TCP batches more
+//!    per socket call): with a half depth k, n commands are served at C_G n / (n + k);
 //! 3. [`Link`]: the target's link, a FIFO of bytes in which a large transfer delays the
 //!    small ones queued behind it (head-of-line blocking, Justitia section 2).
 //!
@@ -45,6 +47,8 @@ impl Ord for Tag {
 #[derive(Debug)]
 pub struct Server {
     cap: f64,
+    /// Commands at which the target does half of `cap` (0: `cap` at any depth).
+    half_depth: f64,
     /// Work done per command present since the start.
     v: f64,
     last: u64,
@@ -58,6 +62,7 @@ impl Server {
     pub fn new(capacity: f64) -> Self {
         Server {
             cap: capacity / 1e9,
+            half_depth: 0.0,
             v: 0.0,
             last: 0,
             tags: BinaryHeap::with_capacity(1024),
@@ -66,11 +71,17 @@ impl Server {
         }
     }
 
+    /// The target does `capacity * n / (n + half_depth)` with n commands present.
+    pub fn with_half_depth(mut self, half_depth: f64) -> Self {
+        self.half_depth = half_depth.max(0.0);
+        self
+    }
+
     fn rate(&self) -> f64 {
         if self.tags.is_empty() {
             0.0
         } else {
-            self.cap / self.tags.len() as f64
+            self.cap / (self.tags.len() as f64 + self.half_depth)
         }
     }
 
@@ -223,6 +234,20 @@ mod tests {
         // 2 ms at 250/s = 0.5 unit done; the other 0.5 at 125/s = 4 ms.
         let t = s.next_time();
         assert!((5_999_000..=6_001_000).contains(&t), "{t}");
+    }
+
+    #[test]
+    fn with_a_half_depth_few_commands_are_served_slower() {
+        // Half depth 4: one command alone at 1000 * 1/5 = 200/s: 5 ms; four at
+        // 1000 * 4/8 = 500/s together: all done at 8 ms.
+        let mut s = Server::new(1000.0).with_half_depth(4.0);
+        s.enqueue(0, 1, 1.0);
+        assert_eq!(drain(&mut s), vec![(5_000_000, 1)]);
+        let mut s = Server::new(1000.0).with_half_depth(4.0);
+        for i in 0..4 {
+            s.enqueue(0, i, 1.0);
+        }
+        assert!(drain(&mut s).iter().all(|&(t, _)| t == 8_000_000));
     }
 
     #[test]

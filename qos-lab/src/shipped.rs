@@ -53,6 +53,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../scenarios/qd-unreachable.toml"),
     ),
     (
+        "qd-weights-depth",
+        include_str!("../scenarios/qd-weights-depth.toml"),
+    ),
+    (
         "qd-capacity-drop",
         include_str!("../scenarios/qd-capacity-drop.toml"),
     ),

@@ -547,7 +547,7 @@ impl Sim {
             measured: periods,
             heap: BinaryHeap::with_capacity(4096),
             seq: 0,
-            server: Server::new(cap as f64),
+            server: Server::new(cap as f64).with_half_depth(sc.target.half_depth),
             link: link_bps.map(Link::new),
             base_latency: sc.target.base_latency.0,
             service: sc.target.service,
