@@ -219,6 +219,43 @@ fn weighted_shares(excess: f64, weights: &[f64]) -> Vec<f64> {
     weights.iter().map(|x| excess * x / w).collect()
 }
 
+/// Asserts that every host of `w` met its reservation in every period and got within
+/// 10% of its weighted share of the total beyond the reservations; returns the
+/// reservations.
+fn shares_by_weight_and_every_reservation_met(
+    w: &qos_lab::report::PolicySummary,
+    weights: &[f64],
+) -> Vec<f64> {
+    let res: Vec<f64> = w
+        .hosts
+        .iter()
+        .map(|h| h.reservation_iops.unwrap() as f64)
+        .collect();
+    let shares = weighted_shares(w.total_iops - res.iter().sum::<f64>(), weights);
+    for (i, h) in w.hosts.iter().enumerate() {
+        let got = h.mean_iops - res[i];
+        assert!(
+            (got - shares[i]).abs() <= 0.10 * shares[i],
+            "{}: {got:.0} above its reservation, share {:.0}",
+            h.host,
+            shares[i]
+        );
+        assert_eq!(h.reservation_met_fraction, Some(1.0), "{}", h.host);
+    }
+    res
+}
+
+/// First come gives the deepest queue (the last host) more beyond its reservation than
+/// the shallowest (the first).
+fn first_come_follows_queue_depth(fcfs: &qos_lab::report::PolicySummary, res: &[f64]) {
+    let above = |i: usize| fcfs.hosts[i].mean_iops - res[i];
+    let last = res.len() - 1;
+    assert!(
+        above(last) > above(0),
+        "first come: the deepest queue gets more than the shallowest"
+    );
+}
+
 /// Issue 12: queue depths 16 / 32 / 48 / 64 with weights 4 / 3 / 2 / 1. With weighted
 /// sharing each host's throughput above its reservation is within 10% of its weighted
 /// max-min share, every reservation is met, and the total is within 3% of the bare
@@ -235,29 +272,9 @@ fn weighted_sharing_is_independent_of_queue_depth() {
         "haechi {} vs bare {bare}",
         w.total_iops
     );
-    let res: Vec<f64> = w
-        .hosts
-        .iter()
-        .map(|h| h.reservation_iops.unwrap() as f64)
-        .collect();
-    let excess = w.total_iops - res.iter().sum::<f64>();
-    let shares = weighted_shares(excess, &[4.0, 3.0, 2.0, 1.0]);
-    for (i, h) in w.hosts.iter().enumerate() {
-        let got = h.mean_iops - res[i];
-        assert!(
-            (got - shares[i]).abs() <= 0.10 * shares[i],
-            "{}: {got:.0} above its reservation, share {:.0}",
-            h.host,
-            shares[i]
-        );
-        assert_eq!(h.reservation_met_fraction, Some(1.0), "{}", h.host);
-    }
+    let res = shares_by_weight_and_every_reservation_met(w, &[4.0, 3.0, 2.0, 1.0]);
     let fcfs = policy(&sum, "haechi-fcfs", None);
-    let above = |i: usize| fcfs.hosts[i].mean_iops - res[i];
-    assert!(
-        above(3) > above(0),
-        "first come: QD 64 gets more than QD 16"
-    );
+    first_come_follows_queue_depth(fcfs, &res);
 }
 
 /// Issue 12, on a target that is faster the more commands it holds (as the real
@@ -271,25 +288,7 @@ fn weighted_shares_on_a_depth_bound_target() {
     let sum = summary(&s, RunOptions::default(), 2);
     let bare = policy(&sum, "bare", None).total_iops;
     let w = policy(&sum, "haechi", None);
-    let res: Vec<f64> = w
-        .hosts
-        .iter()
-        .map(|h| h.reservation_iops.unwrap() as f64)
-        .collect();
-    let shares = weighted_shares(
-        w.total_iops - res.iter().sum::<f64>(),
-        &[4.0, 3.0, 2.0, 1.0],
-    );
-    for (i, h) in w.hosts.iter().enumerate() {
-        let got = h.mean_iops - res[i];
-        assert!(
-            (got - shares[i]).abs() <= 0.10 * shares[i],
-            "{}: {got:.0} above its reservation, share {:.0}",
-            h.host,
-            shares[i]
-        );
-        assert_eq!(h.reservation_met_fraction, Some(1.0), "{}", h.host);
-    }
+    let res = shares_by_weight_and_every_reservation_met(w, &[4.0, 3.0, 2.0, 1.0]);
     let fcfs = policy(&sum, "haechi-fcfs", None);
     assert!(
         w.total_iops < 0.9 * bare && fcfs.total_iops > w.total_iops,
@@ -302,11 +301,7 @@ fn weighted_shares_on_a_depth_bound_target() {
         "haechi {} of {bare}",
         w.total_iops
     );
-    let above = |i: usize| fcfs.hosts[i].mean_iops - res[i];
-    assert!(
-        above(3) > above(0),
-        "first come: QD 64 gets more than QD 16"
-    );
+    first_come_follows_queue_depth(fcfs, &res);
 }
 
 /// Issue 12: a third of the capacity lost to unmanaged load, reservations (45% of the

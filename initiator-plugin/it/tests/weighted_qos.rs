@@ -164,6 +164,37 @@ fn domain(t: &mut Target, capacity: u64) {
     );
 }
 
+/// The four hosts' load without QoS (`bare_secs`), then a target whose domain is
+/// configured at `profile_factor()` of that total, host i + 1 reserving `res_pct[i]` %
+/// of it with `weights[i]`, and bdevperf started on the QoS bdevs for `secs`. Returns
+/// the bare total, the reservations (IOPS), the target and bdevperf.
+fn weighted_run(
+    s: &Setup,
+    qds: &[u32; 4],
+    res_pct: [u64; 4],
+    weights: [u32; 4],
+    bare_secs: u32,
+    secs: u32,
+) -> (f64, Vec<u64>, Target, Bdevperf) {
+    let (_, bare_total) = bare(s, qds, bare_secs);
+    // The operator's profile comes in under what the target does (as the estimator
+    // expects): 90% of the measured total unless QOS_IT_PROFILE says otherwise.
+    let capacity = (bare_total * profile_factor()) as u64;
+    let res: Vec<u64> = res_pct.iter().map(|p| capacity * p / 100).collect();
+    let mut t = target(s);
+    domain(&mut t, capacity);
+    for i in 1..=4 {
+        t.call(
+            "qos_host_set",
+            json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": res[i - 1],
+                   "weight": weights[i - 1]}),
+        );
+    }
+    qos_bdevs(&mut t, 4);
+    let b = bdevperf(s, &[1, 2, 3, 4], qds, secs);
+    (bare_total, res, t, b)
+}
+
 /// Completed ops per host and epoch, and when each epoch started, from polls of
 /// `qos_stats_get`.
 #[derive(Default)]
@@ -314,27 +345,11 @@ fn weighted_excess_whatever_the_queue_depth() {
     let weights = [4u32, 3, 2, 1];
     let secs = 26;
     println!("weighted sharing: queue depths {qds:?}, weights {weights:?}");
-    let (_, bare_total) = bare(&s, &qds, 10);
-    // The operator's profile comes in under what the target does (as the estimator
-    // expects): 90% of the measured total; reservations 15 / 15 / 10 / 5 % of it. (A
-    // QD-16 host does not reach 40% of this target at any latency it gives: that
-    // reservation is marked unreachable, see docs/benchmarks.md.)
-    let capacity = (bare_total * profile_factor()) as u64;
-    let res: Vec<u64> = [15u64, 15, 10, 5]
-        .iter()
-        .map(|p| capacity * p / 100)
-        .collect();
-    let mut t = target(&s);
-    domain(&mut t, capacity);
-    for i in 1..=4 {
-        t.call(
-            "qos_host_set",
-            json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": res[i - 1],
-                   "weight": weights[i - 1]}),
-        );
-    }
-    qos_bdevs(&mut t, 4);
-    let mut b = bdevperf(&s, &[1, 2, 3, 4], &qds, secs);
+    // Reservations 15 / 15 / 10 / 5 % of the profile. (A QD-16 host does not reach 40%
+    // of this target at any latency it gives: that reservation is marked unreachable,
+    // see docs/benchmarks.md.)
+    let (bare_total, res, mut t, mut b) =
+        weighted_run(&s, &qds, [15, 15, 10, 5], weights, 10, secs);
     // Commands held by QoS and completed, per host, at the start of the steady window
     // and at its end.
     let counts = |t: &mut Target| -> Vec<(u64, u64, bool)> {
@@ -539,24 +554,8 @@ fn reservations_hold_when_capacity_drops() {
     let secs = 30;
     let (hog_at, hog_secs) = (12.0, 16u64);
     println!("capacity drop: queue depths {qds:?}, busy loop on core 0 from {hog_at} s");
-    let (_, bare_total) = bare(&s, &qds, 8);
-    let capacity = (bare_total * profile_factor()) as u64;
     // 45% of the profile reserved, the largest reservation on the QD-16 host.
-    let res: Vec<u64> = [20u64, 13, 8, 4]
-        .iter()
-        .map(|p| capacity * p / 100)
-        .collect();
-    let mut t = target(&s);
-    domain(&mut t, capacity);
-    for i in 1..=4 {
-        t.call(
-            "qos_host_set",
-            json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": res[i - 1],
-                   "weight": 5 - i}),
-        );
-    }
-    qos_bdevs(&mut t, 4);
-    let mut b = bdevperf(&s, &[1, 2, 3, 4], &qds, secs);
+    let (_, res, mut t, mut b) = weighted_run(&s, &qds, [20, 13, 8, 4], [4, 3, 2, 1], 8, secs);
     let mut hog: Option<(Hog, Instant)> = None;
     let (p, t0, jr) = run_polling(&mut t, &mut b, secs, |_, el| {
         if hog.is_none() && el >= hog_at {
