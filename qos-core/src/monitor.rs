@@ -1744,6 +1744,8 @@ impl Monitor {
                         .any(|&r| local_shortfall(&self.cfg, res_left.get(r), r, elapsed) > 0),
                     completed_total: c.completed,
                     completed_ios_total: c.completed_ios,
+                    admitted_ios_total: c.admitted_ios,
+                    in_flight: c.in_flight(),
                     hold_events_total: c.held_events,
                     held_time: h.shared.held_time(),
                     period_counts: h.period_counts,
@@ -1931,6 +1933,13 @@ pub struct HostStats {
     pub completed_total: Amount,
     /// Commands completed since the host was added (monotonic).
     pub completed_ios_total: u64,
+    /// Commands admitted with tokens since the host was added (monotonic). Once the
+    /// host is quiet, it equals `completed_ios_total`: every admitted command completed
+    /// exactly once.
+    pub admitted_ios_total: u64,
+    /// Work admitted and not completed yet (tokens consumed minus work completed, cost
+    /// units): 0 once the host is quiet, or the token books do not balance.
+    pub in_flight: Amount,
     /// Admission attempts that found no tokens or no limit allowance (monotonic; a
     /// held command counts once per attempt).
     pub hold_events_total: u64,
