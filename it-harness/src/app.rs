@@ -115,6 +115,34 @@ impl App {
         self.child.is_some()
     }
 
+    /// The application's own process id: the child of `timeout` (`nice` and `env` exec
+    /// into the application).
+    pub fn app_pid(&self) -> Option<u32> {
+        let t = self.child.as_ref()?.id();
+        let kids = std::fs::read_to_string(format!("/proc/{t}/task/{t}/children")).ok()?;
+        kids.split_whitespace().next()?.parse().ok()
+    }
+
+    /// The application's resident set (kB, `VmRSS`; hugepages are not in it).
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.app_pid()?)).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    }
+
+    /// SIGKILL to the application (a crash: no shutdown path runs), then reaps it and
+    /// removes what it left (socket, hugepage files).
+    pub fn kill_hard(&mut self) {
+        if let Some(pid) = self.app_pid() {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+        self.wait_exit(10, Duration::from_millis(20));
+    }
+
     /// Sends SIGTERM (`timeout` forwards it to the application).
     pub fn term(&self) {
         if let Some(c) = &self.child {

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use crate::app::{App, Launch};
 use crate::env::Initiators;
 use crate::rpc::{RpcError, rpc};
+use crate::target::{host_nqn, subsys_nqn};
 
 /// One bdev_nvme controller of the initiator (one host of the target).
 #[derive(Debug, Clone)]
@@ -22,6 +23,16 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// Controller `Nvme<i>` of host `i` (1-based): [`host_nqn`]`(i)` to its own
+    /// subsystem [`subsys_nqn`]`(i)` on 127.0.0.1:`port`.
+    pub fn of_host(i: usize, port: u16) -> Controller {
+        Controller {
+            name: format!("Nvme{i}"),
+            subnqn: subsys_nqn(i),
+            hostnqn: host_nqn(i),
+            port,
+        }
+    }
     /// The namespace bdev bdev_nvme creates for it.
     pub fn bdev(&self) -> String {
         format!("{}n1", self.name)

@@ -2,7 +2,7 @@
 //! the `target-bench` benchmark). It finds SPDK at `SPDK_DIR` (default `/opt/spdk`) and
 //! the plugins' shared libraries ([`env`]), starts SPDK applications as bounded child
 //! processes ([`app`]): `nvmf_tgt` ([`target`]), `spdk_nvme_perf` ([`perf`]) and
-//! bdevperf ([`bdevperf`]), talks JSON-RPC to them ([`rpc`]), and speaks just enough
+//! bdevperf ([`bdevperf`]) on their cores ([`setup`]), talks JSON-RPC to them ([`rpc`]), and speaks just enough
 //! NVMe/TCP to look at raw completions ([`nvme_tcp`]). [`history`] records a QoS domain
 //! period by period; [`numbers`] holds the small statistics the tests share.
 //!
@@ -17,6 +17,7 @@ pub mod numbers;
 pub mod nvme_tcp;
 pub mod perf;
 pub mod rpc;
+pub mod setup;
 pub mod target;
 
 pub use bdevperf::*;
@@ -25,4 +26,5 @@ pub use history::*;
 pub use numbers::*;
 pub use perf::*;
 pub use rpc::*;
+pub use setup::*;
 pub use target::*;

@@ -51,6 +51,17 @@ impl Sqe {
         b[4..8].copy_from_slice(&nsid.to_le_bytes());
         Sqe(b)
     }
+    /// A token-protocol vendor command on namespace 1 (`qos_core::wire`'s encoding).
+    pub fn vendor(req: qos_core::wire::Request) -> Sqe {
+        let (opc, v) = qos_core::wire::encode_request(req);
+        Sqe::new(opc, 1)
+            .cdw(10, v.cdw10)
+            .cdw(11, v.cdw11)
+            .cdw(12, v.cdw12)
+            .cdw(13, v.cdw13)
+            .cdw(14, v.cdw14)
+            .cdw(15, v.cdw15)
+    }
     pub fn cdw(mut self, n: usize, v: u32) -> Sqe {
         self.0[n * 4..n * 4 + 4].copy_from_slice(&v.to_le_bytes());
         self

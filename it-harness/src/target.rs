@@ -99,6 +99,21 @@ impl Target {
         self.app.log_tail(n)
     }
 
+    /// `nvmf_tgt`'s resident set in kB (see [`App::rss_kib`]).
+    pub fn rss_kib(&self) -> Option<u64> {
+        self.app.rss_kib()
+    }
+
+    /// Whether `nvmf_tgt` is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.app.is_running()
+    }
+
+    /// Kills `nvmf_tgt` with SIGKILL (see [`App::kill_hard`]).
+    pub fn kill_hard(&mut self) {
+        self.app.kill_hard()
+    }
+
     /// Stops the target with SIGTERM and waits (at most `secs`); returns how long it
     /// took, or `None` if it had to be killed.
     pub fn stop(&mut self, secs: u64) -> Option<Duration> {

@@ -48,39 +48,12 @@ fn ctrl(i: &str) -> Controller {
     }
 }
 
-struct Setup {
-    ini: Initiators,
-    tgt_lib: PathBuf,
-    ini_lib: PathBuf,
-}
-
 fn setup(what: &str) -> Option<Setup> {
-    let ini = initiators_or_skip(what)?;
-    let libs = tgt_lib().and_then(|t| ini_lib().map(|i| (t, i)));
-    let (tgt_lib, ini_lib) = match libs {
-        Ok(l) => l,
-        Err(e) => panic!("{e}"),
-    };
-    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
-    Some(Setup {
-        ini,
-        tgt_lib,
-        ini_lib,
-    })
+    setup_or_skip(what)
 }
 
 fn target(s: &Setup, plugin: bool) -> Target {
-    Target::start(
-        &s.ini.spdk,
-        &TargetOpts {
-            plugin: plugin.then(|| s.tgt_lib.clone()),
-            shm_id: TGT_SHM,
-            core_mask: "0x1".into(),
-            max_secs: 300,
-            json_config: None,
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
+    s.target(TGT_SHM, plugin, 300, None)
 }
 
 /// One subsystem per host (only that host allowed) with namespace `bdev`.
@@ -92,30 +65,7 @@ fn expose(t: &mut Target, hosts: &[(&str, &str)]) {
 }
 
 fn bdevperf(s: &Setup, plugin: bool, config: Value, jobs: Vec<Job>, secs: u32) -> Bdevperf {
-    bdevperf_with(s, plugin, config, jobs, secs, &[])
-}
-
-fn bdevperf_with(
-    s: &Setup,
-    plugin: bool,
-    config: Value,
-    jobs: Vec<Job>,
-    secs: u32,
-    extra: &[&str],
-) -> Bdevperf {
-    Bdevperf::start(
-        &s.ini,
-        &BdevperfOpts {
-            plugin: plugin.then(|| s.ini_lib.clone()),
-            config,
-            jobs,
-            secs,
-            shm_id: BP_SHM,
-            core_mask: "0x2".into(),
-            extra: extra.iter().map(|e| e.to_string()).collect(),
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
+    s.bdevperf(BP_SHM, plugin, config, jobs, secs, &[])
 }
 
 /// Runs the jobs to the end; returns results by bdev and the output.
@@ -741,8 +691,8 @@ fn robustness() {
     // controller reset (bdev_nvme_reset_controller at 3 s), with I/O held (the host's
     // limit is 500 IOPS) and chunked (256 KiB I/O, 64 KiB chunks).
     {
-        let mut b = bdevperf_with(
-            &s,
+        let mut b = s.bdevperf(
+            BP_SHM,
             true,
             cfg(json!({})),
             vec![Job::new("qa", "reset", 256 << 10, 16)],
@@ -785,8 +735,8 @@ fn robustness() {
 
     // 5. Delete under load with held and chunked I/O: everything completes, quickly.
     {
-        let mut b = bdevperf_with(
-            &s,
+        let mut b = s.bdevperf(
+            BP_SHM,
             true,
             cfg(json!({})),
             vec![Job::new("qa", "randrw", 256 << 10, 32)],
@@ -821,8 +771,8 @@ fn robustness() {
     // 6. Disconnect: the target drops the host's listener; bdev_nvme gives the
     // controller up, the QoS bdev goes with its base, and bdevperf ends.
     {
-        let mut b = bdevperf_with(
-            &s,
+        let mut b = s.bdevperf(
+            BP_SHM,
             true,
             cfg(json!({})),
             vec![Job::new("qa", "randread", 256 << 10, 32)],

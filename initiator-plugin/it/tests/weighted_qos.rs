@@ -30,7 +30,6 @@
 //! (docs/benchmarks.md): the domains here set `sharing = weighted`, which is opt-in.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -47,39 +46,16 @@ const BP_SHM: u32 = 72;
 const PERIOD_MS: u64 = 500;
 
 fn ctrl(i: usize) -> Controller {
-    Controller {
-        name: format!("Nvme{i}"),
-        subnqn: subsys_nqn(i),
-        hostnqn: host_nqn(i),
-        port: PORT,
-    }
-}
-
-struct Setup {
-    ini: Initiators,
-    tgt_lib: PathBuf,
+    Controller::of_host(i, PORT)
 }
 
 fn setup(what: &str) -> Option<Setup> {
-    let ini = initiators_or_skip(what)?;
-    let tgt_lib = tgt_lib().unwrap_or_else(|e| panic!("{e}"));
-    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
-    Some(Setup { ini, tgt_lib })
+    setup_or_skip(what)
 }
 
 /// A target with the plugin preloaded and a 64 MiB malloc bdev.
 fn target(s: &Setup) -> Target {
-    let mut t = Target::start(
-        &s.ini.spdk,
-        &TargetOpts {
-            plugin: Some(s.tgt_lib.clone()),
-            shm_id: TGT_SHM,
-            core_mask: "0x1".into(),
-            max_secs: 300,
-            json_config: None,
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let mut t = s.target(TGT_SHM, true, 300, None);
     t.call(
         "bdev_malloc_create",
         json!({"name": "Malloc0", "num_blocks": 131072, "block_size": 512}),
@@ -95,19 +71,7 @@ fn bdevperf(s: &Setup, hosts: &[usize], qds: &[u32], secs: u32) -> Bdevperf {
         .zip(qds)
         .map(|(c, &qd)| Job::new(&c.bdev(), "randread", 4096, qd))
         .collect();
-    Bdevperf::start(
-        &s.ini,
-        &BdevperfOpts {
-            plugin: None,
-            config: bdev_config(&ctrls, &[]),
-            jobs,
-            secs,
-            shm_id: BP_SHM,
-            core_mask: "0x2".into(),
-            extra: Vec::new(),
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
+    s.bdevperf(BP_SHM, false, bdev_config(&ctrls, &[]), jobs, secs, &[])
 }
 
 /// IOPS per host of the same jobs on plain namespaces (no QoS), and their sum.

@@ -616,16 +616,7 @@ fn token_protocol_over_nvme_tcp() {
     assert!(c.ok() && buf.len() == 4096, "{c:?}");
     assert_eq!(c.cdw0, 0, "no credit before the host speaks the protocol");
 
-    let vendor = |req: Request| {
-        let (opc, v) = wire::encode_request(req);
-        Sqe::new(opc, 1)
-            .cdw(10, v.cdw10)
-            .cdw(11, v.cdw11)
-            .cdw(12, v.cdw12)
-            .cdw(13, v.cdw13)
-            .cdw(14, v.cdw14)
-            .cdw(15, v.cdw15)
-    };
+    let vendor = Sqe::vendor;
     let c = io
         .command(vendor(Request::GetState), 4096, &mut buf)
         .unwrap_or_else(|e| panic!("{e}"));
