@@ -164,9 +164,24 @@ pub fn ini_lib() -> Result<PathBuf, String> {
     built_lib("libnvmf_qos_ini.so", "NVMF_QOS_INI_LIB", "initiator-plugin")
 }
 
-/// Makes sure 2 MiB hugepages are available (root can raise them) and mounted.
-pub fn ensure_hugepages(pages: u64) -> Result<(), String> {
-    let path = "/proc/sys/vm/nr_hugepages";
+/// Hugepages reserved for a test: while any guard lives, at least the pages asked for
+/// are reserved; when the last one goes, the machine gets back the `nr_hugepages` it had
+/// before the first (and hugetlbfs is unmounted if a guard mounted it), so a test run
+/// directly (not through the Makefile) leaves the machine as it found it.
+#[must_use = "the pages are given back when the guard is dropped"]
+#[derive(Debug)]
+pub struct Hugepages(());
+
+/// Guards alive, the count found before the first, and whether hugetlbfs was mounted.
+static HUGEPAGES: std::sync::Mutex<(u32, Option<u64>, bool)> =
+    std::sync::Mutex::new((0, None, false));
+const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+/// Makes sure `pages` 2 MiB hugepages are reserved (root can raise them) and hugetlbfs is
+/// mounted, until the returned guard is dropped.
+pub fn ensure_hugepages(pages: u64) -> Result<Hugepages, String> {
+    let mut g = HUGEPAGES.lock().unwrap_or_else(|e| e.into_inner());
+    let path = NR_HUGEPAGES;
     let have: u64 = std::fs::read_to_string(path)
         .map_err(|e| format!("{path}: {e}"))?
         .trim()
@@ -176,6 +191,9 @@ pub fn ensure_hugepages(pages: u64) -> Result<(), String> {
         std::fs::write(path, pages.to_string()).map_err(|e| {
             format!("need {pages} hugepages (have {have}); as root: echo {pages} > {path}: {e}")
         })?;
+        if g.1.is_none() {
+            g.1 = Some(have);
+        }
     }
     let mounted = std::fs::read_to_string("/proc/mounts")
         .map(|m| m.lines().any(|l| l.contains("hugetlbfs")))
@@ -190,8 +208,26 @@ pub fn ensure_hugepages(pages: u64) -> Result<(), String> {
         if !ok {
             return Err("cannot mount hugetlbfs on /dev/hugepages".into());
         }
+        g.2 = true;
     }
-    Ok(())
+    g.0 += 1;
+    Ok(Hugepages(()))
+}
+
+impl Drop for Hugepages {
+    fn drop(&mut self) {
+        let mut g = HUGEPAGES.lock().unwrap_or_else(|e| e.into_inner());
+        g.0 = g.0.saturating_sub(1);
+        if g.0 > 0 {
+            return;
+        }
+        if let Some(had) = g.1.take() {
+            let _ = std::fs::write(NR_HUGEPAGES, had.to_string());
+        }
+        if std::mem::take(&mut g.2) {
+            let _ = Command::new("umount").arg("/dev/hugepages").status();
+        }
+    }
 }
 
 /// Niceness of the SPDK processes: the machine is shared (2 cores), and busy-polling

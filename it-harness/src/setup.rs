@@ -8,28 +8,31 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use crate::bdevperf::{Bdevperf, BdevperfOpts, Job};
-use crate::env::{Initiators, ensure_hugepages, ini_lib, initiators_or_skip, tgt_lib};
+use crate::env::{Hugepages, Initiators, ensure_hugepages, ini_lib, initiators_or_skip, tgt_lib};
 use crate::target::{Target, TargetOpts};
 
-/// SPDK's initiators and both plugins' libraries.
-#[derive(Debug, Clone)]
+/// SPDK's initiators and both plugins' libraries, with hugepages reserved while it
+/// lives (declare it before the processes that use them, so it is dropped after).
+#[derive(Debug)]
 pub struct Setup {
     pub ini: Initiators,
     pub tgt_lib: PathBuf,
     pub ini_lib: PathBuf,
+    _hugepages: Hugepages,
 }
 
 /// The setup, or `None` after printing `SKIPPED: <what>: ...` when SPDK, bdevperf or a
-/// plugin is missing. Reserves 1024 hugepages (the Makefile restores the count).
+/// plugin is missing. Reserves 1024 hugepages until it is dropped.
 pub fn setup_or_skip(what: &str) -> Option<Setup> {
     let ini = initiators_or_skip(what)?;
     let libs = tgt_lib().and_then(|t| ini_lib().map(|i| (t, i)));
     let (tgt_lib, ini_lib) = libs.unwrap_or_else(|e| panic!("{e}"));
-    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    let hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
     Some(Setup {
         ini,
         tgt_lib,
         ini_lib,
+        _hugepages: hugepages,
     })
 }
 

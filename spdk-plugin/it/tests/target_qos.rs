@@ -116,7 +116,7 @@ fn qos_meets_reservations_and_limits() {
     };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
-    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
     // Host 2 is the aggressive neighbour.
     let qds = [QD, 4 * QD, QD, QD];
 
@@ -310,7 +310,7 @@ fn reconfigure_delete_and_shutdown_with_held_io() {
     };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
-    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
     let mut t = one_host_with_plugin(&spdk, &plugin, 500);
     let mut job = jobs(9, &[QD; HOSTS]).remove(0);
     job.core_mask = "0x2".into();
@@ -388,7 +388,7 @@ fn rpcs_refuse_bad_input() {
     };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
-    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
     let mut t = target(&spdk, Some(&plugin));
     malloc(&mut t);
     let code = |t: &mut Target, m: &str, p: Value| match t.rpc(m, p.clone()) {
@@ -576,7 +576,7 @@ fn token_protocol_over_nvme_tcp() {
     };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
-    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
     let mut t = target(&spdk, Some(&plugin));
     malloc(&mut t);
     t.call(
@@ -713,7 +713,7 @@ fn host_abort_of_held_io() {
     };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
-    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
     let mut t = one_host_with_plugin(&spdk, &plugin, 20);
     let (mut admin, mut io) =
         connect_io(PORT, &subsys_nqn(1), &host_nqn(1)).unwrap_or_else(|e| panic!("{e}"));

@@ -295,7 +295,7 @@ fn main() {
         return;
     };
     let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
-    ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
     println!(
         "target-bench: {rounds} rounds of {secs} s, 4 KiB randread QD32, nvmf_tgt on core 0, \
          spdk_nvme_perf on core 1, NVMe/TCP 127.0.0.1, malloc bdev"
