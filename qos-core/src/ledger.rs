@@ -724,6 +724,13 @@ impl ChannelTokens {
             }
             granted.set(r, got);
         }
+        if (0..2).any(|i| granted.get(RES[i]) < want.get(RES[i])) {
+            // A cooperative host holds its commands at the initiator: an acquisition
+            // left short is its admission refused for want of tokens, and tells the
+            // monitor it is backlogged (not idle), as a held command would.
+            self.held_events += 1;
+            self.active = true;
+        }
         granted
     }
 

@@ -658,3 +658,46 @@ fn an_unreachable_reservation_stops_closing_the_pool() {
     }
     assert!(met, "the mark stays although it meets its reservation");
 }
+
+/// A cooperative host holds its commands at the initiator, so the target sees nothing
+/// of it but its vendor commands. Under weighted sharing an ACQUIRE is not served from
+/// the pool (the host's share comes as credit), so an ACQUIRE it could not be granted
+/// must count as demand: otherwise a host that went quiet in the target's eyes (all its
+/// commands waiting at the initiator for tokens) is idle for ever, never gets a share,
+/// and its commands never go (found by the soak, docs/reliability.md).
+#[test]
+fn a_cooperative_host_asking_for_tokens_is_not_idle() {
+    let mut d = domain(10_000);
+    d.sharing = ExcessSharing::Weighted;
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(HostConfig::new("nqn.coop"), T0).unwrap();
+    m.add_host(HostConfig::new("nqn.other"), T0).unwrap();
+    let mut coop = m.channel("nqn.coop").unwrap();
+    // It spends the credit it has; then nothing of it reaches the target (its commands
+    // wait at the initiator) while the period ends (unspent credit expires with it).
+    for ms in 1..=300 {
+        m.tick(at_ms(ms));
+    }
+    while coop.try_admit(IoKind::Read, 4096, at_ms(300)).is_admitted() {
+        coop.record_completion(IoKind::Read, 4096);
+    }
+    coop.flush();
+    for ms in 301..=1500 {
+        m.tick(at_ms(ms));
+    }
+    assert_eq!(m.host("nqn.coop").unwrap().credit_available(), Amount::ZERO);
+    let mut got = None;
+    for ms in 1501..=1600 {
+        let r = coop.serve_request(Request::Acquire { ops: 64, bytes: 0 }, at_ms(ms));
+        if r.credit_ops > 0 {
+            got = Some(ms - 1500);
+            break;
+        }
+        coop.flush();
+        m.tick(at_ms(ms));
+    }
+    assert!(
+        got.is_some_and(|ms| ms <= 20),
+        "a host asking for tokens got no credit within 100 ms: {got:?}"
+    );
+}
