@@ -13,7 +13,7 @@ VENV ?= .venv
 SPDK_PRESENT_FILES := $(addprefix $(SPDK_DIR)/,$(shell grep -v '^\#' spdk-present.list))
 SPDK_FOUND := $(if $(strip $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,missing))),,yes)
 
-.PHONY: test test-rust test-loom test-rpc test-exporter test-spdk accept lint lab bench exporter
+.PHONY: test test-rust test-loom test-rpc test-exporter test-spdk accept soak lint lab bench exporter
 
 test: test-rust test-loom test-rpc test-exporter test-spdk
 
@@ -66,6 +66,22 @@ ifneq ($(SPDK_FOUND),)
 else
 	@echo "SKIPPED: SPDK tests: SPDK not present at SPDK_DIR=$(SPDK_DIR): missing $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,$(f))) (spdk-present.list; see docs/target-plugin.md)"
 	SPDK_DIR="$(SPDK_DIR)" cargo test -p it-harness -p target-it -p initiator-it
+endif
+
+# The reliability soak (docs/reliability.md): verify workloads at saturation through QoS
+# bdevs with a seeded churn of reconfigurations, resets and disconnections, then an audit
+# (no failed, lost, duplicated or corrupted I/O, token books balanced, RSS flat).
+# `make test` runs it for 60 s with the restart and hostile-host tests; this runs it for
+# SOAK_SECS (default 600) with churn seed SOAK_SEED.
+SOAK_SECS ?= 600
+SOAK_SEED ?= 1
+soak:
+ifneq ($(SPDK_FOUND),)
+	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin
+	$(KEEP_HUGEPAGES) SOAK_SECS=$(SOAK_SECS) SOAK_SEED=$(SOAK_SEED) SPDK_DIR="$(SPDK_DIR)" \
+	cargo test --release -p initiator-it --test reliability soak_with_churn -- --nocapture --test-threads=1
+else
+	@echo "SKIPPED: the soak needs SPDK at SPDK_DIR=$(SPDK_DIR)"
 endif
 
 # The issue-12 acceptance thresholds on a real nvmf_tgt (weighted shares within 10%,
