@@ -13,12 +13,14 @@ VENV ?= .venv
 SPDK_PRESENT_FILES := $(addprefix $(SPDK_DIR)/,$(shell grep -v '^\#' spdk-present.list))
 SPDK_FOUND := $(if $(strip $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,missing))),,yes)
 
-.PHONY: test test-rust test-loom test-rpc test-exporter test-spdk accept soak lint lab bench exporter
+.PHONY: test test-rust test-loom test-rpc test-exporter test-spdk accept soak fuzz lint lab bench exporter
 
 test: test-rust test-loom test-rpc test-exporter test-spdk
 
 test-rust:
 	cargo test
+	cargo test -p qos-fuzz
+	cargo run --release -q -p qos-fuzz -- --runs 20000
 
 # The ledger's lock-free parts, model-checked by loom (own target dir: other cfg).
 test-loom:
@@ -84,6 +86,18 @@ else
 	@echo "SKIPPED: the soak needs SPDK at SPDK_DIR=$(SPDK_DIR)"
 endif
 
+# Fuzzing (docs/reliability.md): every parser reachable from outside, FUZZ_RUNS inputs
+# per target (`make test` runs 20,000). The vendor-command, credit, state-reply and
+# scenario targets build anywhere; the plugins' RPC-parameter targets where SPDK is.
+FUZZ_RUNS ?= 1000000
+fuzz:
+	cargo run --release -p qos-fuzz -- --runs $(FUZZ_RUNS)
+ifneq ($(SPDK_FOUND),)
+	FUZZ_RUNS=$(FUZZ_RUNS) SPDK_DIR="$(SPDK_DIR)" cargo test --release -p spdk-plugin -p initiator-plugin params_fuzz -- --nocapture
+else
+	@echo "SKIPPED: the RPC-parameter fuzz targets need SPDK at SPDK_DIR=$(SPDK_DIR)"
+endif
+
 # The issue-12 acceptance thresholds on a real nvmf_tgt (weighted shares within 10%,
 # reservations in 99% of periods, ...): run on a quiet machine, where SPDK is present.
 accept:
@@ -97,7 +111,7 @@ endif
 lint:
 	cargo fmt --all --check
 	cargo clippy --all-targets -- -D warnings
-	cargo clippy -p it-harness -p target-it -p initiator-it --all-targets -- -D warnings
+	cargo clippy -p it-harness -p target-it -p initiator-it -p qos-fuzz --all-targets -- -D warnings
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo clippy -p spdk-sys -p spdk-plugin -p initiator-plugin --all-targets -- -D warnings
 endif

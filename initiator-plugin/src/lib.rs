@@ -30,6 +30,8 @@ pub mod held;
 pub mod io;
 pub mod node;
 pub mod params;
+#[cfg(test)]
+mod params_fuzz;
 pub mod rpc;
 pub mod split;
 pub mod state;

@@ -26,6 +26,8 @@
 
 pub mod io;
 pub mod params;
+#[cfg(test)]
+mod params_fuzz;
 pub mod qos_bdev;
 pub mod registry;
 pub mod rpc;

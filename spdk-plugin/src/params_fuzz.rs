@@ -1,0 +1,236 @@
+//! Fuzzing of the `qos_*` methods' parameters (`make fuzz`; a short run in `make test`):
+//! mutated JSON-RPC calls go through the same `parse`, the same mapping to the core's
+//! configuration and the same `Monitor` calls as the handlers in `registry`, on one
+//! domain kept across calls, without SPDK running. Findings are panics: a parser or a
+//! check that crashes, a refusal without a message, a refused call that changed the
+//! state, or parameters that do not survive their own `save_config` form.
+
+use qos_core::{Monitor, Nanos};
+use qos_fuzz::{fuzz_rpc, rpc_seeds};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::params::{
+    BdevParams, DomainParams, DomainUpdate, GroupKey, GroupParams, GroupQuery, GroupUpdate,
+    HostKey, HostParams, HostQuery, NameQuery, Refusal, StatsQuery, parse,
+};
+
+fn seeds() -> Vec<Value> {
+    rpc_seeds(&[
+        (
+            "qos_domain_create",
+            json!({"name": "d", "capacity_iops": 100000, "capacity_iops_stddev": 5000,
+                   "capacity_mibps": 2000, "per_host_max_iops": 60000, "period_ms": 500,
+                   "check_interval_us": 1000, "batch_ops": 64, "estimator": true,
+                   "mode": "haechi", "release": "paced", "release_burst_us": 2000,
+                   "write_weight_milli": 1500, "size_unit": 4096, "sharing": "weighted"}),
+        ),
+        (
+            "qos_domain_update",
+            json!({"name": "d", "capacity_iops": 80000, "period_ms": 250, "release": "start",
+                   "sharing": "first_come"}),
+        ),
+        (
+            "qos_host_set",
+            json!({"domain": "d", "host_nqn": "nqn.2014-08.org.example:h1", "min_iops": 20000,
+                   "max_iops": 40000, "min_mibps": 100, "weight": 3, "priority": "high",
+                   "soft_min_iops": 1000, "group": "g"}),
+        ),
+        (
+            "qos_host_set",
+            json!({"domain": "d", "host_nqn": "nqn.2014-08.org.example:h2",
+                   "min_read_iops": 5000, "max_write_iops": 9000, "weight": 1}),
+        ),
+        (
+            "qos_host_remove",
+            json!({"domain": "d", "host_nqn": "nqn.2014-08.org.example:h1"}),
+        ),
+        (
+            "qos_group_create",
+            json!({"domain": "d", "name": "g", "min_iops": 30000, "max_iops": 50000,
+                   "weight": 2}),
+        ),
+        (
+            "qos_group_update",
+            json!({"domain": "d", "name": "g", "max_iops": 0, "weight": 5}),
+        ),
+        ("qos_group_delete", json!({"domain": "d", "name": "g"})),
+        ("qos_group_get", json!({"domain": "d", "name": "g"})),
+        (
+            "qos_host_get",
+            json!({"domain": "d", "host_nqn": "nqn.2014-08.org.example:h1"}),
+        ),
+        ("qos_domain_get", json!({"name": "d"})),
+        (
+            "qos_stats_get",
+            json!({"domain": "d", "periods": 8, "compact": true, "host_nqn": "nqn.x"}),
+        ),
+        (
+            "qos_bdev_create",
+            json!({"name": "qos1", "base_bdev_name": "Malloc0", "domain": "d",
+                   "host_nqn": "nqn.2014-08.org.example:h1", "uuid": "0f7c1ad8-4b4d-4a5e-9c7a-1f2e3d4c5b6a"}),
+        ),
+    ])
+}
+
+/// Everything configured in the domain, to compare before and after a refused call.
+fn state(d: &Domain) -> String {
+    let s = d.monitor.stats(d.now);
+    let hosts: Vec<String> = s.hosts.iter().map(|h| format!("{:?}", h.config)).collect();
+    let groups: Vec<String> = d
+        .monitor
+        .group_configs()
+        .map(|g| format!("{g:?}"))
+        .collect();
+    format!("{:?} {hosts:?} {groups:?}", d.params)
+}
+
+struct Domain {
+    params: DomainParams,
+    monitor: Monitor,
+    now: Nanos,
+}
+
+fn refused(r: &Refusal) {
+    assert!(
+        r.code < 0,
+        "refusal code {} is not a negative errno",
+        r.code
+    );
+    assert!(!r.message.trim().is_empty(), "a refusal without a message");
+}
+
+/// Parameters that parse must survive the form `save_config` and `*_get` print them in.
+fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(method: &str, p: &T) {
+    let again: Result<T, _> = parse(method, serde_json::to_value(p).expect("serialisable"));
+    assert_eq!(
+        again.as_ref().ok(),
+        Some(p),
+        "{method}: its own form does not parse back"
+    );
+}
+
+/// One call, as the handler would run it.
+fn call(d: &mut Domain, input: &[u8]) -> &'static str {
+    let Ok(v) = serde_json::from_slice::<Value>(input) else {
+        return "not JSON";
+    };
+    let method = v["method"].as_str().unwrap_or_default().to_string();
+    let params = v.get("params").cloned().unwrap_or(Value::Null);
+    let before = state(d);
+    d.now = d.now.saturating_add(Nanos::from_millis(1));
+    let now = d.now;
+    let outcome: Result<(), Refusal> = match method.as_str() {
+        "qos_domain_create" => parse::<DomainParams>(&method, params).and_then(|p| {
+            round_trip(&method, &p);
+            let cfg = p.to_config()?;
+            Monitor::new(cfg, now)
+                .map(|_| ())
+                .map_err(|e| Refusal::invalid(e.to_string()))
+        }),
+        "qos_domain_update" => parse::<DomainUpdate>(&method, params).and_then(|u| {
+            let p = d.params.updated(&u);
+            let cfg = p.to_config()?;
+            d.monitor
+                .update_domain(cfg, now)
+                .map_err(|e| Refusal::invalid(e.to_string()))?;
+            d.params = p;
+            Ok(())
+        }),
+        "qos_host_set" => parse::<HostParams>(&method, params).and_then(|p| {
+            round_trip(&method, &p);
+            let cfg = p.to_config();
+            if d.monitor.host(&p.host_nqn).is_some() {
+                d.monitor
+                    .update_host(cfg, now)
+                    .map_err(|e| Refusal::invalid(e.to_string()))
+            } else {
+                d.monitor
+                    .add_host(cfg, now)
+                    .map(|_| ())
+                    .map_err(|e| Refusal::invalid(e.to_string()))
+            }
+        }),
+        "qos_host_remove" => parse::<HostKey>(&method, params).and_then(|k| {
+            d.monitor
+                .remove_host(&k.host_nqn, now)
+                .map_err(|e| Refusal::invalid(e.to_string()))
+        }),
+        "qos_group_create" => parse::<GroupParams>(&method, params).and_then(|p| {
+            round_trip(&method, &p);
+            d.monitor
+                .add_group(p.to_config(), now)
+                .map_err(|e| Refusal::invalid(e.to_string()))
+        }),
+        "qos_group_update" => parse::<GroupUpdate>(&method, params).and_then(|u| {
+            let old = d
+                .monitor
+                .group_configs()
+                .find(|g| g.name == u.name)
+                .map(|g| GroupParams::from_config(&u.domain, g))
+                .ok_or_else(|| Refusal::invalid(format!("no group {:?}", u.name)))?;
+            d.monitor
+                .update_group(old.updated(&u).to_config(), now)
+                .map_err(|e| Refusal::invalid(e.to_string()))
+        }),
+        "qos_group_delete" => parse::<GroupKey>(&method, params).and_then(|k| {
+            d.monitor
+                .remove_group(&k.name, now)
+                .map_err(|e| Refusal::invalid(e.to_string()))
+        }),
+        "qos_group_get" => parse::<GroupQuery>(&method, params).map(|_| ()),
+        "qos_host_get" => parse::<HostQuery>(&method, params).map(|_| ()),
+        "qos_domain_get" => parse::<NameQuery>(&method, params).map(|_| ()),
+        "qos_stats_get" => parse::<StatsQuery>(&method, params).map(|_| ()),
+        "qos_bdev_create" => parse::<BdevParams>(&method, params).map(|p| round_trip(&method, &p)),
+        _ => Ok(()),
+    };
+    match outcome {
+        Ok(()) => {
+            d.monitor.tick(now);
+            let _ = d.monitor.stats(now);
+            "accepted"
+        }
+        Err(r) => {
+            refused(&r);
+            assert_eq!(
+                state(d),
+                before,
+                "{method}: a refused call changed the domain"
+            );
+            "refused"
+        }
+    }
+}
+
+fn fresh() -> Domain {
+    let params: DomainParams = parse(
+        "qos_domain_create",
+        json!({"name": "d", "capacity_iops": 100000, "capacity_mibps": 2000,
+               "period_ms": 500, "sharing": "weighted"}),
+    )
+    .expect("seed domain");
+    let now = Nanos::from_secs(1);
+    let monitor = Monitor::new(params.to_config().expect("seed domain"), now).expect("monitor");
+    Domain {
+        params,
+        monitor,
+        now,
+    }
+}
+
+#[test]
+fn fuzz_rpc_params() {
+    let mut d = fresh();
+    let mut n = 0u64;
+    fuzz_rpc("target_rpc_params", &seeds(), |input| {
+        n += 1;
+        // A fresh domain now and then, so states far from the seed are reached from
+        // many starting points.
+        if n % 512 == 0 {
+            d = fresh();
+        }
+        call(&mut d, input)
+    });
+}
