@@ -74,13 +74,21 @@ def spdk_lock():
 
 @pytest.fixture
 def hugepages():
+    """1024 hugepages and a mounted hugetlbfs for the test; both given back after."""
     path = '/proc/sys/vm/nr_hugepages'
     with open(path) as f:
         before = int(f.read().strip() or 0)
     if before < 1024:
         with open(path, 'w') as f:
             f.write('1024')
+    with open('/proc/mounts') as f:
+        mounted = any(line.split()[2:3] == ['hugetlbfs'] for line in f)
+    if not mounted:
+        os.makedirs('/dev/hugepages', exist_ok=True)
+        subprocess.run(['mount', '-t', 'hugetlbfs', 'nodev', '/dev/hugepages'], check=True)
     yield
+    if not mounted:
+        subprocess.run(['umount', '/dev/hugepages'], check=False)
     if before < 1024:
         with open(path, 'w') as f:
             f.write(str(before))
