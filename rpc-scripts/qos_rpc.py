@@ -224,6 +224,10 @@ _DOMAIN_OPTIONS = [
     ('estimator_probe_backoff', _int_range(0, 1000),
      "most saturated periods the estimator waits between probes that failed, 0 ..= 1000; "
      "0 probes whenever a period is saturated, as Haechi does (default 2)"),
+    ('estimator_drop_milli', _int_range(0, 1000),
+     "a period with reservations starved that served this many thousandths less than the "
+     "estimate restarts the estimate there (a sudden capacity drop), 0 ..= 1000; "
+     "0 averages it like any period (default 50)"),
     ('underuse_periods', _count, "periods of under-use before a host is flagged (default 3)"),
     ('release_burst_us', _count,
      "with --release paced: how far hosts may run ahead of the release schedule, in us "

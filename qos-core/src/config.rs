@@ -211,6 +211,10 @@ pub struct EstimatorConfig {
     /// Default 2 (4 slowed the climb after Set 4's capacity rise by 5 periods); 0 probes
     /// whenever a period is saturated, as Algorithm 1 does.
     pub probe_backoff_max: u32,
+    /// A period in which reservations starved and which served this many thousandths
+    /// less than the estimate restarts the estimator's window at what it served (a
+    /// sudden capacity drop). Default 50 (5 %); 0 averages it like any period.
+    pub drop_threshold_milli: u64,
 }
 
 impl Default for EstimatorConfig {
@@ -222,6 +226,7 @@ impl Default for EstimatorConfig {
             saturation_tolerance_milli: 5,
             underuse_periods: 3,
             probe_backoff_max: 2,
+            drop_threshold_milli: 50,
         }
     }
 }
@@ -500,6 +505,10 @@ pub enum ConfigError {
     History(usize),
     #[error("estimator probe back-off must be 0 ..= 1000 periods (got {0})")]
     ProbeBackoff(u32),
+    #[error(
+        "estimator drop threshold must be 0 (off) ..= 1000 thousandths of the estimate (got {0})"
+    )]
+    DropThreshold(u64),
     #[error("write weight {0}/1000 is outside 1 ..= 100000")]
     WriteWeight(u64),
     #[error("size unit {0} bytes must be 0 (off) or at least 512")]
@@ -632,6 +641,11 @@ impl DomainConfig {
         }
         if self.estimator.probe_backoff_max > 1000 {
             return Err(ConfigError::ProbeBackoff(self.estimator.probe_backoff_max));
+        }
+        if self.estimator.drop_threshold_milli > 1000 {
+            return Err(ConfigError::DropThreshold(
+                self.estimator.drop_threshold_milli,
+            ));
         }
         if self.cost.write_weight_milli == 0 || self.cost.write_weight_milli > 100 * WEIGHT_ONE {
             return Err(ConfigError::WriteWeight(self.cost.write_weight_milli));

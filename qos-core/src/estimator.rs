@@ -29,11 +29,21 @@
 //! the unreserved capacity they were offered all period long ([`Evidence::Backlogged`]),
 //! the target served less than it was asked. Such a period measures capacity whatever
 //! the floor and enters the window's mean; meanwhile the paced release's lag rule keeps
-//! reservations first. (Dropping the estimate at once to such a period was tried: on a
-//! real target a host bound by its queue depth missed its reservation in every period,
-//! and each period halved the estimate.) Probes double while they are used (at most 4
-//! eta), so a recovery is followed in a few periods; the monitor never lets the estimate
-//! go below the admitted reservations.
+//! reservations first. Probes double while they are used (at most 4 eta), so a recovery
+//! is followed in a few periods; the monitor never lets the estimate go below the
+//! admitted reservations.
+//!
+//! A sudden drop is not averaged: when reservations starved (as above) in a period that
+//! served more than `drop_threshold_milli` less than the estimate, the window restarts
+//! at what was served, so the reservations fit again in the next period instead of
+//! after M periods of a mean that still remembers the old capacity (Haechi's Set 4: the
+//! largest reservation met again 1 period after a 20 % drop instead of 9). Probes after
+//! such a drop double like weighted sharing's, so an estimate dropped too far climbs
+//! back in a few periods. (Dropping at once on *every* starved period was tried earlier:
+//! a host bound by its queue depth missed its reservation each period and each period
+//! halved the estimate. The monitor now leaves a host that lagged in vain out of the
+//! evidence, and the threshold leaves out the few per cent a lagging host makes the
+//! others wait.)
 
 use std::collections::VecDeque;
 
@@ -62,6 +72,15 @@ pub struct CapacityEstimator {
     probe_step: u64,
     /// Most the step may grow to (1: Algorithm 1's fixed eta).
     max_probe_step: u64,
+    /// Thousandths of the estimate a starved period must fall short by to restart the
+    /// window (0: never).
+    drop_threshold_milli: u64,
+    /// The estimate was dropped and reservations have been missed in every period
+    /// since: no probes (a probe would feed the hosts that make them miss).
+    after_drop: bool,
+    /// Probing after a drop: probes double while used (at most 4 eta), so an estimate
+    /// dropped too far climbs back in a few periods.
+    climbing: bool,
 }
 
 /// Largest multiple of eta one probe adds with [`CapacityEstimator::with_fast_probes`].
@@ -77,8 +96,9 @@ pub enum Evidence {
     /// period long (weighted sharing): demand exceeded what the target served, so the
     /// period measures capacity even below the floor (averaged in the window).
     Backlogged,
-    /// A host that kept commands coming missed its reservation while a backlogged host
-    /// lagged behind its schedule: the estimate drops to what was served at once.
+    /// A host that kept commands coming missed its reservation while it lagged behind its
+    /// schedule: the period measures capacity whatever the floor, and a sudden drop
+    /// restarts the window.
     ReservationsStarved,
 }
 
@@ -89,6 +109,8 @@ pub enum EstimateStep {
     Raised,
     /// Recorded in the window; estimate is the window mean.
     Averaged,
+    /// A sudden drop with reservations starved: the window restarted at the period.
+    Dropped,
     /// Below the floor: ignored.
     Ignored,
     /// Estimation is off.
@@ -113,6 +135,9 @@ impl CapacityEstimator {
             demand_exceeded: false,
             probe_step: 1,
             max_probe_step: 1,
+            drop_threshold_milli: cfg.drop_threshold_milli,
+            after_drop: false,
+            climbing: false,
         }
     }
 
@@ -141,13 +166,40 @@ impl CapacityEstimator {
         }
         let tolerance = mul_div(self.current, self.tolerance_milli, 1000);
         let saturated = used.saturating_add(tolerance) >= self.current;
+        let drop = mul_div(self.current, self.drop_threshold_milli, 1000);
+        if evidence == Evidence::ReservationsStarved
+            && self.drop_threshold_milli > 0
+            && used.saturating_add(drop) < self.current
+        {
+            self.window.clear();
+            self.window.push_back(used);
+            self.current = used;
+            self.probing = false;
+            self.probe_wait = 0;
+            self.probe_step = 1;
+            self.after_drop = true;
+            self.climbing = false;
+            return EstimateStep::Dropped;
+        }
+        if self.after_drop {
+            if reservation_missed {
+                return self.average(used);
+            }
+            self.after_drop = false;
+            self.climbing = true;
+        }
         if std::mem::take(&mut self.probing) {
             if saturated {
                 // The raised estimate was used: the target has more, probe on, with a
                 // step that doubles while probes keep being used (at most 4 eta), so a
                 // target that recovered from a drop is followed in a few periods.
                 self.probe_backoff = 1.min(self.probe_backoff_max);
-                self.probe_step = (self.probe_step * 2).min(self.max_probe_step);
+                let max_step = if self.climbing {
+                    MAX_PROBE_STEP
+                } else {
+                    self.max_probe_step
+                };
+                self.probe_step = (self.probe_step * 2).min(max_step);
             } else if reservation_missed {
                 // It was not, and a reservation was missed: the probe's extra tokens
                 // were served at the expense of some host's reservation. Wait before
@@ -157,6 +209,9 @@ impl CapacityEstimator {
                 self.probe_step = 1;
             } else {
                 self.probe_step = 1;
+            }
+            if !saturated {
+                self.climbing = false;
             }
         } else if self.probe_wait > 0 {
             self.probe_wait -= 1;
@@ -404,10 +459,11 @@ mod tests {
         // Below the floor without evidence: a low-demand period, ignored.
         assert_eq!(e.observe(600, true, Evidence::None), EstimateStep::Ignored);
         assert_eq!(e.current(), 1000);
-        // With evidence that the target was the bottleneck: averaged in the window.
+        // With evidence that the target was the bottleneck: a measurement (here a
+        // sudden drop, so the window restarts at it).
         assert_eq!(
             e.observe(600, true, Evidence::ReservationsStarved),
-            EstimateStep::Averaged
+            EstimateStep::Dropped
         );
         assert_eq!(e.current(), 600);
         e.observe(500, false, Evidence::Backlogged);
@@ -419,5 +475,62 @@ mod tests {
         assert_eq!(e.current(), 810);
         assert_eq!(e.observe(810, false, Evidence::None), EstimateStep::Raised);
         assert_eq!(e.current(), 830);
+    }
+
+    #[test]
+    fn a_sudden_drop_with_reservations_starved_restarts_the_window() {
+        let mut e = CapacityEstimator::new(&cfg(), 1000, 100);
+        for _ in 0..3 {
+            e.observe(990, false, Evidence::None);
+        }
+        assert_eq!(e.current(), 990);
+        // 3 % short with reservations starved: within the threshold, averaged.
+        assert_eq!(
+            e.observe(960, true, Evidence::ReservationsStarved),
+            EstimateStep::Averaged
+        );
+        assert_eq!(e.current(), 980);
+        // 20 % short without evidence: averaged like any period above the floor.
+        assert_eq!(e.observe(784, true, Evidence::None), EstimateStep::Averaged);
+        assert_eq!(e.current(), (990 + 960 + 784) / 3);
+        // 20 % short with reservations starved: the window restarts there.
+        assert_eq!(
+            e.observe(730, true, Evidence::ReservationsStarved),
+            EstimateStep::Dropped
+        );
+        assert_eq!(e.current(), 730);
+        // No probe while reservations are still missed after the drop, even in a
+        // period that used every token.
+        assert_eq!(e.observe(730, true, Evidence::None), EstimateStep::Averaged);
+        assert_eq!(e.current(), 730);
+        // Reservations met again: probes resume and double while used (the drop
+        // may have gone too far), here without weighted sharing's fast probes.
+        assert_eq!(e.observe(730, false, Evidence::None), EstimateStep::Raised);
+        assert_eq!(e.current(), 740);
+        assert_eq!(e.observe(740, false, Evidence::None), EstimateStep::Raised);
+        assert_eq!(e.current(), 760);
+        assert_eq!(e.observe(760, false, Evidence::None), EstimateStep::Raised);
+        assert_eq!(e.current(), 800);
+        // A probe that was not used ends the climb: back to eta.
+        assert_eq!(
+            e.observe(770, false, Evidence::None),
+            EstimateStep::Averaged
+        );
+        assert_eq!(e.current(), (730 + 730 + 770) / 3);
+        assert_eq!(e.observe(770, false, Evidence::None), EstimateStep::Raised);
+        assert_eq!(e.current(), (730 + 730 + 770) / 3 + 10);
+    }
+
+    #[test]
+    fn a_zero_threshold_never_drops() {
+        let cfg = EstimatorConfig {
+            drop_threshold_milli: 0,
+            ..cfg()
+        };
+        let mut e = CapacityEstimator::new(&cfg, 1000, 0);
+        assert_eq!(
+            e.observe(500, true, Evidence::ReservationsStarved),
+            EstimateStep::Averaged
+        );
     }
 }

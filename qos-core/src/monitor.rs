@@ -1372,11 +1372,12 @@ impl Monitor {
             // weighted sharing: the hosts claimed every slice they were offered in nine
             // intervals of ten (their demand exceeded the offer all period long).
             let [ran, claimed] = self.share_ticks[i];
-            let evidence = if hosts_changed || self.cfg.sharing != ExcessSharing::Weighted {
+            let weighted = self.cfg.sharing == ExcessSharing::Weighted;
+            let evidence = if hosts_changed {
                 Evidence::None
             } else if starved[i] {
                 Evidence::ReservationsStarved
-            } else if ran >= 10 && claimed * 10 >= ran * 9 {
+            } else if weighted && ran >= 10 && claimed * 10 >= ran * 9 {
                 Evidence::Backlogged
             } else {
                 Evidence::None

@@ -33,6 +33,9 @@ fn default_increment() -> u64 {
 fn default_probe_backoff() -> u32 {
     EstimatorConfig::default().probe_backoff_max
 }
+fn default_drop() -> u64 {
+    EstimatorConfig::default().drop_threshold_milli
+}
 fn default_underuse() -> u32 {
     EstimatorConfig::default().underuse_periods
 }
@@ -72,6 +75,8 @@ pub struct DomainParams {
     pub estimator_increment_milli: u64,
     #[serde(default = "default_probe_backoff")]
     pub estimator_probe_backoff: u32,
+    #[serde(default = "default_drop")]
+    pub estimator_drop_milli: u64,
     #[serde(default = "default_underuse")]
     pub underuse_periods: u32,
     #[serde(default)]
@@ -110,6 +115,7 @@ pub struct DomainUpdate {
     pub estimator_history: Option<usize>,
     pub estimator_increment_milli: Option<u64>,
     pub estimator_probe_backoff: Option<u32>,
+    pub estimator_drop_milli: Option<u64>,
     pub underuse_periods: Option<u32>,
     pub mode: Option<TokenMode>,
     pub release: Option<ReservationRelease>,
@@ -152,6 +158,7 @@ impl DomainParams {
                 history: self.estimator_history,
                 underuse_periods: self.underuse_periods,
                 probe_backoff_max: self.estimator_probe_backoff,
+                drop_threshold_milli: self.estimator_drop_milli,
                 ..EstimatorConfig::default()
             },
             mode: self.mode,
@@ -187,6 +194,7 @@ impl DomainParams {
             estimator_history,
             estimator_increment_milli,
             estimator_probe_backoff,
+            estimator_drop_milli,
             underuse_periods,
             mode,
             release,
