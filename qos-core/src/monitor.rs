@@ -35,6 +35,17 @@ pub const IDLE_INTERVALS: u64 = 10;
 /// How many past periods each host's history keeps for statistics.
 pub const HISTORY_PERIODS: usize = 128;
 
+/// One ended period of every host: the records of its [`PeriodReport`], shared with
+/// it. The history is kept per period rather than per host so that the roll-over
+/// writes one contiguous array instead of a cold line in each host's ring (at 1024
+/// hosts the per-host rings were nearly half of the roll-over's time).
+#[derive(Debug)]
+struct HistoryFrame {
+    epoch: u64,
+    nqns: std::sync::Arc<[String]>,
+    records: std::sync::Arc<Vec<PeriodRecord>>,
+}
+
 #[derive(Debug, Error)]
 pub enum NewDomainError {
     #[error(transparent)]
@@ -142,8 +153,8 @@ pub struct PeriodReport {
     pub used: Amount,
     /// Estimate for the next period (Omega_t+1).
     pub next_budget: Amount,
-    /// Per host, in the order of `host_nqns`.
-    pub hosts: Vec<PeriodRecord>,
+    /// Per host, in the order of `host_nqns` (shared with the monitor's history).
+    pub hosts: std::sync::Arc<Vec<PeriodRecord>>,
     /// The hosts' NQNs (shared between reports until the host set changes).
     pub host_nqns: std::sync::Arc<[String]>,
 }
@@ -175,7 +186,9 @@ struct HostEntry {
     last_active: Nanos,
     /// Unused reservation its channels may hold in caches: not counted as lag.
     res_slack: Amount,
-    history: VecDeque<PeriodRecord>,
+    /// The epoch it was added in: older history frames are of an earlier host of the
+    /// same name.
+    since_epoch: u64,
     /// Index of its group in `Monitor::groups`.
     group: Option<usize>,
     /// Idle at the last check interval (its unused reservation may be converted).
@@ -324,6 +337,8 @@ pub struct Monitor {
     /// Check intervals of this period (conversion ticks).
     period_ticks: u32,
     scratch: ShareScratch,
+    /// The last [`HISTORY_PERIODS`] ended periods, oldest first.
+    history: VecDeque<HistoryFrame>,
 }
 
 impl Monitor {
@@ -357,6 +372,7 @@ impl Monitor {
             lag_seen: 0,
             period_ticks: 0,
             scratch: ShareScratch::default(),
+            history: VecDeque::with_capacity(HISTORY_PERIODS),
             cfg,
         };
         m.start_period(now);
@@ -389,8 +405,28 @@ impl Monitor {
         self.find(nqn).map(|i| &self.hosts[i].shared)
     }
     /// History of `nqn`'s past periods, oldest first.
-    pub fn history(&self, nqn: &str) -> Option<&VecDeque<PeriodRecord>> {
-        self.find(nqn).map(|i| &self.hosts[i].history)
+    pub fn history(&self, nqn: &str) -> Option<Vec<PeriodRecord>> {
+        self.find(nqn)
+            .map(|i| self.records_of(i).copied().collect())
+    }
+
+    /// Host `i`'s records in the history frames, oldest first.
+    fn records_of(&self, i: usize) -> impl DoubleEndedIterator<Item = &PeriodRecord> + '_ {
+        let h = &self.hosts[i];
+        let nqn = h.cfg.host_nqn.as_str();
+        let since = h.since_epoch;
+        self.history
+            .iter()
+            .filter(move |f| f.epoch >= since)
+            .filter_map(move |f| {
+                // The host set rarely changes: the host is usually at the same index.
+                let at = if f.nqns.get(i).is_some_and(|n| n == nqn) {
+                    i
+                } else {
+                    f.nqns.iter().position(|n| n == nqn)?
+                };
+                f.records.get(at)
+            })
     }
     /// A channel (one thread's token cache) for a configured host.
     pub fn channel(&self, nqn: &str) -> Option<ChannelTokens> {
@@ -568,7 +604,7 @@ impl Monitor {
             held_at_tick: 0,
             last_active: now,
             res_slack: Amount::ZERO,
-            history: VecDeque::new(),
+            since_epoch: self.epoch,
             period_counts: PeriodCounts::default(),
             group: None,
             idle: false,
@@ -1354,10 +1390,6 @@ impl Monitor {
             let soft_total = hard.saturating_add(h.budgets.soft_extra);
             h.soft_idle
                 .observe(backlogged || completed.ops.saturating_mul(2) >= soft_total.ops);
-            if h.history.len() == HISTORY_PERIODS {
-                h.history.pop_front();
-            }
-            h.history.push_back(rec);
             h.period_counts.count(met, backlogged);
             h.last = now_c;
             used = used.saturating_add(completed);
@@ -1400,6 +1432,16 @@ impl Monitor {
         }
         let ended_epoch = self.epoch;
         let ended_start = self.period_start;
+        let hosts = std::sync::Arc::new(hosts);
+        let host_nqns = self.host_nqns();
+        if self.history.len() == HISTORY_PERIODS {
+            self.history.pop_front();
+        }
+        self.history.push_back(HistoryFrame {
+            epoch: ended_epoch,
+            nqns: host_nqns.clone(),
+            records: hosts.clone(),
+        });
         self.start_period(start);
         PeriodReport {
             epoch: ended_epoch,
@@ -1408,7 +1450,7 @@ impl Monitor {
             used,
             next_budget: self.budget,
             hosts,
-            host_nqns: self.host_nqns(),
+            host_nqns,
         }
     }
 
@@ -1714,20 +1756,21 @@ impl Monitor {
         let hosts = self
             .hosts
             .iter()
-            .filter(|h| only.is_none_or(|n| n == h.cfg.host_nqn))
-            .map(|h| {
+            .enumerate()
+            .filter(|(_, h)| only.is_none_or(|n| n == h.cfg.host_nqn))
+            .map(|(i, h)| {
                 let c = h.shared.counters();
                 let res_left = h.shared.reservation_available();
-                let met = h.history.iter().filter(|r| r.met).count();
-                let n = h.history.len();
+                let (met, n) = self
+                    .records_of(i)
+                    .fold((0usize, 0usize), |(m, n), r| (m + r.met as usize, n + 1));
                 HostStats {
                     host_nqn: h.cfg.host_nqn.clone(),
                     config: h.cfg.clone(),
                     completed_this_period: c.completed.saturating_sub(h.last.completed),
                     completed_ios_this_period: c.completed_ios - h.last.completed_ios,
-                    last_periods: h
-                        .history
-                        .iter()
+                    last_periods: self
+                        .records_of(i)
                         .rev()
                         .take(16)
                         .map(|r| r.completed)
@@ -1791,10 +1834,13 @@ impl Monitor {
 
     /// Every host's history of past periods (oldest first), in the order of
     /// [`Monitor::stats`]'s hosts.
-    pub fn histories(&self) -> impl Iterator<Item = (&str, &VecDeque<PeriodRecord>)> {
-        self.hosts
-            .iter()
-            .map(|h| (h.cfg.host_nqn.as_str(), &h.history))
+    pub fn histories(&self) -> impl Iterator<Item = (&str, Vec<PeriodRecord>)> {
+        self.hosts.iter().enumerate().map(|(i, h)| {
+            (
+                h.cfg.host_nqn.as_str(),
+                self.records_of(i).copied().collect(),
+            )
+        })
     }
 }
 

@@ -423,6 +423,78 @@ fn stats_report_hosts_and_periods() {
     assert!(json.contains("\"host_nqn\":\"nqn.s\""));
 }
 
+/// The history is kept per period for every host (one frame per roll-over): a host's
+/// records follow it when the host set changes around it, a host removed and added
+/// again starts afresh, and only the last `HISTORY_PERIODS` periods are kept.
+#[test]
+fn history_follows_each_host_across_host_set_changes() {
+    use qos_core::monitor::HISTORY_PERIODS;
+    let mut m = Monitor::new(domain(1000), T0).unwrap();
+    for h in ["nqn.a", "nqn.b"] {
+        m.add_host(HostConfig::new(h).with_reservation(Rate::iops(10)), T0)
+            .unwrap();
+    }
+    let work = |m: &mut Monitor, h: &str, n: u64, now: Nanos| {
+        let mut ch = m.channel(h).unwrap();
+        for _ in 0..n {
+            assert!(ch.try_admit(IoKind::Read, 4096, now).is_admitted());
+            ch.record_completion(IoKind::Read, 4096);
+        }
+        ch.flush();
+    };
+    work(&mut m, "nqn.b", 3, T0);
+    let rep = m.tick(at_ms(1000)).ended.unwrap();
+    assert_eq!(rep.host_nqns.len(), 2);
+    assert_eq!(rep.hosts[1].completed.ops, 3);
+    // nqn.a leaves: nqn.b moves to index 0 and keeps its history.
+    m.remove_host("nqn.a", at_ms(1100)).unwrap();
+    work(&mut m, "nqn.b", 5, at_ms(1200));
+    m.tick(at_ms(2000));
+    let ops = |m: &Monitor, h: &str| -> Vec<u64> {
+        m.history(h)
+            .unwrap()
+            .iter()
+            .map(|r| r.completed.ops)
+            .collect()
+    };
+    assert_eq!(ops(&m, "nqn.b"), vec![3, 5]);
+    assert_eq!(
+        m.history("nqn.b")
+            .unwrap()
+            .iter()
+            .map(|r| r.epoch)
+            .collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    // nqn.a comes back: its earlier period is not its history any more.
+    m.add_host(
+        HostConfig::new("nqn.a").with_reservation(Rate::iops(10)),
+        at_ms(2100),
+    )
+    .unwrap();
+    work(&mut m, "nqn.a", 7, at_ms(2200));
+    m.tick(at_ms(3000));
+    assert_eq!(ops(&m, "nqn.a"), vec![7]);
+    assert_eq!(ops(&m, "nqn.b"), vec![3, 5, 0]);
+    let all: Vec<(String, usize)> = m
+        .histories()
+        .map(|(n, h)| (n.to_string(), h.len()))
+        .collect();
+    assert_eq!(
+        all,
+        vec![("nqn.b".to_string(), 3), ("nqn.a".to_string(), 1)]
+    );
+    let s = m.stats(at_ms(3500));
+    assert_eq!(s.hosts[1].last_periods, vec![Amount::new(7, 7 * 4096)]);
+    // Only the last HISTORY_PERIODS periods are kept.
+    for k in 4..(HISTORY_PERIODS as u64 + 10) {
+        m.tick(at_ms(k * 1000));
+    }
+    let b = m.history("nqn.b").unwrap();
+    assert_eq!(b.len(), HISTORY_PERIODS);
+    assert_eq!(b.last().unwrap().epoch, HISTORY_PERIODS as u64 + 9);
+}
+
 fn serde_json_string<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap()
 }

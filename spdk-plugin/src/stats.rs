@@ -5,8 +5,6 @@
 //! periods by outcome). `compact` leaves the history out and `host_nqn` builds one host
 //! only, so a scrape of a target with a thousand hosts stays cheap on the app thread.
 
-use std::collections::VecDeque;
-
 use qos_core::Amount;
 use qos_core::histogram::HELD_BUCKETS_NS;
 use qos_core::monitor::{DomainStats, HostStats, PeriodCounts, PeriodRecord};
@@ -243,7 +241,7 @@ fn host_common(d: &Domain, h: &HostStats) -> Value {
 }
 
 /// The history part of the full form.
-fn add_history(v: &mut Value, h: &HostStats, hist: Option<&VecDeque<PeriodRecord>>, n: usize) {
+fn add_history(v: &mut Value, h: &HostStats, hist: Option<&[PeriodRecord]>, n: usize) {
     let recs: Vec<Value> = hist
         .map(|hist| {
             hist.iter()
@@ -287,7 +285,12 @@ pub fn domain(name: &str, d: &Domain, shape: Shape<'_>) -> Value {
             .iter()
             .map(|h| {
                 let mut v = host_common(d, h);
-                add_history(&mut v, h, d.monitor.history(&h.host_nqn), shape.periods);
+                add_history(
+                    &mut v,
+                    h,
+                    d.monitor.history(&h.host_nqn).as_deref(),
+                    shape.periods,
+                );
                 v
             })
             .collect()
@@ -299,7 +302,7 @@ pub fn domain(name: &str, d: &Domain, shape: Shape<'_>) -> Value {
             .map(|(h, (nqn, hist))| {
                 debug_assert_eq!(nqn, h.host_nqn);
                 let mut v = host_common(d, h);
-                add_history(&mut v, h, Some(hist), shape.periods);
+                add_history(&mut v, h, Some(&hist), shape.periods);
                 v
             })
             .collect()
