@@ -107,7 +107,6 @@ impl DomainShared {
 /// sequence lock whenever the host's generation changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct HostParams {
-    pub(crate) epoch: u64,
     pub(crate) together: bool,
     /// Bit `class * 2 + resource` is set when that limit is enforced.
     pub(crate) limit_mask: u8,
@@ -126,7 +125,7 @@ pub(crate) struct HostParams {
 }
 
 /// Words of [`HostParams`] in its sequence lock.
-const PARAM_WORDS: usize = 22;
+const PARAM_WORDS: usize = 21;
 
 impl HostParams {
     fn to_words(self) -> [u64; PARAM_WORDS] {
@@ -134,8 +133,7 @@ impl HostParams {
             self.together as u64 | (self.limit_mask as u64) << 1 | (self.configured as u64) << 9;
         let a = |x: Amount| [x.ops, x.bytes];
         let mut w = [0u64; PARAM_WORDS];
-        w[0] = self.epoch;
-        w[1] = flags;
+        w[0] = flags;
         let pairs = [
             a(self.limit[0]),
             a(self.limit[1]),
@@ -149,19 +147,18 @@ impl HostParams {
             a(self.pool_res[1]),
         ];
         for (i, p) in pairs.iter().enumerate() {
-            w[2 + 2 * i] = p[0];
-            w[3 + 2 * i] = p[1];
+            w[1 + 2 * i] = p[0];
+            w[2 + 2 * i] = p[1];
         }
         w
     }
 
     fn from_words(w: &[u64; PARAM_WORDS]) -> Self {
-        let a = |i: usize| Amount::new(w[2 + 2 * i], w[3 + 2 * i]);
+        let a = |i: usize| Amount::new(w[1 + 2 * i], w[2 + 2 * i]);
         HostParams {
-            epoch: w[0],
-            together: w[1] & 1 == 1,
-            limit_mask: ((w[1] >> 1) & 0xff) as u8,
-            configured: (w[1] >> 9) & 1 == 1,
+            together: w[0] & 1 == 1,
+            limit_mask: ((w[0] >> 1) & 0xff) as u8,
+            configured: (w[0] >> 9) & 1 == 1,
             limit: [a(0), a(1), a(2)],
             res_batch: a(3),
             global_batch: a(4),
@@ -272,8 +269,8 @@ impl HostCounters {
 }
 
 impl HostShared {
-    pub(crate) fn new(id: u32, nqn: String, params: &HostParams) -> Self {
-        let tag = params.epoch as u16;
+    /// A host whose pools start in period `tag`.
+    pub(crate) fn new(id: u32, nqn: String, params: &HostParams, tag: u16) -> Self {
         let h = HostShared {
             id,
             nqn,
@@ -408,6 +405,9 @@ pub struct ChannelTokens {
     cost: CostModel,
     gen_: u64,
     params: HostParams,
+    /// The period this channel's caches belong to (the domain's epoch when it last
+    /// looked): the monitor publishes a new period once, to the domain, not per host.
+    epoch: u64,
     res: [[u64; 2]; 2],
     glob: [u64; 2],
     lim: [[u64; 2]; 3],
@@ -436,12 +436,14 @@ impl ChannelTokens {
         let params = host.read_params();
         let gen_ = host.generation();
         let cost = domain.cost;
+        let epoch = domain.epoch.load(Ordering::Acquire);
         let mut ch = ChannelTokens {
             domain,
             host,
             cost,
             gen_,
             params,
+            epoch,
             res: [[0; 2]; 2],
             glob: [0; 2],
             lim: [[0; 2]; 3],
@@ -477,27 +479,45 @@ impl ChannelTokens {
 
     #[inline]
     fn tag(&self) -> u16 {
-        self.params.epoch as u16
+        self.epoch as u16
     }
 
     /// Picks up a roll-over or a reconfiguration published by the monitor.
     #[inline]
     fn sync(&mut self) {
-        if self.host.generation() != self.gen_ {
+        if self.domain.epoch.load(Ordering::Acquire) != self.epoch
+            || self.host.generation() != self.gen_
+        {
             self.refresh();
         }
     }
 
     #[cold]
     fn refresh(&mut self) {
+        // The epoch is stored after the new period's pools are armed: a channel that
+        // sees it finds them.
+        let epoch = self.domain.epoch.load(Ordering::Acquire);
+        if epoch != self.epoch {
+            self.expire_caches();
+            self.epoch = epoch;
+            // A limit that is not enforced never runs out (its allowance is unbounded),
+            // so the per-command check needs no branch on which limits are on.
+            for c in 0..3 {
+                for r in 0..2 {
+                    if !self.params.limited(c, r) {
+                        self.lim[c][r] = u64::MAX;
+                    }
+                }
+            }
+            // A new period: look for released reservation again.
+            self.res_retry_at = [[0; 2]; 2];
+        }
+        if self.host.generation() == self.gen_ {
+            return;
+        }
         let Some((g, p)) = self.host.try_read_params() else {
             return;
         };
-        if p.epoch != self.params.epoch {
-            self.expire_caches();
-        }
-        // A limit that is not enforced never runs out (its allowance is unbounded), so
-        // the per-command check needs no branch on which limits are on.
         for c in 0..3 {
             for r in 0..2 {
                 if !p.limited(c, r) {
@@ -509,7 +529,7 @@ impl ChannelTokens {
         }
         self.params = p;
         self.gen_ = g;
-        // A new period or new reservations: look for released reservation again.
+        // New reservations: look for released reservation again.
         self.res_retry_at = [[0; 2]; 2];
     }
 
@@ -743,7 +763,7 @@ impl ChannelTokens {
             .reservation_available()
             .saturating_add(self.cached().0);
         PeriodState {
-            epoch: self.params.epoch,
+            epoch: self.epoch,
             period: Nanos(self.domain.period.load(Ordering::Acquire)),
             elapsed: Nanos(now.0.saturating_sub(start)),
             reservation_left: res,
@@ -824,7 +844,7 @@ impl ChannelTokens {
         let held = (self.host.counters.held_now.load(Ordering::Relaxed) as i64)
             .saturating_add(self.held_delta)
             .max(0) as u64;
-        wire::Credit::new(self.params.epoch, avail, held)
+        wire::Credit::new(self.epoch, avail, held)
     }
 
     /// Tokens cached in this channel (reservation, global), for audits and tests.
@@ -898,7 +918,6 @@ mod tests {
     #[test]
     fn params_round_trip_through_the_seqlock_words() {
         let p = HostParams {
-            epoch: 7,
             together: false,
             limit_mask: 0b10_0101,
             limit: [Amount::new(1, 2), Amount::new(3, 4), Amount::new(5, 6)],

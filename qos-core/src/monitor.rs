@@ -186,6 +186,8 @@ struct HostEntry {
     last_active: Nanos,
     /// Unused reservation its channels may hold in caches: not counted as lag.
     res_slack: Amount,
+    /// `period_res` as last published in its params.
+    published_res: [Amount; 2],
     /// The epoch it was added in: older history frames are of an earlier host of the
     /// same name.
     since_epoch: u64,
@@ -589,6 +591,7 @@ impl Monitor {
             id,
             cfg.host_nqn.clone(),
             &HostParams::default(),
+            self.tag(),
         ));
         let last = shared.counters();
         self.hosts.push(HostEntry {
@@ -604,6 +607,7 @@ impl Monitor {
             held_at_tick: 0,
             last_active: now,
             res_slack: Amount::ZERO,
+            published_res: [Amount::ZERO; 2],
             since_epoch: self.epoch,
             period_counts: PeriodCounts::default(),
             group: None,
@@ -808,6 +812,10 @@ impl Monitor {
             Ordering::Release,
         );
         self.roll_over_at(now);
+        self.refresh_all_params();
+        for h in &self.detached {
+            h.write_params(&self.best_effort_params());
+        }
         Ok(())
     }
 
@@ -1511,19 +1519,20 @@ impl Monitor {
         self.converting = false;
         self.shared.global_closed.store(0, Ordering::Release);
         for h in &self.hosts {
-            h.shared.lagging.store(0, Ordering::Release);
+            // Most hosts are not lagging: leave their line alone.
+            if h.shared.lagging.load(Ordering::Relaxed) != 0 {
+                h.shared.lagging.store(0, Ordering::Release);
+            }
         }
         let burst = match self.cfg.release {
             ReservationRelease::Start => u64::MAX,
             ReservationRelease::Paced => self.cfg.release_burst().0,
         };
         self.shared.release_burst.store(burst, Ordering::Release);
-        self.shared.epoch.store(self.epoch, Ordering::Release);
         self.shared.period_start.store(start.0, Ordering::Release);
         for i in 0..self.hosts.len() {
             self.arm_host(i, (1, 1));
         }
-        let be = self.best_effort_params();
         self.detached.retain(|h| Arc::strong_count(h) > 1);
         for h in &self.detached {
             for r in 0..2 {
@@ -1532,9 +1541,12 @@ impl Monitor {
                     self.audit.expired_at_rollover[r] += old as i128;
                 }
             }
-            h.write_params(&be);
         }
-        self.refresh_all_params();
+        // Only what changed with the period (a soft grant, a reservation served as
+        // unreachable) is published per host; the new period itself is published once,
+        // below, after every pool is armed, so a channel that sees it finds its tokens.
+        self.refresh_params(true);
+        self.shared.epoch.store(self.epoch, Ordering::Release);
     }
 
     /// Fills host `i`'s pools for the current period, scaled by `num/den` of a period.
@@ -1542,9 +1554,10 @@ impl Monitor {
     fn arm_host(&mut self, i: usize, (num, den): (u64, u64)) {
         let tag = self.tag();
         let h = &self.hosts[i];
+        let part = |v: u64| if num == den { v } else { mul_div(v, num, den) };
         for r in 0..2 {
             for p in 0..2 {
-                let v = clamp_pool(mul_div(h.period_res[p].get(RES[r]), num, den));
+                let v = clamp_pool(part(h.period_res[p].get(RES[r])));
                 let (_, old) = h.shared.res[p][r].replace(tag, v);
                 self.audit.expired_at_rollover[r] += old as i128;
                 self.audit.issued[r] += v as i128;
@@ -1553,12 +1566,11 @@ impl Monitor {
             self.audit.expired_at_rollover[r] += old as i128;
             for c in 0..3 {
                 let l = h.budgets.limit[c].get(RES[r]);
-                let v = if l == UNLIMITED {
-                    0
-                } else {
-                    clamp_pool(mul_div(l, num, den))
-                };
-                h.shared.limit[c][r].replace(tag, v);
+                // Channels never touch the pool of a limit that is not enforced, and
+                // update_host arms it when the limit is switched on.
+                if l != UNLIMITED {
+                    h.shared.limit[c][r].replace(tag, clamp_pool(part(l)));
+                }
             }
         }
     }
@@ -1634,7 +1646,6 @@ impl Monitor {
     fn best_effort_params(&self) -> HostParams {
         let batch = self.cfg.batch();
         HostParams {
-            epoch: self.epoch,
             together: true,
             limit_mask: 0,
             limit: [Amount::new(UNLIMITED, UNLIMITED); 3],
@@ -1655,6 +1666,14 @@ impl Monitor {
 
     /// Recomputes and publishes every host's params (batches depend on the host set).
     fn refresh_all_params(&mut self) {
+        self.refresh_params(false);
+    }
+
+    /// Recomputes every host's params and publishes them, or with `only_changed` only
+    /// those of hosts whose reservation of the period changed since they were last
+    /// published (the rest depends on the configuration and the host set, whose
+    /// changes publish everything).
+    fn refresh_params(&mut self, only_changed: bool) {
         let batch = self.cfg.batch();
         let max_w = self
             .hosts
@@ -1678,6 +1697,10 @@ impl Monitor {
             ),
         );
         for h in &mut self.hosts {
+            if only_changed && h.published_res == h.period_res {
+                continue;
+            }
+            h.published_res = h.period_res;
             let b = &h.budgets;
             let mut mask = 0u8;
             let mut limit_batch = Amount::ZERO;
@@ -1728,7 +1751,6 @@ impl Monitor {
                 res_batch.bytes.saturating_mul(4),
             );
             let p = HostParams {
-                epoch: self.epoch,
                 together: b.together,
                 limit_mask: mask,
                 limit: b.limit,
@@ -1890,9 +1912,9 @@ fn adjust_pool(pool: &crate::sync::TokenPool, tag: u16, delta: i128, issued: &mu
     }
 }
 
-/// The estimators of a domain. The changes made for weighted sharing (doubling probes,
-/// capacity evidence below the floor) apply only with it; first come keeps Haechi's
-/// Algorithm 1 with the probe back-off.
+/// The estimators of a domain. Doubling probes and the "backlogged" evidence are
+/// weighted sharing's; first come keeps Haechi's Algorithm 1 with the probe back-off,
+/// the "reservations starved" evidence and the sudden-drop rule (both sharings).
 fn make_estimators(cfg: &DomainConfig) -> [CapacityEstimator; 2] {
     let cap = cfg.capacity_per_period();
     let make = |e: CapacityEstimator| {
