@@ -615,9 +615,10 @@ impl ChannelTokens {
         let want = need - self.lim[c][r] + self.params.limit_batch.get(RES[r]);
         // Paced release applies to the limit too: the allowance of a period comes out
         // over the period, so a limit is a rate, not a burst at every period start.
+        // The pool holds at most POOL_MAX: the floor is of what it was armed with.
         let floor = self
             .domain
-            .unreleased(self.params.limit[c].get(RES[r]), now);
+            .unreleased(clamp_pool(self.params.limit[c].get(RES[r])), now);
         self.lim[c][r] += self.host.limit[c][r].take_above(self.tag(), want, floor);
         self.lim[c][r] >= need
     }
@@ -630,7 +631,7 @@ impl ChannelTokens {
         if res_batch > 0 && self.res[p][r] < need {
             let want = need - self.res[p][r] + res_batch;
             // Paced release: what is not released yet stays in the pool.
-            let per_period = self.params.pool_res[p].get(RES[r]);
+            let per_period = clamp_pool(self.params.pool_res[p].get(RES[r]));
             let unreleased = self.domain.unreleased(per_period, now);
             let got = self.host.res[p][r].take_above(tag, want, unreleased);
             self.res[p][r] += got;
