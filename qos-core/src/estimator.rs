@@ -36,8 +36,9 @@
 //! A sudden drop is not averaged: when reservations starved (as above) in a period that
 //! served more than `drop_threshold_milli` less than the estimate, the window restarts
 //! at what was served, so the reservations fit again in the next period instead of
-//! after M periods of a mean that still remembers the old capacity (Haechi's Set 4: the
-//! largest reservation met again 1 period after a 20 % drop instead of 9). Probes after
+//! after M periods of a mean that still remembers the old capacity (Haechi's Set 4 in
+//! the lab: the estimate reaches the reduced capacity one period after a 20 % drop
+//! instead of four; docs/lab.md has what that does to the reservations). Probes after
 //! such a drop double like weighted sharing's, so an estimate dropped too far climbs
 //! back in a few periods. (Dropping at once on *every* starved period was tried earlier:
 //! a host bound by its queue depth missed its reservation each period and each period
