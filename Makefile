@@ -60,7 +60,7 @@ KEEP_HUGEPAGES = hp=$$(cat /proc/sys/vm/nr_hugepages 2>/dev/null); \
 
 test-spdk:
 ifneq ($(SPDK_FOUND),)
-	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin
+	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin -p nvmf-qos-agent
 	$(KEEP_HUGEPAGES) \
 	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p spdk-sys -p spdk-plugin -p initiator-plugin -p it-harness && \
 	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it -- --nocapture --test-threads=1 && \

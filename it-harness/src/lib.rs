@@ -12,6 +12,7 @@
 pub mod app;
 pub mod bdevperf;
 pub mod env;
+pub mod etcd;
 pub mod history;
 pub mod numbers;
 pub mod nvme_tcp;

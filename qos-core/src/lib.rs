@@ -8,6 +8,7 @@
 //!   the per-I/O admission decision ([`ChannelTokens::try_admit`]).
 //! - [`monitor`]: conversion, weighted sharing of the excess, tenant groups, roll-over,
 //!   soft grants, capacity estimation, statistics.
+//! - [`cluster`]: one host's reservation and limit divided over a cluster of targets.
 //! - [`share`]: weighted max-min sharing (water-filling).
 //! - [`hold`]: the FIFO of I/O waiting for tokens.
 //! - [`histogram`]: the time I/O spent held, in fixed buckets (statistics).
@@ -17,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod cluster;
 pub mod config;
 pub mod cost;
 pub mod estimator;

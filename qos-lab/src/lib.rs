@@ -12,11 +12,13 @@
 //! - [`report`]: the JSON summary and the table.
 //! - [`plot`]: PNG figures in the style of the papers.
 //! - [`check`]: admission control only (`qos-lab check`).
+//! - [`cluster`]: a cluster of targets sharing hosts (`qos-lab cluster`).
 //! - [`shipped`]: the scenarios shipped in `qos-lab/scenarios/`.
 //! - [`locate`]: file positions and field paths for error messages.
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod cluster;
 pub mod locate;
 pub mod nslimit;
 pub mod plot;

@@ -58,6 +58,13 @@ enum Command {
     },
     /// List the shipped scenarios.
     List,
+    /// A cluster of targets sharing hosts: each host's reservation and limit divided
+    /// among the targets by the cluster agents' rule, demand moves and target failures
+    /// (docs/cluster.md, "Planning in the lab").
+    Cluster {
+        /// A cluster scenario file (qos-lab/scenarios/cluster/*.toml).
+        file: PathBuf,
+    },
 }
 
 fn load(arg: &str) -> Result<Scenario, String> {
@@ -92,6 +99,17 @@ fn check_output(p: &Path, what: &str) -> Result<(), String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Cluster { file } => match qos_lab::cluster::ClusterScenario::load(&file) {
+            Ok(s) => {
+                let run = qos_lab::cluster::simulate(&s);
+                print!("{}", qos_lab::cluster::report(&s, &run));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::List => {
             let width = shipped::SHIPPED
                 .iter()

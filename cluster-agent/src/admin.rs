@@ -1,0 +1,298 @@
+//! The operator's commands on a cluster's state in etcd: create and delete a cluster,
+//! set and remove a host's cluster-wide contract (with the cluster's admission check),
+//! and the view of every host's global and per-target figures.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use qos_core::cluster::{
+    ClusterAdmissionError, ClusterConfigError, ClusterHost, DivideConfig, check_cluster_admission,
+};
+use serde_json::{Value, json};
+use thiserror::Error;
+
+use crate::keys::{
+    ClusterRecord, DemandRecord, Keys, MemberRecord, NameError, SharesRecord, check_name, hosts_of,
+    parse,
+};
+use crate::store::{Store, StoreError};
+
+/// An operator command that did not go through.
+#[derive(Debug, Error)]
+pub enum AdminError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Name(#[from] NameError),
+    #[error(transparent)]
+    Config(#[from] ClusterConfigError),
+    #[error(transparent)]
+    Admission(#[from] ClusterAdmissionError),
+    #[error("cluster {0} already exists; `cluster create --update` changes its settings")]
+    Exists(String),
+    #[error("cluster {0} does not exist; create it with `nvmf-qos-agent cluster create`")]
+    NoCluster(String),
+    #[error("cluster {cluster} still has {what}; {fix}")]
+    NotEmpty {
+        cluster: String,
+        what: String,
+        fix: &'static str,
+    },
+    #[error("host {nqn} is not in cluster {cluster}")]
+    NoHost { cluster: String, nqn: String },
+    #[error("host NQN {0:?}: use 1 ..= 223 printable ASCII characters without spaces or '/'")]
+    BadNqn(String),
+    #[error("{key} holds what this version cannot read: {detail}")]
+    Corrupt { key: String, detail: String },
+}
+
+fn require_cluster(
+    s: &mut dyn Store,
+    k: &Keys,
+    cluster: &str,
+) -> Result<ClusterRecord, AdminError> {
+    let text = s
+        .get(&k.config())?
+        .ok_or_else(|| AdminError::NoCluster(cluster.into()))?;
+    parse(&k.config(), &text).map_err(|detail| AdminError::Corrupt {
+        key: k.config(),
+        detail,
+    })
+}
+
+/// `cluster create`: writes the cluster's settings; refused if it exists unless `update`.
+pub fn cluster_create(
+    s: &mut dyn Store,
+    cluster: &str,
+    divide: DivideConfig,
+    update: bool,
+) -> Result<(), AdminError> {
+    check_name("cluster", cluster)?;
+    divide.validate()?;
+    let k = Keys::new(cluster);
+    if !update && s.get(&k.config())?.is_some() {
+        return Err(AdminError::Exists(cluster.into()));
+    }
+    if update {
+        require_cluster(s, &k, cluster)?;
+    }
+    let rec = ClusterRecord { divide };
+    s.put(
+        &k.config(),
+        &serde_json::to_string(&rec).expect("record"),
+        None,
+    )?;
+    Ok(())
+}
+
+/// `cluster delete`: refused while hosts are set or targets are live unless `force`.
+pub fn cluster_delete(s: &mut dyn Store, cluster: &str, force: bool) -> Result<(), AdminError> {
+    check_name("cluster", cluster)?;
+    let k = Keys::new(cluster);
+    require_cluster(s, &k, cluster)?;
+    if !force {
+        let hosts = s.list(&k.hosts())?.len();
+        if hosts > 0 {
+            return Err(AdminError::NotEmpty {
+                cluster: cluster.into(),
+                what: format!("{hosts} hosts"),
+                fix: "remove them with `host remove` first, or pass --force",
+            });
+        }
+        let members = s.list(&k.members())?.len();
+        if members > 0 {
+            return Err(AdminError::NotEmpty {
+                cluster: cluster.into(),
+                what: format!("{members} live targets"),
+                fix: "stop their agents first (SIGTERM makes an agent leave), or pass --force",
+            });
+        }
+    }
+    s.delete_prefix(&k.all())?;
+    Ok(())
+}
+
+fn check_nqn(nqn: &str) -> Result<(), AdminError> {
+    let ok =
+        (1..=223).contains(&nqn.len()) && nqn.bytes().all(|b| b.is_ascii_graphic() && b != b'/');
+    if ok {
+        Ok(())
+    } else {
+        Err(AdminError::BadNqn(nqn.into()))
+    }
+}
+
+/// The live targets' records.
+fn members(s: &mut dyn Store, k: &Keys) -> Result<Vec<MemberRecord>, AdminError> {
+    s.list(&k.members())?
+        .into_iter()
+        .map(|(key, v)| parse(&key, &v).map_err(|detail| AdminError::Corrupt { key, detail }))
+        .collect()
+}
+
+/// `host set`: a host's cluster-wide contract, checked against the others' and the live
+/// targets' capacity estimates before it is written.
+pub fn host_set(
+    s: &mut dyn Store,
+    cluster: &str,
+    nqn: &str,
+    host: ClusterHost,
+) -> Result<(), AdminError> {
+    check_name("cluster", cluster)?;
+    check_nqn(nqn)?;
+    let k = Keys::new(cluster);
+    require_cluster(s, &k, cluster)?;
+    let mut bad = Vec::new();
+    let mut hosts = hosts_of(&k, s.list(&k.hosts())?, &mut bad);
+    hosts.insert(nqn.to_string(), host.clone());
+    let caps: Vec<u64> = members(s, &k)?.iter().map(|m| m.capacity_iops).collect();
+    check_cluster_admission(&hosts, &caps)?;
+    s.put(
+        &k.host(nqn),
+        &serde_json::to_string(&host).expect("record"),
+        None,
+    )?;
+    Ok(())
+}
+
+/// `host remove`: the agents give the host back to each target's own settings (they
+/// remove it from their domains) at their next interval.
+pub fn host_remove(s: &mut dyn Store, cluster: &str, nqn: &str) -> Result<(), AdminError> {
+    check_name("cluster", cluster)?;
+    let k = Keys::new(cluster);
+    require_cluster(s, &k, cluster)?;
+    if s.get(&k.host(nqn))?.is_none() {
+        return Err(AdminError::NoHost {
+            cluster: cluster.into(),
+            nqn: nqn.into(),
+        });
+    }
+    s.delete(&k.host(nqn))?;
+    Ok(())
+}
+
+/// Everything `show` prints, as JSON: the settings, the live targets, and per host its
+/// contract, its share and demand at each target and what it did in all.
+pub fn show(s: &mut dyn Store, cluster: &str) -> Result<Value, AdminError> {
+    check_name("cluster", cluster)?;
+    let k = Keys::new(cluster);
+    let rec = require_cluster(s, &k, cluster)?;
+    let mut bad = Vec::new();
+    let hosts = hosts_of(&k, s.list(&k.hosts())?, &mut bad);
+    let members = members(s, &k)?;
+    let dprefix = k.demands();
+    let demand: BTreeMap<String, DemandRecord> = s
+        .list(&dprefix)?
+        .into_iter()
+        .filter_map(|(key, v)| {
+            let t = key.strip_prefix(&dprefix)?.to_string();
+            parse(&key, &v)
+                .map_err(|e| bad.push(e))
+                .ok()
+                .map(|d| (t, d))
+        })
+        .collect();
+    let shares: Option<SharesRecord> = s
+        .get(&k.shares())?
+        .and_then(|t| parse(&k.shares(), &t).map_err(|e| bad.push(e)).ok());
+    let leader = s.get(&k.leader())?;
+    let host_rows: Vec<Value> = hosts
+        .iter()
+        .map(|(nqn, h)| {
+            let mut served = 0u64;
+            let per_target: Vec<Value> = members
+                .iter()
+                .map(|m| {
+                    let d = demand.get(&m.target).and_then(|d| d.hosts.get(nqn)).copied();
+                    served += d.map_or(0, |d| d.served);
+                    json!({
+                        "target": m.target,
+                        "share": shares.as_ref().and_then(|s| s.plan.get(&m.target)).and_then(|p| p.get(nqn)),
+                        "applied": m.applied.get(nqn),
+                        "served_iops": d.map(|d| d.served),
+                        "backlogged": d.map(|d| d.backlogged),
+                    })
+                })
+                .collect();
+            json!({
+                "host_nqn": nqn,
+                "reservation_iops": h.reservation_iops,
+                "limit_iops": h.limit_iops,
+                "weight": h.weight,
+                "served_iops": served,
+                "targets": per_target,
+            })
+        })
+        .collect();
+    Ok(json!({
+        "cluster": cluster,
+        "settings": rec,
+        "leader": leader,
+        "shares_seq": shares.as_ref().map(|s| s.seq),
+        "targets": members,
+        "hosts": host_rows,
+        "unreadable": bad,
+    }))
+}
+
+/// `show`'s table for a terminal.
+pub fn show_text(v: &Value) -> String {
+    let mut out = String::new();
+    let opt = |v: &Value| match v.as_u64() {
+        Some(n) => n.to_string(),
+        None => "-".into(),
+    };
+    let _ = writeln!(
+        out,
+        "cluster {}  leader {}  division #{}",
+        v["cluster"].as_str().unwrap_or("?"),
+        v["leader"].as_str().unwrap_or("(none)"),
+        opt(&v["shares_seq"])
+    );
+    for t in v["targets"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "  target {:<16} domain {:<12} capacity {:>9} IOPS  period {} ms{}",
+            t["target"].as_str().unwrap_or("?"),
+            t["domain"].as_str().unwrap_or("?"),
+            opt(&t["capacity_iops"]),
+            opt(&t["period_ms"]),
+            t["error"]
+                .as_str()
+                .map(|e| format!("  REFUSED: {e}"))
+                .unwrap_or_default()
+        );
+    }
+    for h in v["hosts"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "host {}  reservation {} IOPS  limit {} IOPS  weight {}  served {} IOPS",
+            h["host_nqn"].as_str().unwrap_or("?"),
+            opt(&h["reservation_iops"]),
+            opt(&h["limit_iops"]),
+            opt(&h["weight"]),
+            opt(&h["served_iops"])
+        );
+        for t in h["targets"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "    at {:<16} share {:>9} / {:>9}  applied {:>9} / {:>9}  served {:>9}{}",
+                t["target"].as_str().unwrap_or("?"),
+                opt(&t["share"]["reservation_iops"]),
+                opt(&t["share"]["limit_iops"]),
+                opt(&t["applied"]["reservation_iops"]),
+                opt(&t["applied"]["limit_iops"]),
+                opt(&t["served_iops"]),
+                if t["backlogged"].as_bool() == Some(true) {
+                    "  backlogged"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    for b in v["unreadable"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "unreadable: {}", b.as_str().unwrap_or("?"));
+    }
+    out
+}

@@ -1,0 +1,393 @@
+//! One agent's interval: read the target, report to etcd under the agent's lease, lead
+//! the division when this agent holds the leader key, and apply this target's shares.
+//! Every decision is a function of what was read ([`reconcile`], `qos_core::cluster::plan`);
+//! the I/O goes through [`Store`] and [`TargetRpc`], so tests drive agents against an
+//! in-memory store and stub targets as well as a real etcd and real targets.
+//!
+//! Failure rules: when etcd cannot be reached the target keeps the shares it has (the
+//! agent applies nothing it could not read) and I/O never waits on etcd; when the target
+//! cannot be reached the agent stops renewing its lease, so the cluster gives its shares
+//! to the other targets once the lease expires.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use qos_core::cluster::{ClusterHost, LocalShare, PathDemand, Plan, plan};
+
+use crate::keys::{ClusterRecord, DemandRecord, Keys, MemberRecord, SharesRecord, hosts_of, parse};
+use crate::store::{LeaseId, Store, StoreError};
+use crate::target::{LocalState, TargetRpc};
+
+/// What an agent is for.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub cluster: String,
+    /// This target's name in the cluster.
+    pub target: String,
+    /// The domain on this target that holds the cluster's hosts.
+    pub domain: String,
+    /// Lease time-to-live: how long after its last renewal a silent agent's target
+    /// still counts as live.
+    pub lease_ttl_s: u64,
+}
+
+/// What one interval did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TickReport {
+    pub target_ok: bool,
+    pub etcd_ok: bool,
+    pub leader: bool,
+    /// Shares written to the target (`qos_host_set`) and hosts given back
+    /// (`qos_host_remove`).
+    pub set: usize,
+    pub removed: usize,
+    /// The shares record applied (its `seq`), if this target is in it.
+    pub shares_seq: Option<u64>,
+    pub errors: Vec<String>,
+}
+
+/// A change to make at the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Set(String, LocalShare),
+    Remove(String),
+}
+
+/// An agent's state between intervals.
+#[derive(Debug)]
+pub struct Agent {
+    cfg: AgentConfig,
+    keys: Keys,
+    lease: Option<LeaseId>,
+    /// What this agent last wrote as leader.
+    written: Option<(u64, Vec<String>, Plan)>,
+    /// Hosts this agent configured on its target (it removes only those).
+    managed: BTreeSet<String>,
+    last_refusal: Option<String>,
+}
+
+/// Shares move at the target only when they change by more than this many
+/// thousandths (or a limit appears or goes, or the weight changes): the per-period
+/// figures the division starts from move a little every interval.
+pub const HYSTERESIS_MILLI: u64 = 5;
+
+fn differs(a: u64, b: u64) -> bool {
+    a.abs_diff(b) as u128 * 1000 > a.max(b) as u128 * HYSTERESIS_MILLI as u128
+}
+
+fn share_differs(have: &LocalShare, want: &LocalShare) -> bool {
+    have.weight != want.weight
+        || differs(have.reservation_iops, want.reservation_iops)
+        || match (have.limit_iops, want.limit_iops) {
+            (Some(a), Some(b)) => differs(a, b),
+            (None, None) => false,
+            _ => true,
+        }
+}
+
+/// The changes that bring the target's `settings` to `mine` (this target's part of the
+/// division; `None` when the division does not include this target yet: nothing
+/// changes), removing the `managed` hosts that left the cluster's `hosts`.
+pub fn reconcile(
+    mine: Option<&BTreeMap<String, LocalShare>>,
+    hosts: &BTreeMap<String, ClusterHost>,
+    settings: &BTreeMap<String, LocalShare>,
+    managed: &BTreeSet<String>,
+) -> Vec<Change> {
+    let Some(mine) = mine else {
+        return Vec::new();
+    };
+    let mut out: Vec<Change> = mine
+        .iter()
+        .filter(|(nqn, want)| {
+            hosts.contains_key(*nqn)
+                && settings
+                    .get(*nqn)
+                    .is_none_or(|have| share_differs(have, want))
+        })
+        .map(|(nqn, s)| Change::Set(nqn.clone(), *s))
+        .collect();
+    out.extend(
+        managed
+            .iter()
+            .filter(|n| !hosts.contains_key(*n) && settings.contains_key(*n))
+            .map(|n| Change::Remove(n.clone())),
+    );
+    out
+}
+
+impl Agent {
+    pub fn new(cfg: AgentConfig) -> Agent {
+        let keys = Keys::new(&cfg.cluster);
+        Agent {
+            cfg,
+            keys,
+            lease: None,
+            written: None,
+            managed: BTreeSet::new(),
+            last_refusal: None,
+        }
+    }
+
+    pub fn config(&self) -> &AgentConfig {
+        &self.cfg
+    }
+
+    /// One interval.
+    pub fn tick(&mut self, store: &mut dyn Store, tgt: &mut dyn TargetRpc) -> TickReport {
+        let mut r = TickReport::default();
+        let local = match tgt.read(&self.cfg.domain) {
+            Ok(l) => l,
+            Err(e) => {
+                // Not renewing the lease is how a dead target leaves the cluster.
+                r.errors.push(e.to_string());
+                return r;
+            }
+        };
+        r.target_ok = true;
+        match self.sync(store, tgt, &local, &mut r) {
+            Ok(()) => r.etcd_ok = true,
+            Err(e) => r.errors.push(e.to_string()),
+        }
+        r
+    }
+
+    /// Leaves the cluster at once (on SIGTERM): the lease goes, and with it this
+    /// target's member and demand keys and, if held, the leadership.
+    pub fn leave(&mut self, store: &mut dyn Store) -> Result<(), StoreError> {
+        match self.lease.take() {
+            Some(l) => store.revoke(l),
+            None => Ok(()),
+        }
+    }
+
+    fn ensure_lease(&mut self, store: &mut dyn Store) -> Result<LeaseId, StoreError> {
+        if let Some(l) = self.lease {
+            if store.keep_alive(l)? {
+                return Ok(l);
+            }
+            self.lease = None;
+        }
+        let l = store.grant(self.cfg.lease_ttl_s)?;
+        self.lease = Some(l);
+        Ok(l)
+    }
+
+    fn sync(
+        &mut self,
+        store: &mut dyn Store,
+        tgt: &mut dyn TargetRpc,
+        local: &LocalState,
+        r: &mut TickReport,
+    ) -> Result<(), StoreError> {
+        let lease = self.ensure_lease(store)?;
+        let Some(cfg_text) = store.get(&self.keys.config())? else {
+            r.errors.push(format!(
+                "cluster {} does not exist in etcd: create it with `nvmf-qos-agent cluster create`",
+                self.cfg.cluster
+            ));
+            return Ok(());
+        };
+        let cluster: ClusterRecord = match parse(&self.keys.config(), &cfg_text) {
+            Ok(c) => c,
+            Err(e) => {
+                r.errors.push(e);
+                return Ok(());
+            }
+        };
+        let hosts = hosts_of(&self.keys, store.list(&self.keys.hosts())?, &mut r.errors);
+
+        let demand = DemandRecord {
+            hosts: local
+                .demand
+                .iter()
+                .filter(|(n, _)| hosts.contains_key(*n))
+                .map(|(n, &(_, d))| (n.clone(), d))
+                .collect(),
+        };
+        store.put(
+            &self.keys.demand(&self.cfg.target),
+            &json(&demand),
+            Some(lease),
+        )?;
+        let member = MemberRecord {
+            target: self.cfg.target.clone(),
+            domain: self.cfg.domain.clone(),
+            capacity_iops: local.capacity_iops,
+            period_ms: local.period_ms,
+            applied: local
+                .settings
+                .iter()
+                .filter(|(n, _)| hosts.contains_key(*n))
+                .map(|(n, s)| (n.clone(), *s))
+                .collect(),
+            error: self.last_refusal.clone(),
+        };
+        store.put(
+            &self.keys.member(&self.cfg.target),
+            &json(&member),
+            Some(lease),
+        )?;
+
+        store.create(&self.keys.leader(), &self.cfg.target, lease)?;
+        if store.get(&self.keys.leader())?.as_deref() == Some(self.cfg.target.as_str()) {
+            r.leader = true;
+            self.lead(store, &cluster, &hosts, r)?;
+        } else {
+            self.written = None;
+        }
+
+        let Some(text) = store.get(&self.keys.shares())? else {
+            return Ok(());
+        };
+        let shares: SharesRecord = match parse(&self.keys.shares(), &text) {
+            Ok(s) => s,
+            Err(e) => {
+                r.errors.push(e);
+                return Ok(());
+            }
+        };
+        let mine = shares.plan.get(&self.cfg.target);
+        if mine.is_some() {
+            r.shares_seq = Some(shares.seq);
+        }
+        self.apply(
+            reconcile(mine, &hosts, &local.settings, &self.managed),
+            tgt,
+            r,
+        );
+        Ok(())
+    }
+
+    fn lead(
+        &mut self,
+        store: &mut dyn Store,
+        cluster: &ClusterRecord,
+        hosts: &BTreeMap<String, ClusterHost>,
+        r: &mut TickReport,
+    ) -> Result<(), StoreError> {
+        let mprefix = self.keys.members();
+        let members: Vec<String> = store
+            .list(&mprefix)?
+            .into_iter()
+            .filter_map(|(k, _)| k.strip_prefix(&mprefix).map(str::to_string))
+            .collect();
+        let dprefix = self.keys.demands();
+        let mut demand: BTreeMap<String, BTreeMap<String, PathDemand>> = BTreeMap::new();
+        for (k, v) in store.list(&dprefix)? {
+            let Some(t) = k.strip_prefix(&dprefix) else {
+                continue;
+            };
+            match parse::<DemandRecord>(&k, &v) {
+                Ok(d) => {
+                    demand.insert(t.to_string(), d.hosts);
+                }
+                Err(e) => r.errors.push(e),
+            }
+        }
+        let p = plan(hosts, &members, &demand, &cluster.divide);
+        if let Some((_, m, old)) = &self.written
+            && *m == members
+            && *old == p
+        {
+            return Ok(());
+        }
+        // A new leader continues the sequence of the record it finds.
+        let last_seq = match &self.written {
+            Some((s, _, _)) => *s,
+            None => store
+                .get(&self.keys.shares())?
+                .and_then(|t| parse::<SharesRecord>("shares", &t).ok())
+                .map_or(0, |s| s.seq),
+        };
+        let rec = SharesRecord {
+            seq: last_seq + 1,
+            leader: self.cfg.target.clone(),
+            members: members.clone(),
+            plan: p.clone(),
+        };
+        store.put(&self.keys.shares(), &json(&rec), None)?;
+        self.written = Some((rec.seq, members, p));
+        Ok(())
+    }
+
+    fn apply(&mut self, changes: Vec<Change>, tgt: &mut dyn TargetRpc, r: &mut TickReport) {
+        let mut refusal = None;
+        for c in changes {
+            let res = match &c {
+                Change::Set(nqn, s) => tgt.host_set(&self.cfg.domain, nqn, s).map(|_| {
+                    self.managed.insert(nqn.clone());
+                    r.set += 1;
+                }),
+                Change::Remove(nqn) => tgt.host_remove(&self.cfg.domain, nqn).map(|_| {
+                    self.managed.remove(nqn);
+                    r.removed += 1;
+                }),
+            };
+            if let Err(e) = res {
+                let msg = format!("{c:?}: {e}");
+                r.errors.push(msg.clone());
+                refusal = Some(msg);
+            }
+        }
+        self.last_refusal = refusal;
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("records serialise")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn share(r: u64, l: Option<u64>) -> LocalShare {
+        LocalShare {
+            reservation_iops: r,
+            limit_iops: l,
+            weight: 1,
+        }
+    }
+
+    fn host() -> ClusterHost {
+        ClusterHost {
+            reservation_iops: 100,
+            limit_iops: Some(200),
+            weight: 1,
+        }
+    }
+
+    #[test]
+    fn small_moves_are_not_applied_and_large_ones_are() {
+        let hosts = BTreeMap::from([("h".to_string(), host())]);
+        let have = BTreeMap::from([("h".to_string(), share(1000, Some(2000)))]);
+        let mine = BTreeMap::from([("h".to_string(), share(1004, Some(2000)))]);
+        assert!(reconcile(Some(&mine), &hosts, &have, &BTreeSet::new()).is_empty());
+        let mine = BTreeMap::from([("h".to_string(), share(1010, Some(2000)))]);
+        assert_eq!(
+            reconcile(Some(&mine), &hosts, &have, &BTreeSet::new()),
+            vec![Change::Set("h".into(), share(1010, Some(2000)))]
+        );
+        let mine = BTreeMap::from([("h".to_string(), share(1000, None))]);
+        assert_eq!(
+            reconcile(Some(&mine), &hosts, &have, &BTreeSet::new()).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_target_outside_the_division_keeps_what_it_has() {
+        let hosts = BTreeMap::new();
+        let have = BTreeMap::from([("h".to_string(), share(1000, None))]);
+        let managed = BTreeSet::from(["h".to_string()]);
+        assert!(reconcile(None, &hosts, &have, &managed).is_empty());
+        // In the division, a managed host that left the cluster is given back.
+        let mine = BTreeMap::new();
+        assert_eq!(
+            reconcile(Some(&mine), &hosts, &have, &managed),
+            vec![Change::Remove("h".into())]
+        );
+        // A host the operator set by hand is not the agent's to remove.
+        assert!(reconcile(Some(&mine), &hosts, &have, &BTreeSet::new()).is_empty());
+    }
+}

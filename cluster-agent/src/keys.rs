@@ -1,0 +1,169 @@
+//! The cluster's state in etcd: the key layout under `/nvmf-qos/<cluster>/` and the
+//! JSON record stored at each key (docs/cluster.md lists them with their timing).
+
+use std::collections::BTreeMap;
+
+use qos_core::cluster::{ClusterHost, DivideConfig, LocalShare, PathDemand, Plan};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Every key of the project starts with this.
+pub const ROOT: &str = "/nvmf-qos";
+
+/// A cluster or target name the agent refuses.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum NameError {
+    #[error(
+        "{what} {name:?}: use 1 ..= 64 letters, digits and - _ . : (it becomes part of etcd keys)"
+    )]
+    Bad { what: &'static str, name: String },
+}
+
+/// Checks a cluster or target name.
+pub fn check_name(what: &'static str, name: &str) -> Result<(), NameError> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(NameError::Bad {
+            what,
+            name: name.into(),
+        })
+    }
+}
+
+/// The keys of one cluster.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    base: String,
+}
+
+impl Keys {
+    pub fn new(cluster: &str) -> Keys {
+        Keys {
+            base: format!("{ROOT}/{cluster}/"),
+        }
+    }
+    /// Everything of the cluster.
+    pub fn all(&self) -> String {
+        self.base.clone()
+    }
+    /// [`ClusterRecord`], written by `cluster create`.
+    pub fn config(&self) -> String {
+        format!("{}config", self.base)
+    }
+    /// Prefix of the hosts' contracts ([`ClusterHost`] per NQN).
+    pub fn hosts(&self) -> String {
+        format!("{}hosts/", self.base)
+    }
+    pub fn host(&self, nqn: &str) -> String {
+        format!("{}{nqn}", self.hosts())
+    }
+    /// Prefix of the live targets ([`MemberRecord`], under each agent's lease).
+    pub fn members(&self) -> String {
+        format!("{}members/", self.base)
+    }
+    pub fn member(&self, target: &str) -> String {
+        format!("{}{target}", self.members())
+    }
+    /// Prefix of the demand reports ([`DemandRecord`], under each agent's lease).
+    pub fn demands(&self) -> String {
+        format!("{}demand/", self.base)
+    }
+    pub fn demand(&self, target: &str) -> String {
+        format!("{}{target}", self.demands())
+    }
+    /// The leader's target name, under its lease.
+    pub fn leader(&self) -> String {
+        format!("{}leader", self.base)
+    }
+    /// [`SharesRecord`], written by the leader.
+    pub fn shares(&self) -> String {
+        format!("{}shares", self.base)
+    }
+}
+
+/// The cluster's own settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ClusterRecord {
+    #[serde(flatten)]
+    pub divide: DivideConfig,
+}
+
+/// A live target, as its agent last wrote it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MemberRecord {
+    pub target: String,
+    pub domain: String,
+    /// The target's capacity estimate, operations per second.
+    pub capacity_iops: u64,
+    pub period_ms: u64,
+    /// What the target holds for each cluster host now (read back from it).
+    pub applied: BTreeMap<String, LocalShare>,
+    /// The last refusal of the target, if its share could not be applied.
+    pub error: Option<String>,
+}
+
+/// What each host did at one target in its last ended period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct DemandRecord {
+    pub hosts: BTreeMap<String, PathDemand>,
+}
+
+/// The division the leader made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SharesRecord {
+    /// Counts the leader's writes (each new leader starts above the last one).
+    pub seq: u64,
+    pub leader: String,
+    /// The live targets the division was made over.
+    pub members: Vec<String>,
+    pub plan: Plan,
+}
+
+/// Parses a record; the message names the key.
+pub fn parse<T: serde::de::DeserializeOwned>(key: &str, value: &str) -> Result<T, String> {
+    serde_json::from_str(value).map_err(|e| format!("{key}: {e}"))
+}
+
+/// The hosts' contracts from a listing of [`Keys::hosts`]; unreadable entries are skipped
+/// and named in `bad`.
+pub fn hosts_of(
+    keys: &Keys,
+    listing: Vec<(String, String)>,
+    bad: &mut Vec<String>,
+) -> BTreeMap<String, ClusterHost> {
+    let prefix = keys.hosts();
+    listing
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let nqn = k.strip_prefix(&prefix)?.to_string();
+            parse(&k, &v)
+                .map_err(|e| bad.push(e))
+                .ok()
+                .map(|h| (nqn, h))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("cluster", "c-1.a:b_2").is_ok());
+        assert!(check_name("cluster", "").is_err());
+        let e = check_name("target", "a/b").unwrap_err();
+        assert!(e.to_string().contains("letters, digits"), "{e}");
+    }
+
+    #[test]
+    fn cluster_record_reads_its_defaults_flat() {
+        let r: ClusterRecord = parse("k", r#"{"floor_milli":20,"headroom_milli":50}"#).unwrap();
+        assert_eq!(r, ClusterRecord::default());
+    }
+}

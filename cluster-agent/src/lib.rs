@@ -1,0 +1,17 @@
+//! nvmf-qos cluster agent: one per `nvmf_tgt`, it holds each host's cluster-wide
+//! reservation and limit across a cluster of targets, coordinated through etcd
+//! (docs/cluster.md). The agent talks to etcd on one side and to its target's JSON-RPC
+//! socket on the other, so no SPDK reactor ever waits on the network.
+//!
+//! - [`store`]: the etcd operations the agent needs, over etcd's JSON gateway; an
+//!   in-memory store for tests.
+//! - [`keys`]: the key layout and the records stored at each key.
+//! - [`target`]: reading demand and capacity from the target, applying shares to it.
+//! - [`agent`]: one interval of an agent (report, lead, apply).
+//! - [`admin`]: the operator's commands (create a cluster, set hosts, show).
+
+pub mod admin;
+pub mod agent;
+pub mod keys;
+pub mod store;
+pub mod target;

@@ -1,0 +1,298 @@
+//! `nvmf-qos-agent`: the cluster agent (`run`) and the operator's commands on a
+//! cluster (`cluster`, `host`, `show`). docs/cluster.md has a walkthrough.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use nvmf_qos_agent::admin::{self, AdminError};
+use nvmf_qos_agent::agent::{Agent, AgentConfig, TickReport};
+use nvmf_qos_agent::keys::check_name;
+use nvmf_qos_agent::store::EtcdGateway;
+use nvmf_qos_agent::target::SocketTarget;
+use qos_core::cluster::{ClusterHost, DivideConfig};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "nvmf-qos-agent",
+    version,
+    about = "nvmf-qos cluster agent and cluster commands"
+)]
+struct Cli {
+    /// etcd's client URL.
+    #[arg(
+        long,
+        global = true,
+        default_value = "http://127.0.0.1:2379",
+        env = "NVMF_QOS_ETCD"
+    )]
+    etcd: String,
+    /// Timeout of each etcd call, milliseconds.
+    #[arg(long, global = true, default_value_t = 500)]
+    etcd_timeout_ms: u64,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the agent of one target (until SIGTERM or SIGINT, which make it leave).
+    Run {
+        #[arg(long)]
+        cluster: String,
+        /// This target's name in the cluster (unique per target).
+        #[arg(long)]
+        target: String,
+        /// The target's JSON-RPC socket.
+        #[arg(long, default_value = "/var/tmp/spdk.sock")]
+        rpc_socket: PathBuf,
+        /// The domain on the target that holds the cluster's hosts (create it first
+        /// with `qos_domain_create`).
+        #[arg(long)]
+        domain: String,
+        /// How often the agent reports, divides and applies, milliseconds (half the
+        /// domain's period is a good choice).
+        #[arg(long, default_value_t = 250)]
+        interval_ms: u64,
+        /// Lease time-to-live, seconds: how long a target whose agent went silent still
+        /// counts as live.
+        #[arg(long, default_value_t = 2)]
+        lease_ttl_s: u64,
+        /// Print a line every interval, not only when something changes.
+        #[arg(long)]
+        verbose: bool,
+    },
+    /// Create, update or delete a cluster.
+    Cluster {
+        #[command(subcommand)]
+        op: ClusterOp,
+    },
+    /// Set or remove a host's cluster-wide contract.
+    Host {
+        #[command(subcommand)]
+        op: HostOp,
+    },
+    /// Every host's contract, share and demand at each target, and the live targets.
+    Show {
+        #[arg(long)]
+        cluster: String,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ClusterOp {
+    Create {
+        #[arg(long)]
+        cluster: String,
+        /// Thousandths of each amount handed out evenly to all targets before the rest.
+        #[arg(long, default_value_t = DivideConfig::default().floor_milli)]
+        floor_milli: u32,
+        /// Thousandths added to what a target where the host was not held served.
+        #[arg(long, default_value_t = DivideConfig::default().headroom_milli)]
+        headroom_milli: u32,
+        /// Change the settings of an existing cluster.
+        #[arg(long)]
+        update: bool,
+    },
+    Delete {
+        #[arg(long)]
+        cluster: String,
+        /// Delete even with hosts set or targets live.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum HostOp {
+    Set {
+        #[arg(long)]
+        cluster: String,
+        #[arg(long)]
+        host_nqn: String,
+        /// Reservation over the whole cluster, IOPS.
+        #[arg(long, default_value_t = 0)]
+        min_iops: u64,
+        /// Limit over the whole cluster, IOPS.
+        #[arg(long)]
+        max_iops: Option<u64>,
+        #[arg(long, default_value_t = 1)]
+        weight: u32,
+    },
+    Remove {
+        #[arg(long)]
+        cluster: String,
+        #[arg(long)]
+        host_nqn: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut etcd = EtcdGateway::new(&cli.etcd, Duration::from_millis(cli.etcd_timeout_ms));
+    let res: Result<(), AdminError> = match cli.cmd {
+        Cmd::Run {
+            cluster,
+            target,
+            rpc_socket,
+            domain,
+            interval_ms,
+            lease_ttl_s,
+            verbose,
+        } => {
+            return run(
+                &mut etcd,
+                AgentConfig {
+                    cluster,
+                    target,
+                    domain,
+                    lease_ttl_s: lease_ttl_s.max(1),
+                },
+                rpc_socket,
+                Duration::from_millis(interval_ms.max(10)),
+                verbose,
+            );
+        }
+        Cmd::Cluster { op } => match op {
+            ClusterOp::Create {
+                cluster,
+                floor_milli,
+                headroom_milli,
+                update,
+            } => admin::cluster_create(
+                &mut etcd,
+                &cluster,
+                DivideConfig {
+                    floor_milli,
+                    headroom_milli,
+                },
+                update,
+            ),
+            ClusterOp::Delete { cluster, force } => {
+                admin::cluster_delete(&mut etcd, &cluster, force)
+            }
+        },
+        Cmd::Host { op } => match op {
+            HostOp::Set {
+                cluster,
+                host_nqn,
+                min_iops,
+                max_iops,
+                weight,
+            } => admin::host_set(
+                &mut etcd,
+                &cluster,
+                &host_nqn,
+                ClusterHost {
+                    reservation_iops: min_iops,
+                    limit_iops: max_iops,
+                    weight,
+                },
+            ),
+            HostOp::Remove { cluster, host_nqn } => {
+                admin::host_remove(&mut etcd, &cluster, &host_nqn)
+            }
+        },
+        Cmd::Show { cluster, json } => admin::show(&mut etcd, &cluster).map(|v| {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            } else {
+                print!("{}", admin::show_text(&v));
+            }
+        }),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nvmf-qos-agent: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn summary(r: &TickReport) -> String {
+    format!(
+        "target {} etcd {}{} shares #{} set {} removed {}",
+        if r.target_ok { "ok" } else { "DOWN" },
+        if r.etcd_ok { "ok" } else { "DOWN" },
+        if r.leader { " leader" } else { "" },
+        r.shares_seq.map_or("-".into(), |s| s.to_string()),
+        r.set,
+        r.removed
+    )
+}
+
+fn run(
+    etcd: &mut EtcdGateway,
+    cfg: AgentConfig,
+    sock: PathBuf,
+    interval: Duration,
+    verbose: bool,
+) -> ExitCode {
+    for (what, name) in [("cluster", &cfg.cluster), ("target", &cfg.target)] {
+        if let Err(e) = check_name(what, name) {
+            eprintln!("nvmf-qos-agent: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+            eprintln!("nvmf-qos-agent: cannot watch signal {sig}: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    eprintln!(
+        "nvmf-qos-agent: cluster {} target {} domain {} via {} and etcd {}, every {} ms",
+        cfg.cluster,
+        cfg.target,
+        cfg.domain,
+        sock.display(),
+        etcd.endpoint(),
+        interval.as_millis()
+    );
+    let mut tgt = SocketTarget::new(sock, Duration::from_secs(2));
+    let mut agent = Agent::new(cfg);
+    let mut last = String::new();
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let r = agent.tick(etcd, &mut tgt);
+        let line = summary(&r);
+        // The shares number moves every division: report changes of state and errors.
+        let state = format!(
+            "{} {} {} {}",
+            r.target_ok,
+            r.etcd_ok,
+            r.leader,
+            r.errors.join("; ")
+        );
+        if verbose || state != last || r.set + r.removed > 0 {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            eprintln!("[{t}] {line}");
+            for e in &r.errors {
+                eprintln!("[{t}]   {e}");
+            }
+        }
+        last = state;
+        next += interval;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        } else {
+            next = now;
+        }
+    }
+    match agent.leave(etcd) {
+        Ok(()) => eprintln!("nvmf-qos-agent: left the cluster (lease revoked)"),
+        Err(e) => eprintln!("nvmf-qos-agent: leaving: {e}; the lease expires on its own"),
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,250 @@
+//! The agent's view of its target: what each host did there in its last period, the
+//! target's capacity estimate, and the hosts' local settings, read and written through
+//! the target plugin's JSON-RPC methods (`qos_stats_get`, `qos_host_get`,
+//! `qos_host_set`, `qos_host_remove`) on the target's Unix socket ([`TargetRpc`]).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use qos_core::cluster::{LocalShare, PathDemand};
+use serde_json::{Value, json};
+use thiserror::Error;
+
+/// A call to the target that did not succeed.
+#[derive(Debug, Error)]
+pub enum TargetError {
+    #[error("target's RPC socket {sock}: {detail} (is nvmf_tgt running with the plugin?)")]
+    Unreachable { sock: String, detail: String },
+    #[error("target refused {method}: {message} (code {code})")]
+    Refused {
+        method: String,
+        code: i64,
+        message: String,
+    },
+    #[error("target answered {method} with what the agent cannot read: {detail}")]
+    Malformed { method: String, detail: String },
+}
+
+/// What the agent reads off its target each interval.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LocalState {
+    /// The domain's capacity estimate, operations per second.
+    pub capacity_iops: u64,
+    /// The domain's QoS period.
+    pub period_ms: u64,
+    /// Per host: what it did in its last ended period, and that period's epoch.
+    pub demand: BTreeMap<String, (u64, PathDemand)>,
+    /// Per configured host: its local settings now.
+    pub settings: BTreeMap<String, LocalShare>,
+}
+
+/// The target operations the agent needs.
+pub trait TargetRpc {
+    fn read(&mut self, domain: &str) -> Result<LocalState, TargetError>;
+    fn host_set(&mut self, domain: &str, nqn: &str, share: &LocalShare) -> Result<(), TargetError>;
+    fn host_remove(&mut self, domain: &str, nqn: &str) -> Result<(), TargetError>;
+}
+
+/// The target at a JSON-RPC Unix socket.
+#[derive(Debug)]
+pub struct SocketTarget {
+    sock: PathBuf,
+    timeout: Duration,
+    next_id: u64,
+}
+
+impl SocketTarget {
+    pub fn new(sock: PathBuf, timeout: Duration) -> SocketTarget {
+        SocketTarget {
+            sock,
+            timeout,
+            next_id: 1,
+        }
+    }
+
+    fn unreachable(&self, e: impl std::fmt::Display) -> TargetError {
+        TargetError::Unreachable {
+            sock: self.sock.display().to_string(),
+            detail: e.to_string(),
+        }
+    }
+
+    /// One JSON-RPC 2.0 call on a connection of its own.
+    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, TargetError> {
+        let mut s = UnixStream::connect(&self.sock).map_err(|e| self.unreachable(e))?;
+        s.set_read_timeout(Some(self.timeout))
+            .and_then(|_| s.set_write_timeout(Some(self.timeout)))
+            .map_err(|e| self.unreachable(e))?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let req = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        s.write_all(req.to_string().as_bytes())
+            .map_err(|e| self.unreachable(e))?;
+        let answer = serde_json::Deserializer::from_reader(&mut s)
+            .into_iter::<Value>()
+            .next()
+            .ok_or_else(|| self.unreachable("closed without answering"))?
+            .map_err(|e| self.unreachable(e))?;
+        if let Some(err) = answer.get("error") {
+            return Err(TargetError::Refused {
+                method: method.into(),
+                code: err["code"].as_i64().unwrap_or(0),
+                message: err["message"].as_str().unwrap_or("").into(),
+            });
+        }
+        Ok(answer["result"].clone())
+    }
+}
+
+fn malformed(method: &str, detail: impl Into<String>) -> TargetError {
+    TargetError::Malformed {
+        method: method.into(),
+        detail: detail.into(),
+    }
+}
+
+/// Reads `qos_stats_get`'s answer for one domain into per-second figures (the
+/// settings are left empty: they come from `qos_host_get`).
+pub fn parse_stats(v: &Value) -> Result<LocalState, TargetError> {
+    let m = "qos_stats_get";
+    let d = v
+        .as_array()
+        .and_then(|a| a.first())
+        .ok_or_else(|| malformed(m, "no domain in the answer"))?;
+    let period_ns = d["period_ns"]
+        .as_u64()
+        .filter(|&p| p > 0)
+        .ok_or_else(|| malformed(m, "no period_ns"))?;
+    let per_s = |ops: u64| (ops as u128 * 1_000_000_000 / period_ns as u128) as u64;
+    let capacity = per_s(d["capacity_estimate"]["ops"].as_u64().unwrap_or(0));
+    let mut demand = BTreeMap::new();
+    for h in d["hosts"].as_array().into_iter().flatten() {
+        let nqn = h["host_nqn"]
+            .as_str()
+            .ok_or_else(|| malformed(m, "a host without host_nqn"))?;
+        if let Some(p) = h["periods"].as_array().and_then(|a| a.first()) {
+            let served = per_s(p["ops"].as_u64().unwrap_or(0));
+            let backlogged = p["backlogged"].as_bool().unwrap_or(false);
+            let epoch = p["epoch"].as_u64().unwrap_or(0);
+            demand.insert(nqn.to_string(), (epoch, PathDemand { served, backlogged }));
+        }
+    }
+    Ok(LocalState {
+        capacity_iops: capacity,
+        period_ms: period_ns / 1_000_000,
+        demand,
+        settings: BTreeMap::new(),
+    })
+}
+
+/// Reads `qos_host_get`'s answer: each configured host's IOPS settings.
+pub fn parse_hosts(v: &Value) -> Result<BTreeMap<String, LocalShare>, TargetError> {
+    let m = "qos_host_get";
+    let mut out = BTreeMap::new();
+    for h in v.as_array().ok_or_else(|| malformed(m, "not an array"))? {
+        let nqn = h["host_nqn"]
+            .as_str()
+            .ok_or_else(|| malformed(m, "a host without host_nqn"))?;
+        out.insert(
+            nqn.to_string(),
+            LocalShare {
+                reservation_iops: h["min_iops"].as_u64().unwrap_or(0),
+                limit_iops: h["max_iops"].as_u64(),
+                weight: h["weight"].as_u64().unwrap_or(1) as u32,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// `qos_host_set`'s parameters for a share.
+pub fn host_set_params(domain: &str, nqn: &str, s: &LocalShare) -> Value {
+    let mut p = json!({ "domain": domain, "host_nqn": nqn, "weight": s.weight });
+    if s.reservation_iops > 0 {
+        p["min_iops"] = json!(s.reservation_iops);
+    }
+    if let Some(l) = s.limit_iops {
+        p["max_iops"] = json!(l);
+    }
+    p
+}
+
+impl TargetRpc for SocketTarget {
+    fn read(&mut self, domain: &str) -> Result<LocalState, TargetError> {
+        let stats = self.call("qos_stats_get", json!({ "domain": domain, "periods": 1 }))?;
+        let mut state = parse_stats(&stats)?;
+        state.settings = parse_hosts(&self.call("qos_host_get", json!({ "domain": domain }))?)?;
+        Ok(state)
+    }
+
+    fn host_set(&mut self, domain: &str, nqn: &str, share: &LocalShare) -> Result<(), TargetError> {
+        self.call("qos_host_set", host_set_params(domain, nqn, share))
+            .map(|_| ())
+    }
+
+    fn host_remove(&mut self, domain: &str, nqn: &str) -> Result<(), TargetError> {
+        self.call(
+            "qos_host_remove",
+            json!({ "domain": domain, "host_nqn": nqn }),
+        )
+        .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_become_per_second_figures() {
+        let v = json!([{
+            "name": "d", "period_ns": 500_000_000u64,
+            "capacity_estimate": { "ops": 50_000, "bytes": null },
+            "hosts": [
+                { "host_nqn": "h1", "periods": [{ "epoch": 7, "ops": 1000, "backlogged": true }] },
+                { "host_nqn": "h2", "periods": [] }
+            ]
+        }]);
+        let st = parse_stats(&v).unwrap();
+        assert_eq!((st.capacity_iops, st.period_ms), (100_000, 500));
+        let d = st.demand;
+        assert_eq!(
+            d["h1"],
+            (
+                7,
+                PathDemand {
+                    served: 2000,
+                    backlogged: true
+                }
+            )
+        );
+        assert!(
+            !d.contains_key("h2"),
+            "a host without an ended period has no demand yet"
+        );
+    }
+
+    #[test]
+    fn a_share_without_reservation_or_limit_leaves_them_out() {
+        let p = host_set_params(
+            "d",
+            "h",
+            &LocalShare {
+                reservation_iops: 0,
+                limit_iops: None,
+                weight: 3,
+            },
+        );
+        assert_eq!(p, json!({ "domain": "d", "host_nqn": "h", "weight": 3 }));
+    }
+
+    #[test]
+    fn a_missing_socket_names_it() {
+        let mut t = SocketTarget::new("/nonexistent/x.sock".into(), Duration::from_millis(100));
+        let e = t.read("d").unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/x.sock"), "{e}");
+    }
+}

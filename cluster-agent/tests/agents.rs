@@ -1,0 +1,151 @@
+//! Agents of a two-target cluster, driven interval by interval against the in-memory
+//! store and stub targets: the rules of docs/cluster.md, deterministically. The same
+//! cases against a real etcd are in `tests/etcd.rs`, against real targets in
+//! `tests/cluster.rs`.
+
+mod common;
+
+use common::{Cluster, NQN};
+use nvmf_qos_agent::admin;
+use nvmf_qos_agent::store::{MemStore, Store};
+use qos_core::cluster::{ClusterHost, DivideConfig};
+
+fn mem(reservation: u64, limit: u64) -> Cluster<MemStore> {
+    Cluster::new(
+        MemStore::default(),
+        |s, ms| s.advance(ms),
+        reservation,
+        limit,
+    )
+}
+
+#[test]
+fn shares_follow_a_demand_that_moves_within_two_intervals() {
+    let mut c = mem(3_000, 6_000);
+    c.want(8_000, 2_000);
+    for _ in 0..10 {
+        c.interval();
+    }
+    let s = c.limit_shares();
+    assert_eq!(s.iter().sum::<u64>(), 6_000, "limit shares add up: {s:?}");
+    assert!(
+        c.served() >= 5_800,
+        "the host gets its limit: {s:?}, {}",
+        c.served()
+    );
+    c.want(2_000, 8_000);
+    let mut after = Vec::new();
+    for _ in 0..6 {
+        c.interval();
+        after.push(c.served());
+        let s = c.limit_shares();
+        assert!(s.iter().sum::<u64>() <= 6_000 * 1005 / 1000, "{s:?}");
+    }
+    println!(
+        "served per interval after the move: {after:?}, shares {:?}",
+        c.limit_shares()
+    );
+    // A stub target reports the interval just served, so the division that follows the
+    // move is the first one after it; real targets report their last ended period
+    // (tests/cluster.rs measures that delay).
+    assert!(
+        after.iter().all(|&x| x >= 5_700),
+        "served per interval after the move: {after:?}"
+    );
+}
+
+#[test]
+fn a_dead_target_s_shares_go_to_the_survivor_once_its_lease_expires() {
+    let mut c = mem(3_000, 6_000);
+    c.want(8_000, 8_000);
+    for _ in 0..8 {
+        c.interval();
+    }
+    assert!(
+        c.limit_shares().iter().all(|&s| s > 1_000),
+        "{:?}",
+        c.limit_shares()
+    );
+    c.targets[0].alive = false;
+    // TTL 2 s = 8 intervals, then the survivor's next interval divides and applies.
+    let mut n = 0;
+    while c.targets[1].settings[NQN].limit_iops != Some(6_000) {
+        c.interval();
+        n += 1;
+        assert!(n <= 10, "survivor has {:?}", c.targets[1].settings[NQN]);
+    }
+    assert_eq!(c.targets[1].settings[NQN].reservation_iops, 3_000);
+    assert!(n >= 7, "not before the lease expired ({n} intervals)");
+}
+
+#[test]
+fn with_etcd_down_targets_keep_their_shares_and_resume_after() {
+    let mut c = mem(3_000, 6_000);
+    c.want(8_000, 2_000);
+    for _ in 0..8 {
+        c.interval();
+    }
+    let before = c.limit_shares();
+    c.store.down = true;
+    c.want(2_000, 8_000);
+    for _ in 0..40 {
+        c.interval();
+        assert_eq!(
+            c.limit_shares(),
+            before,
+            "nothing changes while etcd is down"
+        );
+    }
+    c.store.down = false;
+    for _ in 0..4 {
+        c.interval();
+    }
+    let s = c.limit_shares();
+    assert!(s[1] > s[0], "the move is followed once etcd is back: {s:?}");
+    assert!(c.served() >= 5_700);
+}
+
+#[test]
+fn a_removed_host_is_given_back_and_bad_commands_are_refused() {
+    let mut c = mem(3_000, 6_000);
+    c.want(1_000, 1_000);
+    for _ in 0..4 {
+        c.interval();
+    }
+    assert!(c.targets.iter().all(|t| t.settings.contains_key(NQN)));
+    admin::host_remove(&mut c.store, "c1", NQN).unwrap();
+    for _ in 0..2 {
+        c.interval();
+    }
+    assert!(c.targets.iter().all(|t| !t.settings.contains_key(NQN)));
+
+    let e = admin::host_remove(&mut c.store, "c1", NQN).unwrap_err();
+    assert!(e.to_string().contains("is not in cluster c1"), "{e}");
+    let e = admin::cluster_create(&mut c.store, "c1", DivideConfig::default(), false).unwrap_err();
+    assert!(e.to_string().contains("already exists"), "{e}");
+    let big = ClusterHost {
+        reservation_iops: 250_000,
+        limit_iops: None,
+        weight: 1,
+    };
+    // Two live stub targets estimate 100,000 IOPS each.
+    let e = admin::host_set(&mut c.store, "c1", "h2", big).unwrap_err();
+    assert!(e.to_string().contains("cluster level"), "{e}");
+    let e = admin::host_set(
+        &mut c.store,
+        "nope",
+        "h2",
+        ClusterHost {
+            reservation_iops: 1,
+            limit_iops: None,
+            weight: 1,
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    let e = admin::cluster_delete(&mut c.store, "c1", false).unwrap_err();
+    assert!(e.to_string().contains("live targets"), "{e}");
+    assert!(c.store.list("/nvmf-qos/c1/").unwrap().len() > 3);
+    admin::cluster_delete(&mut c.store, "c1", true).unwrap();
+    assert!(c.store.list("/nvmf-qos/c1/").unwrap().is_empty());
+}

@@ -1,0 +1,157 @@
+//! What the agent tests share: stub targets (each serves a host what it wants there, up
+//! to the limit share it holds) and a two-target cluster of agents over any [`Store`],
+//! moved one interval at a time.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use nvmf_qos_agent::admin;
+use nvmf_qos_agent::agent::{Agent, AgentConfig};
+use nvmf_qos_agent::store::Store;
+use nvmf_qos_agent::target::{LocalState, TargetError, TargetRpc};
+use qos_core::cluster::{ClusterHost, DivideConfig, LocalShare, PathDemand};
+
+pub const NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:host-x";
+
+/// A target that serves each host `min(want, limit share)` per interval.
+#[derive(Debug, Default)]
+pub struct StubTarget {
+    pub alive: bool,
+    pub want: BTreeMap<String, u64>,
+    pub settings: BTreeMap<String, LocalShare>,
+    epoch: u64,
+    sets: usize,
+}
+
+impl StubTarget {
+    pub fn served(&self, nqn: &str) -> u64 {
+        let want = self.want.get(nqn).copied().unwrap_or(0);
+        let lim = self
+            .settings
+            .get(nqn)
+            .and_then(|s| s.limit_iops)
+            .unwrap_or(u64::MAX);
+        want.min(lim)
+    }
+}
+
+impl TargetRpc for StubTarget {
+    fn read(&mut self, _domain: &str) -> Result<LocalState, TargetError> {
+        if !self.alive {
+            return Err(TargetError::Unreachable {
+                sock: "stub".into(),
+                detail: "killed".into(),
+            });
+        }
+        self.epoch += 1;
+        let demand = self
+            .want
+            .keys()
+            .map(|n| {
+                let want = self.want[n];
+                let served = self.served(n);
+                (
+                    n.clone(),
+                    (
+                        self.epoch,
+                        PathDemand {
+                            served,
+                            backlogged: want > served,
+                        },
+                    ),
+                )
+            })
+            .collect();
+        Ok(LocalState {
+            capacity_iops: 100_000,
+            period_ms: 500,
+            demand,
+            settings: self.settings.clone(),
+        })
+    }
+    fn host_set(&mut self, _d: &str, nqn: &str, share: &LocalShare) -> Result<(), TargetError> {
+        self.settings.insert(nqn.into(), *share);
+        self.sets += 1;
+        Ok(())
+    }
+    fn host_remove(&mut self, _d: &str, nqn: &str) -> Result<(), TargetError> {
+        self.settings.remove(nqn);
+        Ok(())
+    }
+}
+
+pub struct Cluster<S: Store> {
+    pub store: S,
+    pub agents: Vec<Agent>,
+    pub targets: Vec<StubTarget>,
+    /// Lets an interval pass: moves a memory store's clock, or sleeps.
+    pub pass: fn(&mut S, u64),
+}
+
+impl<S: Store> Cluster<S> {
+    pub fn new(mut store: S, pass: fn(&mut S, u64), reservation: u64, limit: u64) -> Cluster<S> {
+        admin::cluster_create(&mut store, "c1", DivideConfig::default(), false).unwrap();
+        let mut agents: Vec<Agent> = ["a", "b"]
+            .iter()
+            .map(|t| {
+                Agent::new(AgentConfig {
+                    cluster: "c1".into(),
+                    target: t.to_string(),
+                    domain: "d".into(),
+                    lease_ttl_s: 2,
+                })
+            })
+            .collect();
+        let mut targets: Vec<StubTarget> = (0..2)
+            .map(|_| StubTarget {
+                alive: true,
+                ..Default::default()
+            })
+            .collect();
+        let host = ClusterHost {
+            reservation_iops: reservation,
+            limit_iops: Some(limit),
+            weight: 1,
+        };
+        let e = admin::host_set(&mut store, "c1", NQN, host.clone()).unwrap_err();
+        assert!(
+            e.to_string().contains("start the targets' agents first"),
+            "{e}"
+        );
+        // The targets join (capacity estimates published), then the host is admitted.
+        for (a, t) in agents.iter_mut().zip(&mut targets) {
+            a.tick(&mut store, t);
+        }
+        admin::host_set(&mut store, "c1", NQN, host).unwrap();
+        Cluster {
+            store,
+            agents,
+            targets,
+            pass,
+        }
+    }
+
+    pub fn want(&mut self, a: u64, b: u64) {
+        self.targets[0].want.insert(NQN.into(), a);
+        self.targets[1].want.insert(NQN.into(), b);
+    }
+
+    /// One interval of 250 ms: every agent ticks, then the clock moves.
+    pub fn interval(&mut self) {
+        for (a, t) in self.agents.iter_mut().zip(&mut self.targets) {
+            a.tick(&mut self.store, t);
+        }
+        (self.pass)(&mut self.store, 250);
+    }
+
+    pub fn limit_shares(&self) -> Vec<u64> {
+        self.targets
+            .iter()
+            .map(|t| t.settings.get(NQN).and_then(|s| s.limit_iops).unwrap_or(0))
+            .collect()
+    }
+
+    pub fn served(&self) -> u64 {
+        self.targets.iter().map(|t| t.served(NQN)).sum()
+    }
+}

@@ -1,0 +1,472 @@
+//! Cluster division: one host's cluster-wide reservation and limit split into the local
+//! shares that each target of a cluster enforces, from what the host did at each target
+//! in its last period. Also the cluster's admission check. Sans-IO and deterministic:
+//! the cluster agent's leader runs [`plan`] once per interval, the lab's cluster model
+//! runs the same function.
+//!
+//! The rule, per host and per amount (its reservation, its limit), over the live targets
+//! (its *paths*):
+//!
+//! 1. Every path gets a floor, `floor_milli` thousandths of the amount split evenly
+//!    over the paths, so a cold path (a host that just failed over) can start.
+//! 2. The rest goes by weighted max-min ([`crate::share::water_fill`]): a path where the
+//!    host was *not* backlogged (nothing of it held for tokens or its limit) wants what
+//!    it served plus `headroom_milli`; a backlogged path wants without bound. Weights
+//!    are what each path served, so backlogged paths split what the others leave in
+//!    proportion to what they did.
+//! 3. Whatever nobody wants (every path got its demand) goes in proportion to what
+//!    each path served, so the shares always add up to the amount exactly.
+//!
+//! Why this converges: a host whose demand moves from target A to target B is held at
+//! B (B's share is too small there, so B reports it backlogged) and is not at A (A's
+//! share is too large, so A reports what it served). The next division gives A what A
+//! served and B the rest: one re-division after the period that showed the move. A
+//! host backlogged everywhere keeps its split: every target uses all of its share, so
+//! the cluster-wide amount is delivered whichever target delivers it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::share::{Claim, water_fill};
+
+/// What one host did at one target in its last ended period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PathDemand {
+    /// Operations per second it completed there.
+    pub served: u64,
+    /// It had commands held there for tokens or its limit: it wanted more.
+    pub backlogged: bool,
+}
+
+/// The division's two knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DivideConfig {
+    /// Thousandths of an amount handed out evenly to all paths before the rest
+    /// (0 ..= 1000). What a path the host does not use keeps of it is not delivered.
+    pub floor_milli: u32,
+    /// Thousandths added to what a non-backlogged path served when it is given its
+    /// demand (0 ..= 10000): room to grow before it is held and reported backlogged.
+    pub headroom_milli: u32,
+}
+
+impl Default for DivideConfig {
+    fn default() -> Self {
+        DivideConfig {
+            floor_milli: 20,
+            headroom_milli: 50,
+        }
+    }
+}
+
+impl DivideConfig {
+    /// Checks the ranges; the message names the field.
+    pub fn validate(&self) -> Result<(), ClusterConfigError> {
+        if self.floor_milli > 1000 {
+            return Err(ClusterConfigError::Floor(self.floor_milli));
+        }
+        if self.headroom_milli > 10_000 {
+            return Err(ClusterConfigError::Headroom(self.headroom_milli));
+        }
+        Ok(())
+    }
+}
+
+/// A cluster setting out of range.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ClusterConfigError {
+    #[error("floor_milli {0} is above 1000: it is a fraction of the amount in thousandths")]
+    Floor(u32),
+    #[error("headroom_milli {0} is above 10000 (ten times what a path served)")]
+    Headroom(u32),
+}
+
+/// Splits `amount` over `paths` (one share per path, in order). The shares add up to
+/// `amount` exactly whenever there is at least one path.
+pub fn divide(amount: u64, paths: &[PathDemand], cfg: &DivideConfig) -> Vec<u64> {
+    let n = paths.len() as u64;
+    if n == 0 {
+        return Vec::new();
+    }
+    let floor_each = (amount as u128 * cfg.floor_milli.min(1000) as u128 / 1000 / n as u128) as u64;
+    let pot = amount - floor_each * n;
+    let claims: Vec<Claim> = paths
+        .iter()
+        .map(|p| Claim {
+            weight: p.served.max(1),
+            demand: if p.backlogged {
+                u64::MAX
+            } else {
+                let wanted = p.served as u128 * (1000 + cfg.headroom_milli as u128) / 1000;
+                (wanted.min(u64::MAX as u128) as u64).saturating_sub(floor_each)
+            },
+        })
+        .collect();
+    let mut parts = vec![0; paths.len()];
+    let left = water_fill(pot, &claims, &mut parts);
+    let weights: Vec<u64> = claims.iter().map(|c| c.weight).collect();
+    let extra = proportional(left, &weights);
+    parts
+        .iter()
+        .zip(extra)
+        .map(|(&p, e)| floor_each + p + e)
+        .collect()
+}
+
+/// `pot` split in proportion to `weights` (all non-zero), exactly: the remainder goes one
+/// unit each to the largest fractional parts, ties to the earlier index.
+fn proportional(pot: u64, weights: &[u64]) -> Vec<u64> {
+    let total: u128 = weights.iter().map(|&w| w as u128).sum();
+    if pot == 0 || total == 0 {
+        return vec![0; weights.len()];
+    }
+    let mut out = Vec::with_capacity(weights.len());
+    let mut rems = Vec::with_capacity(weights.len());
+    for (i, &w) in weights.iter().enumerate() {
+        let exact = pot as u128 * w as u128;
+        out.push((exact / total) as u64);
+        rems.push((exact % total, i));
+    }
+    let mut left = pot - out.iter().sum::<u64>();
+    rems.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for &(_, i) in &rems {
+        if left == 0 {
+            break;
+        }
+        out[i] += 1;
+        left -= 1;
+    }
+    out
+}
+
+/// A host's cluster-wide contract, as the operator set it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterHost {
+    /// Reservation, operations per second over the whole cluster (0: none).
+    pub reservation_iops: u64,
+    /// Limit, operations per second over the whole cluster (`None`: none).
+    pub limit_iops: Option<u64>,
+    /// Weight of the host at every target (1 ..= 1000).
+    pub weight: u32,
+}
+
+/// One target's share of one host's contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalShare {
+    /// 0: no reservation at this target.
+    pub reservation_iops: u64,
+    /// `None`: no limit.
+    pub limit_iops: Option<u64>,
+    pub weight: u32,
+}
+
+/// Every live target's share of every host: target -> host NQN -> share.
+pub type Plan = BTreeMap<String, BTreeMap<String, LocalShare>>;
+
+/// The shares of `hosts` (NQN -> contract) over `targets` (the live members), from
+/// `demand` (target -> NQN -> what the host did there; missing entries count as a cold
+/// path). Reservations are divided without headroom: where the host was not held it
+/// got all it asked, and a reservation beyond that is held back from the others for
+/// nothing. Per host, the reservation shares add up to its reservation and the limit
+/// shares to its limit, except where a target's reservation share had to be lowered to
+/// its limit share (by rounding, a few operations) or a limit share raised to 1
+/// operation per second (a target refuses a limit of 0).
+pub fn plan(
+    hosts: &BTreeMap<String, ClusterHost>,
+    targets: &[String],
+    demand: &BTreeMap<String, BTreeMap<String, PathDemand>>,
+    cfg: &DivideConfig,
+) -> Plan {
+    let mut out: Plan = targets
+        .iter()
+        .map(|t| (t.clone(), BTreeMap::new()))
+        .collect();
+    if targets.is_empty() {
+        return out;
+    }
+    for (nqn, host) in hosts {
+        let paths: Vec<PathDemand> = targets
+            .iter()
+            .map(|t| {
+                demand
+                    .get(t)
+                    .and_then(|d| d.get(nqn))
+                    .copied()
+                    .unwrap_or_default()
+            })
+            .collect();
+        // A target where the host was not held gave it all it asked, so reservation
+        // there beyond what it served is of no use to it: no headroom for reservations.
+        let res_cfg = DivideConfig {
+            headroom_milli: 0,
+            ..*cfg
+        };
+        let res = divide(host.reservation_iops, &paths, &res_cfg);
+        let lim = host.limit_iops.map(|l| divide(l, &paths, cfg));
+        for (i, t) in targets.iter().enumerate() {
+            let limit_iops = lim.as_ref().map(|l| l[i].max(1));
+            let reservation_iops = match limit_iops {
+                Some(l) => res[i].min(l),
+                None => res[i],
+            };
+            out.get_mut(t).expect("one entry per target").insert(
+                nqn.clone(),
+                LocalShare {
+                    reservation_iops,
+                    limit_iops,
+                    weight: host.weight,
+                },
+            );
+        }
+    }
+    out
+}
+
+/// A contract the cluster cannot take.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ClusterAdmissionError {
+    #[error(
+        "host {nqn}: reservation {reservation_iops} IOPS is above its limit {limit_iops} IOPS; lower the reservation or raise the limit"
+    )]
+    ReservationAboveLimit {
+        nqn: String,
+        reservation_iops: u64,
+        limit_iops: u64,
+    },
+    #[error("host {nqn}: weight {weight} is outside 1 ..= 1000")]
+    Weight { nqn: String, weight: u32 },
+    #[error(
+        "cluster level: no target of the cluster is live, so a reservation of {reserved_iops} IOPS cannot be checked against capacity; start the targets' agents first"
+    )]
+    NoTargets { reserved_iops: u64 },
+    #[error(
+        "cluster level: the hosts reserve {reserved_iops} IOPS together, above the {capacity_iops} IOPS the {targets} live targets estimate together; lower a reservation or add a target"
+    )]
+    Capacity {
+        reserved_iops: u64,
+        capacity_iops: u64,
+        targets: usize,
+    },
+}
+
+/// The cluster's admission check: each contract consistent, and the sum of the
+/// reservations within the sum of the live targets' capacity estimates (operations per
+/// second). Each target then checks its local share itself when the share is applied.
+pub fn check_cluster_admission(
+    hosts: &BTreeMap<String, ClusterHost>,
+    capacities_iops: &[u64],
+) -> Result<(), ClusterAdmissionError> {
+    for (nqn, h) in hosts {
+        if !(1..=1000).contains(&h.weight) {
+            return Err(ClusterAdmissionError::Weight {
+                nqn: nqn.clone(),
+                weight: h.weight,
+            });
+        }
+        if let Some(l) = h.limit_iops
+            && h.reservation_iops > l
+        {
+            return Err(ClusterAdmissionError::ReservationAboveLimit {
+                nqn: nqn.clone(),
+                reservation_iops: h.reservation_iops,
+                limit_iops: l,
+            });
+        }
+    }
+    let reserved: u128 = hosts.values().map(|h| h.reservation_iops as u128).sum();
+    let capacity: u128 = capacities_iops.iter().map(|&c| c as u128).sum();
+    if reserved > 0 && capacities_iops.is_empty() {
+        return Err(ClusterAdmissionError::NoTargets {
+            reserved_iops: reserved.min(u64::MAX as u128) as u64,
+        });
+    }
+    if reserved > capacity {
+        return Err(ClusterAdmissionError::Capacity {
+            reserved_iops: reserved.min(u64::MAX as u128) as u64,
+            capacity_iops: capacity.min(u64::MAX as u128) as u64,
+            targets: capacities_iops.len(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn p(served: u64, backlogged: bool) -> PathDemand {
+        PathDemand { served, backlogged }
+    }
+
+    const NO_FLOOR: DivideConfig = DivideConfig {
+        floor_milli: 0,
+        headroom_milli: 0,
+    };
+
+    #[test]
+    fn backlogged_paths_split_in_proportion_to_what_they_served() {
+        assert_eq!(
+            divide(1000, &[p(300, true), p(100, true)], &NO_FLOOR),
+            vec![750, 250]
+        );
+    }
+
+    #[test]
+    fn a_path_that_was_not_held_gets_what_it_served_and_the_held_one_the_rest() {
+        let cfg = DivideConfig {
+            floor_milli: 0,
+            headroom_milli: 100,
+        };
+        assert_eq!(
+            divide(1000, &[p(200, false), p(500, true)], &cfg),
+            vec![220, 780]
+        );
+    }
+
+    #[test]
+    fn what_nobody_wants_goes_by_what_each_served() {
+        // 300 + 100 wanted of 1000: the 600 left go 3:1.
+        let shares = divide(1000, &[p(300, false), p(100, false)], &NO_FLOOR);
+        assert_eq!(shares.iter().sum::<u64>(), 1000);
+        assert!(shares[0] > 700 && shares[1] > 200, "{shares:?}");
+    }
+
+    #[test]
+    fn a_cold_path_gets_its_floor() {
+        let cfg = DivideConfig {
+            floor_milli: 100,
+            headroom_milli: 0,
+        };
+        // 10 % of 1000 over two paths: 50 each, then the rest to the busy one.
+        assert_eq!(
+            divide(1000, &[p(900, true), p(0, false)], &cfg),
+            vec![950, 50]
+        );
+    }
+
+    #[test]
+    fn a_demand_that_moves_is_followed_in_one_division() {
+        // 80/20 of a 1000 IOPS limit, both backlogged: the split holds but for the
+        // floor (2 % of the amount, evenly), which a host held everywhere does not miss.
+        let cfg = DivideConfig::default();
+        let before = divide(1000, &[p(800, true), p(200, true)], &cfg);
+        assert_eq!(before, vec![794, 206]);
+        // The host now wants 20/80: A serves 200 of its 800 unheld, B is held at 200.
+        let after = divide(1000, &[p(200, false), p(200, true)], &cfg);
+        assert_eq!(after.iter().sum::<u64>(), 1000);
+        assert!(after[1] >= 780, "B gets the rest: {after:?}");
+    }
+
+    #[test]
+    fn no_paths_no_shares_and_zero_amounts_are_zero() {
+        assert!(divide(1000, &[], &DivideConfig::default()).is_empty());
+        assert_eq!(
+            divide(0, &[p(5, true), p(0, false)], &DivideConfig::default()),
+            vec![0, 0]
+        );
+    }
+
+    fn hosts(list: &[(&str, u64, Option<u64>)]) -> BTreeMap<String, ClusterHost> {
+        list.iter()
+            .map(|&(n, r, l)| {
+                (
+                    n.to_string(),
+                    ClusterHost {
+                        reservation_iops: r,
+                        limit_iops: l,
+                        weight: 1,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lone_survivor_gets_the_whole_contract() {
+        let h = hosts(&[("h1", 4000, Some(9000))]);
+        let plan = plan(
+            &h,
+            &["b".into()],
+            &BTreeMap::new(),
+            &DivideConfig::default(),
+        );
+        assert_eq!(
+            plan["b"]["h1"],
+            LocalShare {
+                reservation_iops: 4000,
+                limit_iops: Some(9000),
+                weight: 1
+            }
+        );
+    }
+
+    #[test]
+    fn a_host_without_limit_has_none_anywhere() {
+        let h = hosts(&[("h1", 100, None)]);
+        let targets = ["a".to_string(), "b".to_string()];
+        let plan = plan(&h, &targets, &BTreeMap::new(), &DivideConfig::default());
+        assert!(plan.values().all(|t| t["h1"].limit_iops.is_none()));
+        assert_eq!(
+            plan.values().map(|t| t["h1"].reservation_iops).sum::<u64>(),
+            100
+        );
+    }
+
+    #[test]
+    fn admission_names_what_to_change() {
+        let h = hosts(&[("h1", 600, Some(1000)), ("h2", 600, None)]);
+        let e = check_cluster_admission(&h, &[500, 600]).unwrap_err();
+        assert!(e.to_string().contains("1200 IOPS together"), "{e}");
+        assert!(check_cluster_admission(&h, &[600, 600]).is_ok());
+        let h = hosts(&[("h1", 600, Some(500))]);
+        let e = check_cluster_admission(&h, &[10_000]).unwrap_err();
+        assert!(e.to_string().contains("lower the reservation"), "{e}");
+    }
+
+    fn paths() -> impl Strategy<Value = Vec<PathDemand>> {
+        proptest::collection::vec(
+            (0u64..2_000_000, any::<bool>()).prop_map(|(s, b)| p(s, b)),
+            1..8,
+        )
+    }
+
+    proptest! {
+        /// The shares always add up to the amount, and a non-backlogged path never gets
+        /// less than it served (plus headroom) when the amount covers every such path.
+        #[test]
+        fn shares_add_up(amount in 0u64..10_000_000, paths in paths(),
+                         floor in 0u32..=1000, headroom in 0u32..=1000) {
+            let cfg = DivideConfig { floor_milli: floor, headroom_milli: headroom };
+            let s = divide(amount, &paths, &cfg);
+            prop_assert_eq!(s.len(), paths.len());
+            prop_assert_eq!(s.iter().sum::<u64>(), amount);
+        }
+
+        /// A plan's reservation never exceeds its limit at any target, the limit shares
+        /// add up to the limit (up to the 1 IOPS minimum), and the reservation shares to
+        /// the reservation (up to the clamp at each limit share).
+        #[test]
+        fn plan_keeps_each_contract(r in 0u64..1_000_000, extra in 0u64..1_000_000,
+                                    d in proptest::collection::vec((0u64..2_000_000, any::<bool>()), 1..5)) {
+            let h = hosts(&[("h", r, Some(r + extra))]);
+            let targets: Vec<String> = (0..d.len()).map(|i| format!("t{i}")).collect();
+            let demand = targets.iter().zip(&d)
+                .map(|(t, &(s, b))| (t.clone(), BTreeMap::from([("h".to_string(), p(s, b))])))
+                .collect();
+            let plan = plan(&h, &targets, &demand, &DivideConfig::default());
+            let mut res = 0;
+            let mut lim = 0;
+            for t in &targets {
+                let s = plan[t]["h"];
+                let l = s.limit_iops.unwrap();
+                prop_assert!(s.reservation_iops <= l);
+                res += s.reservation_iops;
+                lim += l;
+            }
+            prop_assert!(lim >= r + extra && lim <= r + extra + targets.len() as u64);
+            prop_assert!(res <= r && res + targets.len() as u64 * 2 >= r, "res {} of {}", res, r);
+        }
+    }
+}
