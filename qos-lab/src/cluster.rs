@@ -20,6 +20,10 @@ use qos_core::share::{Claim, water_fill};
 use serde::Deserialize;
 use thiserror::Error;
 
+/// The largest rate a cluster scenario takes (a million million IOPS): sums over
+/// targets and hosts stay far from overflowing.
+pub const MAX_IOPS: u64 = 1_000_000_000_000;
+
 /// A cluster scenario that cannot be used; the message names the field.
 #[derive(Debug, Error)]
 pub enum ClusterScenarioError {
@@ -150,10 +154,10 @@ impl ClusterScenario {
             return Err(bad("target".into(), "at least one [[target]]".into()));
         }
         for (i, t) in s.targets.iter().enumerate() {
-            if t.capacity_iops == 0 {
+            if t.capacity_iops == 0 || t.capacity_iops > MAX_IOPS {
                 return Err(bad(
                     format!("target[{i}].capacity_iops"),
-                    "at least 1".into(),
+                    format!("1 ..= {MAX_IOPS}"),
                 ));
             }
         }
@@ -161,6 +165,10 @@ impl ClusterScenario {
             let f = |x: &str| format!("host[{i}] ({}).{x}", h.nqn);
             if !(1..=1000).contains(&h.weight) {
                 return Err(bad(f("weight"), "1 ..= 1000".into()));
+            }
+            let too_big = format!("at most {MAX_IOPS} IOPS");
+            if h.reservation_iops > MAX_IOPS || h.limit_iops.is_some_and(|l| l > MAX_IOPS) {
+                return Err(bad(f("reservation_iops / limit_iops"), too_big));
             }
             if h.limit_iops.is_some_and(|l| l < h.reservation_iops) {
                 return Err(bad(f("limit_iops"), "below the reservation".into()));
@@ -178,6 +186,9 @@ impl ClusterScenario {
                             d.iops.len()
                         ),
                     ));
+                }
+                if d.iops.iter().any(|&w| w > MAX_IOPS) {
+                    return Err(bad(f(&format!("demand[{k}].iops")), too_big.clone()));
                 }
                 if k > 0 && d.from <= h.demand[k - 1].from {
                     return Err(bad(
@@ -609,6 +620,12 @@ multipath = false
         let e = ClusterScenario::parse(&MOVE.replace("limit_iops = 40000", "limit_iops = 1"), "f")
             .unwrap_err();
         assert!(e.to_string().contains("below the reservation"), "{e}");
+        let e = ClusterScenario::parse(
+            &MOVE.replace("capacity_iops = 100000", "capacity_iops = 10000000000000"),
+            "f",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("target[0].capacity_iops"), "{e}");
         let e = ClusterScenario::parse("[cluster]\nperiods = 1\nbogus = 2\n", "f").unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
     }

@@ -106,3 +106,78 @@ pub fn scenario(b: &[u8]) {
         m.tick(Nanos::from_secs(2));
     }
 }
+
+/// What the cluster agent reads from outside (etcd's records, a target's answers): a
+/// JSON text tried as every record and answer; what parses is then divided by
+/// `qos_core::cluster::plan` (any numbers: the shares must still add up).
+pub fn agent_input(b: &[u8]) {
+    use nvmf_qos_agent::keys::{ClusterRecord, DemandRecord, MemberRecord, SharesRecord, parse};
+    use nvmf_qos_agent::target::{parse_hosts, parse_stats};
+    use qos_core::cluster::{ClusterHost, DivideConfig, divide, plan};
+    use std::collections::BTreeMap;
+    let text = String::from_utf8_lossy(b);
+    let _ = parse::<MemberRecord>("k", &text);
+    let _ = parse::<SharesRecord>("k", &text);
+    let cfg = parse::<ClusterRecord>("k", &text).map_or(DivideConfig::default(), |c| c.divide);
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return;
+    };
+    let _ = parse_hosts(&v);
+    let demand = parse_stats(&v).map(|s| s.demand).unwrap_or_default();
+    let mut reports: BTreeMap<String, BTreeMap<String, qos_core::cluster::PathDemand>> =
+        BTreeMap::new();
+    reports.insert(
+        "a".into(),
+        demand.into_iter().map(|(n, (_, d))| (n, d)).collect(),
+    );
+    if let Ok(d) = parse::<DemandRecord>("k", &text) {
+        reports.insert("b".into(), d.hosts);
+    }
+    let host = parse::<ClusterHost>("k", &text).unwrap_or(ClusterHost {
+        reservation_iops: u64::MAX / 3,
+        limit_iops: Some(u64::MAX),
+        weight: 1,
+    });
+    let cfg = DivideConfig {
+        floor_milli: cfg.floor_milli.min(1000),
+        headroom_milli: cfg.headroom_milli.min(10_000),
+    };
+    let nqns: Vec<String> = reports.values().flat_map(|m| m.keys().cloned()).collect();
+    let hosts: BTreeMap<String, ClusterHost> =
+        nqns.iter().map(|n| (n.clone(), host.clone())).collect();
+    let targets = vec!["a".to_string(), "b".to_string()];
+    let p = plan(&hosts, &targets, &reports, &cfg);
+    for (nqn, h) in &hosts {
+        let res: u128 = p.values().map(|t| t[nqn].reservation_iops as u128).sum();
+        assert!(
+            res <= h.reservation_iops as u128,
+            "{nqn}: {res} > {}",
+            h.reservation_iops
+        );
+    }
+    for d in reports.values() {
+        let paths: Vec<_> = d.values().copied().collect();
+        let s = divide(host.reservation_iops, &paths, &cfg);
+        if !paths.is_empty() {
+            assert_eq!(
+                s.iter().map(|&x| x as u128).sum::<u128>(),
+                host.reservation_iops as u128
+            );
+        }
+    }
+}
+
+/// A lab cluster scenario file: parsed (errors name a field), then simulated for at
+/// most 50 periods.
+pub fn cluster_scenario(b: &[u8]) {
+    use qos_lab::cluster::{ClusterScenario, report, simulate};
+    let text = String::from_utf8_lossy(b);
+    match ClusterScenario::parse(&text, "fuzz.toml") {
+        Ok(mut s) => {
+            s.cluster.periods = s.cluster.periods.min(50);
+            let run = simulate(&s);
+            assert!(!report(&s, &run).is_empty());
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}

@@ -1,14 +1,21 @@
 //! `qos-fuzz [TARGET...] [--runs N] [--seed S]`: runs the fuzz targets that build
 //! without SPDK (default: all) for N inputs each (default 1,000,000), printing inputs
 //! per second. Seeds come from `qos-core/fuzz/corpus/<target>/` and, for scenarios,
-//! from the lab's shipped scenario files.
+//! from the lab's shipped scenario files (cluster scenarios from `scenarios/cluster/`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use qos_fuzz::{Rng, corpus, mutate_bytes, mutate_text, run, targets};
 
-const TARGETS: &[&str] = &["vendor_command", "state_reply", "credit", "scenario"];
+const TARGETS: &[&str] = &[
+    "vendor_command",
+    "state_reply",
+    "credit",
+    "scenario",
+    "cluster_scenario",
+    "agent_input",
+];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
@@ -19,6 +26,9 @@ fn seeds(target: &str) -> Vec<Vec<u8>> {
     if target == "scenario" {
         let dir = root().join("../../qos-lab/scenarios");
         s.extend(corpus(&dir));
+    }
+    if target == "cluster_scenario" {
+        s.extend(corpus(&root().join("../../qos-lab/scenarios/cluster")));
     }
     if s.is_empty() {
         s.push(Vec::new());
@@ -56,13 +66,15 @@ fn main() -> ExitCode {
             "vendor_command" => targets::vendor_command,
             "state_reply" => targets::state_reply,
             "credit" => targets::credit,
+            "cluster_scenario" => targets::cluster_scenario,
+            "agent_input" => targets::agent_input,
             _ => targets::scenario,
         };
         let texts: Vec<String> = s
             .iter()
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .collect();
-        let is_text = t == "scenario";
+        let is_text = matches!(t.as_str(), "scenario" | "cluster_scenario" | "agent_input");
         let gen_input = |rng: &mut Rng| {
             let i = rng.below(s.len());
             let j = rng.below(s.len());
