@@ -94,6 +94,19 @@ impl DomainShared {
         let released = (per_period as u128 * t as u128).div_ceil(period as u128) as u64;
         per_period - released.min(per_period)
     }
+    /// Of `per_period` tokens, how many are released over one release burst: what a
+    /// limited host may have saved up and not yet taken (`u64::MAX` without paced
+    /// release, where a period's limit is all out at its start).
+    #[inline]
+    pub fn carry(&self, per_period: u64) -> u64 {
+        let burst = self.release_burst.load(Ordering::Relaxed);
+        if burst == u64::MAX {
+            return u64::MAX;
+        }
+        let period = self.period.load(Ordering::Relaxed).max(1);
+        (per_period as u128 * burst.min(period) as u128).div_ceil(period as u128) as u64
+    }
+
     /// Global tokens left in the pool now.
     pub fn global_available(&self) -> Amount {
         Amount::new(self.global[0].load().1, self.global[1].load().1)
@@ -614,12 +627,14 @@ impl ChannelTokens {
     fn refill_limit(&mut self, c: usize, r: usize, need: u64, now: Nanos) -> bool {
         let want = need - self.lim[c][r] + self.params.limit_batch.get(RES[r]);
         // Paced release applies to the limit too: the allowance of a period comes out
-        // over the period, so a limit is a rate, not a burst at every period start.
+        // over the period, so a limit is a rate, not a burst at every period start,
+        // and what was released but not taken expires beyond one burst (plus this
+        // fetch), so a host that was idle cannot catch up in a burst either.
         // The pool holds at most POOL_MAX: the floor is of what it was armed with.
-        let floor = self
-            .domain
-            .unreleased(clamp_pool(self.params.limit[c].get(RES[r])), now);
-        self.lim[c][r] += self.host.limit[c][r].take_above(self.tag(), want, floor);
+        let per_period = clamp_pool(self.params.limit[c].get(RES[r]));
+        let floor = self.domain.unreleased(per_period, now);
+        let carry = self.domain.carry(per_period).saturating_add(want);
+        self.lim[c][r] += self.host.limit[c][r].take_carry(self.tag(), want, floor, carry);
         self.lim[c][r] >= need
     }
 

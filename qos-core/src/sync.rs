@@ -97,6 +97,34 @@ impl TokenPool {
         }
     }
 
+    /// Like [`TokenPool::take_above`], but first gives up for good what lies above
+    /// `floor + carry`: released tokens beyond `carry` that nobody took in time expire,
+    /// so a rate limit cannot be saved up and spent in a burst. Returns how many it took.
+    #[inline]
+    pub fn take_carry(&self, tag: u16, want: u64, floor: u64, carry: u64) -> u64 {
+        let mut cur = self.0.load(Ordering::Acquire);
+        loop {
+            let (t, c) = unpack(cur);
+            if t != tag {
+                return 0;
+            }
+            let top = c.min(floor.saturating_add(carry));
+            let got = if top <= floor { 0 } else { want.min(top - floor) };
+            if top == c && got == 0 {
+                return 0;
+            }
+            match self.0.compare_exchange_weak(
+                cur,
+                pack(t, top - got),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return got,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
     /// Adds tokens of period `tag`; returns false (and adds nothing) when the pool has
     /// moved to another period, in which case the caller's tokens have expired.
     pub fn give(&self, tag: u16, n: u64) -> bool {
@@ -238,6 +266,18 @@ mod tests {
         assert_eq!(p.take_above(1, 8, 4), 0);
         assert_eq!(p.take_above(2, 8, 0), 0);
         assert_eq!(p.load(), (1, 4));
+    }
+
+    #[test]
+    fn take_carry_expires_what_was_saved_up() {
+        let p = TokenPool::new(1, 100);
+        // Floor 40 (not released), carry 10: 50 expire, 5 taken.
+        assert_eq!(p.take_carry(1, 5, 40, 10), 5);
+        assert_eq!(p.load(), (1, 45));
+        assert_eq!(p.take_carry(1, 50, 40, 10), 5);
+        assert_eq!(p.take_carry(1, 5, 40, 10), 0);
+        assert_eq!(p.take_carry(2, 5, 0, 10), 0);
+        assert_eq!(p.load(), (1, 40));
     }
 
     #[test]

@@ -596,10 +596,19 @@ fn paced_limit_is_a_rate_not_a_burst() {
     };
     // One check interval (1 ms) of burst at 1000 per second.
     assert_eq!(admitted(&mut ch, T0), 1);
+    // Idle for half a period: what was released meanwhile is not saved up (it used to
+    // be: 500 commands at once here, +1.5 % over a measurement window on the real
+    // target, docs/benchmarks.md).
     m.tick(at_ms(500));
-    assert_eq!(admitted(&mut ch, at_ms(500)), 500);
-    m.tick(at_ms(750));
-    assert_eq!(admitted(&mut ch, at_ms(750)), 250);
+    let after_idle = admitted(&mut ch, at_ms(500));
+    assert!(after_idle <= 3, "{after_idle} admitted after 500 ms idle");
+    // Busy from then on: the rate, one per millisecond.
+    let mut busy = 0;
+    for ms in 501..1000 {
+        m.tick(at_ms(ms));
+        busy += admitted(&mut ch, at_ms(ms));
+    }
+    assert!((495..=502).contains(&busy), "{busy} admitted in 499 ms at 1000 IOPS");
 }
 
 /// A target faster than its configured capacity: conversion recomputes the global pool
