@@ -109,7 +109,11 @@ impl TokenPool {
                 return 0;
             }
             let top = c.min(floor.saturating_add(carry));
-            let got = if top <= floor { 0 } else { want.min(top - floor) };
+            let got = if top <= floor {
+                0
+            } else {
+                want.min(top - floor)
+            };
             if top == c && got == 0 {
                 return 0;
             }

@@ -608,7 +608,10 @@ fn paced_limit_is_a_rate_not_a_burst() {
         m.tick(at_ms(ms));
         busy += admitted(&mut ch, at_ms(ms));
     }
-    assert!((495..=502).contains(&busy), "{busy} admitted in 499 ms at 1000 IOPS");
+    assert!(
+        (495..=502).contains(&busy),
+        "{busy} admitted in 499 ms at 1000 IOPS"
+    );
 }
 
 /// A target faster than its configured capacity: conversion recomputes the global pool
