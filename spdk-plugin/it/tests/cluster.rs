@@ -295,9 +295,10 @@ fn a_host_s_contract_held_across_two_targets() {
     let cap_b = (domain_completed(&mut tb) - b0) as f64 / dt;
     let c = (0.9 * cap_a.min(cap_b)) as u64;
     println!("  calibration: target A {cap_a:.0} IOPS, B {cap_b:.0} IOPS; domains at C = {c}");
-    // X wants half of C (80/20, then 20/80); reservation C/4, limit 0.4 C.
-    let thousand = |f: f64| ((c as f64 * f / 1000.0).round() as u64).max(1) * 1000;
-    let (d, r, l) = (thousand(0.5), c / 4, c * 2 / 5);
+    // X wants half of C (80/20, then 20/80); reservation C/4, limit 0.4 C. SPDK's bdev
+    // QoS takes IOPS in thousands: the demand is a multiple of 5,000.
+    let d = ((c as f64 * 0.5 / 5000.0).round() as u64).max(1) * 5000;
+    let (r, l) = (c / 4, c * 2 / 5);
     for (t, other) in [(&mut ta, 2), (&mut tb, 3)] {
         t.call(
             "qos_domain_update",
