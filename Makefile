@@ -102,8 +102,9 @@ endif
 # reservations in 99% of periods, ...): run on a quiet machine, where SPDK is present.
 accept:
 ifneq ($(SPDK_FOUND),)
-	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin
-	$(KEEP_HUGEPAGES) NVMF_QOS_ACCEPTANCE=1 SPDK_DIR="$(SPDK_DIR)" cargo test --release -p initiator-it --test weighted_qos -- --ignored --nocapture --test-threads=1
+	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin -p nvmf-qos-agent
+	$(KEEP_HUGEPAGES) NVMF_QOS_ACCEPTANCE=1 SPDK_DIR="$(SPDK_DIR)" cargo test --release -p initiator-it --test weighted_qos -- --ignored --nocapture --test-threads=1; \
+	NVMF_QOS_ACCEPTANCE=1 SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it --test cluster -- --nocapture
 else
 	@echo "SKIPPED: acceptance runs need SPDK at SPDK_DIR=$(SPDK_DIR)"
 endif

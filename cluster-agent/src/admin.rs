@@ -211,6 +211,7 @@ pub fn show(s: &mut dyn Store, cluster: &str) -> Result<Value, AdminError> {
                         "applied": m.applied.get(nqn),
                         "served_iops": d.map(|d| d.served),
                         "backlogged": d.map(|d| d.backlogged),
+                        "held": d.map(|d| d.held_milli as f64 / 1000.0),
                     })
                 })
                 .collect();
@@ -276,13 +277,14 @@ pub fn show_text(v: &Value) -> String {
         for t in h["targets"].as_array().into_iter().flatten() {
             let _ = writeln!(
                 out,
-                "    at {:<16} share {:>9} / {:>9}  applied {:>9} / {:>9}  served {:>9}{}",
+                "    at {:<16} share {:>9} / {:>9}  applied {:>9} / {:>9}  served {:>9}  held {:>7}{}",
                 t["target"].as_str().unwrap_or("?"),
                 opt(&t["share"]["reservation_iops"]),
                 opt(&t["share"]["limit_iops"]),
                 opt(&t["applied"]["reservation_iops"]),
                 opt(&t["applied"]["limit_iops"]),
                 opt(&t["served_iops"]),
+                t["held"].as_f64().map_or("-".into(), |h| format!("{h:.1}")),
                 if t["backlogged"].as_bool() == Some(true) {
                     "  backlogged"
                 } else {

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use qos_core::cluster::{ClusterHost, LocalShare, PathDemand, Plan, plan};
 
+use crate::demand::DemandMeter;
 use crate::keys::{ClusterRecord, DemandRecord, Keys, MemberRecord, SharesRecord, hosts_of, parse};
 use crate::store::{LeaseId, Store, StoreError};
 use crate::target::{LocalState, TargetRpc};
@@ -28,6 +29,8 @@ pub struct AgentConfig {
     /// Lease time-to-live: how long after its last renewal a silent agent's target
     /// still counts as live.
     pub lease_ttl_s: u64,
+    /// Window of the demand measurement; `None`: the domain's period.
+    pub window_ms: Option<u64>,
 }
 
 /// What one interval did.
@@ -63,22 +66,35 @@ pub struct Agent {
     /// Hosts this agent configured on its target (it removes only those).
     managed: BTreeSet<String>,
     last_refusal: Option<String>,
+    meter: DemandMeter,
 }
 
-/// Shares move at the target only when they change by more than this many
-/// thousandths (or a limit appears or goes, or the weight changes): the per-period
-/// figures the division starts from move a little every interval.
-pub const HYSTERESIS_MILLI: u64 = 5;
+/// Shares move at the target only when they change by more than this many thousandths
+/// (or a limit appears or goes, or the weight changes): the figures the division starts
+/// from move a little every interval, and each `qos_host_set` re-prorates the host's
+/// period at the target. With a change applied at every 0.5 %, the two-target test met
+/// the reservation in 32 of 35 windows; at 3 %, in 35 of 35.
+pub const HYSTERESIS_MILLI: u64 = 30;
 
-fn differs(a: u64, b: u64) -> bool {
-    a.abs_diff(b) as u128 * 1000 > a.max(b) as u128 * HYSTERESIS_MILLI as u128
+/// A limit share that goes down is applied from this many thousandths on: applying
+/// decreases sooner than increases keeps the limits the targets hold adding up to at
+/// most the host's limit (plus this), while another target's increase waits.
+pub const LIMIT_DOWN_MILLI: u64 = 5;
+
+fn differs_by(a: u64, b: u64, milli: u64) -> bool {
+    a.abs_diff(b) as u128 * 1000 > a.max(b) as u128 * milli as u128
 }
 
 fn share_differs(have: &LocalShare, want: &LocalShare) -> bool {
     have.weight != want.weight
-        || differs(have.reservation_iops, want.reservation_iops)
+        || differs_by(
+            have.reservation_iops,
+            want.reservation_iops,
+            HYSTERESIS_MILLI,
+        )
         || match (have.limit_iops, want.limit_iops) {
-            (Some(a), Some(b)) => differs(a, b),
+            (Some(a), Some(b)) if b < a => differs_by(a, b, LIMIT_DOWN_MILLI),
+            (Some(a), Some(b)) => differs_by(a, b, HYSTERESIS_MILLI),
             (None, None) => false,
             _ => true,
         }
@@ -125,6 +141,7 @@ impl Agent {
             written: None,
             managed: BTreeSet::new(),
             last_refusal: None,
+            meter: DemandMeter::default(),
         }
     }
 
@@ -132,8 +149,13 @@ impl Agent {
         &self.cfg
     }
 
-    /// One interval.
-    pub fn tick(&mut self, store: &mut dyn Store, tgt: &mut dyn TargetRpc) -> TickReport {
+    /// One interval, at `now_ms` (any monotonic clock in milliseconds).
+    pub fn tick(
+        &mut self,
+        now_ms: u64,
+        store: &mut dyn Store,
+        tgt: &mut dyn TargetRpc,
+    ) -> TickReport {
         let mut r = TickReport::default();
         let local = match tgt.read(&self.cfg.domain) {
             Ok(l) => l,
@@ -144,7 +166,9 @@ impl Agent {
             }
         };
         r.target_ok = true;
-        match self.sync(store, tgt, &local, &mut r) {
+        let window = self.cfg.window_ms.unwrap_or(local.period_ms).max(1);
+        let demand = self.meter.observe(now_ms, &local.counters, window);
+        match self.sync(store, tgt, &local, &demand, &mut r) {
             Ok(()) => r.etcd_ok = true,
             Err(e) => r.errors.push(e.to_string()),
         }
@@ -177,6 +201,7 @@ impl Agent {
         store: &mut dyn Store,
         tgt: &mut dyn TargetRpc,
         local: &LocalState,
+        measured: &BTreeMap<String, PathDemand>,
         r: &mut TickReport,
     ) -> Result<(), StoreError> {
         let lease = self.ensure_lease(store)?;
@@ -197,11 +222,10 @@ impl Agent {
         let hosts = hosts_of(&self.keys, store.list(&self.keys.hosts())?, &mut r.errors);
 
         let demand = DemandRecord {
-            hosts: local
-                .demand
+            hosts: measured
                 .iter()
                 .filter(|(n, _)| hosts.contains_key(*n))
-                .map(|(n, &(_, d))| (n.clone(), d))
+                .map(|(n, &d)| (n.clone(), d))
                 .collect(),
         };
         store.put(
@@ -361,18 +385,16 @@ mod tests {
     fn small_moves_are_not_applied_and_large_ones_are() {
         let hosts = BTreeMap::from([("h".to_string(), host())]);
         let have = BTreeMap::from([("h".to_string(), share(1000, Some(2000)))]);
-        let mine = BTreeMap::from([("h".to_string(), share(1004, Some(2000)))]);
-        assert!(reconcile(Some(&mine), &hosts, &have, &BTreeSet::new()).is_empty());
-        let mine = BTreeMap::from([("h".to_string(), share(1010, Some(2000)))]);
-        assert_eq!(
-            reconcile(Some(&mine), &hosts, &have, &BTreeSet::new()),
-            vec![Change::Set("h".into(), share(1010, Some(2000)))]
-        );
-        let mine = BTreeMap::from([("h".to_string(), share(1000, None))]);
-        assert_eq!(
-            reconcile(Some(&mine), &hosts, &have, &BTreeSet::new()).len(),
-            1
-        );
+        let moves = |r: u64, l: Option<u64>| {
+            let mine = BTreeMap::from([("h".to_string(), share(r, l))]);
+            reconcile(Some(&mine), &hosts, &have, &BTreeSet::new()).len()
+        };
+        assert_eq!(moves(1020, Some(2000)), 0, "reservation +2 %");
+        assert_eq!(moves(1040, Some(2000)), 1, "reservation +4 %");
+        assert_eq!(moves(1000, Some(2040)), 0, "limit +2 %");
+        assert_eq!(moves(1000, Some(1980)), 1, "limit -1 %: applied at once");
+        assert_eq!(moves(1000, Some(1995)), 0, "limit -0.25 %");
+        assert_eq!(moves(1000, None), 1, "limit gone");
     }
 
     #[test]

@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn cluster_record_reads_its_defaults_flat() {
-        let r: ClusterRecord = parse("k", r#"{"floor_milli":20,"headroom_milli":50}"#).unwrap();
+        let r: ClusterRecord = parse("k", r#"{"floor_milli":20,"headroom_milli":100}"#).unwrap();
         assert_eq!(r, ClusterRecord::default());
     }
 }

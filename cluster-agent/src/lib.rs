@@ -6,12 +6,14 @@
 //! - [`store`]: the etcd operations the agent needs, over etcd's JSON gateway; an
 //!   in-memory store for tests.
 //! - [`keys`]: the key layout and the records stored at each key.
-//! - [`target`]: reading demand and capacity from the target, applying shares to it.
+//! - [`target`]: reading counters and capacity from the target, applying shares to it.
+//! - [`demand`]: the hosts' demand at the target, over a sliding window.
 //! - [`agent`]: one interval of an agent (report, lead, apply).
 //! - [`admin`]: the operator's commands (create a cluster, set hosts, show).
 
 pub mod admin;
 pub mod agent;
+pub mod demand;
 pub mod keys;
 pub mod store;
 pub mod target;

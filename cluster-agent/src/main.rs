@@ -61,6 +61,10 @@ enum Cmd {
         /// counts as live.
         #[arg(long, default_value_t = 2)]
         lease_ttl_s: u64,
+        /// Window over which each host's demand is measured, milliseconds (default:
+        /// the domain's period).
+        #[arg(long)]
+        window_ms: Option<u64>,
         /// Print a line every interval, not only when something changes.
         #[arg(long)]
         verbose: bool,
@@ -144,6 +148,7 @@ fn main() -> ExitCode {
             domain,
             interval_ms,
             lease_ttl_s,
+            window_ms,
             verbose,
         } => {
             return run(
@@ -153,6 +158,7 @@ fn main() -> ExitCode {
                     target,
                     domain,
                     lease_ttl_s: lease_ttl_s.max(1),
+                    window_ms,
                 },
                 rpc_socket,
                 Duration::from_millis(interval_ms.max(10)),
@@ -260,9 +266,10 @@ fn run(
     let mut tgt = SocketTarget::new(sock, Duration::from_secs(2));
     let mut agent = Agent::new(cfg);
     let mut last = String::new();
-    let mut next = Instant::now();
+    let started = Instant::now();
+    let mut next = started;
     while !stop.load(Ordering::Relaxed) {
-        let r = agent.tick(etcd, &mut tgt);
+        let r = agent.tick(started.elapsed().as_millis() as u64, etcd, &mut tgt);
         let line = summary(&r);
         // The shares number moves every division: report changes of state and errors.
         let state = format!(

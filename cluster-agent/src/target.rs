@@ -1,4 +1,4 @@
-//! The agent's view of its target: what each host did there in its last period, the
+//! The agent's view of its target: each host's counters (work completed, holds), the
 //! target's capacity estimate, and the hosts' local settings, read and written through
 //! the target plugin's JSON-RPC methods (`qos_stats_get`, `qos_host_get`,
 //! `qos_host_set`, `qos_host_remove`) on the target's Unix socket ([`TargetRpc`]).
@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use qos_core::cluster::{LocalShare, PathDemand};
+use qos_core::cluster::LocalShare;
 use serde_json::{Value, json};
 use thiserror::Error;
 
@@ -28,6 +28,16 @@ pub enum TargetError {
     Malformed { method: String, detail: String },
 }
 
+/// A host's monotonic counters at the target (`qos_stats_get`'s `completed_total.ops`
+/// and `held_time.sum_ns`): the agent turns their changes over a window into demand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HostCounters {
+    /// Work completed since the host was added, operations.
+    pub completed_ops: u64,
+    /// Time its admitted commands waited in QoS, summed, nanoseconds.
+    pub held_ns: u64,
+}
+
 /// What the agent reads off its target each interval.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LocalState {
@@ -35,8 +45,8 @@ pub struct LocalState {
     pub capacity_iops: u64,
     /// The domain's QoS period.
     pub period_ms: u64,
-    /// Per host: what it did in its last ended period, and that period's epoch.
-    pub demand: BTreeMap<String, (u64, PathDemand)>,
+    /// Per host: its counters now.
+    pub counters: BTreeMap<String, HostCounters>,
     /// Per configured host: its local settings now.
     pub settings: BTreeMap<String, LocalShare>,
 }
@@ -106,8 +116,9 @@ fn malformed(method: &str, detail: impl Into<String>) -> TargetError {
     }
 }
 
-/// Reads `qos_stats_get`'s answer for one domain into per-second figures (the
-/// settings are left empty: they come from `qos_host_get`).
+/// Reads `qos_stats_get`'s compact answer for one domain: the capacity estimate per
+/// second, the period, each host's counters (the settings are left empty: they come
+/// from `qos_host_get`).
 pub fn parse_stats(v: &Value) -> Result<LocalState, TargetError> {
     let m = "qos_stats_get";
     let d = v
@@ -118,24 +129,25 @@ pub fn parse_stats(v: &Value) -> Result<LocalState, TargetError> {
         .as_u64()
         .filter(|&p| p > 0)
         .ok_or_else(|| malformed(m, "no period_ns"))?;
-    let per_s = |ops: u64| (ops as u128 * 1_000_000_000 / period_ns as u128) as u64;
-    let capacity = per_s(d["capacity_estimate"]["ops"].as_u64().unwrap_or(0));
-    let mut demand = BTreeMap::new();
+    let ops = d["capacity_estimate"]["ops"].as_u64().unwrap_or(0);
+    let capacity = (ops as u128 * 1_000_000_000 / period_ns as u128).min(u64::MAX as u128) as u64;
+    let mut counters = BTreeMap::new();
     for h in d["hosts"].as_array().into_iter().flatten() {
         let nqn = h["host_nqn"]
             .as_str()
             .ok_or_else(|| malformed(m, "a host without host_nqn"))?;
-        if let Some(p) = h["periods"].as_array().and_then(|a| a.first()) {
-            let served = per_s(p["ops"].as_u64().unwrap_or(0));
-            let backlogged = p["backlogged"].as_bool().unwrap_or(false);
-            let epoch = p["epoch"].as_u64().unwrap_or(0);
-            demand.insert(nqn.to_string(), (epoch, PathDemand { served, backlogged }));
-        }
+        counters.insert(
+            nqn.to_string(),
+            HostCounters {
+                completed_ops: h["completed_total"]["ops"].as_u64().unwrap_or(0),
+                held_ns: h["held_time"]["sum_ns"].as_u64().unwrap_or(0),
+            },
+        );
     }
     Ok(LocalState {
         capacity_iops: capacity,
         period_ms: period_ns / 1_000_000,
-        demand,
+        counters,
         settings: BTreeMap::new(),
     })
 }
@@ -199,32 +211,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stats_become_per_second_figures() {
+    fn stats_become_counters_and_a_capacity_per_second() {
         let v = json!([{
             "name": "d", "period_ns": 500_000_000u64,
             "capacity_estimate": { "ops": 50_000, "bytes": null },
             "hosts": [
-                { "host_nqn": "h1", "periods": [{ "epoch": 7, "ops": 1000, "backlogged": true }] },
-                { "host_nqn": "h2", "periods": [] }
+                { "host_nqn": "h1", "completed_total": { "ops": 1000, "bytes": 0, "ios": 1000 },
+                  "held_time": { "sum_ns": 7, "count": 1 } },
+                { "host_nqn": "h2" }
             ]
         }]);
         let st = parse_stats(&v).unwrap();
         assert_eq!((st.capacity_iops, st.period_ms), (100_000, 500));
-        let d = st.demand;
         assert_eq!(
-            d["h1"],
-            (
-                7,
-                PathDemand {
-                    served: 2000,
-                    backlogged: true
-                }
-            )
+            st.counters["h1"],
+            HostCounters {
+                completed_ops: 1000,
+                held_ns: 7
+            }
         );
-        assert!(
-            !d.contains_key("h2"),
-            "a host without an ended period has no demand yet"
-        );
+        assert_eq!(st.counters["h2"], HostCounters::default());
     }
 
     #[test]

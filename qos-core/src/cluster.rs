@@ -9,20 +9,23 @@
 //!
 //! 1. Every path gets a floor, `floor_milli` thousandths of the amount split evenly
 //!    over the paths, so a cold path (a host that just failed over) can start.
-//! 2. The rest goes by weighted max-min ([`crate::share::water_fill`]): a path where the
-//!    host was *not* backlogged (nothing of it held for tokens or its limit) wants what
-//!    it served plus `headroom_milli`; a backlogged path wants without bound. Weights
-//!    are what each path served, so backlogged paths split what the others leave in
-//!    proportion to what they did.
+//! 2. The rest goes by max-min fairness over the paths ([`crate::share::water_fill`],
+//!    equal weights): a path where the host was *not* backlogged (nothing of it held
+//!    for tokens or its limit) wants what it served plus `headroom_milli`; a
+//!    backlogged path wants without bound, so backlogged paths split evenly what the
+//!    others leave.
 //! 3. Whatever nobody wants (every path got its demand) goes in proportion to what
 //!    each path served, so the shares always add up to the amount exactly.
 //!
 //! Why this converges: a host whose demand moves from target A to target B is held at
 //! B (B's share is too small there, so B reports it backlogged) and is not at A (A's
 //! share is too large, so A reports what it served). The next division gives A what A
-//! served and B the rest: one re-division after the period that showed the move. A
-//! host backlogged everywhere keeps its split: every target uses all of its share, so
-//! the cluster-wide amount is delivered whichever target delivers it.
+//! served and B the rest: one re-division after the measurement that showed the move.
+//! A host backlogged everywhere gets an even split, every target uses all of its
+//! share, and the cluster-wide amount is delivered whichever target delivers it; a
+//! path that wants less than its even part is no longer held there and is given its
+//! demand at the next division (max-min over the paths). Splitting backlogged paths
+//! by what they served instead would keep any split for ever, however it came about.
 
 use std::collections::BTreeMap;
 
@@ -38,6 +41,10 @@ pub struct PathDemand {
     pub served: u64,
     /// It had commands held there for tokens or its limit: it wanted more.
     pub backlogged: bool,
+    /// Commands it had waiting in QoS there on average, in thousandths (what makes it
+    /// count as backlogged; shown to operators).
+    #[serde(default)]
+    pub held_milli: u64,
 }
 
 /// The division's two knobs.
@@ -55,7 +62,7 @@ impl Default for DivideConfig {
     fn default() -> Self {
         DivideConfig {
             floor_milli: 20,
-            headroom_milli: 50,
+            headroom_milli: 100,
         }
     }
 }
@@ -94,7 +101,7 @@ pub fn divide(amount: u64, paths: &[PathDemand], cfg: &DivideConfig) -> Vec<u64>
     let claims: Vec<Claim> = paths
         .iter()
         .map(|p| Claim {
-            weight: p.served.max(1),
+            weight: 1,
             demand: if p.backlogged {
                 u64::MAX
             } else {
@@ -105,7 +112,7 @@ pub fn divide(amount: u64, paths: &[PathDemand], cfg: &DivideConfig) -> Vec<u64>
         .collect();
     let mut parts = vec![0; paths.len()];
     let left = water_fill(pot, &claims, &mut parts);
-    let weights: Vec<u64> = claims.iter().map(|c| c.weight).collect();
+    let weights: Vec<u64> = paths.iter().map(|p| p.served.max(1)).collect();
     let extra = proportional(left, &weights);
     parts
         .iter()
@@ -140,6 +147,30 @@ fn proportional(pot: u64, weights: &[u64]) -> Vec<u64> {
     out
 }
 
+/// Lowers each reservation share to its limit share and moves what it took off to
+/// the paths with room under their limit share, in order: the limit shares add up to at
+/// least the reservation, so nothing is lost (the two divisions differ where a path's
+/// limit got headroom its reservation did not).
+fn fit_under(res: &mut [u64], lim: &[u64]) {
+    let mut spill: u64 = res
+        .iter_mut()
+        .zip(lim)
+        .map(|(r, &l)| {
+            let over = r.saturating_sub(l);
+            *r -= over;
+            over
+        })
+        .sum();
+    for (r, &l) in res.iter_mut().zip(lim) {
+        if spill == 0 {
+            break;
+        }
+        let room = l.saturating_sub(*r).min(spill);
+        *r += room;
+        spill -= room;
+    }
+}
+
 /// A host's cluster-wide contract, as the operator set it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterHost {
@@ -166,12 +197,9 @@ pub type Plan = BTreeMap<String, BTreeMap<String, LocalShare>>;
 
 /// The shares of `hosts` (NQN -> contract) over `targets` (the live members), from
 /// `demand` (target -> NQN -> what the host did there; missing entries count as a cold
-/// path). Reservations are divided without headroom: where the host was not held it
-/// got all it asked, and a reservation beyond that is held back from the others for
-/// nothing. Per host, the reservation shares add up to its reservation and the limit
-/// shares to its limit, except where a target's reservation share had to be lowered to
-/// its limit share (by rounding, a few operations) or a limit share raised to 1
-/// operation per second (a target refuses a limit of 0).
+/// path). Per host, the reservation shares add up to its reservation and the limit
+/// shares to its limit (a limit share is at least 1 operation per second: a target
+/// refuses a limit of 0), and no reservation share is above its limit share.
 pub fn plan(
     hosts: &BTreeMap<String, ClusterHost>,
     targets: &[String],
@@ -196,14 +224,19 @@ pub fn plan(
                     .unwrap_or_default()
             })
             .collect();
-        // A target where the host was not held gave it all it asked, so reservation
-        // there beyond what it served is of no use to it: no headroom for reservations.
+        // No headroom for reservations: a reservation share above what the host uses at
+        // a target is lost to it at the others (a limit share above it is not lost: the
+        // limits only cap). Its bursts above the share compete for the target's excess.
         let res_cfg = DivideConfig {
             headroom_milli: 0,
             ..*cfg
         };
         let res = divide(host.reservation_iops, &paths, &res_cfg);
         let lim = host.limit_iops.map(|l| divide(l, &paths, cfg));
+        let mut res = res;
+        if let Some(lim) = &lim {
+            fit_under(&mut res, lim);
+        }
         for (i, t) in targets.iter().enumerate() {
             let limit_iops = lim.as_ref().map(|l| l[i].max(1));
             let reservation_iops = match limit_iops {
@@ -297,7 +330,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn p(served: u64, backlogged: bool) -> PathDemand {
-        PathDemand { served, backlogged }
+        PathDemand {
+            served,
+            backlogged,
+            held_milli: 0,
+        }
     }
 
     const NO_FLOOR: DivideConfig = DivideConfig {
@@ -306,10 +343,10 @@ mod tests {
     };
 
     #[test]
-    fn backlogged_paths_split_in_proportion_to_what_they_served() {
+    fn backlogged_paths_split_evenly() {
         assert_eq!(
             divide(1000, &[p(300, true), p(100, true)], &NO_FLOOR),
-            vec![750, 250]
+            vec![500, 500]
         );
     }
 
@@ -348,11 +385,10 @@ mod tests {
 
     #[test]
     fn a_demand_that_moves_is_followed_in_one_division() {
-        // 80/20 of a 1000 IOPS limit, both backlogged: the split holds but for the
-        // floor (2 % of the amount, evenly), which a host held everywhere does not miss.
+        // 80/20 of a 1000 IOPS limit: B, not held, gets what it served and a little.
         let cfg = DivideConfig::default();
-        let before = divide(1000, &[p(800, true), p(200, true)], &cfg);
-        assert_eq!(before, vec![794, 206]);
+        let before = divide(1000, &[p(790, true), p(200, false)], &cfg);
+        assert_eq!(before, vec![780, 220]);
         // The host now wants 20/80: A serves 200 of its 800 unheld, B is held at 200.
         let after = divide(1000, &[p(200, false), p(200, true)], &cfg);
         assert_eq!(after.iter().sum::<u64>(), 1000);
@@ -466,7 +502,7 @@ mod tests {
                 lim += l;
             }
             prop_assert!(lim >= r + extra && lim <= r + extra + targets.len() as u64);
-            prop_assert!(res <= r && res + targets.len() as u64 * 2 >= r, "res {} of {}", res, r);
+            prop_assert_eq!(res, r);
         }
     }
 }

@@ -350,6 +350,7 @@ pub fn simulate(s: &ClusterScenario) -> ClusterRun {
                     PathDemand {
                         served: served[k],
                         backlogged: served[k] < w[k],
+                        held_milli: 0,
                     },
                 );
             }

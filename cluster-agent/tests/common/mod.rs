@@ -8,18 +8,23 @@ use std::collections::BTreeMap;
 use nvmf_qos_agent::admin;
 use nvmf_qos_agent::agent::{Agent, AgentConfig};
 use nvmf_qos_agent::store::Store;
-use nvmf_qos_agent::target::{LocalState, TargetError, TargetRpc};
-use qos_core::cluster::{ClusterHost, DivideConfig, LocalShare, PathDemand};
+use nvmf_qos_agent::target::{HostCounters, LocalState, TargetError, TargetRpc};
+use qos_core::cluster::{ClusterHost, DivideConfig, LocalShare};
 
 pub const NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:host-x";
 
-/// A target that serves each host `min(want, limit share)` per interval.
+/// The agents' interval (the stub targets' period is 500 ms: the demand window is one
+/// interval).
+pub const INTERVAL_MS: u64 = 250;
+
+/// A target that serves each host `min(want, limit share)`: its counters move by that
+/// rate over each interval, with five commands held all interval when it wanted more.
 #[derive(Debug, Default)]
 pub struct StubTarget {
     pub alive: bool,
     pub want: BTreeMap<String, u64>,
     pub settings: BTreeMap<String, LocalShare>,
-    epoch: u64,
+    counters: BTreeMap<String, HostCounters>,
     sets: usize,
 }
 
@@ -43,29 +48,23 @@ impl TargetRpc for StubTarget {
                 detail: "killed".into(),
             });
         }
-        self.epoch += 1;
-        let demand = self
-            .want
-            .keys()
-            .map(|n| {
-                let want = self.want[n];
-                let served = self.served(n);
-                (
-                    n.clone(),
-                    (
-                        self.epoch,
-                        PathDemand {
-                            served,
-                            backlogged: want > served,
-                        },
-                    ),
-                )
-            })
-            .collect();
+        // Each read ends one interval of service at the current settings.
+        let nqns: Vec<String> = self.want.keys().cloned().collect();
+        for n in nqns {
+            let (want, served) = (self.want[&n], self.served(&n));
+            let c = self.counters.entry(n).or_default();
+            c.completed_ops += served * INTERVAL_MS / 1000;
+            // Held: five commands waiting all interval long.
+            c.held_ns += if want > served {
+                5 * INTERVAL_MS * 1_000_000
+            } else {
+                0
+            };
+        }
         Ok(LocalState {
             capacity_iops: 100_000,
             period_ms: 500,
-            demand,
+            counters: self.counters.clone(),
             settings: self.settings.clone(),
         })
     }
@@ -86,6 +85,8 @@ pub struct Cluster<S: Store> {
     pub targets: Vec<StubTarget>,
     /// Lets an interval pass: moves a memory store's clock, or sleeps.
     pub pass: fn(&mut S, u64),
+    /// The agents' clock.
+    pub now_ms: u64,
 }
 
 impl<S: Store> Cluster<S> {
@@ -99,6 +100,7 @@ impl<S: Store> Cluster<S> {
                     target: t.to_string(),
                     domain: "d".into(),
                     lease_ttl_s: 2,
+                    window_ms: None,
                 })
             })
             .collect();
@@ -120,7 +122,7 @@ impl<S: Store> Cluster<S> {
         );
         // The targets join (capacity estimates published), then the host is admitted.
         for (a, t) in agents.iter_mut().zip(&mut targets) {
-            a.tick(&mut store, t);
+            a.tick(0, &mut store, t);
         }
         admin::host_set(&mut store, "c1", NQN, host).unwrap();
         Cluster {
@@ -128,6 +130,7 @@ impl<S: Store> Cluster<S> {
             agents,
             targets,
             pass,
+            now_ms: 0,
         }
     }
 
@@ -136,12 +139,13 @@ impl<S: Store> Cluster<S> {
         self.targets[1].want.insert(NQN.into(), b);
     }
 
-    /// One interval of 250 ms: every agent ticks, then the clock moves.
+    /// One interval: the clock moves, then every agent ticks.
     pub fn interval(&mut self) {
+        (self.pass)(&mut self.store, INTERVAL_MS);
+        self.now_ms += INTERVAL_MS;
         for (a, t) in self.agents.iter_mut().zip(&mut self.targets) {
-            a.tick(&mut self.store, t);
+            a.tick(self.now_ms, &mut self.store, t);
         }
-        (self.pass)(&mut self.store, 250);
     }
 
     pub fn limit_shares(&self) -> Vec<u64> {

@@ -123,13 +123,18 @@ pub fn agent_input(b: &[u8]) {
         return;
     };
     let _ = parse_hosts(&v);
-    let demand = parse_stats(&v).map(|s| s.demand).unwrap_or_default();
+    // The counters as a second sample a window after zero: rates from any numbers.
+    let counters = parse_stats(&v).map(|s| s.counters).unwrap_or_default();
+    let mut meter = nvmf_qos_agent::demand::DemandMeter::default();
+    let zero = counters
+        .keys()
+        .map(|n| (n.clone(), Default::default()))
+        .collect();
+    meter.observe(0, &zero, 250);
+    let demand = meter.observe(250, &counters, 250);
     let mut reports: BTreeMap<String, BTreeMap<String, qos_core::cluster::PathDemand>> =
         BTreeMap::new();
-    reports.insert(
-        "a".into(),
-        demand.into_iter().map(|(n, (_, d))| (n, d)).collect(),
-    );
+    reports.insert("a".into(), demand);
     if let Ok(d) = parse::<DemandRecord>("k", &text) {
         reports.insert("b".into(), d.hosts);
     }
