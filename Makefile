@@ -120,5 +120,16 @@ endif
 lab:
 	cargo run --release -p qos-lab -- list
 
+# The core's criterion benchmarks, then (where SPDK is present) the target's side-by-side
+# harness: bare nvmf_tgt, SPDK's passthru and the plugin in one run, and the plugin's
+# limits against bdev_set_qos_limit (docs/benchmarks.md). BENCH_ROUNDS x BENCH_SECS.
+BENCH_ROUNDS ?= 5
+BENCH_SECS ?= 5
 bench:
-	cargo bench -p qos-core
+	cargo bench -p qos-core --bench admission --bench monitor_tick
+ifneq ($(SPDK_FOUND),)
+	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin
+	$(KEEP_HUGEPAGES) SPDK_DIR="$(SPDK_DIR)" cargo run --release -p target-it --bin target-bench -- $(BENCH_ROUNDS) $(BENCH_SECS)
+else
+	@echo "SKIPPED: target-bench: SPDK not present at SPDK_DIR=$(SPDK_DIR)"
+endif
