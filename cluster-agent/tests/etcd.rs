@@ -108,60 +108,26 @@ fn the_command_line_refuses_bad_input_with_a_fix() {
         return;
     };
     let etcd = Etcd::start(bin).unwrap_or_else(|e| panic!("{e}"));
-    let (ok, _, err) = agent_cmd(&etcd, &["host", "set", "--cluster", "c", "--host-nqn", "h"]);
+    let host_set = |extra: &[&str]| {
+        let base = ["host", "set", "--cluster", "c", "--host-nqn", "h"];
+        agent_cmd(&etcd, &[&base[..], extra].concat())
+    };
+    let (ok, _, err) = host_set(&[]);
     assert!(!ok && err.contains("create it with"), "{err}");
     assert!(agent_cmd(&etcd, &["cluster", "create", "--cluster", "c"]).0);
     let (ok, _, err) = agent_cmd(&etcd, &["cluster", "create", "--cluster", "c"]);
     assert!(!ok && err.contains("already exists"), "{err}");
     let (ok, _, err) = agent_cmd(&etcd, &["cluster", "create", "--cluster", "a/b"]);
     assert!(!ok && err.contains("letters, digits"), "{err}");
-    let (ok, _, err) = agent_cmd(
-        &etcd,
-        &[
-            "host",
-            "set",
-            "--cluster",
-            "c",
-            "--host-nqn",
-            "h",
-            "--min-iops",
-            "10",
-            "--max-iops",
-            "5",
-        ],
-    );
+    let (ok, _, err) = host_set(&["--min-iops", "10", "--max-iops", "5"]);
     assert!(!ok && err.contains("lower the reservation"), "{err}");
-    let (ok, _, err) = agent_cmd(
-        &etcd,
-        &[
-            "host",
-            "set",
-            "--cluster",
-            "c",
-            "--host-nqn",
-            "h",
-            "--min-iops",
-            "10",
-        ],
-    );
+    let (ok, _, err) = host_set(&["--min-iops", "10"]);
     assert!(
         !ok && err.contains("start the targets' agents first"),
         "{err}"
     );
     // Without a reservation no capacity is needed.
-    let (ok, _, err) = agent_cmd(
-        &etcd,
-        &[
-            "host",
-            "set",
-            "--cluster",
-            "c",
-            "--host-nqn",
-            "h",
-            "--max-iops",
-            "500",
-        ],
-    );
+    let (ok, _, err) = host_set(&["--max-iops", "500"]);
     assert!(ok, "{err}");
     let (ok, out, _) = agent_cmd(&etcd, &["show", "--cluster", "c"]);
     assert!(

@@ -4,14 +4,29 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use qos_core::{Capacity, DomainConfig, EstimatorConfig, HostConfig, IoKind, Monitor, Nanos, Rate};
 
-/// Half-way through the 60 s period: half of the paced release is out.
+/// From half-way through the 60 s period: half of the paced release is out.
 const NOW: Nanos = Nanos::from_secs(30);
+
+/// A clock that moves 50 ns per command from [`NOW`] (at most to 29.9 s into the
+/// period, which a benchmark's few hundred million commands do not reach): paced limits
+/// release as time passes, and what is not taken within a release burst expires, so a
+/// frozen clock would run a limited host dry and measure held commands.
+#[derive(Default)]
+struct Clock(u64);
+
+impl Clock {
+    #[inline]
+    fn tick(&mut self) -> Nanos {
+        self.0 = (self.0 + 50).min(29_900_000_000);
+        Nanos(NOW.0 + self.0)
+    }
+}
 
 fn monitor(limited: bool) -> Monitor {
     let cfg = DomainConfig {
@@ -48,9 +63,11 @@ fn single_thread(c: &mut Criterion) {
         let m = monitor(limited);
         let mut ch = m.channel("nqn.bench").unwrap();
         let mut held = 0u64;
+        let mut clock = Clock::default();
         g.bench_function(format!("one_thread/{name}"), |b| {
             b.iter(|| {
-                let a = ch.try_admit(black_box(IoKind::Read), black_box(4096), NOW);
+                let now = clock.tick();
+                let a = ch.try_admit(black_box(IoKind::Read), black_box(4096), now);
                 held += !a.is_admitted() as u64;
                 black_box(a)
             })
@@ -65,12 +82,18 @@ fn two_threads(c: &mut Criterion) {
     let mut g = c.benchmark_group("admission");
     let m = monitor(true);
     let stop = Arc::new(AtomicBool::new(false));
+    // The contender reads the measured thread's clock (published every 1024 commands),
+    // as every channel of a target reads one clock: with clocks of their own the two
+    // threads' release schedules would drift apart.
+    let shared_now = Arc::new(AtomicU64::new(NOW.0));
     let mut other = m.channel("nqn.bench").unwrap();
     let s = stop.clone();
+    let seen_now = shared_now.clone();
     let contender = std::thread::spawn(move || {
         let mut n = 0u64;
         while !s.load(Ordering::Relaxed) {
-            if other.try_admit(IoKind::Write, 4096, NOW).is_admitted() {
+            let now = Nanos(seen_now.load(Ordering::Relaxed));
+            if other.try_admit(IoKind::Write, 4096, now).is_admitted() {
                 n += 1;
             }
         }
@@ -78,11 +101,16 @@ fn two_threads(c: &mut Criterion) {
     });
     let mut ch = m.channel("nqn.bench").unwrap();
     let mut held = 0u64;
+    let mut clock = Clock::default();
     g.bench_function("two_threads_same_host/with_limits", |b| {
         b.iter_custom(|iters| {
             let start = Instant::now();
-            for _ in 0..iters {
-                let a = ch.try_admit(black_box(IoKind::Read), black_box(4096), NOW);
+            for i in 0..iters {
+                let now = clock.tick();
+                if i % 1024 == 0 {
+                    shared_now.store(now.0, Ordering::Relaxed);
+                }
+                let a = ch.try_admit(black_box(IoKind::Read), black_box(4096), now);
                 held += !a.is_admitted() as u64;
                 black_box(a);
             }

@@ -78,23 +78,7 @@ impl TokenPool {
     /// pool (tokens not released yet); returns how many it took.
     #[inline]
     pub fn take_above(&self, tag: u16, want: u64, floor: u64) -> u64 {
-        let mut cur = self.0.load(Ordering::Acquire);
-        loop {
-            let (t, c) = unpack(cur);
-            if t != tag || c <= floor || want == 0 {
-                return 0;
-            }
-            let got = want.min(c - floor);
-            match self.0.compare_exchange_weak(
-                cur,
-                pack(t, c - got),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return got,
-                Err(actual) => cur = actual,
-            }
-        }
+        self.take_carry(tag, want, floor, u64::MAX)
     }
 
     /// Like [`TokenPool::take_above`], but first gives up for good what lies above
