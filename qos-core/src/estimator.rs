@@ -11,6 +11,11 @@
 //!
 //! Omega_min = Omega_prof - 3 sigma keeps idle periods from dragging the estimate down.
 //!
+//! Ours: a saturated period's U enters the window too. Algorithm 1 records only the
+//! periods that fell short, so after a climb the window still holds the periods before
+//! it and the first probe the target does not follow takes the estimate back there (on
+//! the real target: 282 K served of a 290 K probe, then an estimate of 230 K).
+//!
 //! The back-off is ours. When reservations take (nearly) all of the capacity, Algorithm 1
 //! probes every other period: the window's mean is the capacity, a period at that
 //! estimate counts as saturated, and the next one gets eta extra global tokens that the
@@ -88,7 +93,8 @@ pub struct CapacityEstimator {
 const MAX_PROBE_STEP: u64 = 4;
 
 /// What the monitor saw in a period besides the work completed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Evidence {
     /// Nothing: a period below the floor may be one of low demand.
     #[default]
@@ -104,7 +110,8 @@ pub enum Evidence {
 }
 
 /// What the estimator did with a period's figure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EstimateStep {
     /// All tokens were used: raised by eta.
     Raised,
@@ -222,6 +229,10 @@ impl CapacityEstimator {
             }
         }
         if saturated {
+            // What the target served is remembered (ours): otherwise the window keeps
+            // only periods from before a climb, and the first probe that is not used
+            // takes the estimate back to them, far below what the target just served.
+            self.remember(used);
             self.current = self
                 .current
                 .saturating_add(self.eta.saturating_mul(self.probe_step));
@@ -238,13 +249,17 @@ impl CapacityEstimator {
         if used < self.floor && !self.demand_exceeded {
             return EstimateStep::Ignored;
         }
+        self.remember(used);
+        let sum: u128 = self.window.iter().map(|&u| u as u128).sum();
+        self.current = (sum / self.window.len() as u128) as u64;
+        EstimateStep::Averaged
+    }
+
+    fn remember(&mut self, used: u64) {
         if self.window.len() == self.window_len {
             self.window.pop_front();
         }
         self.window.push_back(used);
-        let sum: u128 = self.window.iter().map(|&u| u as u128).sum();
-        self.current = (sum / self.window.len() as u128) as u64;
-        EstimateStep::Averaged
     }
 
     /// Probes double while they are used (at most 4 eta), as weighted sharing uses.
@@ -512,14 +527,44 @@ mod tests {
         assert_eq!(e.current(), 760);
         assert_eq!(e.observe(760, false, Evidence::None), EstimateStep::Raised);
         assert_eq!(e.current(), 800);
-        // A probe that was not used ends the climb: back to eta.
+        // A probe that was not used ends the climb: back to eta, at the mean of what
+        // the last periods served, the climb's included (not of the periods before it).
         assert_eq!(
             e.observe(770, false, Evidence::None),
             EstimateStep::Averaged
         );
-        assert_eq!(e.current(), (730 + 730 + 770) / 3);
+        assert_eq!(e.current(), (740 + 760 + 770) / 3);
         assert_eq!(e.observe(770, false, Evidence::None), EstimateStep::Raised);
-        assert_eq!(e.current(), (730 + 730 + 770) / 3 + 10);
+        assert_eq!(e.current(), (740 + 760 + 770) / 3 + 10);
+    }
+
+    #[test]
+    fn a_probe_not_used_after_a_climb_stays_near_what_the_climb_served() {
+        let mut e = CapacityEstimator::new(&cfg(), 1000, 50).with_fast_probes();
+        // Averaged at 900 for a window (the target did 900), then it does more.
+        for _ in 0..3 {
+            e.observe(900, false, Evidence::Backlogged);
+        }
+        assert_eq!(e.current(), 900);
+        let mut served = 900;
+        while e.current() < 1100 {
+            served = e.current();
+            assert_eq!(
+                e.observe(served, false, Evidence::Backlogged),
+                EstimateStep::Raised
+            );
+        }
+        // The target now serves 3 % less than the last probe asked: the estimate falls
+        // to the mean of what it served lately, not back to 900.
+        let asked = e.current();
+        e.observe(asked * 97 / 100, false, Evidence::Backlogged);
+        assert!(
+            e.current() >= served * 95 / 100,
+            "estimate {} after serving {} and {}",
+            e.current(),
+            served,
+            asked * 97 / 100
+        );
     }
 
     #[test]

@@ -46,5 +46,7 @@ pub use cost::{Amount, CostModel, Direction, IoKind, Resource};
 pub use estimator::CapacityEstimator;
 pub use hold::HoldQueue;
 pub use ledger::{Admission, ChannelTokens, DomainShared, HoldReason, HostShared, PeriodState};
-pub use monitor::{DomainStats, GroupStats, HostStats, Monitor, PeriodRecord, PeriodReport, Tick};
+pub use monitor::{
+    DomainStats, EstimatorRecord, GroupStats, HostStats, Monitor, PeriodRecord, PeriodReport, Tick,
+};
 pub use time::Nanos;

@@ -17,7 +17,7 @@ use crate::config::{
     HostConfig, PriorityClass, ReservationRelease, TokenMode, UNLIMITED,
 };
 use crate::cost::{Amount, Resource};
-use crate::estimator::{CapacityEstimator, Evidence, UnderuseCounter};
+use crate::estimator::{CapacityEstimator, EstimateStep, Evidence, UnderuseCounter};
 use crate::ledger::{
     ChannelTokens, CounterSnapshot, DomainShared, HostParams, HostShared, clamp_pool,
 };
@@ -34,6 +34,26 @@ pub const IDLE_INTERVALS: u64 = 10;
 
 /// How many past periods each host's history keeps for statistics.
 pub const HISTORY_PERIODS: usize = 128;
+
+/// Ended periods whose estimator decisions are kept ([`Monitor::estimator_log`]).
+pub const ESTIMATOR_LOG_PERIODS: usize = 64;
+
+/// What the capacity estimator saw and did at the end of one period (operations), so an
+/// operator can see why the estimate moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EstimatorRecord {
+    pub epoch: u64,
+    /// The estimate that sized the period.
+    pub budget: u64,
+    /// Work completed by all hosts.
+    pub used: u64,
+    /// `used` plus what weighted sharing had handed out and the hosts still held.
+    pub offered: u64,
+    pub evidence: Evidence,
+    pub step: EstimateStep,
+    /// The estimate for the next period (after the floor of the reservations).
+    pub next: u64,
+}
 
 /// One ended period of every host: the records of its [`PeriodReport`], shared with
 /// it. The history is kept per period rather than per host so that the roll-over
@@ -341,6 +361,8 @@ pub struct Monitor {
     scratch: ShareScratch,
     /// The last [`HISTORY_PERIODS`] ended periods, oldest first.
     history: VecDeque<HistoryFrame>,
+    /// The estimator's decisions of the last [`ESTIMATOR_LOG_PERIODS`] periods, oldest first.
+    estimator_log: VecDeque<EstimatorRecord>,
 }
 
 impl Monitor {
@@ -375,6 +397,7 @@ impl Monitor {
             period_ticks: 0,
             scratch: ShareScratch::default(),
             history: VecDeque::with_capacity(HISTORY_PERIODS),
+            estimator_log: VecDeque::with_capacity(ESTIMATOR_LOG_PERIODS),
             cfg,
         };
         m.start_period(now);
@@ -1429,7 +1452,7 @@ impl Monitor {
                 .get(r)
                 .saturating_add(offered_unused.get(r))
                 .min(report_budget.get(r));
-            self.estimators[i].observe(offered, reservation_missed[i], evidence);
+            let step = self.estimators[i].observe(offered, reservation_missed[i], evidence);
             let reserved = self
                 .hosts
                 .iter()
@@ -1437,6 +1460,20 @@ impl Monitor {
                 .chain(self.groups.iter().map(|g| g.surplus.get(r)))
                 .fold(0u64, u64::saturating_add);
             self.estimators[i].hold_at_least(reserved);
+            if r == Resource::Ops {
+                if self.estimator_log.len() == ESTIMATOR_LOG_PERIODS {
+                    self.estimator_log.pop_front();
+                }
+                self.estimator_log.push_back(EstimatorRecord {
+                    epoch: self.epoch,
+                    budget: report_budget.ops,
+                    used: used.ops,
+                    offered,
+                    evidence,
+                    step,
+                    next: self.estimators[i].current(),
+                });
+            }
         }
         let ended_epoch = self.epoch;
         let ended_start = self.period_start;
@@ -1852,6 +1889,11 @@ impl Monitor {
             hosts,
             groups,
         }
+    }
+
+    /// The estimator's decisions for operations in the last periods, oldest first.
+    pub fn estimator_log(&self) -> impl DoubleEndedIterator<Item = &EstimatorRecord> + '_ {
+        self.estimator_log.iter()
     }
 
     /// Every host's history of past periods (oldest first), in the order of

@@ -295,6 +295,56 @@ fn estimator_raises_capacity_after_a_saturated_period() {
 }
 
 #[test]
+fn the_estimator_log_says_why_the_estimate_moved() {
+    use qos_core::estimator::{EstimateStep, Evidence};
+    let mut d = domain(1000);
+    d.capacity.iops_stddev = 100; // floor 700
+    d.estimator = EstimatorConfig {
+        enabled: true,
+        increment_milli: 100,
+        ..Default::default()
+    };
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(HostConfig::new("nqn.e"), T0).unwrap();
+    let mut ch = m.channel("nqn.e").unwrap();
+    // Period 1 uses every token (a probe follows), period 2 less (above the floor:
+    // averaged).
+    for (p, ops) in [(1u64, u64::MAX), (2, 900)] {
+        let mut n = 0;
+        while n < ops
+            && ch
+                .try_admit(IoKind::Read, 4096, at_ms(1000 * (p - 1)))
+                .is_admitted()
+        {
+            ch.record_completion(IoKind::Read, 4096);
+            n += 1;
+        }
+        ch.flush();
+        m.tick(at_ms(1000 * p));
+    }
+    let log: Vec<_> = m.estimator_log().copied().collect();
+    assert_eq!(log.len(), 2);
+    assert_eq!(
+        (
+            log[0].epoch,
+            log[0].budget,
+            log[0].used,
+            log[0].step,
+            log[0].next
+        ),
+        (1, 1000, 1000, EstimateStep::Raised, 1100)
+    );
+    assert_eq!(log[0].evidence, Evidence::None);
+    assert_eq!(
+        (log[1].epoch, log[1].budget, log[1].used, log[1].step),
+        (2, 1100, 900, EstimateStep::Averaged)
+    );
+    // The window remembers what period 1 served: (1000 + 900) / 2.
+    assert_eq!(log[1].next, 950);
+    assert_eq!(m.budget().ops, 950);
+}
+
+#[test]
 fn time_going_backwards_is_tolerated() {
     let mut m = Monitor::new(domain(1000), T0).unwrap();
     m.tick(at_ms(1500));

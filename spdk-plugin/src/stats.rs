@@ -307,6 +307,14 @@ pub fn domain(name: &str, d: &Domain, shape: Shape<'_>) -> Value {
             })
             .collect()
     };
+    // What the estimator did in the last periods (newest first), as many as asked.
+    let estimator: Vec<Value> = d
+        .monitor
+        .estimator_log()
+        .rev()
+        .take(shape.periods)
+        .map(|e| json!(e))
+        .collect();
     json!({
         "name": name,
         "epoch": s.epoch,
@@ -318,5 +326,6 @@ pub fn domain(name: &str, d: &Domain, shape: Shape<'_>) -> Value {
         "held_time_bounds_ns": HELD_BUCKETS_NS,
         "hosts": hosts,
         "groups": groups(&s),
+        "estimator_periods": estimator,
     })
 }

@@ -166,6 +166,8 @@ struct Periods {
     ops: BTreeMap<String, BTreeMap<u64, u64>>,
     start: BTreeMap<u64, Instant>,
     estimate: BTreeMap<u64, u64>,
+    /// The estimator's decision at the end of each period (`estimator_periods`).
+    decisions: BTreeMap<u64, Value>,
 }
 
 impl Periods {
@@ -184,6 +186,11 @@ impl Periods {
             self.start
                 .entry(e)
                 .or_insert(cur.checked_sub(period * back).unwrap_or(cur));
+        }
+        for e in d["estimator_periods"].as_array().into_iter().flatten() {
+            if let Some(epoch) = e["epoch"].as_u64() {
+                self.decisions.insert(epoch, e.clone());
+            }
         }
         for h in d["hosts"].as_array().into_iter().flatten() {
             let nqn = h["host_nqn"].as_str().unwrap_or("").to_string();
@@ -204,6 +211,31 @@ impl Periods {
             .filter(|(e, s)| **s >= from && **s + period <= to && self.complete(**e))
             .map(|(e, _)| *e)
             .collect()
+    }
+
+    /// The estimator's decisions, one line of `epoch:used/budget->next step(evidence)`
+    /// per period, in thousands of IOPS.
+    fn print_decisions(&self) {
+        let per_s = 1000.0 / PERIOD_MS as f64 / 1000.0;
+        let k = |v: &Value| v.as_u64().unwrap_or(0) as f64 * per_s;
+        let lines: Vec<String> = self
+            .decisions
+            .iter()
+            .map(|(e, d)| {
+                format!(
+                    "{e}:{:.0}/{:.0}->{:.0} {}({})",
+                    k(&d["offered"]),
+                    k(&d["budget"]),
+                    k(&d["next"]),
+                    d["step"].as_str().unwrap_or("?"),
+                    d["evidence"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        println!(
+            "  estimator (offered/budget->next, K IOPS): {}",
+            lines.join(" ")
+        );
     }
 
     fn complete(&self, e: u64) -> bool {
@@ -388,6 +420,7 @@ fn weighted_excess_whatever_the_queue_depth() {
             .collect::<Vec<_>>()
             .join(" ")
     );
+    p.print_decisions();
     for i in 0..4 {
         let share = shares[i];
         let met = rates[i].iter().filter(|&&r| r >= res[i] as f64).count();
@@ -541,6 +574,7 @@ fn reservations_hold_when_capacity_drops() {
         before.last().and_then(|e| p.estimate.get(e)),
         during.last().and_then(|e| p.estimate.get(e))
     );
+    p.print_decisions();
     assert!(
         during.len() >= 10,
         "only {} periods under load",
