@@ -11,7 +11,8 @@
 //!   of its weighted max-min share, reservations are met in >= 99% of steady periods,
 //!   the total is >= 97% of the same load without QoS.
 //! - `reservations_hold_when_capacity_drops`: a busy loop on the target's core takes
-//!   part of its capacity; every host meets its reservation again within 3 periods.
+//!   part of its capacity; every host meets its reservation again within 3 periods
+//!   (reservations in the proportions, see the test).
 //! - `group_reservation_and_limit`: a group of two hosts gets its reservation together
 //!   and never more than its limit (+1%); a host moves between groups under load with
 //!   no I/O failed or lost; bad group input is refused with a message naming the fix.
@@ -304,6 +305,18 @@ fn queue_depths(default: [u32; 4]) -> [u32; 4] {
     }
 }
 
+/// Four percentages from environment variable `var`, or `default`.
+fn percents(var: &str, default: [u64; 4]) -> [u64; 4] {
+    let Ok(v) = std::env::var(var) else {
+        return default;
+    };
+    let p: Vec<u64> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+    match <[u64; 4]>::try_from(p) {
+        Ok(p) if p.iter().sum::<u64>() <= 100 => p,
+        _ => panic!("{var}={v:?}: give four percentages summing to at most 100, e.g. 12,8,5,3"),
+    }
+}
+
 /// The acceptance thresholds are asserted (`NVMF_QOS_ACCEPTANCE=1`).
 fn acceptance() -> bool {
     std::env::var("NVMF_QOS_ACCEPTANCE").is_ok_and(|v| v == "1")
@@ -551,8 +564,17 @@ fn reservations_hold_when_capacity_drops() {
     let secs = 30;
     let (hog_at, hog_secs) = (12.0, 16u64);
     println!("capacity drop: queue depths {qds:?}, busy loop on core 0 from {hog_at} s");
-    // 45% of the profile reserved, the largest reservation on the QD-16 host.
-    let (_, res, mut t, mut b) = weighted_run(&s, &qds, [20, 13, 8, 4], [4, 3, 2, 1], 8, secs);
+    // The case, in proportion to what the QoS'd target delivers: its
+    // reservations (45 % of a configured capacity the target delivered under QoS) came
+    // to about 60 % of the capacity left after the drop, the QD-16 host's (the largest)
+    // to about 27 %. Weighted sharing delivers 65-80 % of the profile at these queue
+    // depths (docs/benchmarks.md), so the same share of the profile would be far more of
+    // the dropped target: 20 / 13 / 8 / 4 % of it asked the QD-16 host for 41-45 % of the
+    // target during the drop, which by Little's law needs at most 39 commands there.
+    // 12 / 8 / 5 / 3 % keeps the proportions; `QOS_IT_DROP_RES=a,b,c,d` sets
+    // others (percent of the profile).
+    let res_pct = percents("QOS_IT_DROP_RES", [12, 8, 5, 3]);
+    let (_, res, mut t, mut b) = weighted_run(&s, &qds, res_pct, [4, 3, 2, 1], 8, secs);
     let mut hog: Option<(Hog, Instant)> = None;
     let (p, t0, jr) = run_polling(&mut t, &mut b, secs, |_, el| {
         if hog.is_none() && el >= hog_at {
@@ -566,11 +588,13 @@ fn reservations_hold_when_capacity_drops() {
     let during = p.epochs(hog_start, hog_start + Duration::from_secs(hog_secs - 2));
     let total = |e: &[u64]| (1..=4).map(|i| mean(&p.iops(i, e))).sum::<f64>();
     println!(
-        "  total before the busy loop {:.0} IOPS, during {:.0} ({:.0}% of before); reserved {}; estimate {:?} -> {:?}",
+        "  total before the busy loop {:.0} IOPS, during {:.0} ({:.0}% of before); reserved {} ({:.0}% of the total during; the QD-16 host's {:.0}%); estimate {:?} -> {:?}",
         total(&before),
         total(&during),
         100.0 * total(&during) / total(&before),
         res.iter().sum::<u64>(),
+        100.0 * res.iter().sum::<u64>() as f64 / total(&during).max(1.0),
+        100.0 * res[0] as f64 / total(&during).max(1.0),
         before.last().and_then(|e| p.estimate.get(e)),
         during.last().and_then(|e| p.estimate.get(e))
     );

@@ -8,10 +8,13 @@
 //!    target CPU time per I/O spent in the plugin and in the bdev layer;
 //! 2. limit accuracy: the plugin's per-host limit (`max_iops`) against SPDK's
 //!    `bdev_set_qos_limit` (`rw_ios_per_sec`) at the same limit, with a load that
-//!    wants more: achieved/limit, average and p99 latency.
+//!    wants more: achieved/limit, average and p99 latency; the two alternate in each
+//!    round (at most 3 rounds after the overhead part), medians with their range.
 //!
 //! Usage: `cargo run --release -p target-it --bin target-bench -- [rounds] [secs]`
 //! (SPDK at `SPDK_DIR`, the plugin built with `cargo build --release -p spdk-plugin`).
+//! `TARGET_BENCH=limits` runs only part 2 (`rounds` rounds); `TARGET_BENCH_PERIOD_MS`
+//! sets the plugin's QoS period in it (default 100 ms).
 //! Prints a Markdown table for docs/benchmarks.md.
 
 use serde_json::json;
@@ -147,7 +150,7 @@ fn run_profiled(
             // 100 ms periods: a perf run starts at an arbitrary point of a period and may
             // use that period's whole allowance, so the error of a rate measured over
             // `secs` is at most one period's allowance (1.25% of 8 s).
-            json!({"name": "d", "capacity_iops": 10_000_000u64, "period_ms": 100,
+            json!({"name": "d", "capacity_iops": 10_000_000u64, "period_ms": period_ms(),
                    "estimator": false}),
         );
         let mut h = json!({"domain": "d", "host_nqn": host_nqn(1)});
@@ -296,6 +299,9 @@ fn main() {
     };
     let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
     let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+    if std::env::var("TARGET_BENCH").is_ok_and(|v| v == "limits") {
+        return limit_accuracy(&spdk, &plugin, rounds, secs);
+    }
     println!(
         "target-bench: {rounds} rounds of {secs} s, 4 KiB randread QD32, nvmf_tgt on core 0, \
          spdk_nvme_perf on core 1, NVMe/TCP 127.0.0.1, malloc bdev"
@@ -400,25 +406,6 @@ fn main() {
         }
     }
 
-    // 2. Limit accuracy, plugin vs bdev QoS.
-    let mut acc = Vec::new();
-    for limit in [5_000u64, 20_000] {
-        let q = run(&spdk, &plugin, Config::PluginLimit(limit), secs, 32);
-        let s = run(&spdk, &plugin, Config::BdevQosLimit(limit), secs, 32);
-        println!(
-            "limit {limit}: plugin {:.0} IOPS ({:.4}x) avg {:.0} us p99 {:.0} us | bdev_set_qos_limit {:.0} IOPS ({:.4}x) avg {:.0} us p99 {:.0} us",
-            q.iops,
-            q.iops / limit as f64,
-            q.avg_us,
-            q.p99_us.unwrap_or(f64::NAN),
-            s.iops,
-            s.iops / limit as f64,
-            s.avg_us,
-            s.p99_us.unwrap_or(f64::NAN)
-        );
-        acc.push((limit, q, s));
-    }
-
     println!("\n| measurement | value |\n|---|---|");
     println!(
         "| side by side in one target: plugin/bare IOPS ratio (median of {}; target >= 0.98) | {:.3} (quartiles {:.3}-{:.3}) |",
@@ -485,18 +472,81 @@ fn main() {
             profs.len()
         );
     }
-    for (limit, q, s) in &acc {
+    limit_accuracy(&spdk, &plugin, rounds.min(3), secs);
+}
+
+/// The plugin's QoS period in the limit runs: 100 ms, or `TARGET_BENCH_PERIOD_MS`.
+fn period_ms() -> u64 {
+    std::env::var("TARGET_BENCH_PERIOD_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&ms: &u64| (1..=60_000).contains(&ms))
+        .unwrap_or(100)
+}
+
+/// Part 2, limit accuracy: the plugin's `max_iops` against `bdev_set_qos_limit`,
+/// alternating in each of `rounds` rounds; medians with the rounds' range.
+fn limit_accuracy(spdk: &Spdk, plugin: &std::path::Path, rounds: usize, secs: u32) {
+    println!(
+        "\n| measurement (plugin period {} ms) | value |\n|---|---|",
+        period_ms()
+    );
+    for limit in [5_000u64, 20_000] {
+        let (mut q, mut b) = (Vec::new(), Vec::new());
+        for round in 0..rounds.max(1) {
+            // Alternate which runs first, so neither always gets the quieter slot.
+            let (first, second) = if round % 2 == 0 {
+                (Config::PluginLimit(limit), Config::BdevQosLimit(limit))
+            } else {
+                (Config::BdevQosLimit(limit), Config::PluginLimit(limit))
+            };
+            let r1 = run(spdk, plugin, first, secs, 32);
+            let r2 = run(spdk, plugin, second, secs, 32);
+            let (rq, rb) = if round % 2 == 0 { (r1, r2) } else { (r2, r1) };
+            eprintln!(
+                "limit {limit}, round {}: plugin {:.0} IOPS p99 {:.0} us | bdev_set_qos_limit {:.0} IOPS p99 {:.0} us",
+                round + 1,
+                rq.iops,
+                rq.p99_us.unwrap_or(f64::NAN),
+                rb.iops,
+                rb.p99_us.unwrap_or(f64::NAN)
+            );
+            q.push(rq);
+            b.push(rb);
+        }
+        let col = |v: &[PerfResult], f: &dyn Fn(&PerfResult) -> f64| -> String {
+            let xs: Vec<f64> = v.iter().map(f).collect();
+            let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{:.4} ({lo:.4}-{hi:.4})", median(xs.clone()))
+        };
+        let lim = limit as f64;
         println!(
-            "| limit {limit} IOPS: achieved/limit, plugin vs bdev_set_qos_limit | {:.4} vs {:.4} |",
-            q.iops / *limit as f64,
-            s.iops / *limit as f64
+            "| limit {limit} IOPS: achieved/limit, plugin vs bdev_set_qos_limit (median, range of {}) | {} vs {} |",
+            q.len(),
+            col(&q, &|r| r.iops / lim),
+            col(&b, &|r| r.iops / lim)
+        );
+        let p99 = |r: &PerfResult| r.p99_us.unwrap_or(f64::NAN);
+        println!(
+            "| limit {limit} IOPS: p99 latency us, plugin vs bdev_set_qos_limit (median, range) | {} vs {} |",
+            col(&q, &p99).replace(".0000", ""),
+            col(&b, &p99).replace(".0000", "")
+        );
+        let ratio: Vec<f64> = q.iter().zip(&b).map(|(x, y)| p99(x) / p99(y)).collect();
+        println!(
+            "| limit {limit} IOPS: p99 plugin / bdev_set_qos_limit, per round (median) | {:.3} ({}) |",
+            median(ratio.clone()),
+            ratio
+                .iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         );
         println!(
-            "| limit {limit} IOPS: avg / p99 latency, plugin vs bdev_set_qos_limit | {:.0} / {:.0} us vs {:.0} / {:.0} us |",
-            q.avg_us,
-            q.p99_us.unwrap_or(f64::NAN),
-            s.avg_us,
-            s.p99_us.unwrap_or(f64::NAN)
+            "| limit {limit} IOPS: avg latency us, plugin vs bdev_set_qos_limit (median) | {:.0} vs {:.0} |",
+            median(q.iter().map(|r| r.avg_us).collect()),
+            median(b.iter().map(|r| r.avg_us).collect())
         );
     }
 }
