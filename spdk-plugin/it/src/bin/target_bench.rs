@@ -514,24 +514,27 @@ fn limit_accuracy(spdk: &Spdk, plugin: &std::path::Path, rounds: usize, secs: u3
             q.push(rq);
             b.push(rb);
         }
-        let col = |v: &[PerfResult], f: &dyn Fn(&PerfResult) -> f64| -> String {
+        let col = |v: &[PerfResult], f: &dyn Fn(&PerfResult) -> f64, digits: usize| -> String {
             let xs: Vec<f64> = v.iter().map(f).collect();
             let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            format!("{:.4} ({lo:.4}-{hi:.4})", median(xs.clone()))
+            format!(
+                "{:.digits$} ({lo:.digits$}-{hi:.digits$})",
+                median(xs.clone())
+            )
         };
         let lim = limit as f64;
         println!(
             "| limit {limit} IOPS: achieved/limit, plugin vs bdev_set_qos_limit (median, range of {}) | {} vs {} |",
             q.len(),
-            col(&q, &|r| r.iops / lim),
-            col(&b, &|r| r.iops / lim)
+            col(&q, &|r| r.iops / lim, 4),
+            col(&b, &|r| r.iops / lim, 4)
         );
         let p99 = |r: &PerfResult| r.p99_us.unwrap_or(f64::NAN);
         println!(
             "| limit {limit} IOPS: p99 latency us, plugin vs bdev_set_qos_limit (median, range) | {} vs {} |",
-            col(&q, &p99).replace(".0000", ""),
-            col(&b, &p99).replace(".0000", "")
+            col(&q, &p99, 0),
+            col(&b, &p99, 0)
         );
         let ratio: Vec<f64> = q.iter().zip(&b).map(|(x, y)| p99(x) / p99(y)).collect();
         println!(
