@@ -312,6 +312,8 @@ class QosCollector(Collector):
             counters = (
                 ('ios', 'ios', 'I/O submitted to the initiator QoS bdev'),
                 ('large_ios', 'large_ios', 'I/O above the chunk size (split and paced)'),
+                ('large_whole_ios', 'large_whole_ios',
+                 'I/O above the chunk size sent whole (no latency-sensitive I/O in the pacer group)'),
                 ('chunks', 'chunks', 'Chunks sent for large I/O'),
                 ('held_total', 'throttled_ios', 'I/O or chunks held for want of tokens'),
                 ('vendor_sent', 'vendor_commands', 'Token-protocol vendor commands sent'),

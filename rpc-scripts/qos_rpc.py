@@ -446,6 +446,8 @@ _INI_OPTIONS = [
 _INI_FLAGS = [
     ('token_protocol', "speak the token protocol with the target (default on)"),
     ('pacing', "split large I/O into chunks and pace them (default on)"),
+    ('split_always', "pacer group: split and pace large I/O even while no small I/O is seen, for a link "
+                     "shared with traffic this process does not see (default off: large I/O alone goes whole)"),
     ('dirs', "pacer group: DIRS initial rate for new streams (default on)"),
 ]
 _INI_PARAMS = [o[0] for o in _INI_OPTIONS] + [f[0] for f in _INI_FLAGS]

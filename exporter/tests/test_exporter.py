@@ -16,6 +16,7 @@ from conftest import BOUNDS_NS, EXPORTER, cumulative, domain, free_port, host
 INI_BDEV = {
     'name': 'qh1', 'base_bdev_name': 'Nvme0n1', 'pacer_group': 'default',
     'state': {'mode': 'cooperative', 'held': 2, 'held_total': 40, 'ios': 1000, 'large_ios': 10,
+              'large_whole_ios': 7,
               'chunks': 160, 'vendor_sent': 55, 'vendor_errors': 1, 'aborted': 0,
               'held_ns': 2_500_000_000, 'paced_ns': 1_000_000_000},
     'pacer': {'name': 'default', 'allowed_bytes_per_sec': 2_000_000_000},
@@ -95,6 +96,7 @@ def test_initiator_metrics(stub, method):
     assert value(m, 'nvmf_qos_up', plugin='initiator') == 1
     assert not any(lab.get('plugin') == 'target' for lab, _ in m['nvmf_qos_up'])
     assert value(m, 'nvmf_qos_ini_chunks_total', bdev='qh1', pacer_group='default') == 160
+    assert value(m, 'nvmf_qos_ini_large_whole_ios_total', bdev='qh1', pacer_group='default') == 7
     assert value(m, 'nvmf_qos_ini_throttled_ios_total', bdev='qh1') == 40
     assert value(m, 'nvmf_qos_ini_held_seconds_total', bdev='qh1') == 2.5
     assert value(m, 'nvmf_qos_ini_paced_seconds_total', bdev='qh1') == 1.0

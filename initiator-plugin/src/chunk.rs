@@ -1,4 +1,5 @@
-//! Large transfers (reads and writes above `chunk_bytes` while pacing is on): a
+//! Large transfers (reads and writes above `chunk_bytes` while pacing is on and
+//! latency-sensitive I/O shares the path, `PacerGroup::shapes_large`): a
 //! *parent* split into chunks (`qos_core::pacer::plan_chunks`), each carved out of the
 //! parent's scatter-gather list, released by the pacer group (byte and operation tokens
 //! at the allowed rate, the channel's parents in round-robin), admitted like small I/O,
@@ -43,9 +44,16 @@ impl IniChannel {
         let bytes = io.block_bytes();
         let pacing = self.pacing() && !self.bypass();
         if pacing && bytes > self.group.chunk_bytes.load(Ordering::Relaxed) {
-            return self.start_large(io, kind, now);
-        }
-        if pacing {
+            // Justitia's trigger: chunks only cost a large transfer throughput, so it
+            // is split and paced only while latency-sensitive I/O shares the path.
+            if self.group.shapes_large(now) {
+                return self.start_large(io, kind, now);
+            }
+            self.shared
+                .stats
+                .large_whole_ios
+                .fetch_add(1, Ordering::Relaxed);
+        } else if pacing {
             self.group.note_small(now);
         }
         self.admit(Item::Io(io), kind, bytes, now);

@@ -13,7 +13,10 @@
 //! An I/O takes one of two paths:
 //! - **small** (at most `chunk_bytes`, or pacing off): never paced; a read or write
 //!   marks the pacer group latency-sensitive. It is admitted by the engine or held.
-//! - **large** (a read or write above `chunk_bytes`): a *parent* split into chunks
+//! - **large** (a read or write above `chunk_bytes`, while a small read or write was
+//!   sent within the pacer's `latency_idle`, Justitia's trigger; otherwise it goes
+//!   whole, admitted like small I/O, since chunks only cost it throughput): a *parent*
+//!   split into chunks
 //!   (`qos_core::pacer::plan_chunks`). Chunks leave when the pacer allows (byte and
 //!   operation tokens at the allowed rate), the channel's parents in round-robin, then
 //!   pass the engine like small I/O (each chunk costs the target one command). The

@@ -9,7 +9,7 @@
 //!   `refresh_interval_us`, `probe_attempts`;
 //! - **pacer options** (the pacer shared by every QoS bdev of a *pacer group*, i.e. one
 //!   link): `chunk_bytes`, `link_*`, `latency_target_us`, `probe_*`, `aimd_interval_us`,
-//!   `increase_milli`, `latency_idle_us`, `dirs*`.
+//!   `increase_milli`, `latency_idle_us`, `split_always`, `dirs*`.
 //!
 //! Unknown parameters are refused, so a typo is an error, not an ignored setting.
 
@@ -129,6 +129,8 @@ pub struct PacerOptions {
     pub increase_milli: u64,
     /// Small I/O counts as gone after this long without any. Default 100 ms.
     pub latency_idle_us: u64,
+    /// Split and pace large I/O also while no small I/O is seen. Default false.
+    pub split_always: bool,
     /// DIRS initial rate for new streams. Default true.
     pub dirs: bool,
     /// DIRS timers: late-signal gap 1 ms, recovery 10 ms, reset 100 ms, window 10 ms.
@@ -151,6 +153,7 @@ impl Default for PacerOptions {
             aimd_interval_us: c.aimd_interval.0 / 1000,
             increase_milli: c.increase_milli,
             latency_idle_us: c.latency_idle.0 / 1000,
+            split_always: c.split_always,
             dirs: c.dirs.enabled,
             dirs_late_gap_us: c.dirs.late_gap.0 / 1000,
             dirs_recovery_us: c.dirs.recovery.0 / 1000,
@@ -173,6 +176,7 @@ impl PacerOptions {
             aimd_interval: us(self.aimd_interval_us),
             increase_milli: self.increase_milli,
             latency_idle: us(self.latency_idle_us),
+            split_always: self.split_always,
             dirs: DirsConfig {
                 enabled: self.dirs,
                 late_gap: us(self.dirs_late_gap_us),
@@ -340,6 +344,7 @@ patch! {
         aimd_interval_us: u64,
         increase_milli: u64,
         latency_idle_us: u64,
+        split_always: bool,
         dirs: bool,
         dirs_late_gap_us: u64,
         dirs_recovery_us: u64,

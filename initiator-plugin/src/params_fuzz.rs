@@ -28,6 +28,7 @@ fn seeds() -> Vec<Value> {
                    "chunk_bytes": 131072, "link_iops": 1000000, "link_mibps": 2800,
                    "latency_target_us": 200, "probe_interval_us": 500, "probe_window": 1000,
                    "aimd_interval_us": 1000, "increase_milli": 20, "latency_idle_us": 100000,
+                   "split_always": false,
                    "dirs": true, "dirs_window_us": 10000, "dirs_late_gap_us": 1000,
                    "dirs_recovery_us": 10000, "dirs_reset_us": 100000}),
         ),

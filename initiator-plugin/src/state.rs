@@ -16,7 +16,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use qos_core::Nanos;
 use qos_core::initiator::{InitiatorEngine, Mode};
-use qos_core::pacer::{Pacer, StreamId};
+use qos_core::pacer::{Pacer, StreamId, latency_sensitive_at};
 use serde_json::{Value, json};
 
 use crate::params::{BdevOptions, PacerOptions, Refusal};
@@ -31,6 +31,8 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct Stats {
     pub ios: AtomicU64,
     pub large_ios: AtomicU64,
+    /// Large transfers sent whole: no latency-sensitive I/O shared the path.
+    pub large_whole_ios: AtomicU64,
     pub chunks: AtomicU64,
     /// I/O (or chunks) waiting for tokens now, and how many ever waited.
     pub held: AtomicI64,
@@ -192,6 +194,7 @@ impl Shared {
             "paced_ns": get(&s.paced_ns),
             "ios": get(&s.ios),
             "large_ios": get(&s.large_ios),
+            "large_whole_ios": get(&s.large_whole_ios),
             "chunks": get(&s.chunks),
             "vendor_sent": get(&s.vendor_sent),
             "vendor_errors": get(&s.vendor_errors),
@@ -232,6 +235,9 @@ pub struct PacerGroup {
     pub last_small: AtomicU64,
     /// Fast-path copy of `chunk_bytes`.
     pub chunk_bytes: AtomicU64,
+    /// Fast-path copies of `latency_idle` (ns) and `split_always`.
+    latency_idle_ns: AtomicU64,
+    split_always: AtomicBool,
     /// When the pacer next wants a tick (ns).
     pub next_tick: AtomicU64,
 }
@@ -253,6 +259,8 @@ impl PacerGroup {
             }),
             last_small: AtomicU64::new(0),
             chunk_bytes: AtomicU64::new(opts.chunk_bytes),
+            latency_idle_ns: AtomicU64::new(opts.pacer_config().latency_idle.0),
+            split_always: AtomicBool::new(opts.split_always),
             next_tick: AtomicU64::new(0),
         })
     }
@@ -272,6 +280,10 @@ impl PacerGroup {
             g.opts = opts;
             g.probe = None;
             self.chunk_bytes.store(opts.chunk_bytes, Ordering::Relaxed);
+            self.latency_idle_ns
+                .store(opts.pacer_config().latency_idle.0, Ordering::Relaxed);
+            self.split_always
+                .store(opts.split_always, Ordering::Relaxed);
             self.next_tick.store(0, Ordering::Relaxed);
         }
         Ok(())
@@ -281,6 +293,23 @@ impl PacerGroup {
     #[inline]
     pub fn note_small(&self, now: Nanos) {
         self.last_small.store(now.0, Ordering::Relaxed);
+    }
+
+    /// Large transfers are split and paced now: a small I/O was sent less than
+    /// `latency_idle` ago (`qos_core::pacer::latency_sensitive_at`, Justitia's trigger;
+    /// the pacer's own copy of `last_small` is updated at its next tick, this one now),
+    /// or the group splits always.
+    #[inline]
+    pub fn shapes_large(&self, now: Nanos) -> bool {
+        if self.split_always.load(Ordering::Relaxed) {
+            return true;
+        }
+        let last = self.last_small.load(Ordering::Relaxed);
+        latency_sensitive_at(
+            (last != 0).then_some(Nanos(last)),
+            now,
+            Nanos(self.latency_idle_ns.load(Ordering::Relaxed)),
+        )
     }
 
     /// How long a probe may stay unanswered before it counts as lost (its age is then

@@ -26,6 +26,20 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// First quartile, median and third quartile of `v` (medians of the lower and upper
+/// halves; zeros when empty).
+pub fn quartiles(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    let half = n / 2;
+    (
+        median(&s[..half.max(n.min(1))]),
+        median(&s),
+        median(&s[n - half.max(n.min(1))..]),
+    )
+}
+
 /// Reads lines of a file (for logs in failure messages).
 pub fn read_lines(p: &Path) -> Vec<String> {
     std::fs::File::open(p)
@@ -36,6 +50,14 @@ pub fn read_lines(p: &Path) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quartiles_of_odd_and_even_counts() {
+        assert_eq!(quartiles(&[5.0, 1.0, 3.0, 2.0, 4.0]), (1.5, 3.0, 4.5));
+        assert_eq!(quartiles(&[4.0, 1.0, 3.0, 2.0]), (1.5, 2.5, 3.5));
+        assert_eq!(quartiles(&[7.0]), (7.0, 7.0, 7.0));
+        assert_eq!(quartiles(&[]), (0.0, 0.0, 0.0));
+    }
 
     #[test]
     fn zipf_sums_to_at_most_the_total() {

@@ -3,7 +3,9 @@
 //!
 //! - [`plan_chunks`]: a transfer above the chunk size becomes roughly equal chunks, so
 //!   the wire only ever carries chunk-sized data and a small, latency-sensitive command
-//!   waits behind one chunk at most, never behind a whole 1 MiB transfer.
+//!   waits behind one chunk at most, never behind a whole 1 MiB transfer. Only while
+//!   latency-sensitive traffic shares the path ([`Pacer::should_split`],
+//!   [`latency_sensitive_at`]): alone, a large transfer goes whole.
 //! - [`MultiBucket`]: multi-resource tokens, bytes and operations, refilled at the
 //!   allowed rate U (operations in the link's fixed ratio).
 //! - AIMD on U: a reference probe measures small-command latency; when its p99 is above
@@ -321,6 +323,10 @@ pub struct PacerConfig {
     /// Latency-sensitive traffic is considered gone after this long without any.
     /// Default 100 ms.
     pub latency_idle: Nanos,
+    /// Split and pace large transfers also when no latency-sensitive traffic is seen
+    /// (for a link shared with traffic this pacer does not see). Default false:
+    /// Justitia's trigger, large transfers alone go whole.
+    pub split_always: bool,
     pub dirs: DirsConfig,
 }
 
@@ -336,6 +342,7 @@ impl Default for PacerConfig {
             aimd_interval: Nanos::from_millis(1),
             increase_milli: 20,
             latency_idle: Nanos::from_millis(100),
+            split_always: false,
             dirs: DirsConfig::default(),
         }
     }
@@ -392,6 +399,14 @@ impl PacerConfig {
     fn link_bytes(&self) -> u64 {
         self.link_mibps.saturating_mul(MIB)
     }
+}
+
+/// Whether latency-sensitive traffic shares the path at `now`: a small command was sent
+/// (`last_small`) less than `idle` ago. Shaping large transfers pays only then; the
+/// initiator plugin applies the same rule on its submit path, from an atomic copy of
+/// `last_small`, without taking the pacer's lock.
+pub fn latency_sensitive_at(last_small: Option<Nanos>, now: Nanos, idle: Nanos) -> bool {
+    last_small.is_some_and(|t| now.saturating_sub(t) < idle)
 }
 
 /// Identifies an open stream; stale ids (of closed streams) are refused.
@@ -484,9 +499,11 @@ impl Pacer {
     pub fn stream_rate(&self, id: StreamId) -> Option<u64> {
         self.stream(id).map(|s| s.rate)
     }
-    /// A transfer of `bytes` is split and paced.
-    pub fn should_split(&self, bytes: u64) -> bool {
-        bytes > self.cfg.chunk_bytes
+    /// A transfer of `bytes` sent at `now` is split and paced: it is larger than a chunk
+    /// and latency-sensitive traffic shares the path (Justitia's trigger; alone, a large
+    /// transfer goes whole, since chunks only cost it throughput).
+    pub fn should_split(&self, bytes: u64, now: Nanos) -> bool {
+        bytes > self.cfg.chunk_bytes && (self.cfg.split_always || self.latency_sensitive(now))
     }
 
     fn stream(&self, id: StreamId) -> Option<&Stream> {
@@ -497,8 +514,7 @@ impl Pacer {
     }
 
     fn latency_sensitive(&self, now: Nanos) -> bool {
-        self.last_latency_io
-            .is_some_and(|t| now.saturating_sub(t) < self.cfg.latency_idle)
+        latency_sensitive_at(self.last_latency_io, now, self.cfg.latency_idle)
     }
 
     /// Number of flows with a large transfer in progress.
@@ -790,6 +806,37 @@ mod tests {
         t = t.saturating_add(Nanos::from_millis(1));
         p.tick(t);
         assert_eq!(p.allowed_rate(), link / 2 + link / 50);
+    }
+
+    #[test]
+    fn large_transfers_are_split_only_while_latency_sensitive_traffic_is_about() {
+        let t = Nanos::from_secs(1);
+        let p0 = pacer(t);
+        let chunk = p0.config().chunk_bytes;
+        let idle = p0.config().latency_idle;
+        let mut p = p0;
+        // A writer alone: nothing to protect, the transfer goes whole.
+        assert!(!p.should_split(MIB, t));
+        // A small command was sent: from then on large transfers are chunked and paced...
+        p.note_latency_sensitive(t);
+        assert!(p.should_split(MIB, t));
+        assert!(p.should_split(chunk + 1, t.saturating_add(Nanos(idle.0 - 1))));
+        // ...but never one that fits in a chunk...
+        assert!(!p.should_split(chunk, t));
+        // ...until the small traffic has been gone for `latency_idle`.
+        assert!(!p.should_split(MIB, t.saturating_add(idle)));
+        assert!(!latency_sensitive_at(None, t, idle));
+        assert!(latency_sensitive_at(Some(t), t, idle));
+        // Unless told to split always (traffic on the link this pacer does not see).
+        let always = Pacer::new(
+            PacerConfig {
+                split_always: true,
+                ..*p.config()
+            },
+            t,
+        )
+        .unwrap();
+        assert!(always.should_split(MIB, t) && !always.should_split(chunk, t));
     }
 
     #[test]

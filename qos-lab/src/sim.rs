@@ -790,7 +790,11 @@ impl Sim {
         let write = host.read_fraction < 1.0 && host.rng.unit() >= host.read_fraction;
         let bytes = host.io_bytes;
         let pace = self.policy.pacing && host.cooperative;
-        if pace && bytes > self.chunk_bytes {
+        if pace
+            && self.machines[host.machine]
+                .pacer
+                .should_split(bytes, Nanos(now))
+        {
             let m = host.machine;
             let blocks = bytes.div_ceil(4096);
             let mut plan = plan_chunks(0, blocks, 4096, self.chunk_bytes);

@@ -8,7 +8,9 @@
 //!   with Zipf reservations and limits, as in the target plugin's test: every host meets
 //!   its reservation in >= 95% of the periods and stays within its limit; the target's
 //!   queue of held I/O is compared with the same load without the initiator plugin.
-//! - `pacing_protects_a_small_reader_from_a_large_writer`: one host reads 4 KiB at queue
+//! - `pacing_protects_a_small_reader_from_a_large_writer`: first a 1 MiB writer alone,
+//!   plain, through its QoS bdev (sent whole: no small I/O) and with `split_always`,
+//!   side by side (ratios printed; whole and split counted); then one host reads 4 KiB at queue
 //!   depth 1, another writes 1 MiB at queue depth 4; in alternating rounds without and
 //!   with initiator QoS bdevs (chunking and pacing): the reader's p99 must drop (the
 //!   ratio is reported) and the writer keep >= 90% of its share of the link.
@@ -338,22 +340,10 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let t = rw_target(&s);
     let ctrls = [ctrl("r"), ctrl("w")];
-    // The link: what the writer alone does through the QoS bdev (chunked, and paced at
-    // the default 2800 MiB/s, above what this machine does).
-    let (alone, _) = run(&mut bdevperf(
-        &s,
-        true,
-        bdev_config(
-            &ctrls,
-            &[json!({"name": "qw", "base_bdev_name": ctrls[1].bdev()})],
-        ),
-        vec![Job::new("qw", "write", 1 << 20, 4)],
-        6,
-    ));
-    let link = (alone["qw"].mibps as u64).max(50);
+    let link = writer_alone(&s, &ctrls);
     let share = link as f64 / 2.0;
     println!(
-        "writer alone through the QoS bdev (64 KiB chunks): {link} MiB/s = link_mibps; \
+        "link_mibps = {link} (the writer alone through its QoS bdev); \
          the writer's share with one latency-sensitive reader: link/2 = {share:.0} MiB/s"
     );
     let plain_cfg = bdev_config(&ctrls, &[]);
@@ -443,6 +433,105 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
     );
 }
 
+/// A 1 MiB writer at QD 4 alone, side by side in each round (order rotating): plain
+/// bdev_nvme, through its QoS bdev (Justitia's trigger: no small I/O, so sent whole),
+/// and through its QoS bdev with `split_always` (64 KiB chunks, paced: the behaviour
+/// before the trigger). Checks that the trigger sent every write whole and
+/// `split_always` split them; prints the ratios to plain (median and quartiles of
+/// `QOS_IT_ROUNDS` rounds, default 5) and returns the median MiB/s through the QoS bdev.
+fn writer_alone(s: &Setup, ctrls: &[Controller; 2]) -> u64 {
+    let rounds: usize = std::env::var("QOS_IT_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+        .max(1);
+    let variants = [
+        ("plain", None),
+        ("QoS bdev", Some(json!({}))),
+        (
+            "QoS bdev, split_always",
+            Some(json!({"split_always": true})),
+        ),
+    ];
+    let mut mibps = vec![Vec::new(); variants.len()];
+    for round in 0..rounds {
+        let mut line = format!("writer alone, round {round}:");
+        for k in 0..variants.len() {
+            let v = (k + round) % variants.len();
+            let (label, extra) = &variants[v];
+            let (bdev, cfg) = match extra {
+                None => (ctrls[1].bdev(), bdev_config(ctrls, &[])),
+                Some(e) => {
+                    let mut q = json!({"name": "qw", "base_bdev_name": ctrls[1].bdev()});
+                    for (key, val) in e.as_object().into_iter().flatten() {
+                        q[key] = val.clone();
+                    }
+                    ("qw".to_string(), bdev_config(ctrls, &[q]))
+                }
+            };
+            let mut b = bdevperf(
+                s,
+                extra.is_some(),
+                cfg,
+                vec![Job::new(&bdev, "write", 1 << 20, 4)],
+                4,
+            );
+            let h = b.perform_tests();
+            // The QoS bdev's counters 1.5 s and 2.5 s in: the bdev layer's examine reads
+            // at start-up are small I/O, so the first writes (within `latency_idle`,
+            // 100 ms) are split; after that, none may be.
+            let mut states = Vec::new();
+            for wait_ms in [1500, 1000] {
+                std::thread::sleep(Duration::from_millis(wait_ms));
+                if extra.is_some() {
+                    states.push(get_state(&b, "qw")["state"].clone());
+                }
+            }
+            let perform = h.join().expect("perform_tests thread");
+            let out = b
+                .finish(60)
+                .unwrap_or_else(|| panic!("bdevperf did not exit; log:\n{}", b.log_tail(30)));
+            let perform =
+                perform.unwrap_or_else(|e| panic!("perform_tests: {e}\n{}", tail(&out, 30)));
+            let res = job_results(&perform, &out);
+            let r = &res[&bdev];
+            assert_eq!(r.io_failed, 0, "failed I/O:\n{}", tail(&out, 20));
+            if let [a, b] = &states[..] {
+                let count = |st: &Value, k: &str| st[k].as_u64().unwrap_or(0);
+                let split = count(b, "large_ios") - count(a, "large_ios");
+                let whole = count(b, "large_whole_ios") - count(a, "large_whole_ios");
+                if v == 1 {
+                    assert!(
+                        split == 0 && whole > 0,
+                        "with no small I/O the writes should go whole: {a} then {b}"
+                    );
+                } else {
+                    assert!(
+                        split > 0 && whole == 0,
+                        "split_always should split every write: {a} then {b}"
+                    );
+                }
+            }
+            line += &format!(" {label} {:.0} MiB/s;", r.mibps);
+            mibps[v].push(r.mibps);
+        }
+        println!("{line}");
+    }
+    for v in 1..variants.len() {
+        let ratios: Vec<f64> = mibps[v]
+            .iter()
+            .zip(&mibps[0])
+            .map(|(q, p)| q / p.max(1.0))
+            .collect();
+        let (q1, m, q3) = quartiles(&ratios);
+        println!(
+            "writer alone: {} / plain bdev_nvme MiB/s = {m:.3} (quartiles {q1:.3}-{q3:.3}, {rounds} rounds)",
+            variants[v].0
+        );
+    }
+    (median(&mibps[1]) as u64).max(50)
+}
+
 // ---- robustness ----------------------------------------------------------------------
 
 fn get_state(b: &Bdevperf, name: &str) -> Value {
@@ -479,7 +568,8 @@ fn robustness() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
 
     // 1. A target without the plugin: fallback to pass-through with one warning; the
-    // chunked data path verified (1 MiB writes and reads in 64 KiB chunks).
+    // chunked data path verified (1 MiB writes and reads in 64 KiB chunks; a verify job
+    // alone sends no small I/O, so `split_always` makes the pacer split it).
     {
         let mut t = target(&s, false);
         t.call(
@@ -493,7 +583,7 @@ fn robustness() {
             true,
             bdev_config(
                 std::slice::from_ref(&c),
-                &[json!({"name": "qp", "base_bdev_name": c.bdev()})],
+                &[json!({"name": "qp", "base_bdev_name": c.bdev(), "split_always": true})],
             ),
             vec![Job::new("qp", "verify", 1 << 20, 8)],
             4,
@@ -673,7 +763,7 @@ fn robustness() {
             vec![Job::new("qa", "randread", 4096, 16)],
             4,
         );
-        let (res, out) = run_keep(&mut b, 3);
+        let (res, out) = run_keep(&mut b, 3, "qa");
         let st = &res.1;
         println!(
             "time-outs: {:.0} IOPS, {} failed, mode {}, late replies {}, engine restarts {}",
@@ -694,7 +784,7 @@ fn robustness() {
         let mut b = s.bdevperf(
             BP_SHM,
             true,
-            cfg(json!({})),
+            cfg(json!({"split_always": true})),
             vec![Job::new("qa", "reset", 256 << 10, 16)],
             12,
             &["-f"],
@@ -738,7 +828,7 @@ fn robustness() {
         let mut b = s.bdevperf(
             BP_SHM,
             true,
-            cfg(json!({})),
+            cfg(json!({"split_always": true})),
             vec![Job::new("qa", "randrw", 256 << 10, 32)],
             20,
             &["-f"],
@@ -805,11 +895,15 @@ fn robustness() {
     drop(t);
 }
 
-/// Runs to the end, fetching the bdev state `at` seconds in.
-fn run_keep(b: &mut Bdevperf, at: u64) -> ((BTreeMap<String, JobResult>, Value), String) {
+/// Runs to the end, fetching the state of QoS bdev `name` `at` seconds in.
+fn run_keep(
+    b: &mut Bdevperf,
+    at: u64,
+    name: &str,
+) -> ((BTreeMap<String, JobResult>, Value), String) {
     let h = b.perform_tests();
     std::thread::sleep(Duration::from_secs(at));
-    let st = get_state(b, "qa");
+    let st = get_state(b, name);
     let r = h.join().expect("thread");
     let out = b.finish(60).expect("bdevperf exits");
     let r = r.unwrap_or_else(|e| panic!("perform_tests: {e}\n{}", tail(&out, 30)));
