@@ -168,6 +168,23 @@ impl CapacityEstimator {
         reservation_missed: bool,
         evidence: Evidence,
     ) -> EstimateStep {
+        self.observe_served(used, used, reservation_missed, evidence)
+    }
+
+    /// Like [`CapacityEstimator::observe`], where `used` counts work offered and not
+    /// refused (weighted sharing: tokens the hosts still held at the period's end) and
+    /// `served` only the work the target completed. A sudden drop restarts the window
+    /// at `served`: in a period in which reservations starved, the tokens still held
+    /// were not refused by the hosts but by the target (restarting at the offered
+    /// figure kept the estimate above the reduced capacity for four periods in the
+    /// lab's Set 4, the excess taken from the largest reservation).
+    pub fn observe_served(
+        &mut self,
+        used: u64,
+        served: u64,
+        reservation_missed: bool,
+        evidence: Evidence,
+    ) -> EstimateStep {
         self.demand_exceeded = evidence != Evidence::None;
         if !self.enabled {
             return EstimateStep::Fixed;
@@ -179,9 +196,10 @@ impl CapacityEstimator {
             && self.drop_threshold_milli > 0
             && used.saturating_add(drop) < self.current
         {
+            let served = served.min(used);
             self.window.clear();
-            self.window.push_back(used);
-            self.current = used;
+            self.window.push_back(served);
+            self.current = served;
             self.probing = false;
             self.probe_wait = 0;
             self.probe_step = 1;
@@ -536,6 +554,26 @@ mod tests {
         assert_eq!(e.current(), (740 + 760 + 770) / 3);
         assert_eq!(e.observe(770, false, Evidence::None), EstimateStep::Raised);
         assert_eq!(e.current(), (740 + 760 + 770) / 3 + 10);
+    }
+
+    #[test]
+    fn a_sudden_drop_restarts_at_what_the_target_served_not_what_was_offered() {
+        let c = EstimatorConfig {
+            drop_threshold_milli: 50,
+            ..cfg()
+        };
+        let mut e = CapacityEstimator::new(&c, 1000, 50);
+        // The target drops to 800: it served 790 while the hosts still held 15 tokens
+        // they had been offered (weighted sharing counts those as used).
+        assert_eq!(
+            e.observe_served(805, 790, true, Evidence::ReservationsStarved),
+            EstimateStep::Dropped
+        );
+        assert_eq!(e.current(), 790);
+        // Without the split, the offered figure (the old behaviour, and `observe`).
+        let mut old = CapacityEstimator::new(&c, 1000, 50);
+        old.observe(805, true, Evidence::ReservationsStarved);
+        assert_eq!(old.current(), 805);
     }
 
     #[test]

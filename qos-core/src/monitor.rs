@@ -244,6 +244,8 @@ struct HostEntry {
     /// a probe confirms it and resets when it meets its reservation.
     unreachable_periods: u32,
     unreachable_backoff: u32,
+    /// It completed its reservation in the last ended period.
+    met_last_period: bool,
     /// While its reservation is unreachable: what it completed in the period that
     /// showed it, with the pool closed to everybody else (the most it can do), less a
     /// sixteenth. It is served as its reservation until the next probe.
@@ -648,6 +650,7 @@ impl Monitor {
             excess_granted: Amount::ZERO,
             unreachable_periods: 0,
             unreachable_backoff: 0,
+            met_last_period: false,
             reach: Amount::ZERO,
         });
         self.nqns_cache = None;
@@ -1344,7 +1347,8 @@ impl Monitor {
         let mut hosts_changed = false;
         let mut offered_unused = Amount::ZERO;
         let idle_after = self.idle_after();
-        for h in &mut self.hosts {
+        let mut in_vain = Vec::new();
+        for (idx, h) in self.hosts.iter_mut().enumerate() {
             let now_c = h.shared.counters();
             if self.cfg.sharing == ExcessSharing::Weighted {
                 offered_unused = offered_unused
@@ -1405,18 +1409,16 @@ impl Monitor {
                 }
             }
             if lagged_in_vain {
-                h.unreachable_backoff = (h.unreachable_backoff * 2).clamp(2, 16);
-                h.unreachable_periods = h.unreachable_backoff;
-                h.reach = Amount::new(
-                    completed.ops - completed.ops / 16,
-                    completed.bytes - completed.bytes / 16,
-                );
+                // Decided after the estimator: if the target's capacity dropped in this
+                // period, the drop explains the miss, not the host's queue depth.
+                in_vain.push((idx, completed, h.met_last_period));
             } else if met || !active {
                 h.unreachable_backoff = 0;
                 h.unreachable_periods = 0;
             } else {
                 h.unreachable_periods = h.unreachable_periods.saturating_sub(1);
             }
+            h.met_last_period = met;
             h.underuse.observe(met);
             let soft_total = hard.saturating_add(h.budgets.soft_extra);
             h.soft_idle
@@ -1427,6 +1429,7 @@ impl Monitor {
             hosts.push(rec);
         }
         let report_budget = self.budget;
+        let mut dropped = false;
         for r in Resource::ALL {
             let i = r.index();
             // A reservation missed by a host that kept commands coming, in a period in
@@ -1452,7 +1455,13 @@ impl Monitor {
                 .get(r)
                 .saturating_add(offered_unused.get(r))
                 .min(report_budget.get(r));
-            let step = self.estimators[i].observe(offered, reservation_missed[i], evidence);
+            let step = self.estimators[i].observe_served(
+                offered,
+                used.get(r),
+                reservation_missed[i],
+                evidence,
+            );
+            dropped |= step == EstimateStep::Dropped;
             let reserved = self
                 .hosts
                 .iter()
@@ -1474,6 +1483,24 @@ impl Monitor {
                     next: self.estimators[i].current(),
                 });
             }
+        }
+        // A host that lagged in vain is served what it can reach for a while (see
+        // `HostEntry::unreachable_periods`), unless it met its reservation in the
+        // period before and the estimate just dropped: then the target's drop, not its
+        // queue depth, made it miss, and it keeps its reservation (a reach taken from
+        // the drop's period shortchanged it for two periods more: Haechi's Set 4 in the
+        // lab). A host bound by its queue depth missed the period before too.
+        for (idx, completed, met_before) in in_vain {
+            if dropped && met_before {
+                continue;
+            }
+            let h = &mut self.hosts[idx];
+            h.unreachable_backoff = (h.unreachable_backoff * 2).clamp(2, 16);
+            h.unreachable_periods = h.unreachable_backoff;
+            h.reach = Amount::new(
+                completed.ops - completed.ops / 16,
+                completed.bytes - completed.bytes / 16,
+            );
         }
         let ended_epoch = self.epoch;
         let ended_start = self.period_start;
