@@ -16,11 +16,10 @@
 //! - **large** (a read or write above `chunk_bytes`, while a small read or write was
 //!   sent within the pacer's `latency_idle`, Justitia's trigger; otherwise it goes
 //!   whole, admitted like small I/O, since chunks only cost it throughput): a *parent*
-//!   split into chunks
-//!   (`qos_core::pacer::plan_chunks`). Chunks leave when the pacer allows (byte and
-//!   operation tokens at the allowed rate), the channel's parents in round-robin, then
-//!   pass the engine like small I/O (each chunk costs the target one command). The
-//!   parent completes once, after its last chunk, with the first error
+//!   split into chunks (`qos_core::pacer::plan_chunks`). Chunks leave when the pacer
+//!   allows (byte and operation tokens at the allowed rate), the channel's parents in
+//!   round-robin, then pass the engine like small I/O (each chunk costs the target one
+//!   command). The parent completes once, after its last chunk, with the first error
 //!   (`split::Tracker`).
 //!
 //! Pacer streams are per (QoS bdev, thread): a channel opens a stream when it gets a
