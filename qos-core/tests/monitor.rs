@@ -37,6 +37,49 @@ fn domain(iops: u64) -> DomainConfig {
     }
 }
 
+/// Runs the 1 s period `p` in 1 ms ticks; each channel admits up to its count per
+/// millisecond, every command completing at once. Returns what each completed.
+fn serve_second(
+    m: &mut Monitor,
+    p: u64,
+    mut chans: [(&mut qos_core::ChannelTokens, u32); 2],
+) -> [u64; 2] {
+    let mut done = [0u64; 2];
+    for ms in 1..=1000 {
+        let now = at_ms(p * 1000 + ms);
+        for (k, (ch, per_ms)) in chans.iter_mut().enumerate() {
+            for _ in 0..*per_ms {
+                if ch.try_admit(IoKind::Read, 4096, now).is_admitted() {
+                    ch.record_completion(IoKind::Read, 4096);
+                    done[k] += 1;
+                }
+            }
+            ch.flush();
+        }
+        m.tick(now);
+    }
+    done
+}
+
+/// A monitor with a host reserving `iops` and a host without a reservation, and a
+/// channel of each.
+fn reserved_and_greedy(
+    d: DomainConfig,
+    (reserved, iops): (&str, u64),
+    greedy: &str,
+) -> (Monitor, qos_core::ChannelTokens, qos_core::ChannelTokens) {
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(
+        HostConfig::new(reserved).with_reservation(Rate::iops(iops)),
+        T0,
+    )
+    .unwrap();
+    m.add_host(HostConfig::new(greedy), T0).unwrap();
+    let r = m.channel(reserved).unwrap();
+    let g = m.channel(greedy).unwrap();
+    (m, r, g)
+}
+
 /// Haechi Example 1 (T = 1 s, R_1 = 50): at t = 0.6 s a host that issued 20 returns 10
 /// tokens and keeps 20; one that issued 40 keeps 10; one that issued 50 keeps none.
 #[test]
@@ -595,15 +638,7 @@ fn global_pool_closes_while_a_backlogged_host_lags() {
     let mut d = domain(100_000);
     d.period = Nanos::from_millis(100);
     d.release = ReservationRelease::Paced;
-    let mut m = Monitor::new(d, T0).unwrap();
-    m.add_host(
-        HostConfig::new("nqn.slow").with_reservation(Rate::iops(50_000)),
-        T0,
-    )
-    .unwrap();
-    m.add_host(HostConfig::new("nqn.greedy"), T0).unwrap();
-    let mut slow = m.channel("nqn.slow").unwrap();
-    let mut greedy = m.channel("nqn.greedy").unwrap();
+    let (mut m, mut slow, mut greedy) = reserved_and_greedy(d, ("nqn.slow", 50_000), "nqn.greedy");
     // The slow host has a command in flight (backlogged) but is not served for 20 ms.
     assert!(slow.try_admit(IoKind::Read, 4096, T0).is_admitted());
     slow.flush();
@@ -742,36 +777,10 @@ fn an_unreachable_reservation_stops_closing_the_pool() {
     d.period = Nanos::from_millis(1000);
     d.release = ReservationRelease::Paced;
     d.sharing = ExcessSharing::Weighted;
-    let mut m = Monitor::new(d, T0).unwrap();
-    m.add_host(
-        HostConfig::new("nqn.bound").with_reservation(Rate::iops(6_000)),
-        T0,
-    )
-    .unwrap();
-    m.add_host(HostConfig::new("nqn.deep"), T0).unwrap();
-    let mut bound = m.channel("nqn.bound").unwrap();
-    let mut deep = m.channel("nqn.deep").unwrap();
+    let (mut m, mut bound, mut deep) = reserved_and_greedy(d, ("nqn.bound", 6_000), "nqn.deep");
     // Per period: what each host completed, and the unreachable mark at its end.
     let mut run_period = |m: &mut Monitor, p: u64, bound_per_ms: u32| {
-        let (mut b, mut g) = (0u64, 0u64);
-        for ms in 1..=1000 {
-            let now = at_ms(p * 1000 + ms);
-            for _ in 0..bound_per_ms {
-                if bound.try_admit(IoKind::Read, 4096, now).is_admitted() {
-                    bound.record_completion(IoKind::Read, 4096);
-                    b += 1;
-                }
-            }
-            for _ in 0..20 {
-                if deep.try_admit(IoKind::Read, 4096, now).is_admitted() {
-                    deep.record_completion(IoKind::Read, 4096);
-                    g += 1;
-                }
-            }
-            bound.flush();
-            deep.flush();
-            m.tick(now);
-        }
+        let [b, g] = serve_second(m, p, [(&mut bound, bound_per_ms), (&mut deep, 20)]);
         let marked = m.stats(at_ms(p * 1000 + 1000)).hosts[0].reservation_unreachable;
         (b, g, marked)
     };
@@ -811,37 +820,14 @@ fn a_capacity_drop_does_not_make_a_reservation_unreachable() {
         enabled: true,
         ..Default::default()
     };
-    let mut m = Monitor::new(d, T0).unwrap();
-    m.add_host(
-        HostConfig::new("nqn.res").with_reservation(Rate::iops(6_000)),
-        T0,
-    )
-    .unwrap();
-    m.add_host(HostConfig::new("nqn.deep"), T0).unwrap();
-    let mut res = m.channel("nqn.res").unwrap();
-    let mut deep = m.channel("nqn.deep").unwrap();
+    let (mut m, mut res, mut deep) = reserved_and_greedy(d, ("nqn.res", 6_000), "nqn.deep");
     // `res_per_ms`: the most the target completes of the reserved host per millisecond.
     let mut run_period = |m: &mut Monitor, p: u64, res_per_ms: u32, deep_per_ms: u32| {
-        let mut done = 0u64;
-        for ms in 1..=1000 {
-            let now = at_ms(p * 1000 + ms);
-            for _ in 0..res_per_ms {
-                if res.try_admit(IoKind::Read, 4096, now).is_admitted() {
-                    res.record_completion(IoKind::Read, 4096);
-                    done += 1;
-                }
-            }
-            for _ in 0..deep_per_ms {
-                if deep.try_admit(IoKind::Read, 4096, now).is_admitted() {
-                    deep.record_completion(IoKind::Read, 4096);
-                }
-            }
-            res.flush();
-            deep.flush();
-            m.tick(now);
-        }
-        let st = m.stats(at_ms(p * 1000 + 1000));
-        (done, st.hosts[0].reservation_unreachable)
+        let [done, _] = serve_second(m, p, [(&mut res, res_per_ms), (&mut deep, deep_per_ms)]);
+        (
+            done,
+            m.stats(at_ms(p * 1000 + 1000)).hosts[0].reservation_unreachable,
+        )
     };
     // Two periods at full capacity: it meets its reservation.
     for p in 0..2 {
