@@ -277,6 +277,11 @@ fn quantile(mut v: Vec<f64>, q: f64) -> f64 {
     v[i.min(v.len() - 1)]
 }
 
+/// The rounds' figures, each as `show` writes it, comma-separated.
+fn per_round(v: &[f64], show: impl Fn(f64) -> String) -> String {
+    v.iter().map(|&r| show(r)).collect::<Vec<_>>().join(", ")
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
@@ -429,11 +434,7 @@ fn main() {
     );
     println!(
         "| separate targets: plugin/bare IOPS ratio (median of {rounds}) | {ratio:.3} (rounds: {}) |",
-        ratios
-            .iter()
-            .map(|r| format!("{r:.3}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        per_round(&ratios, |r| format!("{r:.3}"))
     );
     println!(
         "| separate targets: SPDK passthru vbdev/bare IOPS ratio (median) | {:.3} |",
@@ -445,11 +446,7 @@ fn main() {
     );
     println!(
         "| separate targets: p99 latency, plugin minus bare (median) | {dp99:+.1} us (rounds: {}) |",
-        p99_diff
-            .iter()
-            .map(|r| format!("{r:+.1}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        per_round(&p99_diff, |r| format!("{r:+.1}"))
     );
     let mid = ratios
         .iter()
@@ -518,10 +515,7 @@ fn limit_accuracy(spdk: &Spdk, plugin: &std::path::Path, rounds: usize, secs: u3
             let xs: Vec<f64> = v.iter().map(f).collect();
             let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            format!(
-                "{:.digits$} ({lo:.digits$}-{hi:.digits$})",
-                median(xs.clone())
-            )
+            format!("{:.digits$} ({lo:.digits$}-{hi:.digits$})", median(xs))
         };
         let lim = limit as f64;
         println!(
@@ -540,11 +534,7 @@ fn limit_accuracy(spdk: &Spdk, plugin: &std::path::Path, rounds: usize, secs: u3
         println!(
             "| limit {limit} IOPS: p99 plugin / bdev_set_qos_limit, per round (median) | {:.3} ({}) |",
             median(ratio.clone()),
-            ratio
-                .iter()
-                .map(|r| format!("{r:.3}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            per_round(&ratio, |r| format!("{r:.3}"))
         );
         println!(
             "| limit {limit} IOPS: avg latency us, plugin vs bdev_set_qos_limit (median) | {:.0} vs {:.0} |",
