@@ -38,8 +38,7 @@ impl Parent {
 
 impl IniChannel {
     /// A read or write (buffers present): small path or chunked.
-    pub(crate) fn rw(&self, io: IniIo, kind: IoKind) {
-        let now = now();
+    pub(crate) fn rw(&self, io: IniIo, kind: IoKind, now: Nanos) {
         self.shared.stats.ios.fetch_add(1, Ordering::Relaxed);
         let bytes = io.block_bytes();
         let pacing = self.pacing() && !self.bypass();

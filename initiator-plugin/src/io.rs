@@ -79,7 +79,7 @@ impl IniChannel {
             // Larger than the bdev layer's largest buffer: it cannot be served without one.
             return io.complete(IoStatus::Failed);
         }
-        self.rw(io, IoKind::Read);
+        self.rw(io, IoKind::Read, now());
     }
 
     /// Sends an admitted item to the base.
@@ -233,12 +233,12 @@ pub(crate) fn submit(inner: &IniChannel, io: IniIo) {
     match io.io_type() {
         T::SPDK_BDEV_IO_TYPE_READ => {
             if io.has_buffers() {
-                inner.rw(io, IoKind::Read);
+                inner.rw(io, IoKind::Read, now);
             } else {
                 io.get_read_buf();
             }
         }
-        T::SPDK_BDEV_IO_TYPE_WRITE => inner.rw(io, IoKind::Write),
+        T::SPDK_BDEV_IO_TYPE_WRITE => inner.rw(io, IoKind::Write, now),
         T::SPDK_BDEV_IO_TYPE_COMPARE => {
             let b = io.block_bytes();
             inner.admit(Item::Io(io), IoKind::Other, b, now)

@@ -32,6 +32,7 @@ fn mult_for(hz: u64) -> u64 {
     ((1_000_000_000u128 << 32) / hz as u128).min(u64::MAX as u128) as u64
 }
 
+#[inline]
 fn scale(ticks: u64, mult: u64) -> u64 {
     ((ticks as u128 * mult as u128) >> 32).min(u64::MAX as u128) as u64
 }
