@@ -120,16 +120,19 @@ endif
 lab:
 	cargo run --release -p qos-lab -- list
 
-# The core's criterion benchmarks, then (where SPDK is present) the target's side-by-side
-# harness: bare nvmf_tgt, SPDK's passthru and the plugin in one run, and the plugin's
-# limits against bdev_set_qos_limit (docs/benchmarks.md). BENCH_ROUNDS x BENCH_SECS.
+# The core's criterion benchmarks, then (where SPDK is present) the side-by-side
+# harnesses: the target's (bare nvmf_tgt, SPDK's passthru and the plugin in one run, and
+# the plugin's limits against bdev_set_qos_limit) and the initiator's (plain bdev_nvme,
+# the QoS bdev's layer, the token protocol, the defaults) (docs/benchmarks.md).
+# BENCH_ROUNDS x BENCH_SECS.
 BENCH_ROUNDS ?= 5
 BENCH_SECS ?= 5
 bench:
 	cargo bench -p qos-core --bench admission --bench monitor_tick
 ifneq ($(SPDK_FOUND),)
-	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin
+	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin
 	$(KEEP_HUGEPAGES) SPDK_DIR="$(SPDK_DIR)" cargo run --release -p target-it --bin target-bench -- $(BENCH_ROUNDS) $(BENCH_SECS)
+	$(KEEP_HUGEPAGES) SPDK_DIR="$(SPDK_DIR)" cargo run --release -p initiator-it --bin initiator-bench -- $$(( $(BENCH_ROUNDS) < 9 ? 9 : $(BENCH_ROUNDS) )) 3
 else
-	@echo "SKIPPED: target-bench: SPDK not present at SPDK_DIR=$(SPDK_DIR)"
+	@echo "SKIPPED: target-bench and initiator-bench: SPDK not present at SPDK_DIR=$(SPDK_DIR)"
 endif

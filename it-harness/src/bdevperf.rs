@@ -201,6 +201,11 @@ impl Bdevperf {
         self.app.log_tail(n)
     }
 
+    /// The bdevperf process's pid (for `perf record`), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.app.app_pid()
+    }
+
     /// Stops bdevperf with SIGTERM (through `timeout`) and waits at most `secs`.
     pub fn stop(&mut self, secs: u64) -> Option<Duration> {
         self.app.stop(secs, Duration::from_millis(50))

@@ -99,6 +99,11 @@ impl Target {
         self.app.log_tail(n)
     }
 
+    /// `nvmf_tgt`'s process id (for `perf record`).
+    pub fn pid(&self) -> Option<u32> {
+        self.app.app_pid()
+    }
+
     /// `nvmf_tgt`'s resident set in kB (see [`App::rss_kib`]).
     pub fn rss_kib(&self) -> Option<u64> {
         self.app.rss_kib()

@@ -1,0 +1,365 @@
+//! Benchmark of the initiator plugin's per-I/O cost (issue 10, goal 2), as ratios
+//! measured side by side in one run: one host reads 4 KiB at random from `nvmf_tgt`
+//! (target plugin loaded, a domain far above demand, so the target never holds a
+//! command) through bdevperf on core 1, in four configurations that differ only in the
+//! initiator's bdev stack:
+//!
+//! - `plain`: the bdev_nvme bdev itself;
+//! - `layer`: an initiator QoS bdev with the token protocol and pacing off (the cost of
+//!   a second bdev layer);
+//! - `protocol`: the token protocol on (cooperative: the engine admits every I/O from
+//!   its reservation and global tokens, acquired in batches), pacing off;
+//! - `default`: the QoS bdev as created without options (protocol and pacing on).
+//!
+//! Each round runs the four in a rotating order, one bdevperf process each, so slow
+//! drifts of the shared machine fall on all alike; the ratios to `plain` are per round,
+//! reported as median and quartiles. The QoS bdev's counters give the vendor commands
+//! per thousand I/O (they cost the initiator a round trip each). With `perf` installed,
+//! `INITIATOR_BENCH_PROFILE=1` records bdevperf in one extra run per configuration and
+//! prints where its CPU time goes (top symbols).
+//!
+//! Usage: `cargo run --release -p initiator-it --bin initiator-bench -- [rounds] [secs]
+//! [qd]` (defaults 9, 3, 32; SPDK at `SPDK_DIR`, both plugins built with `cargo build
+//! --release -p spdk-plugin -p initiator-plugin`). Prints a Markdown table for
+//! docs/benchmarks.md.
+
+use std::time::Duration;
+
+use initiator_it::*;
+use serde_json::{Value, json};
+
+const PORT: u16 = 4454;
+const TGT_SHM: u32 = 71;
+const BP_SHM: u32 = 72;
+const HOST: &str = "nqn.2014-08.io.nvmf-qos:ini-bench";
+const SUBSYS: &str = "nqn.2016-06.io.spdk:nvmf-qos-ini-bench";
+const QOS_BDEV: &str = "qb";
+
+/// The configurations, in the order of the table; `None`: the plain bdev_nvme bdev.
+const VARIANTS: [(&str, Option<(bool, bool)>); 4] = [
+    ("plain", None),
+    ("layer", Some((false, false))),
+    ("protocol", Some((true, false))),
+    ("default", Some((true, true))),
+];
+
+fn controller() -> Controller {
+    Controller {
+        name: "Nvme0".into(),
+        subnqn: SUBSYS.into(),
+        hostnqn: HOST.into(),
+        port: PORT,
+    }
+}
+
+fn target(s: &Setup, max_secs: u64) -> Target {
+    let mut t = s.target(TGT_SHM, true, max_secs, None);
+    t.call(
+        "bdev_malloc_create",
+        json!({"name": "Malloc0", "num_blocks": 65536, "block_size": 4096}),
+    );
+    // Far above what the machine does: the target keeps the books and never holds.
+    t.call(
+        "qos_domain_create",
+        json!({"name": "d", "capacity_iops": 5_000_000, "period_ms": 100, "estimator": false}),
+    );
+    t.call(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": HOST, "min_iops": 10_000}),
+    );
+    t.call(
+        "qos_bdev_create",
+        json!({"name": "qos0", "base_bdev_name": "Malloc0", "domain": "d", "host_nqn": HOST}),
+    );
+    t.call("nvmf_create_transport", json!({"trtype": "TCP"}));
+    t.expose_to_host(SUBSYS, HOST, "qos0", PORT);
+    t
+}
+
+/// What one run measured.
+struct Run {
+    iops: f64,
+    p99_us: f64,
+    /// Vendor commands and I/O counted by the QoS bdev between two reads of its state.
+    vendor_per_kio: Option<f64>,
+    /// I/O that waited for tokens per 1,000 I/O, and their mean wait (us), same span.
+    held_per_kio: Option<(f64, f64)>,
+    mode: Option<String>,
+}
+
+fn state(b: &Bdevperf) -> Option<Value> {
+    let v = b
+        .rpc(
+            "qos_ini_bdev_get",
+            json!({"name": QOS_BDEV}),
+            Duration::from_secs(20),
+        )
+        .ok()?;
+    Some(v.get(0)?["state"].clone())
+}
+
+fn one_run(
+    s: &Setup,
+    variant: usize,
+    secs: u32,
+    qd: u32,
+    profile: Option<u32>,
+) -> (Run, Option<(Vec<Profile>, u32)>) {
+    let ctrl = controller();
+    let (bdev, cfg) = match VARIANTS[variant].1 {
+        None => (ctrl.bdev(), bdev_config(std::slice::from_ref(&ctrl), &[])),
+        Some((protocol, pacing)) => (
+            QOS_BDEV.to_string(),
+            bdev_config(
+                std::slice::from_ref(&ctrl),
+                &[json!({"name": QOS_BDEV, "base_bdev_name": ctrl.bdev(),
+                         "token_protocol": protocol, "pacing": pacing})],
+            ),
+        ),
+    };
+    let qos = VARIANTS[variant].1.is_some();
+    // The plugin is preloaded in every configuration, so that the processes differ only
+    // in their bdev stack.
+    let mut b = s.bdevperf(
+        BP_SHM,
+        true,
+        cfg,
+        vec![Job::new(&bdev, "randread", 4096, qd)],
+        secs,
+        &[],
+    );
+    let h = b.perform_tests();
+    // The engine's counters over the middle of the run (past its first state request).
+    let mut states = Vec::new();
+    let mut prof = None;
+    if qos || profile.is_some() {
+        std::thread::sleep(Duration::from_millis(1000));
+        if qos {
+            states.push(state(&b));
+        }
+        let span = secs.saturating_sub(2).max(1);
+        if let Some(tgt) = profile {
+            let procs = b
+                .pid()
+                .map(|ini| [(tgt, "libnvmf_qos_tgt"), (ini, "libnvmf_qos_ini")]);
+            prof = procs
+                .and_then(|p| profile_pids(&p, span))
+                .map(|p| (p, span));
+        } else {
+            std::thread::sleep(Duration::from_secs(span as u64));
+        }
+        if qos {
+            states.push(state(&b));
+        }
+    }
+    let perform = h.join().expect("perform_tests thread");
+    let out = b
+        .finish(60)
+        .unwrap_or_else(|| panic!("bdevperf did not exit; log:\n{}", b.log_tail(30)));
+    let perform = perform.unwrap_or_else(|e| panic!("perform_tests: {e}\n{out}"));
+    let res = job_results(&perform, &out);
+    let r = res
+        .get(&bdev)
+        .unwrap_or_else(|| panic!("no result for {bdev}:\n{out}"));
+    assert_eq!(
+        r.io_failed, 0,
+        "failed I/O in {}:\n{out}",
+        VARIANTS[variant].0
+    );
+    let (vendor_per_kio, held_per_kio, mode) = match &states[..] {
+        [Some(a), Some(b)] => {
+            let n = |st: &Value, k: &str| st[k].as_u64().unwrap_or(0) as f64;
+            let ios = n(b, "ios") - n(a, "ios");
+            let vendor = n(b, "vendor_sent") - n(a, "vendor_sent");
+            let held = n(b, "held_total") - n(a, "held_total");
+            let held_us = (n(b, "held_ns") - n(a, "held_ns")) / 1000.0;
+            (
+                (ios > 0.0).then(|| vendor / ios * 1000.0),
+                (ios > 0.0).then(|| (held / ios * 1000.0, held_us / held.max(1.0))),
+                b["mode"].as_str().map(str::to_string),
+            )
+        }
+        _ => (None, None, None),
+    };
+    (
+        Run {
+            iops: r.iops,
+            p99_us: r.p99_us.unwrap_or(f64::NAN),
+            vendor_per_kio,
+            held_per_kio,
+            mode,
+        },
+        prof,
+    )
+}
+
+/// What `perf record` showed of one process.
+struct Profile {
+    /// The plugin's share of the process's samples, %.
+    plugin_pct: f64,
+    /// The process's CPU time sampled, ns (the cpu-clock event counts nanoseconds).
+    cpu_ns: f64,
+    /// The plugin's top symbols, as perf prints them.
+    text: String,
+}
+
+/// `perf record` of `nvmf_tgt` and bdevperf together for `secs` (one recorder: two
+/// would take a core from them); per process, the share of `dso` (its plugin).
+fn profile_pids(procs: &[(u32, &str)], secs: u32) -> Option<Vec<Profile>> {
+    let data = std::env::temp_dir().join(format!("nvmf-qos-ini-bench-{}.perf", std::process::id()));
+    let pids: Vec<String> = procs.iter().map(|(p, _)| p.to_string()).collect();
+    let ok = std::process::Command::new("perf")
+        .args(["record", "-q", "-F", "1999", "-p", &pids.join(","), "-o"])
+        .arg(&data)
+        .args(["--", "sleep", &secs.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?
+        .success();
+    if !ok {
+        return None;
+    }
+    let mut out = Vec::new();
+    for (pid, dso) in procs {
+        let rep = std::process::Command::new("perf")
+            .args([
+                "report",
+                "--stdio",
+                "--no-children",
+                "--percentage",
+                "relative",
+            ])
+            .args(["--sort", "dso,sym", "--pid", &pid.to_string(), "-i"])
+            .arg(&data)
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&rep.stdout);
+        let ours: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && l.contains(dso))
+            .collect();
+        let pct = |l: &str| {
+            l.split_whitespace()
+                .next()?
+                .trim_end_matches('%')
+                .parse::<f64>()
+                .ok()
+        };
+        let cpu_ns = text
+            .lines()
+            .find(|l| l.contains("Event count (approx.):"))
+            .and_then(|l| l.rsplit(':').next())
+            .and_then(|n| n.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        out.push(Profile {
+            plugin_pct: ours.iter().filter_map(|l| pct(l)).sum(),
+            cpu_ns,
+            text: ours.iter().take(10).copied().collect::<Vec<_>>().join("\n"),
+        });
+    }
+    let _ = std::fs::remove_file(&data);
+    Some(out)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(9).max(1);
+    let secs: u32 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(3).max(2);
+    let qd: u32 = args
+        .get(3)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(32)
+        .max(1);
+    let profile = std::env::var("INITIATOR_BENCH_PROFILE").is_ok_and(|v| v == "1");
+    let Some(s) = setup_or_skip("initiator-bench") else {
+        return;
+    };
+    println!(
+        "initiator-bench: {rounds} rounds of {secs} s, 4 KiB randread QD {qd}, nvmf_tgt (target \
+         plugin, domain far above demand) on core 0, bdevperf on core 1, NVMe/TCP 127.0.0.1"
+    );
+    let runs_total = rounds * VARIANTS.len() + if profile { VARIANTS.len() } else { 0 };
+    let t = target(&s, runs_total as u64 * (secs as u64 + 15) + 120);
+    let mut runs: Vec<Vec<Run>> = VARIANTS.iter().map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        let mut line = format!("round {}:", round + 1);
+        for k in 0..VARIANTS.len() {
+            let v = (round + k) % VARIANTS.len();
+            let (r, _) = one_run(&s, v, secs, qd, None);
+            line += &format!(" {} {:.0};", VARIANTS[v].0, r.iops);
+            runs[v].push(r);
+        }
+        println!("{line} IOPS");
+    }
+    println!(
+        "\n| configuration (QD {qd}) | IOPS (median) | / plain per round: median (quartiles) | p99 us (median) | vendor commands per 1,000 I/O | held for tokens per 1,000 I/O (mean wait) | engine mode |\n|---|---|---|---|---|---|---|"
+    );
+    for (v, (name, _)) in VARIANTS.iter().enumerate() {
+        let iops: Vec<f64> = runs[v].iter().map(|r| r.iops).collect();
+        let ratios: Vec<f64> = runs[v]
+            .iter()
+            .zip(&runs[0])
+            .map(|(r, p)| r.iops / p.iops.max(1.0))
+            .collect();
+        let (q1, m, q3) = quartiles(&ratios);
+        let p99 = median(&runs[v].iter().map(|r| r.p99_us).collect::<Vec<_>>());
+        let vendor: Vec<f64> = runs[v].iter().filter_map(|r| r.vendor_per_kio).collect();
+        let vendor = if vendor.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.2}", median(&vendor))
+        };
+        let held: Vec<(f64, f64)> = runs[v].iter().filter_map(|r| r.held_per_kio).collect();
+        let held = if held.is_empty() {
+            "-".to_string()
+        } else {
+            format!(
+                "{:.1} ({:.0} us)",
+                median(&held.iter().map(|h| h.0).collect::<Vec<_>>()),
+                median(&held.iter().map(|h| h.1).collect::<Vec<_>>())
+            )
+        };
+        let mut modes: Vec<&str> = runs[v].iter().filter_map(|r| r.mode.as_deref()).collect();
+        modes.sort_unstable();
+        modes.dedup();
+        println!(
+            "| {name} | {:.0} | {m:.3} ({q1:.3}-{q3:.3}) | {p99:.0} | {vendor} | {held} | {} |",
+            median(&iops),
+            if modes.is_empty() {
+                "-".to_string()
+            } else {
+                modes.join(", ")
+            }
+        );
+    }
+    if profile {
+        // Each plugin's CPU time per I/O: its share of its process's samples times the
+        // process's CPU time in the recording, over the I/O of the recording (the run's
+        // rate times its length). The target's core is the bottleneck on this machine;
+        // on the initiator, as a share of IOPS on a core doing 300 K IOPS (3.33 us per
+        // I/O). The initiator's share includes its poller's calls while bdevperf spins
+        // idle, so it is an upper bound.
+        let tgt = t.pid().expect("nvmf_tgt's pid");
+        for (v, (name, _)) in VARIANTS.iter().enumerate() {
+            let (r, prof) = one_run(&s, v, secs.max(6), qd, Some(tgt));
+            let Some((p, span)) = prof else {
+                println!("\nprofile, {name}: perf record failed (is perf installed?)");
+                continue;
+            };
+            let ns = |p: &Profile| p.plugin_pct / 100.0 * p.cpu_ns / (r.iops * span as f64);
+            let (nt, ni) = (ns(&p[0]), ns(&p[1]));
+            println!(
+                "\nprofile, {name}: {:.0} IOPS; target plugin {:.1} % of nvmf_tgt's samples, {nt:.0} ns per I/O; \
+                 initiator plugin {:.1} % of bdevperf's, {ni:.0} ns per I/O ({:.1} % of IOPS at 300 K IOPS on one core)\n\
+                 target plugin's top symbols:\n{}\ninitiator plugin's top symbols:\n{}",
+                r.iops,
+                p[0].plugin_pct,
+                p[1].plugin_pct,
+                ni * 300_000.0 / 1e9 * 100.0,
+                p[0].text,
+                p[1].text
+            );
+        }
+    }
+}
