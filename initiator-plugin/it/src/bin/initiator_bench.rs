@@ -203,63 +203,22 @@ struct Profile {
     text: String,
 }
 
-/// `perf record` of `nvmf_tgt` and bdevperf together for `secs` (one recorder: two
-/// would take a core from them); per process, the share of `dso` (its plugin).
+/// `perf record` of `nvmf_tgt` and bdevperf together for `secs`; per process, the
+/// share of `dso` (its plugin).
 fn profile_pids(procs: &[(u32, &str)], secs: u32) -> Option<Vec<Profile>> {
-    let data = std::env::temp_dir().join(format!("nvmf-qos-ini-bench-{}.perf", std::process::id()));
-    let pids: Vec<String> = procs.iter().map(|(p, _)| p.to_string()).collect();
-    let ok = std::process::Command::new("perf")
-        .args(["record", "-q", "-F", "1999", "-p", &pids.join(","), "-o"])
-        .arg(&data)
-        .args(["--", "sleep", &secs.to_string()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .ok()?
-        .success();
-    if !ok {
-        return None;
-    }
-    let mut out = Vec::new();
-    for (pid, dso) in procs {
-        let rep = std::process::Command::new("perf")
-            .args([
-                "report",
-                "--stdio",
-                "--no-children",
-                "--percentage",
-                "relative",
-            ])
-            .args(["--sort", "dso,sym", "--pid", &pid.to_string(), "-i"])
-            .arg(&data)
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&rep.stdout);
-        let ours: Vec<&str> = text
-            .lines()
-            .filter(|l| !l.starts_with('#') && l.contains(dso))
-            .collect();
-        let pct = |l: &str| {
-            l.split_whitespace()
-                .next()?
-                .trim_end_matches('%')
-                .parse::<f64>()
-                .ok()
-        };
-        let cpu_ns = text
-            .lines()
-            .find(|l| l.contains("Event count (approx.):"))
-            .and_then(|l| l.rsplit(':').next())
-            .and_then(|n| n.trim().parse::<f64>().ok())
-            .unwrap_or(0.0);
-        out.push(Profile {
-            plugin_pct: ours.iter().filter_map(|l| pct(l)).sum(),
-            cpu_ns,
-            text: ours.iter().take(10).copied().collect::<Vec<_>>().join("\n"),
-        });
-    }
-    let _ = std::fs::remove_file(&data);
-    Some(out)
+    let pids: Vec<u32> = procs.iter().map(|p| p.0).collect();
+    let rec = Recording::record(&pids, secs, 1999)?;
+    procs
+        .iter()
+        .map(|&(pid, dso)| {
+            let r = rec.report(Some(pid), "dso,sym")?;
+            Some(Profile {
+                plugin_pct: r.share(dso),
+                cpu_ns: r.cpu_ns(),
+                text: r.rows_with(dso).take(10).collect::<Vec<_>>().join("\n"),
+            })
+        })
+        .collect()
 }
 
 fn main() {

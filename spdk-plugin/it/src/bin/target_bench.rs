@@ -53,50 +53,13 @@ fn profile_target(shm_id: u32, secs: u32) -> Option<Profile> {
     .ok()?
     .split_whitespace()
     .last()?
-    .to_string();
-    let data = std::env::temp_dir().join(format!("nvmf-qos-bench-{}.perf", std::process::id()));
-    let ok = std::process::Command::new("perf")
-        .args(["record", "-q", "-F", "999", "-p", &pid, "-o"])
-        .arg(&data)
-        .args(["--", "sleep", &secs.to_string()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .ok()?
-        .success();
-    if !ok {
-        return None;
-    }
-    let out = std::process::Command::new("perf")
-        .args(["report", "--stdio", "--sort", "dso", "-i"])
-        .arg(&data)
-        .output()
-        .ok()?;
-    let _ = std::fs::remove_file(&data);
-    let text = String::from_utf8_lossy(&out.stdout);
-    let share = |dso: &str| {
-        text.lines()
-            .filter(|l| l.contains(dso))
-            .filter_map(|l| {
-                l.split_whitespace()
-                    .next()?
-                    .trim_end_matches('%')
-                    .parse::<f64>()
-                    .ok()
-            })
-            .sum::<f64>()
-    };
-    // For the cpu-clock event the count is the CPU time sampled, in nanoseconds.
-    let cpu_ns = text
-        .lines()
-        .find(|l| l.contains("Event count (approx.):"))
-        .and_then(|l| l.rsplit(':').next())
-        .and_then(|n| n.trim().parse::<f64>().ok())
-        .unwrap_or(0.0);
+    .parse()
+    .ok()?;
+    let report = Recording::record(&[pid], secs, 999)?.report(None, "dso")?;
     Some(Profile {
-        plugin: share("libnvmf_qos_tgt"),
-        bdev: share("libspdk_bdev.so"),
-        cpu_ns,
+        plugin: report.share("libnvmf_qos_tgt"),
+        bdev: report.share("libspdk_bdev.so"),
+        cpu_ns: report.cpu_ns(),
     })
 }
 
