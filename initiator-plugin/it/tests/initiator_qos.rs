@@ -14,6 +14,8 @@
 //!   depth 1, another writes 1 MiB at queue depth 4; in alternating rounds without and
 //!   with initiator QoS bdevs (chunking and pacing): the reader's p99 must drop (the
 //!   ratio is reported) and the writer keep >= 90% of its share of the link.
+//!   `QOS_IT_ROUNDS` sets the writer-alone rounds (default 5), `QOS_IT_CHUNK_BYTES`
+//!   the QoS bdevs' `chunk_bytes` (default: the plugin's, 64 KiB).
 //! - `robustness`: bad RPC input, save_config replay, chunked verify against a target
 //!   without the plugin (fallback, one warning), vendor-command time-outs, reset and
 //!   controller reset with held and chunked I/O, delete under load, disconnect.
@@ -350,8 +352,10 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
     let qos_cfg = bdev_config(
         &ctrls,
         &[
-            json!({"name": "qr", "base_bdev_name": ctrls[0].bdev(), "link_mibps": link}),
-            json!({"name": "qw", "base_bdev_name": ctrls[1].bdev()}),
+            with_chunk(
+                json!({"name": "qr", "base_bdev_name": ctrls[0].bdev(), "link_mibps": link}),
+            ),
+            with_chunk(json!({"name": "qw", "base_bdev_name": ctrls[1].bdev()})),
         ],
     );
     let secs = 8u32;
@@ -433,6 +437,18 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
     );
 }
 
+/// `q` with `chunk_bytes` from `QOS_IT_CHUNK_BYTES` when set (the default otherwise),
+/// for trying other chunk sizes in the reader/writer test.
+fn with_chunk(mut q: Value) -> Value {
+    if let Some(c) = std::env::var("QOS_IT_CHUNK_BYTES")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        q["chunk_bytes"] = json!(c);
+    }
+    q
+}
+
 /// A 1 MiB writer at QD 4 alone, side by side in each round (order rotating): plain
 /// bdev_nvme, through its QoS bdev (Justitia's trigger: no small I/O, so sent whole),
 /// and through its QoS bdev with `split_always` (64 KiB chunks, paced: the behaviour
@@ -463,7 +479,8 @@ fn writer_alone(s: &Setup, ctrls: &[Controller; 2]) -> u64 {
             let (bdev, cfg) = match extra {
                 None => (ctrls[1].bdev(), bdev_config(ctrls, &[])),
                 Some(e) => {
-                    let mut q = json!({"name": "qw", "base_bdev_name": ctrls[1].bdev()});
+                    let mut q =
+                        with_chunk(json!({"name": "qw", "base_bdev_name": ctrls[1].bdev()}));
                     for (key, val) in e.as_object().into_iter().flatten() {
                         q[key] = val.clone();
                     }
