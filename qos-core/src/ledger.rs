@@ -12,13 +12,15 @@
 //!
 //! Every pool word carries the period it belongs to ([`TokenPool`]), so a token can
 //! never cross a period boundary unseen; tokens cached by a channel when its period ends
-//! are counted as expired. The identity checked by the tests is
-//! `issued = in pools + in caches + consumed + expired`.
+//! are counted as expired. A host's pools have a slot per period parity
+//! ([`EpochPool`]): the monitor arms the next period's slots during the period, so the
+//! roll-over publishes the new epoch without retagging every pool. The identity checked
+//! by the tests is `issued = in pools + in caches + consumed + expired`.
 
 use crate::config::{BudgetClass, UNLIMITED};
 use crate::cost::{Amount, CostModel, Direction, IoKind, Resource};
 use crate::histogram::{HeldTime, HeldTimeSnapshot, SharedHeldTime};
-use crate::sync::{Arc, AtomicU64, CachePadded, Ordering, POOL_MAX, SeqLock, TokenPool};
+use crate::sync::{Arc, AtomicU64, CachePadded, EpochPool, Ordering, POOL_MAX, SeqLock, TokenPool};
 use crate::time::Nanos;
 use crate::wire;
 
@@ -207,13 +209,15 @@ impl HostParams {
 pub struct HostShared {
     pub(crate) id: u32,
     pub(crate) nqn: String,
+    /// Its domain, whose epoch says which slot of each pool is the current period's.
+    domain: Arc<DomainShared>,
     params: CachePadded<SeqLock<PARAM_WORDS>>,
     /// Reservation tokens per pool and resource.
-    pub(crate) res: CachePadded<[[TokenPool; 2]; 2]>,
+    pub(crate) res: CachePadded<[[EpochPool; 2]; 2]>,
     /// Global tokens granted to this host ahead of its I/O (cooperative initiators).
-    pub(crate) credit: CachePadded<[TokenPool; 2]>,
+    pub(crate) credit: CachePadded<[EpochPool; 2]>,
     /// Limit allowance per class and resource.
-    pub(crate) limit: CachePadded<[[TokenPool; 2]; 3]>,
+    pub(crate) limit: CachePadded<[[EpochPool; 2]; 3]>,
     pub(crate) counters: CachePadded<HostCounters>,
     /// Time its commands spent held (published by channels when they flush).
     pub(crate) held_time: CachePadded<SharedHeldTime>,
@@ -293,13 +297,20 @@ impl HostCounters {
 
 impl HostShared {
     /// A host whose pools start in period `tag`.
-    pub(crate) fn new(id: u32, nqn: String, params: &HostParams, tag: u16) -> Self {
+    pub(crate) fn new(
+        id: u32,
+        nqn: String,
+        domain: Arc<DomainShared>,
+        params: &HostParams,
+        tag: u16,
+    ) -> Self {
         let h = HostShared {
             id,
             nqn,
+            domain,
             params: CachePadded(SeqLock::new(params.to_words())),
             res: Default::default(),
-            credit: CachePadded([TokenPool::new(tag, 0), TokenPool::new(tag, 0)]),
+            credit: CachePadded([EpochPool::new(tag, 0), EpochPool::new(tag, 0)]),
             limit: Default::default(),
             counters: CachePadded::default(),
             held_time: CachePadded::default(),
@@ -322,25 +333,45 @@ impl HostShared {
     pub fn held_time(&self) -> HeldTimeSnapshot {
         self.held_time.snapshot()
     }
-    /// Reservation tokens left in the shared pools (not counting channel caches).
+    /// The tag of the period its domain has published.
+    #[inline]
+    fn current_tag(&self) -> u16 {
+        self.domain.epoch.load(Ordering::Acquire) as u16
+    }
+    /// Reservation tokens of the current period left in the shared pools (not counting
+    /// channel caches).
     pub fn reservation_available(&self) -> Amount {
+        let tag = self.current_tag();
         let mut a = Amount::ZERO;
         for pool in self.res.iter() {
-            a = a.saturating_add(Amount::new(pool[0].load().1, pool[1].load().1));
+            a = a.saturating_add(Amount::new(pool[0].count(tag), pool[1].count(tag)));
         }
         a
     }
+    /// Global tokens of the current period granted to it and not yet taken.
     pub fn credit_available(&self) -> Amount {
-        Amount::new(self.credit[0].load().1, self.credit[1].load().1)
+        let tag = self.current_tag();
+        Amount::new(self.credit[0].count(tag), self.credit[1].count(tag))
+    }
+    /// Tokens in its reservation and credit pools, of any period (an ended period's
+    /// leftovers until their slot is re-armed, the next period's once armed): what the
+    /// conservation audit counts as pooled.
+    pub fn pooled(&self) -> Amount {
+        let mut a = Amount::ZERO;
+        for pool in self.res.iter().chain(std::iter::once(&*self.credit)) {
+            a = a.saturating_add(Amount::new(pool[0].held(), pool[1].held()));
+        }
+        a
     }
     /// Limit allowance left for `class` (`u64::MAX` where no limit is enforced).
     pub fn limit_available(&self, class: BudgetClass) -> Amount {
         let p = self.read_params();
         let c = class as usize;
+        let tag = self.current_tag();
         let mut a = Amount::ZERO;
         for r in Resource::ALL {
             let v = if p.limited(c, r.index()) {
-                self.limit[c][r.index()].load().1
+                self.limit[c][r.index()].count(tag)
             } else {
                 UNLIMITED
             };
@@ -760,7 +791,7 @@ impl ChannelTokens {
                 // beyond the credit for now.
                 continue;
             }
-            let have = self.host.credit[i].load().1;
+            let have = self.host.credit[i].count(tag);
             let room = self.params.credit_cap.get(r).saturating_sub(have);
             let got = self.domain.global[i].take(tag, want.get(r).min(room));
             if got > 0 && !self.host.credit[i].give(tag, got) {
@@ -864,7 +895,7 @@ impl ChannelTokens {
             .host
             .reservation_available()
             .ops
-            .saturating_add(self.host.credit[0].load().1)
+            .saturating_add(self.host.credit[0].count(self.tag()))
             .saturating_add(res.ops)
             .saturating_add(glob.ops);
         let held = (self.host.counters.held_now.load(Ordering::Relaxed) as i64)

@@ -38,6 +38,10 @@ pub const HISTORY_PERIODS: usize = 128;
 /// Ended periods whose estimator decisions are kept ([`Monitor::estimator_log`]).
 pub const ESTIMATOR_LOG_PERIODS: usize = 64;
 
+/// Hosts whose next-period pools a check interval arms at least (more when the period
+/// has too few check intervals for all hosts to be armed by its middle).
+const ARM_AHEAD_PER_TICK: usize = 64;
+
 /// What the capacity estimator saw and did at the end of one period (operations), so an
 /// operator can see why the estimate moved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -250,6 +254,29 @@ struct HostEntry {
     /// showed it, with the pool closed to everybody else (the most it can do), less a
     /// sixteenth. It is served as its reservation until the next probe.
     reach: Amount,
+    /// What its pools of the next period were armed with ahead of the roll-over, if
+    /// they were: the roll-over re-arms them only when this no longer matches.
+    armed_ahead: Option<ArmedPools>,
+}
+
+impl HostEntry {
+    /// What its pools of period `epoch` are armed with, from its reservation and
+    /// limits as they stand.
+    fn pools_for(&self, epoch: u64) -> ArmedPools {
+        ArmedPools {
+            epoch,
+            res: self.period_res,
+            limit: self.budgets.limit,
+        }
+    }
+}
+
+/// The amounts a host's pools of one period were armed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ArmedPools {
+    epoch: u64,
+    res: [Amount; 2],
+    limit: [Amount; 3],
 }
 
 /// Ended periods of one host since it was added, by outcome: reservation met or
@@ -328,6 +355,19 @@ pub struct Audit {
     pub expired_at_rollover: [i128; 2],
 }
 
+impl Audit {
+    /// Books the `old` tokens of tag `was` that arming a pool for period `tag` replaced:
+    /// the same period's (armed ahead, armed again) were never handed out; another
+    /// period's are an ended period's leftovers, expired.
+    fn rearmed(&mut self, r: usize, tag: u16, was: u16, old: u64) {
+        if was == tag {
+            self.issued[r] -= old as i128;
+        } else {
+            self.expired_at_rollover[r] += old as i128;
+        }
+    }
+}
+
 /// The target-side QoS monitor of one domain.
 #[derive(Debug)]
 pub struct Monitor {
@@ -360,6 +400,9 @@ pub struct Monitor {
     lag_seen: u64,
     /// Check intervals of this period (conversion ticks).
     period_ticks: u32,
+    /// Hosts before this index have their pools of the next period armed (or were
+    /// passed over by a removal and are armed at the roll-over).
+    arm_cursor: usize,
     scratch: ShareScratch,
     /// The last [`HISTORY_PERIODS`] ended periods, oldest first.
     history: VecDeque<HistoryFrame>,
@@ -397,6 +440,7 @@ impl Monitor {
             share_ticks: [[0; 2]; 2],
             lag_seen: 0,
             period_ticks: 0,
+            arm_cursor: 0,
             scratch: ShareScratch::default(),
             history: VecDeque::with_capacity(HISTORY_PERIODS),
             estimator_log: VecDeque::with_capacity(ESTIMATOR_LOG_PERIODS),
@@ -615,6 +659,7 @@ impl Monitor {
         let shared = Arc::new(HostShared::new(
             id,
             cfg.host_nqn.clone(),
+            self.shared.clone(),
             &HostParams::default(),
             self.tag(),
         ));
@@ -652,6 +697,7 @@ impl Monitor {
             unreachable_backoff: 0,
             met_last_period: false,
             reach: Amount::ZERO,
+            armed_ahead: None,
         });
         self.nqns_cache = None;
         self.refresh_groups();
@@ -756,6 +802,19 @@ impl Monitor {
                     self.audit.issued[r] -= c as i128;
                     self.move_global(r, c as i128);
                 }
+            }
+        }
+        // Pools armed ahead for the next period are taken back: a detached host has
+        // no reservation (the roll-over arms only its credit).
+        let next = (self.epoch + 1) as u16;
+        for r in 0..2 {
+            for pool in [
+                &h.shared.res[0][r],
+                &h.shared.res[1][r],
+                &h.shared.credit[r],
+            ] {
+                let (t, c) = pool.replace(next, 0);
+                self.audit.rearmed(r, next, t, c);
             }
         }
         h.shared.write_params(&self.best_effort_params());
@@ -898,6 +957,7 @@ impl Monitor {
             Some(self.roll_over_at(start))
         } else {
             self.convert(now);
+            self.arm_ahead();
             None
         };
         let end = self.period_start.saturating_add(self.cfg.period);
@@ -995,7 +1055,7 @@ impl Monitor {
                         self.audit.issued[r] -= removed as i128;
                         left
                     } else {
-                        h.shared.res[p][r].load().1
+                        h.shared.res[p][r].count(tag)
                     };
                     let per = h.period_res[p].get(RES[r]);
                     if paced && !idle && per > 0 {
@@ -1016,7 +1076,7 @@ impl Monitor {
             let cached = c.cached_res.saturating_add(c.cached_global);
             for (r, out) in outstanding.iter_mut().enumerate() {
                 *out = out
-                    .saturating_add(h.shared.credit[r].load().1)
+                    .saturating_add(h.shared.credit[r].count(tag))
                     .saturating_add(in_flight.get(RES[r]))
                     .saturating_add(cached.get(RES[r]));
                 in_flight_all[r] = in_flight_all[r].saturating_add(in_flight.get(RES[r]));
@@ -1127,8 +1187,7 @@ impl Monitor {
                 let took = c.consumed_global.get(RES[r]) - h.share_seen_global[r];
                 let held = c.held_now > 0 || c.held_events != h.share_seen_held;
                 let have = h.shared.credit[r]
-                    .load()
-                    .1
+                    .count(tag)
                     .saturating_add(c.cached_global.get(RES[r]));
                 let room = h.share_cap.get(RES[r]).saturating_sub(have);
                 // Its limit, beyond its reservation, bounds what it can use.
@@ -1594,8 +1653,16 @@ impl Monitor {
         };
         self.shared.release_burst.store(burst, Ordering::Release);
         self.shared.period_start.store(start.0, Ordering::Release);
+        // Pools armed ahead during the period stand if the host's reservation and
+        // limits are still what they were armed with (the usual case); the rest are
+        // armed now.
+        self.arm_cursor = 0;
         for i in 0..self.hosts.len() {
-            self.arm_host(i, (1, 1));
+            let h = &mut self.hosts[i];
+            let armed = h.armed_ahead.take();
+            if armed != Some(h.pools_for(self.epoch)) {
+                self.arm_host(i, (1, 1));
+            }
         }
         self.detached.retain(|h| Arc::strong_count(h) > 1);
         for h in &self.detached {
@@ -1614,29 +1681,55 @@ impl Monitor {
     }
 
     /// Fills host `i`'s pools for the current period, scaled by `num/den` of a period.
-    /// Whatever the pools held before (tokens of an ended period) has expired.
-    fn arm_host(&mut self, i: usize, (num, den): (u64, u64)) {
-        let tag = self.tag();
+    fn arm_host(&mut self, i: usize, fraction: (u64, u64)) {
+        self.arm_pools(i, self.tag(), fraction);
+    }
+
+    /// Fills host `i`'s pools of period `tag` (the current one, or the next one ahead
+    /// of the roll-over), scaled by `num/den` of a period. Whatever the slot held
+    /// before (tokens of an ended period) has expired.
+    fn arm_pools(&mut self, i: usize, tag: u16, (num, den): (u64, u64)) {
         let h = &self.hosts[i];
+        let shared = &h.shared;
         let part = |v: u64| if num == den { v } else { mul_div(v, num, den) };
         for r in 0..2 {
             for p in 0..2 {
                 let v = clamp_pool(part(h.period_res[p].get(RES[r])));
-                let (_, old) = h.shared.res[p][r].replace(tag, v);
-                self.audit.expired_at_rollover[r] += old as i128;
+                let (t, old) = shared.res[p][r].replace(tag, v);
+                self.audit.rearmed(r, tag, t, old);
                 self.audit.issued[r] += v as i128;
             }
-            let (_, old) = h.shared.credit[r].replace(tag, 0);
-            self.audit.expired_at_rollover[r] += old as i128;
+            let (t, old) = shared.credit[r].replace(tag, 0);
+            self.audit.rearmed(r, tag, t, old);
             for c in 0..3 {
                 let l = h.budgets.limit[c].get(RES[r]);
                 // Channels never touch the pool of a limit that is not enforced, and
                 // update_host arms it when the limit is switched on.
                 if l != UNLIMITED {
-                    h.shared.limit[c][r].replace(tag, clamp_pool(part(l)));
+                    shared.limit[c][r].replace(tag, clamp_pool(part(l)));
                 }
             }
         }
+    }
+
+    /// Arms the next period's pools of a few more hosts, so that by the middle of the
+    /// period all are armed and the roll-over only publishes the new epoch (issue 10:
+    /// the roll-over at 1024 hosts was memory-bound on retagging every pool).
+    fn arm_ahead(&mut self) {
+        let n = self.hosts.len();
+        if self.arm_cursor >= n {
+            return;
+        }
+        let per_half_period = (self.cfg.period.0 / 2 / self.cfg.check_interval.0.max(1)).max(1);
+        let per_tick = ARM_AHEAD_PER_TICK.max(n.div_ceil(per_half_period as usize));
+        let next = self.epoch + 1;
+        let end = n.min(self.arm_cursor + per_tick);
+        for i in self.arm_cursor..end {
+            self.arm_pools(i, next as u16, (1, 1));
+            let h = &mut self.hosts[i];
+            h.armed_ahead = Some(h.pools_for(next));
+        }
+        self.arm_cursor = end;
     }
 
     /// Soft guarantees (seed 002): capacity beyond the hard reservations goes to soft
@@ -1970,7 +2063,7 @@ fn with_soft(b: &HostBudgets, soft: Amount) -> [Amount; 2] {
     pr
 }
 
-fn adjust_pool(pool: &crate::sync::TokenPool, tag: u16, delta: i128, issued: &mut i128) {
+fn adjust_pool(pool: &crate::sync::EpochPool, tag: u16, delta: i128, issued: &mut i128) {
     if delta > 0 {
         if pool.give(tag, delta as u64) {
             *issued += delta;

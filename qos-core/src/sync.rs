@@ -182,6 +182,77 @@ impl TokenPool {
     }
 }
 
+/// A token pool per period parity: the current period's tokens in one slot, the next
+/// period's in the other, armed ahead by the monitor during the period, so that the
+/// roll-over itself only publishes the new epoch instead of retagging every host's
+/// pools. Every operation names its period (tag) and works on that period's slot, whose
+/// own tag check still refuses tokens of another period: a channel that is one period
+/// behind finds the slot retagged (or not yet armed) and takes nothing.
+#[derive(Debug, Default)]
+pub struct EpochPool([TokenPool; 2]);
+
+impl EpochPool {
+    /// A pool holding `count` tokens of period `tag` (the other slot empty).
+    pub fn new(tag: u16, count: u64) -> Self {
+        let p = EpochPool::default();
+        p.slot(tag).replace(tag, count);
+        p
+    }
+
+    #[inline]
+    fn slot(&self, tag: u16) -> &TokenPool {
+        &self.0[(tag & 1) as usize]
+    }
+
+    /// Tokens of period `tag` (0 when its slot holds another period's).
+    #[inline]
+    pub fn count(&self, tag: u16) -> u64 {
+        let (t, c) = self.slot(tag).load();
+        if t == tag { c } else { 0 }
+    }
+
+    /// Tokens in both slots, whatever their period: an ended period's leftovers stay in
+    /// their slot until it is armed for the period after next, and the next period's
+    /// tokens sit in theirs once armed. What the audit counts as pooled.
+    pub fn held(&self) -> u64 {
+        self.0[0].load().1.saturating_add(self.0[1].load().1)
+    }
+
+    /// See [`TokenPool::take`].
+    #[inline]
+    pub fn take(&self, tag: u16, want: u64) -> u64 {
+        self.slot(tag).take(tag, want)
+    }
+    /// See [`TokenPool::take_above`].
+    #[inline]
+    pub fn take_above(&self, tag: u16, want: u64, floor: u64) -> u64 {
+        self.slot(tag).take_above(tag, want, floor)
+    }
+    /// See [`TokenPool::take_carry`].
+    #[inline]
+    pub fn take_carry(&self, tag: u16, want: u64, floor: u64, carry: u64) -> u64 {
+        self.slot(tag).take_carry(tag, want, floor, carry)
+    }
+    /// See [`TokenPool::give`].
+    pub fn give(&self, tag: u16, n: u64) -> bool {
+        self.slot(tag).give(tag, n)
+    }
+    /// See [`TokenPool::cap`].
+    pub fn cap(&self, tag: u16, max: u64) -> (u64, u64) {
+        self.slot(tag).cap(tag, max)
+    }
+    /// Arms period `tag`'s slot with `count` tokens; returns what the slot held before
+    /// (`(tag, n)`: tokens of that same period, armed earlier; another tag: an ended
+    /// period's leftovers, now expired).
+    pub fn replace(&self, tag: u16, count: u64) -> (u16, u64) {
+        self.slot(tag).replace(tag, count)
+    }
+    /// See [`TokenPool::set_in_period`].
+    pub fn set_in_period(&self, tag: u16, count: u64) -> Option<u64> {
+        self.slot(tag).set_in_period(tag, count)
+    }
+}
+
 /// A sequence lock over `N` words: one writer (the monitor) publishes a whole record,
 /// many readers (channels) copy it out and retry or give up if a write overlapped.
 /// All words are atomics, so a torn read is detected, never undefined behaviour.
@@ -281,6 +352,32 @@ mod tests {
     }
 
     #[test]
+    fn epoch_pool_keeps_the_next_period_apart() {
+        let p = EpochPool::new(4, 10);
+        // The next period armed ahead: the current one is untouched.
+        assert_eq!(p.replace(5, 7), (0, 0));
+        assert_eq!(p.count(4), 10);
+        assert_eq!(p.count(5), 7);
+        assert_eq!(p.held(), 17);
+        assert_eq!(p.take(4, 3), 3);
+        assert_eq!(p.take(5, 100), 7);
+        // Period 6 shares period 4's slot: arming it expires 4's leftovers.
+        assert_eq!(p.count(6), 0);
+        assert_eq!(p.take(6, 1), 0);
+        assert!(!p.give(6, 1));
+        assert_eq!(p.replace(6, 2), (4, 7));
+        assert_eq!(p.count(4), 0);
+        assert_eq!(p.take(4, 1), 0);
+        assert!(
+            !p.give(4, 1),
+            "a channel one period behind takes and gives nothing"
+        );
+        assert_eq!(p.cap(6, 1), (1, 1));
+        assert_eq!(p.set_in_period(5, 3), Some(0));
+        assert_eq!(p.held(), 4);
+    }
+
+    #[test]
     fn counts_saturate_at_48_bits() {
         let p = TokenPool::new(0xffff, u64::MAX);
         assert_eq!(p.load(), (0xffff, POOL_MAX));
@@ -331,6 +428,43 @@ mod loom_tests {
                 "period 1 tokens: taken or expired"
             );
             assert_eq!(a_new + b_new + left, 4, "period 2 tokens: taken or left");
+        });
+    }
+
+    /// A channel that sees the epoch the monitor published after arming the next
+    /// period's slot ahead finds that period's tokens there, while a channel still in
+    /// the old period takes only the old period's.
+    #[test]
+    fn a_published_epoch_finds_its_pools_armed_ahead() {
+        bounded(|| {
+            let epoch = Arc::new(AtomicU64::new(1));
+            let pool = Arc::new(EpochPool::new(1, 2));
+            let (e2, p2) = (epoch.clone(), pool.clone());
+            let channel = thread::spawn(move || {
+                let mut taken = [0u64; 3];
+                for _ in 0..2 {
+                    let e = e2.load(Ordering::Acquire);
+                    let got = p2.take(e as u16, 2);
+                    if e == 2 && taken[2] == 0 {
+                        assert_eq!(got, 2, "the new period's slot was armed before its epoch");
+                    }
+                    taken[e as usize] += got;
+                }
+                taken
+            });
+            assert_eq!(pool.replace(2, 3), (0, 0));
+            epoch.store(2, Ordering::Release);
+            let taken = channel.join().unwrap();
+            assert_eq!(
+                taken[2] + pool.count(2),
+                3,
+                "period 2 tokens: taken or left"
+            );
+            assert_eq!(
+                taken[1] + pool.count(1),
+                2,
+                "period 1 tokens: taken or left"
+            );
         });
     }
 

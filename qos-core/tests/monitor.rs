@@ -918,3 +918,84 @@ fn a_limit_beyond_what_a_pool_holds_still_admits() {
         );
     }
 }
+
+/// The next period's pools are armed during the period (so the roll-over need not
+/// retag them); a host changed or removed after that is armed again, or disarmed, and
+/// the books stay exact.
+#[test]
+fn pools_armed_ahead_follow_changes_made_after_arming() {
+    let mut m = Monitor::new(domain(10_000), T0).unwrap();
+    let a = m
+        .add_host(
+            HostConfig::new("nqn.a")
+                .with_reservation(Rate::iops(1000))
+                .with_limit(Rate::iops(2000)),
+            T0,
+        )
+        .unwrap();
+    let b = m
+        .add_host(
+            HostConfig::new("nqn.b").with_reservation(Rate::iops(500)),
+            T0,
+        )
+        .unwrap();
+    let c = m
+        .add_host(
+            HostConfig::new("nqn.c").with_reservation(Rate::iops(700)),
+            T0,
+        )
+        .unwrap();
+    let books = |m: &Monitor| {
+        let audit = m.audit();
+        let pooled: u64 = [&a, &b, &c].iter().map(|h| h.pooled().ops).sum();
+        audit.issued[0]
+            - pooled as i128
+            - m.shared().global_available().ops as i128
+            - audit.expired_at_rollover[0]
+    };
+    // Mid-period: every host's next pools are armed with what it has now.
+    assert!(m.tick(at_ms(500)).ended.is_none());
+    assert_eq!(books(&m), 0);
+    assert_eq!(
+        a.reservation_available().ops,
+        1000,
+        "the current period untouched"
+    );
+    m.update_host(
+        HostConfig::new("nqn.a")
+            .with_reservation(Rate::iops(300))
+            .with_limit(Rate::iops(600)),
+        at_ms(500),
+    )
+    .unwrap();
+    m.remove_host("nqn.b", at_ms(500)).unwrap();
+    assert_eq!(books(&m), 0);
+    assert!(m.tick(at_ms(1000)).ended.is_some());
+    assert_eq!(books(&m), 0);
+    assert_eq!(
+        a.reservation_available().ops,
+        300,
+        "changed after arming: re-armed"
+    );
+    assert_eq!(a.limit_available(qos_core::BudgetClass::Total).ops, 600);
+    assert_eq!(b.reservation_available().ops, 0, "removed: no reservation");
+    assert_eq!(
+        c.reservation_available().ops,
+        700,
+        "armed ahead and unchanged"
+    );
+    // And again, with no tick in between (nothing armed ahead).
+    assert!(m.tick(at_ms(2000)).ended.is_some());
+    assert_eq!(books(&m), 0);
+    assert_eq!(a.reservation_available().ops, 300);
+    assert_eq!(c.reservation_available().ops, 700);
+    // Tokens of the ended period are gone for a channel that sees the new one.
+    let mut ch = m.channel("nqn.c").unwrap();
+    for _ in 0..700 {
+        assert!(ch.try_admit(IoKind::Read, 512, at_ms(2001)).is_admitted());
+    }
+    assert_eq!(c.reservation_available().ops, 0);
+    assert!(m.tick(at_ms(2500)).ended.is_none());
+    assert!(m.tick(at_ms(3000)).ended.is_some());
+    assert_eq!(c.reservation_available().ops, 700);
+}

@@ -238,9 +238,7 @@ impl Sim {
         held[1] += g.bytes as i128;
         for h in &self.hosts {
             let s = h.channels[0].host();
-            let r = s
-                .reservation_available()
-                .saturating_add(s.credit_available());
+            let r = s.pooled();
             let c = s.counters();
             held[0] += (r.ops + c.consumed_res.ops + c.consumed_global.ops + c.expired.ops) as i128;
             held[1] += (r.bytes + c.consumed_res.bytes + c.consumed_global.bytes + c.expired.bytes)
