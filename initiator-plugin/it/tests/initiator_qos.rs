@@ -15,7 +15,8 @@
 //!   with initiator QoS bdevs (chunking and pacing): the reader's p99 must drop (the
 //!   ratio is reported) and the writer keep >= 90% of its share of the link.
 //!   `QOS_IT_ROUNDS` sets the writer-alone rounds (default 5), `QOS_IT_CHUNK_BYTES`
-//!   the QoS bdevs' `chunk_bytes` (default: the plugin's, 64 KiB).
+//!   the QoS bdevs' `chunk_bytes` (default: the plugin's, 32 KiB),
+//!   `QOS_IT_LATENCY_TARGET_US` their `latency_target_us` (default 200).
 //! - `robustness`: bad RPC input, save_config replay, chunked verify against a target
 //!   without the plugin (fallback, one warning), vendor-command time-outs, reset and
 //!   controller reset with held and chunked I/O, delete under load, disconnect.
@@ -345,7 +346,7 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
     let link = writer_alone(&s, &ctrls);
     let share = link as f64 / 2.0;
     println!(
-        "link_mibps = {link} (the writer alone in 64 KiB chunks, split_always); \
+        "link_mibps = {link} (the writer alone in chunks, split_always); \
          the writer's share with one latency-sensitive reader: link/2 = {share:.0} MiB/s"
     );
     let plain_cfg = bdev_config(&ctrls, &[]);
@@ -437,21 +438,24 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
     );
 }
 
-/// `q` with `chunk_bytes` from `QOS_IT_CHUNK_BYTES` when set (the default otherwise),
-/// for trying other chunk sizes in the reader/writer test.
+/// `q` with `chunk_bytes` from `QOS_IT_CHUNK_BYTES` and `latency_target_us` from
+/// `QOS_IT_LATENCY_TARGET_US` when set (the plugin's defaults otherwise), for trying
+/// other settings in the reader/writer test.
 fn with_chunk(mut q: Value) -> Value {
-    if let Some(c) = std::env::var("QOS_IT_CHUNK_BYTES")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        q["chunk_bytes"] = json!(c);
+    for (var, key) in [
+        ("QOS_IT_CHUNK_BYTES", "chunk_bytes"),
+        ("QOS_IT_LATENCY_TARGET_US", "latency_target_us"),
+    ] {
+        if let Some(v) = std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()) {
+            q[key] = json!(v);
+        }
     }
     q
 }
 
 /// A 1 MiB writer at QD 4 alone, side by side in each round (order rotating): plain
 /// bdev_nvme, through its QoS bdev (Justitia's trigger: no small I/O, so sent whole),
-/// and through its QoS bdev with `split_always` (64 KiB chunks, paced: the behaviour
+/// and through its QoS bdev with `split_always` (in chunks, paced: the behaviour
 /// before the trigger). Checks that the trigger sent every write whole and
 /// `split_always` split them; prints the ratios to plain (median and quartiles of
 /// `QOS_IT_ROUNDS` rounds, default 5) and returns the median MiB/s of `split_always`:
@@ -586,7 +590,7 @@ fn robustness() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
 
     // 1. A target without the plugin: fallback to pass-through with one warning; the
-    // chunked data path verified (1 MiB writes and reads in 64 KiB chunks; a verify job
+    // chunked data path verified (1 MiB writes and reads in 32 KiB chunks; a verify job
     // alone sends no small I/O, so `split_always` makes the pacer split it).
     {
         let mut t = target(&s, false);
@@ -797,7 +801,7 @@ fn robustness() {
 
     // 4. Reset (bdevperf's reset workload: verify plus a bdev reset at 10 s) and a
     // controller reset (bdev_nvme_reset_controller at 3 s), with I/O held (the host's
-    // limit is 500 IOPS) and chunked (256 KiB I/O, 64 KiB chunks).
+    // limit is 500 IOPS) and chunked (256 KiB I/O, 32 KiB chunks).
     {
         let mut b = s.bdevperf(
             BP_SHM,
