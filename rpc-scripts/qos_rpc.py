@@ -427,7 +427,7 @@ _INI_OPTIONS = [
     ('probe_attempts', _int_range(1, 1000),
      "unanswered state requests before the first answer that mean pass-through (default 3)"),
     ('chunk_bytes', _int_range(4096, 16 * _MIB),
-     "pacer group: I/O larger than this is split into chunks of at most this, 4096 ..= 16 MiB (default 65536)"),
+     "pacer group: I/O larger than this is split into chunks of at most this, 4096 ..= 16 MiB (default 32768)"),
     ('link_mibps', _int_range(1, 100000000), "pacer group: link bandwidth, MiB/s (default 2800)"),
     ('link_iops', _int_range(1, 1000000000), "pacer group: link operation rate (default 1000000)"),
     ('latency_target_us', _US, "pacer group: p99 target of the probe (default 200)"),

@@ -33,7 +33,7 @@
 //!
 //! Why the plugin splits itself rather than setting `max_rw_size` and letting the bdev
 //! layer split: the bdev layer's children reach `submit_request` as ordinary I/O, and
-//! only private fields tell a 64 KiB chunk of a 1 MiB write from a 64 KiB read of the
+//! only private fields tell a 32 KiB chunk of a 1 MiB write from a 32 KiB read of the
 //! application, which must not be paced; with our own split, a reset, abort or error
 //! stops the transfer's remaining chunks instead of sending them, and the chunks of one
 //! transfer are released in order.

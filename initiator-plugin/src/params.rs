@@ -111,7 +111,7 @@ impl BdevOptions {
 /// The options of a pacer group, all resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PacerOptions {
-    /// Transfers above this are split into chunks of at most this. Default 64 KiB.
+    /// Transfers above this are split into chunks of at most this. Default 32 KiB.
     pub chunk_bytes: u64,
     /// The link's bandwidth and operation rate. Defaults 2800 MiB/s, 1,000,000 IOPS.
     pub link_mibps: u64,
@@ -568,7 +568,7 @@ mod tests {
         let mut p = PacerOptions::default();
         o.apply_pacer(&mut p);
         assert_eq!(p.latency_target_us, 500);
-        assert_eq!(p.chunk_bytes, 65536);
+        assert_eq!(p.chunk_bytes, 32768);
         assert!(parse::<SetParams>("x", json!({"name": "q", "nope": 1})).is_err());
     }
 }

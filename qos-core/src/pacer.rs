@@ -18,11 +18,14 @@
 //!   arrived when no stream was active, with recovery and reset timers), and the lowest
 //!   rate of the last observation window.
 //!
-//! Default chunk size: 64 KiB. On a 25 Gb/s link a 64 KiB chunk occupies the wire for
-//! about 21 us, so a 4 KiB read queued behind it waits tens of microseconds rather than
-//! the ~340 us of a 1 MiB transfer, while NVMe-oF moves 64 KiB commands at close to line
-//! rate (per-command overhead is amortised over 16 pages). Justitia picked 5 KB for raw
-//! RDMA messages; NVMe-oF commands carry more fixed cost, so the chunk is larger.
+//! Default chunk size: 32 KiB. On a 25 Gb/s link a 32 KiB chunk occupies the wire for
+//! about 10 us, so a 4 KiB read queued behind it waits microseconds rather than the
+//! ~340 us of a 1 MiB transfer, while NVMe-oF still amortises a command's fixed cost
+//! over 8 pages. Justitia picked 5 KB for raw RDMA messages; NVMe-oF commands carry more
+//! fixed cost, so the chunk is larger. It was 64 KiB until 2026-11-25: on NVMe/TCP
+//! loopback a QD-1 4 KiB reader's p99 against a 1 MiB writer was 96-112 us with 64 KiB
+//! chunks and 56-72 us with 32 KiB in the same session, the writer keeping 135-146 % of
+//! its share (16 KiB gained nothing more and cost the writer; docs/benchmarks.md).
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -304,7 +307,7 @@ impl Dirs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PacerConfig {
-    /// Transfers above this are split into chunks of at most this. Default 64 KiB.
+    /// Transfers above this are split into chunks of at most this. Default 32 KiB.
     pub chunk_bytes: u64,
     /// Link bandwidth in MiB/s (the C of Justitia). Default 2800 (about 25 Gb/s).
     pub link_mibps: u64,
@@ -333,7 +336,7 @@ pub struct PacerConfig {
 impl Default for PacerConfig {
     fn default() -> Self {
         PacerConfig {
-            chunk_bytes: 64 * 1024,
+            chunk_bytes: 32 * 1024,
             link_mibps: 2800,
             link_iops: 1_000_000,
             latency_target: Nanos::from_micros(200),
