@@ -21,7 +21,8 @@
 //!
 //! `QOS_IT_SHARING=first_come` runs them with Haechi's first-come pool instead,
 //! `QOS_IT_PROFILE=F` configures the domain at F times the bare total (default 0.9),
-//! `QOS_IT_QDS=a,b,c,d` sets the weighted test's four queue depths.
+//! `QOS_IT_QDS=a,b,c,d` sets the weighted test's four queue depths, `QOS_IT_ESTIMATOR=0`
+//! turns the capacity estimator off (the domain then stays at its configured capacity).
 //!
 //! Every test prints its figures. They are `#[ignore]`d: `make accept` runs them on a
 //! quiet machine, with the acceptance thresholds (the figures above) asserted
@@ -122,10 +123,12 @@ fn qos_bdevs(t: &mut Target, n: usize) {
 
 fn domain(t: &mut Target, capacity: u64) {
     let sharing = std::env::var("QOS_IT_SHARING").unwrap_or_else(|_| "weighted".into());
+    let estimator = std::env::var("QOS_IT_ESTIMATOR").map_or(true, |v| v != "0");
     t.call(
         "qos_domain_create",
         json!({"name": "d", "capacity_iops": capacity, "capacity_iops_stddev": capacity / 20,
-               "period_ms": PERIOD_MS, "check_interval_us": 1000, "sharing": sharing}),
+               "period_ms": PERIOD_MS, "check_interval_us": 1000, "sharing": sharing,
+               "estimator": estimator}),
     );
 }
 
