@@ -1,7 +1,8 @@
 //! One SPDK application as a child process: started under `timeout -s KILL` (a hard
 //! bound on its lifetime) and `nice`, with SPDK's libraries on its library path and
 //! optionally a plugin preloaded; ready once its JSON-RPC socket answers; stopped with
-//! SIGTERM (killed after a grace period); its socket and hugepage files removed after.
+//! SIGTERM (killed after a grace period); its socket, the socket's lock, its trace buffer
+//! and its hugepage files removed after.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -201,13 +202,26 @@ impl App {
 
     fn cleanup(&self) {
         let _ = std::fs::remove_file(&self.sock);
+        // The RPC server's lock file and the trace buffer (`/dev/shm/<app>_trace.<shm
+        // id>`) outlive a process that did not shut down (`kill_hard`, a hang).
+        let mut lock = self.sock.clone().into_os_string();
+        lock.push(".lock");
+        let _ = std::fs::remove_file(lock);
+        remove_matching("/dev/shm", |n| {
+            n.ends_with(&format!("_trace.{}", self.shm_id))
+        });
         // Pages of a killed process stay reserved while its files exist.
-        if let Ok(rd) = std::fs::read_dir("/dev/hugepages") {
-            let prefix = format!("spdk{}map_", self.shm_id);
-            for e in rd.flatten() {
-                if e.file_name().to_string_lossy().starts_with(&prefix) {
-                    let _ = std::fs::remove_file(e.path());
-                }
+        let prefix = format!("spdk{}map_", self.shm_id);
+        remove_matching("/dev/hugepages", |n| n.starts_with(&prefix));
+    }
+}
+
+/// Removes the files of `dir` whose names `matches` accepts (best effort).
+fn remove_matching(dir: &str, matches: impl Fn(&str) -> bool) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if matches(&e.file_name().to_string_lossy()) {
+                let _ = std::fs::remove_file(e.path());
             }
         }
     }
