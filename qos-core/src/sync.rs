@@ -247,10 +247,6 @@ impl EpochPool {
     pub fn replace(&self, tag: u16, count: u64) -> (u16, u64) {
         self.slot(tag).replace(tag, count)
     }
-    /// See [`TokenPool::set_in_period`].
-    pub fn set_in_period(&self, tag: u16, count: u64) -> Option<u64> {
-        self.slot(tag).set_in_period(tag, count)
-    }
 }
 
 /// A sequence lock over `N` words: one writer (the monitor) publishes a whole record,
@@ -373,8 +369,7 @@ mod tests {
             "a channel one period behind takes and gives nothing"
         );
         assert_eq!(p.cap(6, 1), (1, 1));
-        assert_eq!(p.set_in_period(5, 3), Some(0));
-        assert_eq!(p.held(), 4);
+        assert_eq!(p.held(), 1);
     }
 
     #[test]
