@@ -437,11 +437,12 @@ impl GroupConfig {
                     unit: unit(r),
                 });
             }
-            if let Some(v) = self.reservation.per_second(r) {
-                reservation.set(r, domain.per_period(v));
+            let what = |w: &str| format!("group {} {w}", group());
+            if let Some(v) = domain.per_period_of(&self.reservation, r, || what("reservation"))? {
+                reservation.set(r, v);
             }
-            if let Some(v) = self.limit.per_second(r) {
-                limit.set(r, domain.per_period(v).max(1));
+            if let Some(v) = domain.per_period_of(&self.limit, r, || what("limit"))? {
+                limit.set(r, v);
             }
         }
         Ok(GroupBudgets {
@@ -499,6 +500,16 @@ pub enum ConfigError {
     },
     #[error("{what} must be at least 1 when given (got 0); omit it instead to leave it unset")]
     ZeroRate { what: String },
+    #[error(
+        "{what} of {given} {unit} is less than one command per QoS period of {period}; give at least {min} {unit} or lengthen the domain's period"
+    )]
+    BelowOnePerPeriod {
+        what: String,
+        given: u64,
+        min: u64,
+        unit: &'static str,
+        period: Nanos,
+    },
     #[error("global batch must be at least 1 operation and 1 byte (got {ops} ops, {bytes} bytes)")]
     Batch { ops: u64, bytes: u64 },
     #[error("estimator history must be 1 ..= 1000 periods (got {0})")]
@@ -667,6 +678,31 @@ impl DomainConfig {
     /// Turns a per-second amount into a per-period amount.
     pub fn per_period(&self, per_second: u64) -> u64 {
         mul_div(per_second, self.period.0, Nanos::from_secs(1).0)
+    }
+
+    /// The per-period amount of a rate a user gave (`rate`'s `r`), refused when it
+    /// rounds down to nothing: a limit would have to become one command per period,
+    /// more than was asked, and a reservation would silently vanish.
+    fn per_period_of(
+        &self,
+        rate: &Rate,
+        r: Resource,
+        what: impl FnOnce() -> String,
+    ) -> Result<Option<u64>, ConfigError> {
+        let (Some(given), Some(per_second)) = (rate.get(r), rate.per_second(r)) else {
+            return Ok(None);
+        };
+        match self.per_period(per_second) {
+            0 => Err(ConfigError::BelowOnePerPeriod {
+                what: what(),
+                given,
+                // Bandwidth is given in MiB/s, so only IOPS can fall below one per period.
+                min: Nanos::from_secs(1).0.div_ceil(self.period.0.max(1)),
+                unit: unit(r),
+                period: self.period,
+            }),
+            v => Ok(Some(v)),
+        }
     }
 
     /// Capacity per period, in cost units; `u64::MAX` bytes when bandwidth is unset.
@@ -849,30 +885,39 @@ impl HostConfig {
                 }
             }
         }
-        let amount = |rate: &Rate| {
+        let amount = |rate: &Rate, what: &str| -> Result<Amount, ConfigError> {
             let mut a = Amount::ZERO;
             for r in Resource::ALL {
-                a.set(r, rate.per_second(r).map_or(0, |v| domain.per_period(v)));
+                let v = domain.per_period_of(rate, r, || format!("host {} {what}", host()))?;
+                a.set(r, v.unwrap_or(0));
             }
-            a
+            Ok(a)
         };
         let reservation = if apart {
-            [amount(&res.read), amount(&res.write)]
+            [
+                amount(&res.read, "read reservation")?,
+                amount(&res.write, "write reservation")?,
+            ]
         } else {
-            [amount(&res.total), Amount::ZERO]
+            [amount(&res.total, "reservation")?, Amount::ZERO]
         };
         let mut limit = [Amount::new(UNLIMITED, UNLIMITED); 3];
         for class in BudgetClass::ALL {
+            let what = match class {
+                BudgetClass::Total => "limit".to_string(),
+                c => format!("{} limit", c.name()),
+            };
             for r in Resource::ALL {
-                if let Some(v) = self.limit.class(class).per_second(r) {
-                    // A limit is at least one command and one block, so that no
-                    // command is refused forever (see ChannelTokens::try_admit).
-                    limit[class as usize].set(r, domain.per_period(v).max(1));
+                let rate = self.limit.class(class);
+                if let Some(v) =
+                    domain.per_period_of(rate, r, || format!("host {} {what}", host()))?
+                {
+                    limit[class as usize].set(r, v);
                 }
             }
         }
         let hard = reservation[0].saturating_add(reservation[1]);
-        let soft_extra = amount(&self.soft_reservation).saturating_sub(hard);
+        let soft_extra = amount(&self.soft_reservation, "soft reservation")?.saturating_sub(hard);
         Ok(HostBudgets {
             reservation,
             together: !apart,
@@ -1010,6 +1055,43 @@ mod tests {
             h.budgets(&d),
             Err(ConfigError::BandwidthWithoutCapacity { .. })
         ));
+    }
+
+    #[test]
+    fn rates_below_one_command_per_period_are_refused() {
+        // 100 ms periods: 9 IOPS is 0.9 commands per period.
+        let d = DomainConfig {
+            period: Nanos::from_millis(100),
+            ..domain()
+        };
+        let refused = |h: HostConfig| match h.budgets(&d) {
+            Err(e @ ConfigError::BelowOnePerPeriod { .. }) => e.to_string(),
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        let msg = refused(HostConfig::new("nqn.h1").with_limit(Rate::iops(9)));
+        assert!(
+            msg.contains("host nqn.h1 limit of 9 IOPS") && msg.contains("at least 10 IOPS"),
+            "{msg}"
+        );
+        refused(HostConfig::new("nqn.h1").with_reservation(Rate::iops(1)));
+        let mut h = HostConfig::new("nqn.h1");
+        h.limit.read = Rate::iops(5);
+        assert!(refused(h).contains("read limit"));
+        let mut h = HostConfig::new("nqn.h1");
+        h.soft_reservation = Rate::iops(3);
+        refused(h);
+        let mut g = GroupConfig::new("g");
+        g.limit = Rate::iops(2);
+        assert!(matches!(
+            g.budgets(&d),
+            Err(ConfigError::BelowOnePerPeriod { .. })
+        ));
+        // One command per period is the smallest rate kept, exactly.
+        let b = HostConfig::new("nqn.h1")
+            .with_limit(Rate::iops(10))
+            .budgets(&d)
+            .unwrap();
+        assert_eq!(b.limit[BudgetClass::Total as usize].ops, 1);
     }
 
     #[test]
