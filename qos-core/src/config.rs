@@ -215,6 +215,14 @@ pub struct EstimatorConfig {
     /// less than the estimate restarts the estimator's window at what it served (a
     /// sudden capacity drop). Default 50 (5 %); 0 averages it like any period.
     pub drop_threshold_milli: u64,
+    /// With weighted sharing: a period in which the hosts claimed every slice they were
+    /// offered ([`crate::estimator::Evidence::Backlogged`]) and used all but this many
+    /// thousandths of the estimate counts as saturated (a probe follows), and a probe
+    /// that falls that short goes back to the estimate before it, instead of being
+    /// averaged in (slices a host bound by its queue depth cannot use make such
+    /// periods fall a little short, and averaging them walked the estimate down).
+    /// Default 30 (3 %); 0 averages them like any period.
+    pub hold_milli: u64,
 }
 
 impl Default for EstimatorConfig {
@@ -227,6 +235,7 @@ impl Default for EstimatorConfig {
             underuse_periods: 3,
             probe_backoff_max: 2,
             drop_threshold_milli: 50,
+            hold_milli: 30,
         }
     }
 }
@@ -520,6 +529,8 @@ pub enum ConfigError {
         "estimator drop threshold must be 0 (off) ..= 1000 thousandths of the estimate (got {0})"
     )]
     DropThreshold(u64),
+    #[error("estimator hold band must be 0 (off) ..= 500 thousandths of the estimate (got {0})")]
+    HoldBand(u64),
     #[error("write weight {0}/1000 is outside 1 ..= 100000")]
     WriteWeight(u64),
     #[error("size unit {0} bytes must be 0 (off) or at least 512")]
@@ -652,6 +663,9 @@ impl DomainConfig {
         }
         if self.estimator.probe_backoff_max > 1000 {
             return Err(ConfigError::ProbeBackoff(self.estimator.probe_backoff_max));
+        }
+        if self.estimator.hold_milli > 500 {
+            return Err(ConfigError::HoldBand(self.estimator.hold_milli));
         }
         if self.estimator.drop_threshold_milli > 1000 {
             return Err(ConfigError::DropThreshold(

@@ -36,6 +36,9 @@ fn default_probe_backoff() -> u32 {
 fn default_drop() -> u64 {
     EstimatorConfig::default().drop_threshold_milli
 }
+fn default_hold() -> u64 {
+    EstimatorConfig::default().hold_milli
+}
 fn default_underuse() -> u32 {
     EstimatorConfig::default().underuse_periods
 }
@@ -77,6 +80,8 @@ pub struct DomainParams {
     pub estimator_probe_backoff: u32,
     #[serde(default = "default_drop")]
     pub estimator_drop_milli: u64,
+    #[serde(default = "default_hold")]
+    pub estimator_hold_milli: u64,
     #[serde(default = "default_underuse")]
     pub underuse_periods: u32,
     #[serde(default)]
@@ -116,6 +121,7 @@ pub struct DomainUpdate {
     pub estimator_increment_milli: Option<u64>,
     pub estimator_probe_backoff: Option<u32>,
     pub estimator_drop_milli: Option<u64>,
+    pub estimator_hold_milli: Option<u64>,
     pub underuse_periods: Option<u32>,
     pub mode: Option<TokenMode>,
     pub release: Option<ReservationRelease>,
@@ -159,6 +165,7 @@ impl DomainParams {
                 underuse_periods: self.underuse_periods,
                 probe_backoff_max: self.estimator_probe_backoff,
                 drop_threshold_milli: self.estimator_drop_milli,
+                hold_milli: self.estimator_hold_milli,
                 ..EstimatorConfig::default()
             },
             mode: self.mode,
@@ -195,6 +202,7 @@ impl DomainParams {
             estimator_increment_milli,
             estimator_probe_backoff,
             estimator_drop_milli,
+            estimator_hold_milli,
             underuse_periods,
             mode,
             release,
