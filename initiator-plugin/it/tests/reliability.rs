@@ -1166,7 +1166,12 @@ fn hostile_host_gets_no_more_than_its_limit() {
             .sum::<f64>()
     };
     let capacity = (unthrottled * 0.9) as u64;
-    let (good_min, bad_min, bad_max) = (capacity / 2, capacity / 20, capacity / 10);
+    // Host 1 reserves 40 % of the capacity. The attack costs the target CPU that no
+    // IOPS budget counts (a connection made and dropped every 20 ms, vendor commands
+    // by the thousand), and host 1's 16 commands then do about half of the capacity:
+    // with 50 % reserved it averaged 0.4 % above its reservation (248,474 for
+    // 247,407), so "met" was decided by noise and the test failed one run in five.
+    let (good_min, bad_min, bad_max) = (capacity * 2 / 5, capacity / 20, capacity / 10);
     let mut t = configured_target(&s, capacity, false);
     t.call(
         "qos_host_set",
