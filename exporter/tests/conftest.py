@@ -141,7 +141,19 @@ def stub():
         s.close()
 
 
+_handed_out = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before in this test run.
+
+    The kernel may give the same free port twice in a row: a test that takes one for the
+    exporter and then one for Prometheus, before the exporter has bound its own, then
+    starts both on one port (a `.ci/run` failed so: Address already in use)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(('127.0.0.1', 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port

@@ -3,9 +3,11 @@
 //! directory removed) when dropped, also when the test fails. It can be stopped and
 //! started again on the same ports and data, as the etcd-outage test needs.
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Where etcd is, or `None`.
@@ -25,11 +27,24 @@ pub fn etcd_or_skip(what: &str) -> Option<PathBuf> {
     b
 }
 
+/// A port free now and not handed out before by this process: the kernel may give the
+/// same free port twice in a row, and the client and peer ports are taken before etcd
+/// binds either (the exporter's tests failed a `.ci/run` that way).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on 127.0.0.1")
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port on 127.0.0.1");
+        if HANDED_OUT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(port)
+        {
+            return port;
+        }
+    }
 }
 
 /// A running (or stopped) etcd.
