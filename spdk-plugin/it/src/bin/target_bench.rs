@@ -280,6 +280,8 @@ fn main() {
     let [sb, sp, sq] = side_by_side(&spdk, &plugin, sbs_rounds, secs.min(3));
     let sbs_ratio: Vec<f64> = sb.iter().zip(&sq).map(|(b, q)| q.iops / b.iops).collect();
     let sbs_pt: Vec<f64> = sb.iter().zip(&sp).map(|(b, p)| p.iops / b.iops).collect();
+    // Goal 4's plugin/passthru, round by round: what the QoS logic costs beyond stacking.
+    let sbs_qp: Vec<f64> = sp.iter().zip(&sq).map(|(p, q)| q.iops / p.iops).collect();
     let sbs_dp99: Vec<f64> = sb
         .iter()
         .zip(&sq)
@@ -385,6 +387,13 @@ fn main() {
     println!(
         "| side by side: passthru/bare IOPS ratio (median) | {:.3} |",
         median(sbs_pt)
+    );
+    println!(
+        "| side by side: plugin/passthru IOPS ratio (median of {}; target >= 0.995) | {:.3} (quartiles {:.3}-{:.3}) |",
+        sbs_qp.len(),
+        median(sbs_qp.clone()),
+        quantile(sbs_qp.clone(), 0.25),
+        quantile(sbs_qp, 0.75)
     );
     println!(
         "| side by side: p99 latency, plugin minus bare (median) | {:+.1} us |",
