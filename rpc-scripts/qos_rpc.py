@@ -231,7 +231,8 @@ _DOMAIN_OPTIONS = [
     ('estimator_hold_milli', _int_range(0, 500),
      "weighted sharing: a period in which the hosts claimed every slice offered and used all "
      "but this many thousandths of the estimate counts as saturated, and a probe that falls "
-     "that short goes back, instead of averaging them in, 0 ..= 500; 0 averages them (default 30)"),
+     "that short goes back, instead of averaging them in: more throughput, less of their "
+     "weighted share for hosts bound by their queue depth, 0 ..= 500 (default 0: off)"),
     ('underuse_periods', _count, "periods of under-use before a host is flagged (default 3)"),
     ('release_burst_us', _count,
      "with --release paced: how far hosts may run ahead of the release schedule, in us "
