@@ -25,7 +25,8 @@
 //! `QOS_IT_PROFILE=F` configures the domain at F times the bare total (default 0.9),
 //! `QOS_IT_QDS=a,b,c,d` sets the weighted test's four queue depths, `QOS_IT_ESTIMATOR=0`
 //! turns the capacity estimator off (the domain then stays at its configured capacity),
-//! `QOS_IT_ESTIMATOR_HOLD=N` sets the estimator's hold band (thousandths; 0 = none).
+//! `QOS_IT_ESTIMATOR_HOLD=N` sets the estimator's hold band (thousandths; 0 = none),
+//! `QOS_IT_CHECK_US=N` the domain's check interval (default 1000 us).
 //!
 //! Every test prints its figures. They are `#[ignore]`d: `make accept` runs them on a
 //! quiet machine, with the acceptance thresholds (the figures above) asserted
@@ -127,9 +128,13 @@ fn qos_bdevs(t: &mut Target, n: usize) {
 fn domain(t: &mut Target, capacity: u64) {
     let sharing = std::env::var("QOS_IT_SHARING").unwrap_or_else(|_| "weighted".into());
     let estimator = std::env::var("QOS_IT_ESTIMATOR").map_or(true, |v| v != "0");
+    let check_us: u64 = std::env::var("QOS_IT_CHECK_US").map_or(1000, |v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("QOS_IT_CHECK_US={v:?}: give microseconds, e.g. 250"))
+    });
     let mut params = json!({"name": "d", "capacity_iops": capacity,
            "capacity_iops_stddev": capacity / 20, "period_ms": PERIOD_MS,
-           "check_interval_us": 1000, "sharing": sharing, "estimator": estimator});
+           "check_interval_us": check_us, "sharing": sharing, "estimator": estimator});
     if let Ok(v) = std::env::var("QOS_IT_ESTIMATOR_HOLD") {
         let hold: u64 = v
             .parse()
