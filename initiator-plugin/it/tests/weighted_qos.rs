@@ -128,20 +128,24 @@ fn qos_bdevs(t: &mut Target, n: usize) {
 fn domain(t: &mut Target, capacity: u64) {
     let sharing = std::env::var("QOS_IT_SHARING").unwrap_or_else(|_| "weighted".into());
     let estimator = std::env::var("QOS_IT_ESTIMATOR").map_or(true, |v| v != "0");
-    let check_us: u64 = std::env::var("QOS_IT_CHECK_US").map_or(1000, |v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("QOS_IT_CHECK_US={v:?}: give microseconds, e.g. 250"))
-    });
+    let check_us = env_number("QOS_IT_CHECK_US", "microseconds, e.g. 250").unwrap_or(1000);
     let mut params = json!({"name": "d", "capacity_iops": capacity,
            "capacity_iops_stddev": capacity / 20, "period_ms": PERIOD_MS,
            "check_interval_us": check_us, "sharing": sharing, "estimator": estimator});
-    if let Ok(v) = std::env::var("QOS_IT_ESTIMATOR_HOLD") {
-        let hold: u64 = v
-            .parse()
-            .unwrap_or_else(|_| panic!("QOS_IT_ESTIMATOR_HOLD={v:?}: give thousandths, e.g. 0"));
+    if let Some(hold) = env_number("QOS_IT_ESTIMATOR_HOLD", "thousandths, e.g. 30") {
         params["estimator_hold_milli"] = json!(hold);
     }
     t.call("qos_domain_create", params);
+}
+
+/// Environment variable `var` as a number, `None` when unset; panics naming `what` to
+/// give when it is not a number.
+fn env_number(var: &str, what: &str) -> Option<u64> {
+    let v = std::env::var(var).ok()?;
+    Some(
+        v.parse()
+            .unwrap_or_else(|_| panic!("{var}={v:?}: give {what}")),
+    )
 }
 
 /// The four hosts' load without QoS (`bare_secs`), then a target whose domain is
@@ -434,10 +438,9 @@ fn weighted_excess_whatever_the_queue_depth() {
             held / done
         })
         .collect();
-    let shares = water_fill(
+    let shares = shares_by_weight(
         above.iter().sum::<f64>().max(0.0),
         &weights.map(|w| w as f64),
-        &[None; 4],
     );
     println!(
         "  with QoS ({} steady periods of {PERIOD_MS} ms): {} = {total:.0} IOPS ({:.1}% of without: {:.1}% of the run before, {:.1}% of the run after)",
@@ -545,54 +548,28 @@ fn target_throughput_by_depth() {
             totals[d].push(total);
         }
     }
-    let deepest = {
-        let mut v = totals[per_host.len() - 1].clone();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let deepest = numbers::median(&totals[per_host.len() - 1]);
     println!("in flight | IOPS without QoS, median (min .. max) | share of the deepest");
-    for (d, t) in totals.iter_mut().enumerate() {
-        t.sort_by(f64::total_cmp);
-        let median = t[t.len() / 2];
+    for (d, t) in totals.iter().enumerate() {
+        let median = numbers::median(t);
         println!(
             "{:9} | {median:.0} ({:.0} .. {:.0}) | {:.1}%",
             4 * per_host[d],
-            t[0],
-            t[t.len() - 1],
+            t.iter().copied().fold(f64::INFINITY, f64::min),
+            t.iter().copied().fold(0.0, f64::max),
             100.0 * median / deepest
         );
     }
 }
 
-/// Weighted max-min shares of `amount`: a host with `Some(want)` gets at most that, the
-/// rest is split among the others by weight (water-filling).
-fn water_fill(amount: f64, weights: &[f64], wants: &[Option<f64>]) -> Vec<f64> {
-    let mut share = vec![0.0; weights.len()];
-    let mut open: Vec<usize> = (0..weights.len()).collect();
-    let mut left = amount;
-    loop {
-        let w: f64 = open.iter().map(|&i| weights[i]).sum();
-        if open.is_empty() || w == 0.0 {
-            return share;
-        }
-        let level = left / w;
-        let capped: Vec<usize> = open
-            .iter()
-            .copied()
-            .filter(|&i| wants[i].is_some_and(|x| x < level * weights[i]))
-            .collect();
-        if capped.is_empty() {
-            for &i in &open {
-                share[i] = level * weights[i];
-            }
-            return share;
-        }
-        for &i in &capped {
-            share[i] = wants[i].unwrap_or(0.0);
-            left -= share[i];
-        }
-        open.retain(|i| !capped.contains(i));
-    }
+/// Weighted max-min shares of `amount` among hosts that are all backlogged: in
+/// proportion to weight.
+fn shares_by_weight(amount: f64, weights: &[f64]) -> Vec<f64> {
+    let sum: f64 = weights.iter().sum();
+    weights
+        .iter()
+        .map(|w| amount * w / sum.max(f64::MIN_POSITIVE))
+        .collect()
 }
 
 /// A busy loop pinned to the target's core for `secs`, at a niceness that takes a part
