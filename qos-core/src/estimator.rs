@@ -102,7 +102,7 @@ pub struct CapacityEstimator {
     /// dropped too far climbs back in a few periods.
     climbing: bool,
     /// Thousandths of the estimate a backlogged period may fall short by and still
-    /// keep it (0: averaged like any period).
+    /// count as saturated, and a probe still go back to `before_probe` (0: off).
     hold_milli: u64,
     /// The estimate before the current probe.
     before_probe: u64,
