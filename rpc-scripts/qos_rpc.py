@@ -435,7 +435,11 @@ _INI_OPTIONS = [
      "pacer group: I/O larger than this is split into chunks of at most this, 4096 ..= 16 MiB (default 32768)"),
     ('link_mibps', _int_range(1, 100000000), "pacer group: link bandwidth, MiB/s (default 2800)"),
     ('link_iops', _int_range(1, 1000000000), "pacer group: link operation rate (default 1000000)"),
-    ('latency_target_us', _US, "pacer group: p99 target of the probe (default 200)"),
+    ('latency_target_us', _US,
+     "pacer group: p99 target of the probe; with the automatic target, its ceiling (default 200)"),
+    ('latency_target_auto_milli', _int_range(0, 100000),
+     "pacer group: the target is this many thousandths of the probe's lowest latency, "
+     "1000 ..= 100000, or 0 for the fixed latency_target_us (default 1500)"),
     ('probe_interval_us', _US, "pacer group: probe period while small I/O is active (default 500)"),
     ('probe_window', _int_range(1, 100000), "pacer group: probe samples kept for the p99 (default 1000)"),
     ('aimd_interval_us', _US, "pacer group: AIMD decision interval (default 1000)"),

@@ -116,8 +116,13 @@ pub struct PacerOptions {
     /// The link's bandwidth and operation rate. Defaults 2800 MiB/s, 1,000,000 IOPS.
     pub link_mibps: u64,
     pub link_iops: u64,
-    /// p99 latency target of the probe. Default 200 us.
+    /// p99 latency target of the probe. Default 200 us; with
+    /// `latency_target_auto_milli`, the ceiling of the target that follows the path.
     pub latency_target_us: u64,
+    /// Non-zero: the target is this many thousandths of the probe's base latency (its
+    /// lowest over the recent probes), at most `latency_target_us`. Default 0 (fixed).
+    #[serde(default)]
+    pub latency_target_auto_milli: u64,
     /// The probe (a GET_STATE vendor command) is sent this often while small I/O is
     /// active. Default 500 us.
     pub probe_interval_us: u64,
@@ -148,6 +153,7 @@ impl Default for PacerOptions {
             link_mibps: c.link_mibps,
             link_iops: c.link_iops,
             latency_target_us: c.latency_target.0 / 1000,
+            latency_target_auto_milli: c.latency_target_auto_milli,
             probe_interval_us: c.probe_interval.0 / 1000,
             probe_window: c.probe_window as u64,
             aimd_interval_us: c.aimd_interval.0 / 1000,
@@ -171,6 +177,7 @@ impl PacerOptions {
             link_mibps: self.link_mibps,
             link_iops: self.link_iops,
             latency_target: us(self.latency_target_us),
+            latency_target_auto_milli: self.latency_target_auto_milli,
             probe_interval: us(self.probe_interval_us),
             probe_window: self.probe_window.min(usize::MAX as u64) as usize,
             aimd_interval: us(self.aimd_interval_us),
@@ -339,6 +346,7 @@ patch! {
         link_mibps: u64,
         link_iops: u64,
         latency_target_us: u64,
+        latency_target_auto_milli: u64,
         probe_interval_us: u64,
         probe_window: u64,
         aimd_interval_us: u64,
@@ -470,6 +478,7 @@ mod tests {
         let v = serde_json::to_value(&back).unwrap();
         assert_eq!(v["chunk_bytes"], 131072);
         assert_eq!(v["latency_target_us"], 200);
+        assert_eq!(v["latency_target_auto_milli"], 1500);
         let again = parse::<CreateParams>("x", v).unwrap().check().unwrap();
         assert_eq!(again.bdev, c.bdev);
     }
@@ -517,6 +526,10 @@ mod tests {
             (
                 json!({"name": "q", "base_bdev_name": "b", "latency_target_us": 0}),
                 "latency_target_us",
+            ),
+            (
+                json!({"name": "q", "base_bdev_name": "b", "latency_target_auto_milli": 500}),
+                "automatic latency target",
             ),
             (
                 json!({"name": "q", "base_bdev_name": "b", "chunk_size": 65536}),

@@ -409,6 +409,8 @@ impl PacerGroup {
             "active_streams": g.pacer.active_streams(),
             "active_flows": g.pacer.active_flows(),
             "dirs_virtual_mibps": g.pacer.dirs().virtual_rate() / mib,
+            "latency_target_ns": g.pacer.latency_target().0,
+            "base_latency_ns": g.pacer.base_latency().map(|n| n.0),
             "probes_lost": g.probes_lost,
         })
     }

@@ -106,12 +106,21 @@ impl Iterator for ChunkPlan {
 const SCALE: u128 = 1_000_000_000;
 
 /// A token bucket for one resource.
+///
+/// While a request it refused waits, the bucket fills up to twice its depth: the sender
+/// releases a chunk when its core gets to it, often after the tokens were there, and
+/// with the plain cap the time it came late was lost (on the real target the writer got
+/// 86-89 % of the rate the pacer allowed, so less than its sharing floor). The credit
+/// is only for lateness: a bucket nobody asked stays at its depth, so an idle stream
+/// does not start with a burst.
 #[derive(Debug, Clone)]
 pub struct TokenBucket {
     rate: u64,
     depth: u64,
     level: u128,
     last: Nanos,
+    /// A request was refused and has not been served yet.
+    waiting: bool,
 }
 
 impl TokenBucket {
@@ -122,12 +131,18 @@ impl TokenBucket {
             depth: depth.max(1),
             level: depth.max(1) as u128 * SCALE,
             last: now,
+            waiting: false,
         }
     }
     fn refill(&mut self, now: Nanos) {
         let dt = now.saturating_sub(self.last).0 as u128;
         self.last = self.last.max(now);
-        self.level = (self.level + dt * self.rate as u128).min(self.depth as u128 * SCALE);
+        let cap = if self.waiting {
+            2 * self.depth
+        } else {
+            self.depth
+        };
+        self.level = (self.level + dt * self.rate as u128).min(cap as u128 * SCALE);
     }
     pub fn rate(&self) -> u64 {
         self.rate
@@ -143,6 +158,7 @@ impl TokenBucket {
         if self.level >= need {
             return now;
         }
+        self.waiting = true;
         if self.rate == 0 {
             return Nanos::MAX;
         }
@@ -152,6 +168,7 @@ impl TokenBucket {
     /// Takes `n` (capped at the depth); the caller checked `ready_at`.
     fn take(&mut self, n: u64) {
         self.level = self.level.saturating_sub(n.min(self.depth) as u128 * SCALE);
+        self.waiting = false;
     }
 }
 
@@ -313,8 +330,17 @@ pub struct PacerConfig {
     pub link_mibps: u64,
     /// Link operation rate. Default 1,000,000.
     pub link_iops: u64,
-    /// p99 latency target of small commands. Default 200 us.
+    /// p99 latency target of small commands. Default 200 us. With
+    /// `latency_target_auto_milli` it is the ceiling of the target that follows the path.
     pub latency_target: Nanos,
+    /// When non-zero, the latency target follows the path: this many thousandths of the
+    /// probe's base latency (the lowest probe latency of the last `probe_window` to
+    /// 2 × `probe_window` probes), never above `latency_target`. Justitia sets its target
+    /// to a latency-sensitive flow's latency alone; the base latency is that, measured
+    /// by the probe in the gaps pacing leaves, so the same setting suits RDMA's
+    /// microseconds and TCP's tens of them. Default 1500 (1.5 × the base latency); 0:
+    /// the fixed `latency_target`.
+    pub latency_target_auto_milli: u64,
     /// The reference probe is sent this often. Default 500 us (Justitia).
     pub probe_interval: Nanos,
     /// Probe samples kept for the p99 estimate. Default 1000.
@@ -340,6 +366,7 @@ impl Default for PacerConfig {
             link_mibps: 2800,
             link_iops: 1_000_000,
             latency_target: Nanos::from_micros(200),
+            latency_target_auto_milli: 1500,
             probe_interval: Nanos::from_micros(500),
             probe_window: 1000,
             aimd_interval: Nanos::from_millis(1),
@@ -365,6 +392,10 @@ pub enum PacerConfigError {
     Increase(u64),
     #[error("probe window must hold 1 ..= 100000 samples (got {0})")]
     Window(usize),
+    #[error(
+        "automatic latency target {0}/1000 of the base latency is outside 1000 ..= 100000 (0 turns it off)"
+    )]
+    AutoTarget(u64),
 }
 
 impl PacerConfig {
@@ -397,6 +428,10 @@ impl PacerConfig {
         if self.probe_window == 0 || self.probe_window > 100_000 {
             return Err(PacerConfigError::Window(self.probe_window));
         }
+        let auto = self.latency_target_auto_milli;
+        if auto != 0 && !(1000..=100_000).contains(&auto) {
+            return Err(PacerConfigError::AutoTarget(auto));
+        }
         Ok(())
     }
     fn link_bytes(&self) -> u64 {
@@ -410,6 +445,42 @@ impl PacerConfig {
 /// `last_small`, without taking the pacer's lock.
 pub fn latency_sensitive_at(last_small: Option<Nanos>, now: Nanos, idle: Nanos) -> bool {
     last_small.is_some_and(|t| now.saturating_sub(t) < idle)
+}
+
+/// The minimum of the last `block` to `2 × block` samples, in O(1) per sample: the
+/// minimum of the block being filled and of the one before it. A path that becomes
+/// slower for good raises it within two blocks.
+#[derive(Debug, Clone)]
+struct BaseLatency {
+    block: usize,
+    filled: usize,
+    current: Option<Nanos>,
+    previous: Option<Nanos>,
+}
+
+impl BaseLatency {
+    fn new(block: usize) -> Self {
+        BaseLatency {
+            block: block.max(1),
+            filled: 0,
+            current: None,
+            previous: None,
+        }
+    }
+    fn record(&mut self, latency: Nanos) {
+        if self.filled == self.block {
+            self.previous = self.current.take();
+            self.filled = 0;
+        }
+        self.filled += 1;
+        self.current = Some(self.current.map_or(latency, |c| c.min(latency)));
+    }
+    fn min(&self) -> Option<Nanos> {
+        match (self.current, self.previous) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// Identifies an open stream; stale ids (of closed streams) are refused.
@@ -455,6 +526,7 @@ pub struct Pacer {
     flows: Vec<(u64, u32)>,
     dirs: Dirs,
     probes: LatencyWindow,
+    base: BaseLatency,
     last_latency_io: Option<Nanos>,
     next_aimd: Nanos,
     next_probe: Nanos,
@@ -466,13 +538,14 @@ impl Pacer {
         let link = cfg.link_bytes();
         let step = mul_div(link, cfg.increase_milli, 1000).max(1);
         let ops_per_chunk = mul_div(cfg.chunk_bytes, cfg.link_iops, link).max(1);
+        let aggregate = MultiBucket::new(link, cfg.link_iops, cfg.chunk_bytes, ops_per_chunk, now);
         Ok(Pacer {
             cfg,
             clock: MonotonicClamp::new(now),
             link,
             step,
             allowed: link,
-            aggregate: MultiBucket::new(link, cfg.link_iops, cfg.chunk_bytes, ops_per_chunk, now),
+            aggregate,
             streams: Vec::new(),
             free: Vec::new(),
             generations: Vec::new(),
@@ -480,6 +553,7 @@ impl Pacer {
             flows: Vec::new(),
             dirs: Dirs::new(cfg.dirs, link, step, now),
             probes: LatencyWindow::new(cfg.probe_window),
+            base: BaseLatency::new(cfg.probe_window),
             last_latency_io: None,
             next_aimd: now.saturating_add(cfg.aimd_interval),
             next_probe: now,
@@ -498,6 +572,20 @@ impl Pacer {
     }
     pub fn dirs(&self) -> &Dirs {
         &self.dirs
+    }
+    /// The lowest recent probe latency (the path's latency without pacer-visible load).
+    pub fn base_latency(&self) -> Option<Nanos> {
+        self.base.min()
+    }
+    /// The p99 target AIMD holds the probe to now: the fixed `latency_target`, or with
+    /// `latency_target_auto_milli` that multiple of the base latency (at most the fixed
+    /// one; the fixed one until a probe has completed).
+    pub fn latency_target(&self) -> Nanos {
+        let fixed = self.cfg.latency_target;
+        match (self.cfg.latency_target_auto_milli, self.base.min()) {
+            (0, _) | (_, None) => fixed,
+            (milli, Some(base)) => Nanos(mul_div(base.0, milli, 1000).max(1)).min(fixed),
+        }
     }
     pub fn stream_rate(&self, id: StreamId) -> Option<u64> {
         self.stream(id).map(|s| s.rate)
@@ -544,19 +632,28 @@ impl Pacer {
     }
 
     fn apply_shares(&mut self, now: Nanos) {
-        // Each flow gets U / flows, split among its transfers.
-        let per_flow = (self.allowed / self.flows.len().max(1) as u64).max(1);
-        let shares: Vec<u64> = self
+        // Each flow gets U / flows, split among its transfers; a transfer paces at its
+        // own rate (DIRS, AIMD) within that, but never under its part of the flow's
+        // sharing floor: a flow's transfers come and go (one ends, the application
+        // sends the next), and rates halved while there were four must not leave three
+        // to run the flow under its floor.
+        let flows = self.flows.len().max(1) as u64;
+        let per_flow = (self.allowed / flows).max(1);
+        let floor_per_flow = (self.floor(now) / flows).max(1);
+        let rates: Vec<u64> = self
             .streams
             .iter()
             .map(|s| {
-                s.as_ref()
-                    .map_or(0, |s| (per_flow / self.streams_of(s.flow)).max(1))
+                s.as_ref().map_or(0, |s| {
+                    let n = self.streams_of(s.flow);
+                    let share = (per_flow / n).max(1);
+                    s.rate.min(share).max(floor_per_flow / n)
+                })
             })
             .collect();
-        for (s, share) in self.streams.iter_mut().zip(shares) {
+        for (s, rate) in self.streams.iter_mut().zip(rates) {
             if let Some(s) = s {
-                s.bucket.set_rate(s.rate.min(share), now);
+                s.bucket.set_rate(rate, now);
             }
         }
         self.aggregate.bytes.set_rate(self.allowed, now);
@@ -629,7 +726,16 @@ impl Pacer {
         if own > now {
             return Err(own);
         }
-        self.aggregate.try_take(bytes, 1, now)?;
+        if let Err(t) = self.aggregate.try_take(bytes, 1, now) {
+            // The stream's own tokens are there: waiting on the aggregate, it is as late
+            // as a refused stream and keeps what it accrues meanwhile.
+            if let Some(Some(s)) = self.streams.get_mut(id.index as usize)
+                && s.generation == id.generation
+            {
+                s.bucket.waiting = true;
+            }
+            return Err(t);
+        }
         if let Some(Some(s)) = self.streams.get_mut(id.index as usize)
             && s.generation == id.generation
         {
@@ -648,6 +754,7 @@ impl Pacer {
     pub fn on_probe(&mut self, latency: Nanos, now: Nanos) {
         self.clock.observe(now);
         self.probes.record(latency);
+        self.base.record(latency);
     }
 
     /// Runs AIMD and the DIRS timers when due.
@@ -685,10 +792,8 @@ impl Pacer {
                 s.rate = s.rate.saturating_add(self.step).min(self.link);
             }
         } else {
-            let congested = self
-                .probes
-                .quantile(0.99)
-                .is_some_and(|p99| p99 > self.cfg.latency_target);
+            let target = self.latency_target();
+            let congested = self.probes.quantile(0.99).is_some_and(|p99| p99 > target);
             let floor = self.floor(now);
             if congested {
                 self.allowed = (self.allowed / 2).max(floor);
@@ -795,12 +900,7 @@ mod tests {
         let link = 1000 * MIB;
         let s = p.open_stream(1, t);
         p.note_latency_sensitive(t);
-        for _ in 0..10 {
-            p.on_probe(Nanos::from_millis(5), t);
-            t = t.saturating_add(Nanos::from_millis(1));
-            p.note_latency_sensitive(t);
-            p.tick(t);
-        }
+        t = congest(&mut p, t, Nanos::from_millis(5), 10);
         // One large stream and latency-sensitive traffic: the floor is half the link.
         assert_eq!(p.allowed_rate(), link / 2);
         assert!(p.stream_rate(s).unwrap() >= link / 2);
@@ -809,6 +909,151 @@ mod tests {
         t = t.saturating_add(Nanos::from_millis(1));
         p.tick(t);
         assert_eq!(p.allowed_rate(), link / 2 + link / 50);
+    }
+
+    /// `rounds` AIMD intervals with latency-sensitive traffic and a probe of `probe`
+    /// before each; returns the time after them.
+    fn congest(p: &mut Pacer, mut t: Nanos, probe: Nanos, rounds: usize) -> Nanos {
+        for _ in 0..rounds {
+            p.note_latency_sensitive(t);
+            p.on_probe(probe, t);
+            t = t.saturating_add(Nanos::from_millis(1));
+            p.note_latency_sensitive(t);
+            p.tick(t);
+        }
+        t
+    }
+
+    /// The rate the buckets of `flow`'s transfers release chunks at, together.
+    fn flow_pace(p: &Pacer, flow: u64) -> u64 {
+        p.streams
+            .iter()
+            .flatten()
+            .filter(|s| s.flow == flow)
+            .map(|s| s.bucket.rate())
+            .sum()
+    }
+
+    #[test]
+    fn chunks_released_late_still_go_at_the_allowed_rate() {
+        let mut t = Nanos::from_secs(1);
+        let mut p = pacer(t);
+        let chunk = p.config().chunk_bytes;
+        let s = p.open_stream(1, t);
+        let rate = p.allowed_rate();
+        let chunk_time = chunk * 1_000_000_000 / rate;
+        let start = t;
+        let mut sent = 0u64;
+        // The sender gets to every other chunk 40 % of a chunk time after it was due.
+        for k in 0.. {
+            match p.try_send(s, chunk, t) {
+                Ok(()) => sent += chunk,
+                Err(at) => t = at,
+            }
+            if k % 2 == 1 {
+                t = t.saturating_add(Nanos(chunk_time * 2 / 5));
+            }
+            if t.saturating_sub(start) >= Nanos::from_secs(1) {
+                break;
+            }
+        }
+        let got = sent as f64 / t.saturating_sub(start).as_secs_f64();
+        assert!(got >= 0.98 * rate as f64, "{got:.0} B/s of {rate}");
+        assert!(got <= 1.01 * rate as f64, "{got:.0} B/s of {rate}");
+        // The credit is for lateness only: after a pause with nothing to send, one chunk
+        // goes at once and the next waits its time.
+        t = t.saturating_add(Nanos::from_secs(1));
+        assert!(p.try_send(s, chunk, t).is_ok());
+        assert!(p.try_send(s, chunk, t).is_err());
+    }
+
+    #[test]
+    fn a_flow_keeps_its_floor_while_its_transfers_come_and_go() {
+        let mut t = Nanos::from_secs(1);
+        let mut p = pacer(t);
+        let link = 1000 * MIB;
+        // A writer with four transfers in flight and a latency-sensitive reader.
+        let ids: Vec<StreamId> = (0..4).map(|_| p.open_stream(7, t)).collect();
+        t = congest(&mut p, t, Nanos::from_millis(5), 10);
+        assert_eq!(p.allowed_rate(), link / 2);
+        assert!(flow_pace(&p, 7) >= link / 2 - 4);
+        // One transfer ends before the application sends the next: the other three
+        // still carry the flow's floor (halved per-transfer rates left them at a
+        // quarter of it each, three quarters together).
+        p.close_stream(ids[0], t);
+        assert!(
+            flow_pace(&p, 7) >= link / 2 - 3,
+            "{} of {}",
+            flow_pace(&p, 7),
+            link / 2
+        );
+        // A new transfer starts at the DIRS rate and the flow is at its floor again.
+        p.open_stream(7, t);
+        assert!(flow_pace(&p, 7) >= link / 2 - 4);
+    }
+
+    #[test]
+    fn the_automatic_target_follows_the_probes_base_latency() {
+        let mut t = Nanos::from_secs(1);
+        let cfg = PacerConfig {
+            link_mibps: 1000,
+            probe_window: 4,
+            latency_target_auto_milli: 1500,
+            ..PacerConfig::default()
+        };
+        let mut p = Pacer::new(cfg, t).unwrap();
+        let link = 1000 * MIB;
+        // No probe yet: the fixed target (the ceiling).
+        assert_eq!(p.latency_target(), cfg.latency_target);
+        p.open_stream(1, t);
+        p.note_latency_sensitive(t);
+        // A 20 us path: the target is 30 us; 40 us probes are congestion, though far
+        // under the fixed 200 us.
+        p.on_probe(Nanos::from_micros(20), t);
+        assert_eq!(p.base_latency(), Some(Nanos::from_micros(20)));
+        assert_eq!(p.latency_target(), Nanos::from_micros(30));
+        t = congest(&mut p, t, Nanos::from_micros(40), 4);
+        assert_eq!(
+            p.allowed_rate(),
+            link / 2,
+            "halved down to the sharing floor"
+        );
+        // The same probes under a fixed target of 200 us: additive increase.
+        let mut fixed = Pacer::new(
+            PacerConfig {
+                latency_target_auto_milli: 0,
+                ..cfg
+            },
+            t,
+        )
+        .unwrap();
+        fixed.open_stream(1, t);
+        fixed.note_latency_sensitive(t);
+        fixed.on_probe(Nanos::from_micros(40), t);
+        fixed.tick(t.saturating_add(Nanos::from_millis(1)));
+        assert_eq!(fixed.allowed_rate(), link);
+        // The path becomes slower for good: within two windows the base follows it.
+        for _ in 0..8 {
+            p.on_probe(Nanos::from_micros(100), t);
+        }
+        assert_eq!(p.base_latency(), Some(Nanos::from_micros(100)));
+        assert_eq!(p.latency_target(), Nanos::from_micros(150));
+        // Never above the fixed target.
+        for _ in 0..8 {
+            p.on_probe(Nanos::from_millis(1), t);
+        }
+        assert_eq!(p.latency_target(), cfg.latency_target);
+        // Factors under 1 (a target below the path's own latency) are refused.
+        for bad in [1, 999, 100_001] {
+            assert_eq!(
+                PacerConfig {
+                    latency_target_auto_milli: bad,
+                    ..cfg
+                }
+                .validate(),
+                Err(PacerConfigError::AutoTarget(bad))
+            );
+        }
     }
 
     #[test]
@@ -897,12 +1142,7 @@ mod tests {
         // reader: the writer's floor is half the link, not 8/9 of it.
         let streams: Vec<_> = (0..8).map(|_| p.open_stream(7, t)).collect();
         assert_eq!(p.active_flows(), 1);
-        for _ in 0..10 {
-            p.note_latency_sensitive(t);
-            p.on_probe(Nanos::from_millis(5), t);
-            t = t.saturating_add(Nanos::from_millis(1));
-            p.tick(t);
-        }
+        t = congest(&mut p, t, Nanos::from_millis(5), 10);
         assert_eq!(p.allowed_rate(), link / 2);
         for s in streams {
             p.close_stream(s, t);

@@ -149,6 +149,7 @@ struct RawQos {
 struct RawPacer {
     chunk_kib: Option<i64>,
     latency_target_us: Option<i64>,
+    latency_target_auto_milli: Option<i64>,
     link_iops: Option<i64>,
     probe_interval_us: Option<i64>,
     aimd_interval_us: Option<i64>,
@@ -375,6 +376,9 @@ pub struct QosSpec {
 pub struct PacerSpec {
     pub chunk_bytes: u64,
     pub latency_target: Nanos,
+    /// 0: the fixed `latency_target`; else that many thousandths of the probe's base
+    /// latency, at most `latency_target` (qos-core's `PacerConfig`).
+    pub latency_target_auto_milli: u64,
     pub link_iops: u64,
     pub probe_interval: Nanos,
     pub aimd_interval: Nanos,
@@ -864,6 +868,23 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
                 "the latency target",
             )?
             .map_or(defaults.latency_target, Nanos::from_micros),
+        latency_target_auto_milli: match ctx.non_negative(
+            pr.latency_target_auto_milli,
+            &pp("latency_target_auto_milli"),
+            "the automatic latency target",
+        )? {
+            None => defaults.latency_target_auto_milli,
+            Some(m) if m == 0 || (1000..=100_000).contains(&m) => m,
+            Some(m) => {
+                return Err(ctx.invalid(
+                    &pp("latency_target_auto_milli"),
+                    format!(
+                        "the automatic latency target is in thousandths of the base latency, \
+                         1000 ..= 100000, or 0 for the fixed latency_target_us (got {m})"
+                    ),
+                ));
+            }
+        },
         link_iops: ctx
             .positive(pr.link_iops, &pp("link_iops"), "the link operation rate")?
             .unwrap_or(defaults.link_iops),
@@ -1474,5 +1495,20 @@ count = 4
         assert_eq!(e.field(), Some("target.capacity_iops"));
         assert_eq!(e.line(), Some(5));
         assert!(e.to_string().contains("cannot be negative"), "{e}");
+    }
+
+    #[test]
+    fn the_automatic_latency_target_is_a_multiple_of_at_least_one_or_off() {
+        let with = |v: &str| format!("{MINI}[pacer]\nlatency_target_auto_milli = {v}\n");
+        let s = Scenario::parse(MINI, "x.toml", "x").unwrap();
+        assert_eq!(
+            s.pacer.latency_target_auto_milli, 1500,
+            "qos-core's default"
+        );
+        let s = Scenario::parse(&with("0"), "x.toml", "x").unwrap();
+        assert_eq!(s.pacer.latency_target_auto_milli, 0);
+        let e = Scenario::parse(&with("500"), "x.toml", "x").unwrap_err();
+        assert_eq!(e.field(), Some("pacer.latency_target_auto_milli"));
+        assert!(e.to_string().contains("1000 ..= 100000"), "{e}");
     }
 }

@@ -520,6 +520,7 @@ impl Sim {
                 link_mibps: (bps >> 20).max(1),
                 link_iops: scaled(sc.pacer.link_iops, scale).max(1),
                 latency_target: sc.pacer.latency_target,
+                latency_target_auto_milli: sc.pacer.latency_target_auto_milli,
                 probe_interval: sc.pacer.probe_interval,
                 aimd_interval: sc.pacer.aimd_interval,
                 ..PacerConfig::default()
