@@ -16,7 +16,13 @@
 //!   ratio is reported) and the writer keep >= 90% of its share of the link.
 //!   `QOS_IT_ROUNDS` sets the writer-alone rounds (default 5), `QOS_IT_CHUNK_BYTES`
 //!   the QoS bdevs' `chunk_bytes` (default: the plugin's, 32 KiB),
-//!   `QOS_IT_LATENCY_TARGET_US` their `latency_target_us` (default 200).
+//!   `QOS_IT_LATENCY_TARGET_US` their `latency_target_us` (default 200),
+//!   `QOS_IT_LATENCY_AUTO_MILLI` their `latency_target_auto_milli` (default 1500). The
+//!   target's TCP transport carries a chunk in one capsule (`in_capsule_data_size` =
+//!   the chunk size; `QOS_IT_IN_CAPSULE_BYTES` sets another).
+//!   The reader alone gives the floor of its latency; the pacer group's target, base
+//!   latency and the writer's chunk and hold counts are printed halfway through each
+//!   round with the plugin.
 //! - `robustness`: bad RPC input, save_config replay, chunked verify against a target
 //!   without the plugin (fallback, one warning), vendor-command time-outs, reset and
 //!   controller reset with held and chunked I/O, delete under load, disconnect.
@@ -63,7 +69,13 @@ fn target(s: &Setup, plugin: bool) -> Target {
 
 /// One subsystem per host (only that host allowed) with namespace `bdev`.
 fn expose(t: &mut Target, hosts: &[(&str, &str)]) {
-    t.call("nvmf_create_transport", json!({"trtype": "TCP"}));
+    expose_on(t, json!({"trtype": "TCP"}), hosts);
+}
+
+/// [`expose`] over a TCP transport created with `transport` (its `nvmf_create_transport`
+/// parameters).
+fn expose_on(t: &mut Target, transport: Value, hosts: &[(&str, &str)]) {
+    t.call("nvmf_create_transport", transport);
     for (h, bdev) in hosts {
         t.expose_to_host(&subsys(h), &host(h), bdev, PORT);
     }
@@ -82,6 +94,24 @@ fn run(b: &mut Bdevperf) -> (BTreeMap<String, JobResult>, String) {
         .unwrap_or_else(|| panic!("bdevperf did not exit; log:\n{}", b.log_tail(30)));
     let res = res.unwrap_or_else(|e| panic!("perform_tests: {e}\n{}", tail(&out, 30)));
     (job_results(&res, &out), out)
+}
+
+/// As [`run`], and the state of QoS bdev `name` (with its pacer group's) halfway
+/// through `secs`.
+fn run_sampling_state(
+    b: &mut Bdevperf,
+    name: &str,
+    secs: u32,
+) -> (BTreeMap<String, JobResult>, String, Value) {
+    let h = b.perform_tests();
+    std::thread::sleep(Duration::from_millis(u64::from(secs) * 500));
+    let state = get_state(b, name);
+    let res = h.join().expect("perform_tests thread");
+    let out = b
+        .finish(60)
+        .unwrap_or_else(|| panic!("bdevperf did not exit; log:\n{}", b.log_tail(30)));
+    let res = res.unwrap_or_else(|e| panic!("perform_tests: {e}\n{}", tail(&out, 30)));
+    (job_results(&res, &out), out, state)
 }
 
 fn tail(s: &str, n: usize) -> String {
@@ -331,8 +361,22 @@ fn rw_target(s: &Setup) -> Target {
                    "host_nqn": host(h)}),
         );
     }
-    expose(&mut t, &[("r", "qos_r"), ("w", "qos_w")]);
+    // A paced chunk in one capsule: with SPDK's default of 4 KiB in capsule, every chunk
+    // of a write waits for an R2T and goes as a separate data PDU (docs/rpc.md).
+    let in_capsule = env_u64("QOS_IT_IN_CAPSULE_BYTES")
+        .or_else(|| env_u64("QOS_IT_CHUNK_BYTES"))
+        .unwrap_or(32 * 1024);
+    println!("target: TCP transport with in_capsule_data_size {in_capsule}");
+    expose_on(
+        &mut t,
+        json!({"trtype": "TCP", "in_capsule_data_size": in_capsule}),
+        &[("r", "qos_r"), ("w", "qos_w")],
+    );
     t
+}
+
+fn env_u64(var: &str) -> Option<u64> {
+    std::env::var(var).ok().and_then(|v| v.parse().ok())
 }
 
 #[test]
@@ -360,6 +404,21 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
         ],
     );
     let secs = 8u32;
+    // The floor: the reader alone, no writer, plain bdev_nvme.
+    let (res, _) = run(&mut bdevperf(
+        &s,
+        false,
+        plain_cfg.clone(),
+        vec![Job::new(&ctrls[0].bdev(), "randread", 4096, 1)],
+        4,
+    ));
+    let alone = &res[&ctrls[0].bdev()];
+    println!(
+        "reader alone (plain, no writer): {:.0} IOPS p50 {:.1} us p99 {:.1} us",
+        alone.iops,
+        alone.p50_us.unwrap_or(0.0),
+        alone.p99_us.unwrap_or(0.0)
+    );
     let mut rows = Vec::new();
     for round in 0..3 {
         let order: [bool; 2] = if round % 2 == 0 {
@@ -377,7 +436,13 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
                 Job::new(&r, "randread", 4096, 1),
                 Job::new(&w, "write", 1 << 20, 4),
             ];
-            let (res, out) = run(&mut bdevperf(&s, qos, cfg, jobs, secs));
+            let mut b = bdevperf(&s, qos, cfg, jobs, secs);
+            let (res, out, state) = if qos {
+                run_sampling_state(&mut b, &w, secs)
+            } else {
+                let (res, out) = run(&mut b);
+                (res, out, Value::Null)
+            };
             let (rr, wr) = (&res[&r], &res[&w]);
             assert!(
                 rr.io_failed == 0 && wr.io_failed == 0,
@@ -399,6 +464,23 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
                 p99,
                 wr.mibps
             );
+            if qos {
+                let (pacer, w) = (&state["pacer"], &state["state"]);
+                let us = |k: &str| pacer[k].as_u64().map_or(0.0, |n| n as f64 / 1000.0);
+                let n = |k: &str| w[k].as_u64().unwrap_or(0);
+                println!(
+                    "    halfway: pacer allowed {} MiB/s, latency target {:.1} us, probe base \
+                     latency {:.1} us; writer so far {} chunks, {} held for tokens ({:.1} ms \
+                     held, {:.1} ms paced in all)",
+                    pacer["allowed_mibps"],
+                    us("latency_target_ns"),
+                    us("base_latency_ns"),
+                    n("chunks"),
+                    n("held_total"),
+                    n("held_ns") as f64 / 1e6,
+                    n("paced_ns") as f64 / 1e6,
+                );
+            }
             rows.push((round, qos, p99, wr.mibps));
         }
     }
@@ -438,15 +520,17 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
     );
 }
 
-/// `q` with `chunk_bytes` from `QOS_IT_CHUNK_BYTES` and `latency_target_us` from
-/// `QOS_IT_LATENCY_TARGET_US` when set (the plugin's defaults otherwise), for trying
+/// `q` with `chunk_bytes` from `QOS_IT_CHUNK_BYTES`, `latency_target_us` from
+/// `QOS_IT_LATENCY_TARGET_US` and `latency_target_auto_milli` from
+/// `QOS_IT_LATENCY_AUTO_MILLI` when set (the plugin's defaults otherwise), for trying
 /// other settings in the reader/writer test.
 fn with_chunk(mut q: Value) -> Value {
     for (var, key) in [
         ("QOS_IT_CHUNK_BYTES", "chunk_bytes"),
         ("QOS_IT_LATENCY_TARGET_US", "latency_target_us"),
+        ("QOS_IT_LATENCY_AUTO_MILLI", "latency_target_auto_milli"),
     ] {
-        if let Some(v) = std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()) {
+        if let Some(v) = env_u64(var) {
             q[key] = json!(v);
         }
     }
@@ -461,11 +545,7 @@ fn with_chunk(mut q: Value) -> Value {
 /// `QOS_IT_ROUNDS` rounds, default 5) and returns the median MiB/s of `split_always`:
 /// the link's capacity for chunked traffic, which is all the pacer paces (Justitia's C).
 fn writer_alone(s: &Setup, ctrls: &[Controller; 2]) -> u64 {
-    let rounds: usize = std::env::var("QOS_IT_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5)
-        .max(1);
+    let rounds = env_u64("QOS_IT_ROUNDS").unwrap_or(5).max(1) as usize;
     let variants = [
         ("plain", None),
         ("QoS bdev", Some(json!({}))),
