@@ -636,10 +636,15 @@ impl Pacer {
         // own rate (DIRS, AIMD) within that, but never under its part of the flow's
         // sharing floor: a flow's transfers come and go (one ends, the application
         // sends the next), and rates halved while there were four must not leave three
-        // to run the flow under its floor.
+        // to run the flow under its floor. (The floor is Justitia's guarantee against
+        // latency-sensitive traffic; without any, DIRS alone sets where a stream starts.)
         let flows = self.flows.len().max(1) as u64;
         let per_flow = (self.allowed / flows).max(1);
-        let floor_per_flow = (self.floor(now) / flows).max(1);
+        let floor_per_flow = if self.latency_sensitive(now) {
+            (self.floor(now) / flows).max(1)
+        } else {
+            1
+        };
         let rates: Vec<u64> = self
             .streams
             .iter()
