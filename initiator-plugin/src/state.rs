@@ -331,7 +331,7 @@ impl PacerGroup {
         {
             g.probe = None;
             g.probes_lost += 1;
-            g.pacer.on_probe(now.saturating_sub(sent), now);
+            g.pacer.on_failed_probe(now.saturating_sub(sent), now);
         }
         let t = g.pacer.tick(now);
         self.next_tick.store(t.next_deadline.0, Ordering::Relaxed);
@@ -344,12 +344,17 @@ impl PacerGroup {
         None
     }
 
-    /// The probe `seq` completed (or failed: a failed probe still measured a round trip).
-    pub fn probe_done(&self, seq: u64, latency: Nanos, now: Nanos) {
+    /// The probe `seq` completed (or failed: a failed probe still measured a round trip,
+    /// which counts for the p99 but not for the base latency of the automatic target).
+    pub fn probe_done(&self, seq: u64, success: bool, latency: Nanos, now: Nanos) {
         let mut g = lock(&self.st);
         if g.probe.is_some_and(|(s, _)| s == seq) {
             g.probe = None;
-            g.pacer.on_probe(latency, now);
+            if success {
+                g.pacer.on_probe(latency, now);
+            } else {
+                g.pacer.on_failed_probe(latency, now);
+            }
         }
     }
 

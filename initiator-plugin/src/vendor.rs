@@ -232,7 +232,9 @@ fn vendor_done(id: RequestId, r: VendorReq, buf: DmaBuf, base: BaseIo, success: 
         }
         VendorKind::Probe(seq) => {
             // Any completion measured a round trip through the target's queues.
-            inner.group.probe_done(seq, now.saturating_sub(r.sent), now);
+            inner
+                .group
+                .probe_done(seq, success, now.saturating_sub(r.sent), now);
             if !success
                 && status.sct == 0
                 && status.sc == wire::status::INVALID_OPCODE

@@ -762,6 +762,15 @@ impl Pacer {
         self.base.record(latency);
     }
 
+    /// Latency of a probe that failed or was lost: it counts against the target (a slow
+    /// or failing path is congestion) but not for the base latency, since an error can
+    /// come back before the command reached the target's queues and would set the
+    /// automatic target far too low.
+    pub fn on_failed_probe(&mut self, latency: Nanos, now: Nanos) {
+        self.clock.observe(now);
+        self.probes.record(latency);
+    }
+
     /// Runs AIMD and the DIRS timers when due.
     pub fn tick(&mut self, now: Nanos) -> PacerTick {
         let now = self.clock.observe(now);
@@ -1008,7 +1017,11 @@ mod tests {
         };
         let mut p = Pacer::new(cfg, t).unwrap();
         let link = 1000 * MIB;
-        // No probe yet: the fixed target (the ceiling).
+        // No probe yet: the fixed target (the ceiling); a failed probe (an error that
+        // may never have reached the target) sets no base either.
+        assert_eq!(p.latency_target(), cfg.latency_target);
+        p.on_failed_probe(Nanos::from_micros(2), t);
+        assert_eq!(p.base_latency(), None);
         assert_eq!(p.latency_target(), cfg.latency_target);
         p.open_stream(1, t);
         p.note_latency_sensitive(t);
