@@ -120,8 +120,8 @@ pub struct PacerOptions {
     /// `latency_target_auto_milli`, the ceiling of the target that follows the path.
     pub latency_target_us: u64,
     /// Non-zero: the target is this many thousandths of the probe's base latency (its
-    /// lowest over the recent probes), at most `latency_target_us`. Default 0 (fixed).
-    #[serde(default)]
+    /// lowest over the recent probes), at most `latency_target_us`; 0: the fixed target.
+    /// Default 1500.
     pub latency_target_auto_milli: u64,
     /// The probe (a GET_STATE vendor command) is sent this often while small I/O is
     /// active. Default 500 us.

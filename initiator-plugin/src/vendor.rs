@@ -231,7 +231,8 @@ fn vendor_done(id: RequestId, r: VendorReq, buf: DmaBuf, base: BaseIo, success: 
             }
         }
         VendorKind::Probe(seq) => {
-            // Any completion measured a round trip through the target's queues.
+            // Any completion measured a round trip (a failed one only for the p99: its
+            // error may not have crossed the target's queues).
             inner
                 .group
                 .probe_done(seq, success, now.saturating_sub(r.sent), now);
