@@ -1,4 +1,5 @@
-//! Small helpers the tests share: Zipf-distributed amounts, medians, log lines.
+//! Small helpers the tests share: Zipf-distributed amounts, medians, log lines, numeric
+//! knobs from the environment.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -9,6 +10,17 @@ pub fn zipf(n: usize, total: u64) -> Vec<u64> {
     (1..=n)
         .map(|i| (total as f64 / (i as f64 * h)).floor() as u64)
         .collect()
+}
+
+/// A test's numeric knob: `var` from the environment, `None` when unset. A value that
+/// is not a whole number stops the test with a message saying what to give (`what`),
+/// rather than being ignored.
+pub fn env_number(var: &str, what: &str) -> Option<u64> {
+    let v = std::env::var(var).ok()?;
+    Some(
+        v.parse()
+            .unwrap_or_else(|_| panic!("{var}={v:?}: give {what}")),
+    )
 }
 
 /// The median of `v` (0 when empty).

@@ -667,28 +667,28 @@ mod tests {
             EstimateStep::Held
         );
         assert_eq!(e.current(), 1000);
-        let mut e = CapacityEstimator::new(&with_hold(), 1000, 50);
-        // Not without the evidence, nor while a reservation is missed, nor beyond 3 %.
+        // Not without the evidence, nor while a reservation is missed, nor beyond 3 %,
+        // nor with the band off (the default): averaged, from an estimate of 1000.
+        let first = |c: &EstimatorConfig, served, missed, evidence| {
+            let mut e = CapacityEstimator::new(c, 1000, 50);
+            (e.observe(served, missed, evidence), e.current())
+        };
+        let averaged = |served| (EstimateStep::Averaged, served);
         assert_eq!(
-            e.observe(980, false, Evidence::None),
-            EstimateStep::Averaged
+            first(&with_hold(), 980, false, Evidence::None),
+            averaged(980)
         );
-        let mut e = CapacityEstimator::new(&with_hold(), 1000, 50);
         assert_eq!(
-            e.observe(980, true, Evidence::Backlogged),
-            EstimateStep::Averaged
+            first(&with_hold(), 980, true, Evidence::Backlogged),
+            averaged(980)
         );
-        let mut e = CapacityEstimator::new(&with_hold(), 1000, 50);
         assert_eq!(
-            e.observe(960, false, Evidence::Backlogged),
-            EstimateStep::Averaged
+            first(&with_hold(), 960, false, Evidence::Backlogged),
+            averaged(960)
         );
-        assert_eq!(e.current(), 960);
-        // Off (the default): averaged.
-        let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
         assert_eq!(
-            e.observe(980, false, Evidence::Backlogged),
-            EstimateStep::Averaged
+            first(&cfg(), 980, false, Evidence::Backlogged),
+            averaged(980)
         );
     }
 

@@ -874,15 +874,15 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
             "the automatic latency target",
         )? {
             None => defaults.latency_target_auto_milli,
-            Some(m) if m == 0 || (1000..=100_000).contains(&m) => m,
             Some(m) => {
-                return Err(ctx.invalid(
-                    &pp("latency_target_auto_milli"),
-                    format!(
-                        "the automatic latency target is in thousandths of the base latency, \
-                         1000 ..= 100000, or 0 for the fixed latency_target_us (got {m})"
-                    ),
-                ));
+                // qos-core's own check, so that the lab and the plugin take the same values.
+                qos_core::pacer::PacerConfig {
+                    latency_target_auto_milli: m,
+                    ..defaults
+                }
+                .validate()
+                .map_err(|e| ctx.invalid(&pp("latency_target_auto_milli"), e.to_string()))?;
+                m
             }
         },
         link_iops: ctx

@@ -88,6 +88,14 @@ fn bdevperf(s: &Setup, plugin: bool, config: Value, jobs: Vec<Job>, secs: u32) -
 /// Runs the jobs to the end; returns results by bdev and the output.
 fn run(b: &mut Bdevperf) -> (BTreeMap<String, JobResult>, String) {
     let h = b.perform_tests();
+    finish_run(b, h)
+}
+
+/// Waits for the `perform_tests` call `h` and bdevperf's exit; its job results and log.
+fn finish_run(
+    b: &mut Bdevperf,
+    h: std::thread::JoinHandle<Result<Value, RpcError>>,
+) -> (BTreeMap<String, JobResult>, String) {
     let res = h.join().expect("perform_tests thread");
     let out = b
         .finish(60)
@@ -106,12 +114,8 @@ fn run_sampling_state(
     let h = b.perform_tests();
     std::thread::sleep(Duration::from_millis(u64::from(secs) * 500));
     let state = get_state(b, name);
-    let res = h.join().expect("perform_tests thread");
-    let out = b
-        .finish(60)
-        .unwrap_or_else(|| panic!("bdevperf did not exit; log:\n{}", b.log_tail(30)));
-    let res = res.unwrap_or_else(|e| panic!("perform_tests: {e}\n{}", tail(&out, 30)));
-    (job_results(&res, &out), out, state)
+    let (res, out) = finish_run(b, h);
+    (res, out, state)
 }
 
 fn tail(s: &str, n: usize) -> String {
@@ -363,8 +367,8 @@ fn rw_target(s: &Setup) -> Target {
     }
     // A paced chunk in one capsule: with SPDK's default of 4 KiB in capsule, every chunk
     // of a write waits for an R2T and goes as a separate data PDU (docs/rpc.md).
-    let in_capsule = env_u64("QOS_IT_IN_CAPSULE_BYTES")
-        .or_else(|| env_u64("QOS_IT_CHUNK_BYTES"))
+    let in_capsule = env_number("QOS_IT_IN_CAPSULE_BYTES", "bytes, e.g. 32768")
+        .or_else(|| env_number("QOS_IT_CHUNK_BYTES", "bytes, e.g. 32768"))
         .unwrap_or(32 * 1024);
     println!("target: TCP transport with in_capsule_data_size {in_capsule}");
     expose_on(
@@ -373,10 +377,6 @@ fn rw_target(s: &Setup) -> Target {
         &[("r", "qos_r"), ("w", "qos_w")],
     );
     t
-}
-
-fn env_u64(var: &str) -> Option<u64> {
-    std::env::var(var).ok().and_then(|v| v.parse().ok())
 }
 
 #[test]
@@ -530,7 +530,7 @@ fn with_chunk(mut q: Value) -> Value {
         ("QOS_IT_LATENCY_TARGET_US", "latency_target_us"),
         ("QOS_IT_LATENCY_AUTO_MILLI", "latency_target_auto_milli"),
     ] {
-        if let Some(v) = env_u64(var) {
+        if let Some(v) = env_number(var, "a whole number") {
             q[key] = json!(v);
         }
     }
@@ -545,7 +545,9 @@ fn with_chunk(mut q: Value) -> Value {
 /// `QOS_IT_ROUNDS` rounds, default 5) and returns the median MiB/s of `split_always`:
 /// the link's capacity for chunked traffic, which is all the pacer paces (Justitia's C).
 fn writer_alone(s: &Setup, ctrls: &[Controller; 2]) -> u64 {
-    let rounds = env_u64("QOS_IT_ROUNDS").unwrap_or(5).max(1) as usize;
+    let rounds = env_number("QOS_IT_ROUNDS", "a number of rounds, e.g. 5")
+        .unwrap_or(5)
+        .max(1) as usize;
     let variants = [
         ("plain", None),
         ("QoS bdev", Some(json!({}))),

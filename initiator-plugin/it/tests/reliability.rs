@@ -1057,6 +1057,13 @@ impl Attack {
     }
 }
 
+impl Drop for Attack {
+    /// A test that fails while attacking leaves no thread sending.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
 /// The forged and hostile vendor commands host 2 cycles through: a huge ACQUIRE, an
 /// unknown version, a wrong magic, reserved dwords set, a namespace it does not have,
 /// a too-short reply buffer, an unknown vendor opcode, and GET_STATE.

@@ -140,14 +140,6 @@ fn domain(t: &mut Target, capacity: u64) {
 
 /// Environment variable `var` as a number, `None` when unset; panics naming `what` to
 /// give when it is not a number.
-fn env_number(var: &str, what: &str) -> Option<u64> {
-    let v = std::env::var(var).ok()?;
-    Some(
-        v.parse()
-            .unwrap_or_else(|_| panic!("{var}={v:?}: give {what}")),
-    )
-}
-
 /// The four hosts' load without QoS (`bare_secs`), then a target whose domain is
 /// configured at `profile_factor()` of that total, host i + 1 reserving `res_pct[i]` %
 /// of it with `weights[i]`, and bdevperf started on the QoS bdevs for `secs`. Returns
