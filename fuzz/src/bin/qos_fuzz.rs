@@ -1,6 +1,6 @@
 //! `qos-fuzz [TARGET...] [--runs N] [--seed S]`: runs the fuzz targets that build
 //! without SPDK (default: all) for N inputs each (default 1,000,000), printing inputs
-//! per second. Seeds come from `qos-core/fuzz/corpus/<target>/` and, for scenarios,
+//! per second. Seeds come from `fuzz/corpus/<target>/` and, for scenarios,
 //! from the lab's shipped scenario files (cluster scenarios from `scenarios/cluster/`).
 
 use std::path::{Path, PathBuf};
@@ -21,19 +21,29 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
 }
 
-fn seeds(target: &str) -> Vec<Vec<u8>> {
-    let mut s = corpus(&root().join("corpus").join(target));
-    if target == "scenario" {
-        let dir = root().join("../../qos-lab/scenarios");
-        s.extend(corpus(&dir));
+/// Where a target's seeds are: its corpus under `fuzz/corpus/`, or for scenarios the
+/// lab's shipped scenario files.
+fn seed_dirs(target: &str) -> Vec<PathBuf> {
+    let lab = root().join("../qos-lab/scenarios");
+    match target {
+        "scenario" => vec![lab],
+        "cluster_scenario" => vec![lab.join("cluster")],
+        t => vec![root().join("corpus").join(t)],
     }
-    if target == "cluster_scenario" {
-        s.extend(corpus(&root().join("../../qos-lab/scenarios/cluster")));
+}
+
+/// Every seed of `target`. A seed directory that is missing or empty is an error: a
+/// moved corpus must not turn quietly into no seeds at all.
+fn seeds(target: &str) -> Result<Vec<Vec<u8>>, String> {
+    let mut s = Vec::new();
+    for dir in seed_dirs(target) {
+        let found = corpus(&dir);
+        if found.is_empty() {
+            return Err(format!("{target}: no seeds in {}", dir.display()));
+        }
+        s.extend(found);
     }
-    if s.is_empty() {
-        s.push(Vec::new());
-    }
-    s
+    Ok(s)
 }
 
 fn main() -> ExitCode {
@@ -61,7 +71,13 @@ fn main() -> ExitCode {
         chosen = TARGETS.iter().map(|t| t.to_string()).collect();
     }
     for t in &chosen {
-        let s = seeds(t);
+        let s = match seeds(t) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
         let check: fn(&[u8]) = match t.as_str() {
             "vendor_command" => targets::vendor_command,
             "state_reply" => targets::state_reply,
@@ -99,4 +115,17 @@ fn main() -> ExitCode {
         );
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_target_has_seeds() {
+        for t in TARGETS {
+            let s = seeds(t).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!s.is_empty(), "{t}");
+        }
+    }
 }
