@@ -58,13 +58,22 @@ exporter: $(VENV)/.installed
 KEEP_HUGEPAGES = hp=$$(cat /proc/sys/vm/nr_hugepages 2>/dev/null); \
 	trap 'echo $$hp > /proc/sys/vm/nr_hugepages 2>/dev/null || true' EXIT;
 
+# The integration tests, each test file once: the plugins' and the harness's own tests,
+# the target plugin's basic tests (target_qos), the initiator plugin's (initiator-it),
+# then the target plugin's long runs: every other file of spdk-plugin/it/tests (the
+# cluster, reliability's soak, restart and hostile host; weighted_qos's tests are
+# #[ignore]d acceptance runs, see accept).
+TARGET_IT_FIRST := target_qos
+TARGET_IT_LONG := $(filter-out $(TARGET_IT_FIRST),$(sort $(basename $(notdir $(wildcard spdk-plugin/it/tests/*.rs)))))
+
 test-spdk:
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin -p nvmf-qos-agent
 	$(KEEP_HUGEPAGES) \
 	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p spdk-sys -p spdk-plugin -p initiator-plugin -p it-harness && \
-	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it -- --nocapture --test-threads=1 && \
-	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p initiator-it -- --nocapture --test-threads=1
+	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it --lib --bins $(addprefix --test ,$(TARGET_IT_FIRST)) -- --nocapture --test-threads=1 && \
+	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p initiator-it -- --nocapture --test-threads=1 && \
+	SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it $(addprefix --test ,$(TARGET_IT_LONG)) -- --nocapture --test-threads=1
 else
 	@echo "SKIPPED: SPDK tests: SPDK not present at SPDK_DIR=$(SPDK_DIR): missing $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,$(f))) (spdk-present.list; see docs/target-plugin.md)"
 	SPDK_DIR="$(SPDK_DIR)" cargo test -p it-harness -p target-it -p initiator-it
@@ -81,7 +90,7 @@ soak:
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin
 	$(KEEP_HUGEPAGES) SOAK_SECS=$(SOAK_SECS) SOAK_SEED=$(SOAK_SEED) SPDK_DIR="$(SPDK_DIR)" \
-	cargo test --release -p initiator-it --test reliability soak_with_churn -- --nocapture --test-threads=1
+	cargo test --release -p target-it --test reliability soak_with_churn -- --nocapture --test-threads=1
 else
 	@echo "SKIPPED: the soak needs SPDK at SPDK_DIR=$(SPDK_DIR)"
 endif
@@ -103,7 +112,7 @@ endif
 accept:
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin -p nvmf-qos-agent
-	$(KEEP_HUGEPAGES) NVMF_QOS_ACCEPTANCE=1 SPDK_DIR="$(SPDK_DIR)" cargo test --release -p initiator-it --test weighted_qos -- --ignored --nocapture --test-threads=1; \
+	$(KEEP_HUGEPAGES) NVMF_QOS_ACCEPTANCE=1 SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it --test weighted_qos -- --ignored --nocapture --test-threads=1; \
 	NVMF_QOS_ACCEPTANCE=1 SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it --test cluster -- --nocapture
 else
 	@echo "SKIPPED: acceptance runs need SPDK at SPDK_DIR=$(SPDK_DIR)"

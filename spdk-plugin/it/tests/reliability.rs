@@ -46,8 +46,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use initiator_it::*;
-use it_harness::nvme_tcp::{Qpair, Sqe, connect_io};
+use target_it::*;
+use target_it::nvme_tcp::{Qpair, Sqe, connect_io};
 use serde_json::{Value, json};
 
 /// SPDK processes of the tests must not overlap (cores, hugepages, ports).

@@ -40,7 +40,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use initiator_it::*;
+use target_it::*;
 use serde_json::{Value, json};
 
 /// SPDK processes of the tests must not overlap (cores, hugepages, ports).
