@@ -624,6 +624,11 @@ impl DomainConfig {
                 max: max_check,
             });
         }
+        self.validate_capacity()?;
+        self.validate_knobs()
+    }
+
+    fn validate_capacity(&self) -> Result<(), ConfigError> {
         let c = &self.capacity;
         if c.iops == 0 {
             return Err(ConfigError::ZeroCapacity(0));
@@ -656,6 +661,11 @@ impl DomainConfig {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// Batches, the estimator's knobs, the cost model and the release burst.
+    fn validate_knobs(&self) -> Result<(), ConfigError> {
         if let BatchSize::Fixed { ops, bytes } = self.global_batch
             && (ops == 0 || bytes == 0)
         {
@@ -802,8 +812,8 @@ impl HostBudgets {
 }
 
 impl HostConfig {
-    /// Validates the host against its domain and returns its per-period budgets.
-    pub fn budgets(&self, domain: &DomainConfig) -> Result<HostBudgets, ConfigError> {
+    /// Its NQN and weight.
+    fn check_identity(&self) -> Result<(), ConfigError> {
         let host = || self.host_nqn.clone();
         if self.host_nqn.is_empty()
             || self.host_nqn.len() > MAX_NQN_LEN
@@ -817,6 +827,14 @@ impl HostConfig {
                 weight: self.weight,
             });
         }
+        Ok(())
+    }
+
+    /// Reservations given either in total or per direction, no zero rates, bandwidth
+    /// only where the domain has a bandwidth capacity. Returns whether the reservation
+    /// is per direction.
+    fn check_rates(&self, domain: &DomainConfig) -> Result<bool, ConfigError> {
+        let host = || self.host_nqn.clone();
         let res = &self.reservation;
         let apart = !res.read.is_none() || !res.write.is_none();
         if apart && !res.total.is_none() {
@@ -843,6 +861,14 @@ impl HostConfig {
                 what: "soft reservation",
             });
         }
+        Ok(apart)
+    }
+
+    /// Reservations within limits and soft reservations between the hard one and the
+    /// limit, on the user's per-second figures so that messages quote them.
+    fn check_per_second(&self, apart: bool) -> Result<(), ConfigError> {
+        let host = || self.host_nqn.clone();
+        let res = &self.reservation;
         // Checks are made on the user's per-second figures so that messages quote them.
         for r in Resource::ALL {
             let lim = |c: BudgetClass| self.limit.class(c).get(r);
@@ -902,6 +928,16 @@ impl HostConfig {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Validates the host against its domain and returns its per-period budgets.
+    pub fn budgets(&self, domain: &DomainConfig) -> Result<HostBudgets, ConfigError> {
+        self.check_identity()?;
+        let apart = self.check_rates(domain)?;
+        self.check_per_second(apart)?;
+        let host = || self.host_nqn.clone();
+        let res = &self.reservation;
         let amount = |rate: &Rate, what: &str| -> Result<Amount, ConfigError> {
             let mut a = Amount::ZERO;
             for r in Resource::ALL {

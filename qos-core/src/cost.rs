@@ -18,6 +18,10 @@ pub enum Resource {
     Bytes = 1,
 }
 
+/// The resources by index, for loops over the parallel per-resource arrays of the
+/// ledger and the monitor.
+pub(crate) const RES: [Resource; 2] = Resource::ALL;
+
 impl Resource {
     pub const ALL: [Resource; 2] = [Resource::Ops, Resource::Bytes];
     pub const fn index(self) -> usize {

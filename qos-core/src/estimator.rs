@@ -220,16 +220,7 @@ impl CapacityEstimator {
             && self.drop_threshold_milli > 0
             && used.saturating_add(drop) < self.current
         {
-            let served = served.min(used);
-            self.window.clear();
-            self.window.push_back(served);
-            self.current = served;
-            self.probing = false;
-            self.probe_wait = 0;
-            self.probe_step = 1;
-            self.after_drop = true;
-            self.climbing = false;
-            return EstimateStep::Dropped;
+            return self.drop_to(served.min(used));
         }
         if self.after_drop {
             if reservation_missed {
@@ -238,11 +229,12 @@ impl CapacityEstimator {
             self.after_drop = false;
             self.climbing = true;
         }
+        let hold_milli = self.hold_milli;
         let held = |level: u64| {
-            self.hold_milli > 0
+            hold_milli > 0
                 && evidence == Evidence::Backlogged
                 && !reservation_missed
-                && used.saturating_add(mul_div(level, self.hold_milli, 1000)) >= level
+                && used.saturating_add(mul_div(level, hold_milli, 1000)) >= level
         };
         if std::mem::take(&mut self.probing) {
             if !saturated && held(self.before_probe) {
@@ -253,30 +245,7 @@ impl CapacityEstimator {
                 self.climbing = false;
                 return EstimateStep::Held;
             }
-            if saturated {
-                // The raised estimate was used: the target has more, probe on, with a
-                // step that doubles while probes keep being used (at most 4 eta), so a
-                // target that recovered from a drop is followed in a few periods.
-                self.probe_backoff = 1.min(self.probe_backoff_max);
-                let max_step = if self.climbing {
-                    MAX_PROBE_STEP
-                } else {
-                    self.max_probe_step
-                };
-                self.probe_step = (self.probe_step * 2).min(max_step);
-            } else if reservation_missed {
-                // It was not, and a reservation was missed: the probe's extra tokens
-                // were served at the expense of some host's reservation. Wait before
-                // the next one. (Unused for lack of demand, it did no harm.)
-                self.probe_wait = self.probe_backoff;
-                self.probe_backoff = (self.probe_backoff * 2).min(self.probe_backoff_max);
-                self.probe_step = 1;
-            } else {
-                self.probe_step = 1;
-            }
-            if !saturated {
-                self.climbing = false;
-            }
+            self.after_probe(saturated, reservation_missed);
         } else if self.probe_wait > 0 {
             self.probe_wait -= 1;
             if saturated {
@@ -299,6 +268,48 @@ impl CapacityEstimator {
             EstimateStep::Raised
         } else {
             self.average(used)
+        }
+    }
+
+    /// A sudden drop: the window restarts at what the target served.
+    fn drop_to(&mut self, served: u64) -> EstimateStep {
+        self.window.clear();
+        self.window.push_back(served);
+        self.current = served;
+        self.probing = false;
+        self.probe_wait = 0;
+        self.probe_step = 1;
+        self.after_drop = true;
+        self.climbing = false;
+        EstimateStep::Dropped
+    }
+
+    /// The period after a probe ended (not held back to the estimate before it): the
+    /// probe's step and back-off follow whether it was used.
+    fn after_probe(&mut self, saturated: bool, reservation_missed: bool) {
+        if saturated {
+            // The raised estimate was used: the target has more, probe on, with a
+            // step that doubles while probes keep being used (at most 4 eta), so a
+            // target that recovered from a drop is followed in a few periods.
+            self.probe_backoff = 1.min(self.probe_backoff_max);
+            let max_step = if self.climbing {
+                MAX_PROBE_STEP
+            } else {
+                self.max_probe_step
+            };
+            self.probe_step = (self.probe_step * 2).min(max_step);
+        } else if reservation_missed {
+            // It was not, and a reservation was missed: the probe's extra tokens
+            // were served at the expense of some host's reservation. Wait before
+            // the next one. (Unused for lack of demand, it did no harm.)
+            self.probe_wait = self.probe_backoff;
+            self.probe_backoff = (self.probe_backoff * 2).min(self.probe_backoff_max);
+            self.probe_step = 1;
+        } else {
+            self.probe_step = 1;
+        }
+        if !saturated {
+            self.climbing = false;
         }
     }
 

@@ -18,7 +18,7 @@
 //! by the tests is `issued = in pools + in caches + consumed + expired`.
 
 use crate::config::{BudgetClass, UNLIMITED};
-use crate::cost::{Amount, CostModel, Direction, IoKind, Resource};
+use crate::cost::{Amount, CostModel, Direction, IoKind, RES, Resource};
 use crate::histogram::{HeldTime, HeldTimeSnapshot, SharedHeldTime};
 use crate::sync::{Arc, AtomicU64, CachePadded, EpochPool, Ordering, POOL_MAX, SeqLock, TokenPool};
 use crate::time::Nanos;
@@ -41,10 +41,11 @@ pub struct DomainShared {
     /// closes to every host that is not lagging itself, until the laggards catch up, so
     /// global-token users cannot take their share of the target.
     pub(crate) global_closed: AtomicU64,
-    /// Bit r is set when resource r is shared by weight (`ExcessSharing::Weighted`):
-    /// the monitor moves its global tokens into the hosts' credit at every check
-    /// interval, and no channel takes them from the global pool itself.
-    pub(crate) weighted: AtomicU64,
+    /// Bit r is set when global tokens of resource r reach channels only as credit
+    /// (the sharing policy's capability, `SharingPolicy::credit_only`): the monitor
+    /// moves them into the hosts' credit at every check interval, and no channel takes
+    /// them from the global pool itself.
+    pub(crate) credit_only: AtomicU64,
 }
 
 impl DomainShared {
@@ -62,7 +63,7 @@ impl DomainShared {
             period: AtomicU64::new(period.0),
             budget: [AtomicU64::new(0), AtomicU64::new(0)],
             global_closed: AtomicU64::new(0),
-            weighted: AtomicU64::new(0),
+            credit_only: AtomicU64::new(0),
         }
     }
 
@@ -70,7 +71,7 @@ impl DomainShared {
     /// backlogged host lags behind its reservation schedule (reservations first).
     #[inline]
     pub(crate) fn global_open_to(&self, host: &HostShared, r: usize) -> bool {
-        if self.weighted.load(Ordering::Relaxed) & (1 << r) != 0 {
+        if self.credit_only.load(Ordering::Relaxed) & (1 << r) != 0 {
             return false;
         }
         self.global_closed.load(Ordering::Acquire) & (1 << r) == 0
@@ -131,7 +132,7 @@ impl DomainShared {
 /// What a channel needs to know about its host, copied out of [`HostShared`] under a
 /// sequence lock whenever the host's generation changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct HostParams {
+pub(crate) struct ChannelParams {
     pub(crate) together: bool,
     /// Bit `class * 2 + resource` is set when that limit is enforced.
     pub(crate) limit_mask: u8,
@@ -149,10 +150,10 @@ pub(crate) struct HostParams {
     pub(crate) configured: bool,
 }
 
-/// Words of [`HostParams`] in its sequence lock.
+/// Words of [`ChannelParams`] in its sequence lock.
 const PARAM_WORDS: usize = 21;
 
-impl HostParams {
+impl ChannelParams {
     fn to_words(self) -> [u64; PARAM_WORDS] {
         let flags =
             self.together as u64 | (self.limit_mask as u64) << 1 | (self.configured as u64) << 9;
@@ -180,7 +181,7 @@ impl HostParams {
 
     fn from_words(w: &[u64; PARAM_WORDS]) -> Self {
         let a = |i: usize| Amount::new(w[1 + 2 * i], w[2 + 2 * i]);
-        HostParams {
+        ChannelParams {
             together: w[0] & 1 == 1,
             limit_mask: ((w[0] >> 1) & 0xff) as u8,
             configured: (w[0] >> 9) & 1 == 1,
@@ -301,7 +302,7 @@ impl HostShared {
         id: u32,
         nqn: String,
         domain: Arc<DomainShared>,
-        params: &HostParams,
+        params: &ChannelParams,
         tag: u16,
     ) -> Self {
         let h = HostShared {
@@ -381,15 +382,15 @@ impl HostShared {
     }
 
     /// Monitor only (single writer): publishes new params and bumps the generation.
-    pub(crate) fn write_params(&self, p: &HostParams) {
+    pub(crate) fn write_params(&self, p: &ChannelParams) {
         self.params.write(&p.to_words());
     }
 
     /// Reads the params consistently; `None` while the monitor is writing them.
-    pub(crate) fn try_read_params(&self) -> Option<(u64, HostParams)> {
+    pub(crate) fn try_read_params(&self) -> Option<(u64, ChannelParams)> {
         self.params
             .try_read()
-            .map(|(g, w)| (g, HostParams::from_words(&w)))
+            .map(|(g, w)| (g, ChannelParams::from_words(&w)))
     }
 
     /// The params' generation: channels compare it on every command.
@@ -398,7 +399,7 @@ impl HostShared {
         self.params.generation()
     }
 
-    pub(crate) fn read_params(&self) -> HostParams {
+    pub(crate) fn read_params(&self) -> ChannelParams {
         loop {
             if let Some((_, p)) = self.try_read_params() {
                 return p;
@@ -458,7 +459,7 @@ pub struct ChannelTokens {
     host: Arc<HostShared>,
     cost: CostModel,
     gen_: u64,
-    params: HostParams,
+    params: ChannelParams,
     /// The period this channel's caches belong to (the domain's epoch when it last
     /// looked): the monitor publishes a new period once, to the domain, not per host.
     epoch: u64,
@@ -916,8 +917,6 @@ impl ChannelTokens {
     }
 }
 
-const RES: [Resource; 2] = [Resource::Ops, Resource::Bytes];
-
 fn add(a: &AtomicU64, local: &mut u64) {
     if *local != 0 {
         a.fetch_add(*local, Ordering::AcqRel);
@@ -974,7 +973,7 @@ mod tests {
 
     #[test]
     fn params_round_trip_through_the_seqlock_words() {
-        let p = HostParams {
+        let p = ChannelParams {
             together: false,
             limit_mask: 0b10_0101,
             limit: [Amount::new(1, 2), Amount::new(3, 4), Amount::new(5, 6)],
@@ -986,6 +985,6 @@ mod tests {
             pool_res: [Amount::new(17, 18), Amount::new(19, 20)],
             configured: true,
         };
-        assert_eq!(HostParams::from_words(&p.to_words()), p);
+        assert_eq!(ChannelParams::from_words(&p.to_words()), p);
     }
 }

@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
+use qos_core::monitor::RefusalKind;
 use qos_core::{DomainShared, HostConfig, HostShared, Monitor, Nanos};
 use spdk_sys::poller::{PollStatus, Poller};
 use spdk_sys::time::now_ns;
@@ -203,14 +204,9 @@ pub fn update_domain(u: &DomainUpdate) -> Result<(), Refusal> {
         let d = r.domain_mut(&u.name)?;
         let p = d.params.updated(u);
         let cfg = p.to_config()?;
-        d.monitor.update_domain(cfg, now()).map_err(|e| {
-            use qos_core::monitor::UpdateDomainError as E;
-            let c = match e {
-                E::Admission(_) => code::ENOSPC,
-                _ => code::EINVAL,
-            };
-            Refusal::new(c, format!("domain {}: {e}", u.name))
-        })?;
+        d.monitor
+            .update_domain(cfg, now())
+            .map_err(|e| refused(e.kind(), format!("domain {}: {e}", u.name)))?;
         let restart = p.check_interval_us != d.params.check_interval_us;
         d.params = p;
         Ok::<_, Refusal>(restart)
@@ -253,26 +249,14 @@ pub fn set_host(p: &HostParams) -> Result<(), Refusal> {
     with(|r| {
         let d = r.domain_mut(&p.domain)?;
         let res = if d.monitor.host(&p.host_nqn).is_some() {
-            d.monitor.update_host(cfg, now()).map_err(|e| {
-                use qos_core::monitor::UpdateHostError as E;
-                let c = match e {
-                    E::Admission(_) => code::ENOSPC,
-                    E::Unknown(_) | E::UnknownGroup(_) => code::ENOENT,
-                    E::Config(_) => code::EINVAL,
-                };
-                Refusal::new(c, e.to_string())
-            })
+            d.monitor
+                .update_host(cfg, now())
+                .map_err(|e| refused(e.kind(), e.to_string()))
         } else {
-            d.monitor.add_host(cfg, now()).map(|_| ()).map_err(|e| {
-                use qos_core::monitor::AddHostError as E;
-                let c = match e {
-                    E::Admission(_) => code::ENOSPC,
-                    E::Duplicate(_) => code::EEXIST,
-                    E::UnknownGroup(_) => code::ENOENT,
-                    E::Config(_) => code::EINVAL,
-                };
-                Refusal::new(c, e.to_string())
-            })
+            d.monitor
+                .add_host(cfg, now())
+                .map(|_| ())
+                .map_err(|e| refused(e.kind(), e.to_string()))
         };
         res?;
         d.implicit.remove(&p.host_nqn);
@@ -300,7 +284,7 @@ pub fn remove_host(domain: &str, host: &str) -> Result<(), Refusal> {
         } else {
             d.monitor
                 .remove_host(host, now())
-                .map_err(|e| Refusal::new(code::ENOENT, e.to_string()))?;
+                .map_err(|e| refused(e.kind(), e.to_string()))?;
         }
         Ok(())
     })
@@ -310,15 +294,9 @@ pub fn remove_host(domain: &str, host: &str) -> Result<(), Refusal> {
 pub fn create_group(p: &GroupParams) -> Result<(), Refusal> {
     with(|r| {
         let d = r.domain_mut(&p.domain)?;
-        d.monitor.add_group(p.to_config(), now()).map_err(|e| {
-            use qos_core::monitor::AddGroupError as E;
-            let c = match e {
-                E::Admission(_) => code::ENOSPC,
-                E::Duplicate(_) => code::EEXIST,
-                E::Config(_) | E::NeedsWeightedSharing => code::EINVAL,
-            };
-            Refusal::new(c, format!("domain {}: {e}", p.domain))
-        })
+        d.monitor
+            .add_group(p.to_config(), now())
+            .map_err(|e| refused(e.kind(), format!("domain {}: {e}", p.domain)))
     })
 }
 
@@ -334,15 +312,7 @@ pub fn update_group(u: &GroupUpdate) -> Result<(), Refusal> {
             .ok_or_else(|| unknown_group(&u.domain, &u.name))?;
         d.monitor
             .update_group(old.updated(u).to_config(), now())
-            .map_err(|e| {
-                use qos_core::monitor::UpdateGroupError as E;
-                let c = match e {
-                    E::Admission(_) => code::ENOSPC,
-                    E::Unknown(_) => code::ENOENT,
-                    E::Config(_) => code::EINVAL,
-                };
-                Refusal::new(c, format!("domain {}: {e}", u.domain))
-            })
+            .map_err(|e| refused(e.kind(), format!("domain {}: {e}", u.domain)))
     })
 }
 
@@ -350,15 +320,22 @@ pub fn update_group(u: &GroupUpdate) -> Result<(), Refusal> {
 pub fn delete_group(domain: &str, name: &str) -> Result<(), Refusal> {
     with(|r| {
         let d = r.domain_mut(domain)?;
-        d.monitor.remove_group(name, now()).map_err(|e| {
-            use qos_core::monitor::RemoveGroupError as E;
-            let c = match e {
-                E::Unknown(_) => code::ENOENT,
-                E::HasHosts { .. } => code::EBUSY,
-            };
-            Refusal::new(c, format!("domain {domain}: {e}"))
-        })
+        d.monitor
+            .remove_group(name, now())
+            .map_err(|e| refused(e.kind(), format!("domain {domain}: {e}")))
     })
+}
+
+/// The one mapping of the monitor's refusals to errno values.
+fn refused(kind: RefusalKind, message: String) -> Refusal {
+    let c = match kind {
+        RefusalKind::Invalid => code::EINVAL,
+        RefusalKind::NoRoom => code::ENOSPC,
+        RefusalKind::NotFound => code::ENOENT,
+        RefusalKind::Exists => code::EEXIST,
+        RefusalKind::Busy => code::EBUSY,
+    };
+    Refusal::new(c, message)
 }
 
 fn unknown_group(domain: &str, name: &str) -> Refusal {

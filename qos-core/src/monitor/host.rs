@@ -1,0 +1,622 @@
+//! One host of a domain as the monitor sees it, in named parts: its settings and
+//! budgets, what it is given in the current period ([`PeriodBudget`]), how busy it is
+//! ([`Activity`]), whether its reservation is within reach ([`Reach`]), how its
+//! periods ended ([`Outcomes`]) and its part in sharing the excess ([`HostShare`]).
+
+use crate::config::{BudgetClass, HostBudgets, HostConfig, UNLIMITED};
+use crate::cost::{Amount, RES, Resource};
+use crate::estimator::UnderuseCounter;
+use crate::ledger::{ChannelParams, CounterSnapshot, HostShared, clamp_pool};
+use crate::sync::{Arc, Ordering};
+use crate::time::{Nanos, mul_div, mul_div_ceil};
+
+use super::books::Audit;
+use super::report::{PeriodCounts, PeriodRecord};
+
+/// A host of the domain.
+#[derive(Debug)]
+pub(crate) struct HostEntry {
+    pub(crate) cfg: HostConfig,
+    pub(crate) budgets: HostBudgets,
+    pub(crate) shared: Arc<HostShared>,
+    /// Index of its group in the domain's groups.
+    pub(crate) group: Option<usize>,
+    /// The epoch it was added in: older history frames are of an earlier host of the
+    /// same name.
+    pub(crate) since_epoch: u64,
+    pub(crate) period: PeriodBudget,
+    pub(crate) activity: Activity,
+    pub(crate) reach: Reach,
+    pub(crate) outcomes: Outcomes,
+    pub(crate) share: HostShare,
+}
+
+/// What a host is given in the current period.
+#[derive(Debug, Default)]
+pub(crate) struct PeriodBudget {
+    /// Reservation plus soft grant per pool (undecayed R').
+    pub(crate) res: [Amount; 2],
+    pub(crate) soft_granted: Amount,
+    /// `res` as last published in its params.
+    pub(crate) published_res: [Amount; 2],
+    /// Unused reservation its channels may hold in caches: not counted as lag.
+    pub(crate) res_slack: Amount,
+    /// What its pools of the next period were armed with ahead of the roll-over, if
+    /// they were: the roll-over re-arms them only when this no longer matches.
+    pub(crate) armed_ahead: Option<ArmedPools>,
+}
+
+/// The amounts a host's pools of one period were armed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ArmedPools {
+    epoch: u64,
+    res: [Amount; 2],
+    limit: [Amount; 3],
+}
+
+/// How busy a host is, as of the last check interval.
+#[derive(Debug)]
+pub(crate) struct Activity {
+    /// Commands admitted, and refusals, as of the previous check interval.
+    admitted_at_tick: u64,
+    held_at_tick: u64,
+    /// When it last had a command outstanding or admitted one.
+    pub(crate) last_active: Nanos,
+    /// Idle at the last check interval (its unused reservation may be converted).
+    pub(crate) idle: bool,
+    /// Check intervals of this period in which it was busy, and in which it lagged
+    /// behind its reservation schedule.
+    pub(crate) ticks_active: u32,
+    pub(crate) lag_ticks: u32,
+    /// Commands admitted and not completed: the most seen lately (decaying), and
+    /// whether it had (nearly) that many out at the last check interval with none
+    /// held: a closed loop at its queue depth, bounded by the target's latency.
+    peak_in_flight: u64,
+    pub(crate) window_bound: bool,
+}
+
+/// Whether a host's reservation is within its reach. Closing the pool for it may not
+/// help: it lagged all of a period with the pool closed on its account and still
+/// missed its reservation (its queue depth cannot carry it at this target's latency).
+/// For `periods` more periods its lag does not close the pool to the others;
+/// `backoff` doubles (2 ..= 16) each time a probe confirms it and resets when it meets
+/// its reservation.
+#[derive(Debug, Default)]
+pub(crate) struct Reach {
+    pub(crate) periods: u32,
+    pub(crate) backoff: u32,
+    /// It completed its reservation in the last ended period.
+    pub(crate) met_last_period: bool,
+    /// While its reservation is unreachable: what it completed in the period that
+    /// showed it, with the pool closed to everybody else (the most it can do), less a
+    /// sixteenth. It is served as its reservation until the next probe.
+    pub(crate) amount: Amount,
+}
+
+/// How a host's periods ended.
+#[derive(Debug)]
+pub(crate) struct Outcomes {
+    /// Its counters when the current period started.
+    pub(crate) at_start: CounterSnapshot,
+    /// Ended periods since the host was added, by outcome (monotonic).
+    pub(crate) counts: PeriodCounts,
+    pub(crate) underuse: UnderuseCounter,
+    pub(crate) soft_idle: UnderuseCounter,
+}
+
+/// A host's part in sharing the excess: its batch, the most credit it may hold, what
+/// it was given, and its counters as of the last share.
+#[derive(Debug, Default)]
+pub(crate) struct HostShare {
+    pub(crate) cap: Amount,
+    pub(crate) batch: Amount,
+    pub(crate) seen_global: [u64; 2],
+    pub(crate) seen_res: [u64; 2],
+    pub(crate) seen_held: u64,
+    /// Fractions of a token (fixed point) owed to it by earlier shares.
+    pub(crate) carry: [u64; 2],
+    /// Global tokens given to it this period (its share of the excess, and of its
+    /// group's surplus reservation).
+    pub(crate) excess_granted: Amount,
+}
+
+/// What one check interval needs to judge a host's reservation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IntervalView {
+    pub(crate) tag: u16,
+    pub(crate) now: Nanos,
+    /// `(T - t, T)` of the period.
+    pub(crate) left: (u64, u64),
+    /// Its unused reservation beyond `R (T - t) / T` is reclaimed while it is idle.
+    pub(crate) convert: bool,
+    /// Paced release: a host behind the schedule by more than `lag_slack` (ns of the
+    /// period) lags; `release_num / T` of a period's reservation is out.
+    pub(crate) paced: bool,
+    pub(crate) release_num: u64,
+    pub(crate) lag_slack: u64,
+    pub(crate) idle_after: Nanos,
+}
+
+/// What a check interval found of one host.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct IntervalFinding {
+    /// Bit r: it lags behind its reservation schedule in resource r.
+    pub(crate) lag: u64,
+    /// Work promised to it or on its way, per resource: reservation left, credit,
+    /// in flight, cached in channels.
+    pub(crate) outstanding: [u64; 2],
+    pub(crate) in_flight: [u64; 2],
+    /// Work it completed since the last check interval.
+    pub(crate) used: [u64; 2],
+}
+
+impl HostEntry {
+    pub(crate) fn new(
+        cfg: HostConfig,
+        budgets: HostBudgets,
+        shared: Arc<HostShared>,
+        now: Nanos,
+        epoch: u64,
+    ) -> Self {
+        let at_start = shared.counters();
+        HostEntry {
+            cfg,
+            budgets,
+            shared,
+            group: None,
+            since_epoch: epoch,
+            period: PeriodBudget {
+                res: budgets.reservation,
+                ..PeriodBudget::default()
+            },
+            activity: Activity::new(now),
+            reach: Reach::default(),
+            outcomes: Outcomes {
+                at_start,
+                counts: PeriodCounts::default(),
+                underuse: UnderuseCounter::default(),
+                soft_idle: UnderuseCounter::default(),
+            },
+            share: HostShare::default(),
+        }
+    }
+
+    /// What its pools of period `epoch` are armed with, from its reservation and
+    /// limits as they stand.
+    pub(crate) fn pools_for(&self, epoch: u64) -> ArmedPools {
+        ArmedPools {
+            epoch,
+            res: self.period.res,
+            limit: self.budgets.limit,
+        }
+    }
+
+    /// Its reservation of the period, both pools.
+    pub(crate) fn reserved(&self) -> Amount {
+        self.period.res[0].saturating_add(self.period.res[1])
+    }
+
+    /// One check interval (token conversion, Haechi step T2, adapted to a target that
+    /// sees demand): updates its activity, reclaims its unused reservation beyond
+    /// `R (T - t) / T` while it is idle (`convert`), and tells whether it lags behind
+    /// its reservation schedule and what it has outstanding.
+    pub(crate) fn check_interval(
+        &mut self,
+        v: &IntervalView,
+        audit: &mut Audit,
+    ) -> IntervalFinding {
+        let c = self.shared.counters();
+        let mut f = IntervalFinding::default();
+        let spent = c.consumed_res.saturating_add(c.consumed_global);
+        let s = &self.outcomes.at_start;
+        let spent_before = s.consumed_res.saturating_add(s.consumed_global);
+        for r in 0..2 {
+            f.used[r] = spent.get(RES[r]).saturating_sub(spent_before.get(RES[r]));
+        }
+        let idle = self.activity.observe(&c, v.now, v.idle_after);
+        let (num, den) = v.left;
+        let pools = if self.budgets.together { 1 } else { 2 };
+        for p in 0..pools {
+            for r in 0..2 {
+                let left = if v.convert && idle {
+                    let bound = mul_div(self.period.res[p].get(RES[r]), num, den);
+                    let (removed, left) = self.shared.res[p][r].cap(v.tag, bound);
+                    audit.issued[r] -= removed as i128;
+                    left
+                } else {
+                    self.shared.res[p][r].count(v.tag)
+                };
+                let per = self.period.res[p].get(RES[r]);
+                if v.paced && !idle && per > 0 {
+                    let unreleased = per - mul_div_ceil(per, v.release_num, den).min(per);
+                    let usable = left.saturating_sub(unreleased);
+                    if usable
+                        > mul_div(per, v.lag_slack, den).max(1) + self.period.res_slack.get(RES[r])
+                    {
+                        f.lag |= 1 << r;
+                    }
+                }
+                f.outstanding[r] = f.outstanding[r].saturating_add(left);
+            }
+        }
+        self.activity.lag_ticks += (f.lag != 0) as u32;
+        if self.shared.lagging.load(Ordering::Relaxed) != f.lag {
+            self.shared.lagging.store(f.lag, Ordering::Release);
+        }
+        let in_flight = c.in_flight();
+        let cached = c.cached_res.saturating_add(c.cached_global);
+        for r in 0..2 {
+            f.outstanding[r] = f.outstanding[r]
+                .saturating_add(self.shared.credit[r].count(v.tag))
+                .saturating_add(in_flight.get(RES[r]))
+                .saturating_add(cached.get(RES[r]));
+            f.in_flight[r] = in_flight.get(RES[r]);
+        }
+        f
+    }
+}
+
+/// What the end of a period found of one host.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeriodClose {
+    pub(crate) record: PeriodRecord,
+    /// Busy during part of the period only (it started or stopped in it): the period
+    /// is no measurement of the target.
+    pub(crate) partial: bool,
+    /// Per resource: still active at the end, it completed less than its reservation.
+    pub(crate) missed: [bool; 2],
+    /// Per resource: busy all period, lagging at some point, it missed its reservation.
+    pub(crate) starved: [bool; 2],
+    /// It lagged nearly all period with the pool closed on its account and still fell
+    /// more than 1 % short: what it completed, and whether it met the period before.
+    pub(crate) in_vain: Option<(Amount, bool)>,
+    /// Offered to it and left (credit it holds, the unreachable part of its
+    /// reservation), where the sharing policy counts that as offered.
+    pub(crate) offered_unused: Amount,
+}
+
+/// What the end of a period needs to judge a host.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeriodView {
+    pub(crate) epoch: u64,
+    /// The next period's start.
+    pub(crate) start: Nanos,
+    pub(crate) idle_after: Nanos,
+    pub(crate) period_ticks: u32,
+    pub(crate) count_offered: bool,
+}
+
+impl HostEntry {
+    /// Ends the period for this host: its record, what it says of the target, and the
+    /// host's own outcome counters.
+    pub(crate) fn close_period(&mut self, v: &PeriodView) -> PeriodClose {
+        let now_c = self.shared.counters();
+        let last = &self.outcomes.at_start;
+        let completed = now_c.completed.saturating_sub(last.completed);
+        let backlogged = now_c.held_events > last.held_events;
+        let hard = self.budgets.reservation_total();
+        let mut offered_unused = Amount::ZERO;
+        if v.count_offered {
+            offered_unused = self
+                .shared
+                .credit_available()
+                .saturating_add(now_c.cached_global);
+            if self.reach.periods > 0 {
+                // The part of its reservation it cannot reach was offered and left:
+                // without it the budget would stay at the reservations (they are
+                // what the estimate is held at) and nobody could have the rest.
+                offered_unused = offered_unused.saturating_add(hard.saturating_sub(completed));
+            }
+        }
+        let met = Resource::ALL
+            .iter()
+            .all(|&r| completed.get(r) >= hard.get(r));
+        let record = PeriodRecord {
+            epoch: v.epoch,
+            completed,
+            completed_ios: now_c.completed_ios - last.completed_ios,
+            reservation: hard,
+            soft_granted: self.period.soft_granted,
+            met,
+            backlogged,
+        };
+        let a = &self.activity;
+        let active =
+            v.start.saturating_sub(a.last_active) < v.idle_after || now_c.outstanding() > 0;
+        // Busy at every check interval of the period (or idle at all of them): a host
+        // that started or stopped during it makes the period no measurement.
+        let whole = a.ticks_active + 1 >= v.period_ticks;
+        let mut close = PeriodClose {
+            record,
+            partial: a.ticks_active > 0 && !whole,
+            missed: [false; 2],
+            starved: [false; 2],
+            in_vain: None,
+            offered_unused,
+        };
+        if active {
+            for r in Resource::ALL {
+                if completed.get(r) >= hard.get(r) {
+                    continue;
+                }
+                close.missed[r.index()] = true;
+                // A host known not to reach its reservation even with the pool closed
+                // (until it meets it again) is no evidence about the target's capacity.
+                if whole && a.lag_ticks > 0 && self.reach.backoff == 0 {
+                    close.starved[r.index()] = true;
+                }
+                // Lagging at nine check intervals of ten closed the pool to everybody
+                // else nearly all period: if it still fell more than 1 % short, its
+                // own queue depth bounds it, not the others.
+                if whole
+                    && self.reach.periods == 0
+                    && a.lag_ticks * 10 >= v.period_ticks * 9
+                    && completed.get(r).saturating_mul(100) < hard.get(r).saturating_mul(99)
+                {
+                    close.in_vain = Some((completed, self.reach.met_last_period));
+                }
+            }
+        }
+        self.reach
+            .after_period(met, active, close.in_vain.is_some());
+        let o = &mut self.outcomes;
+        o.underuse.observe(met);
+        let soft_total = hard.saturating_add(self.budgets.soft_extra);
+        o.soft_idle
+            .observe(backlogged || completed.ops.saturating_mul(2) >= soft_total.ops);
+        o.counts.count(met, backlogged);
+        o.at_start = now_c;
+        close
+    }
+
+    /// Fills its pools of period `tag` (the current one, or the next one ahead of the
+    /// roll-over), scaled by `num/den` of a period. Whatever a slot held before (tokens
+    /// of an ended period) has expired.
+    pub(crate) fn arm_pools(&self, tag: u16, (num, den): (u64, u64), audit: &mut Audit) {
+        let shared = &self.shared;
+        let part = |v: u64| if num == den { v } else { mul_div(v, num, den) };
+        for r in 0..2 {
+            for p in 0..2 {
+                let v = clamp_pool(part(self.period.res[p].get(RES[r])));
+                let (t, old) = shared.res[p][r].replace(tag, v);
+                audit.rearmed(r, tag, t, old);
+                audit.issued[r] += v as i128;
+            }
+            let (t, old) = shared.credit[r].replace(tag, 0);
+            audit.rearmed(r, tag, t, old);
+            for c in 0..3 {
+                let l = self.budgets.limit[c].get(RES[r]);
+                // Channels never touch the pool of a limit that is not enforced, and
+                // update_host arms it when the limit is switched on.
+                if l != UNLIMITED {
+                    shared.limit[c][r].replace(tag, clamp_pool(part(l)));
+                }
+            }
+        }
+    }
+
+    /// Computes its channel parameters and publishes them. `global_batch` and
+    /// `credit_cap` are the sharing policy's.
+    pub(crate) fn publish_params(
+        &mut self,
+        batch: Amount,
+        capacity: Amount,
+        (global_batch, credit_cap): (Amount, Amount),
+    ) {
+        self.period.published_res = self.period.res;
+        let b = &self.budgets;
+        let mut mask = 0u8;
+        let mut limit_batch = Amount::ZERO;
+        for c in BudgetClass::ALL {
+            for r in Resource::ALL {
+                let l = b.limit[c as usize].get(r);
+                if l != UNLIMITED {
+                    mask |= 1 << (c as usize * 2 + r.index());
+                    let lb = (l / 64).clamp(1, batch.get(r));
+                    limit_batch.set(r, limit_batch.get(r).max(lb));
+                }
+            }
+        }
+        self.share.batch = global_batch;
+        self.share.cap = credit_cap;
+        let mut res_batch = Amount::ZERO;
+        for r in Resource::ALL {
+            let biggest = self.period.res[0].get(r).max(self.period.res[1].get(r));
+            if biggest > 0 {
+                // Small: tokens cached on a thread when the period ends are lost to
+                // the host's reservation.
+                res_batch.set(r, (biggest / 1024).clamp(1, batch.get(r)));
+            }
+        }
+        // Channels may each hold a batch: that much unused reservation is not lag.
+        self.period.res_slack = Amount::new(
+            res_batch.ops.saturating_mul(4),
+            res_batch.bytes.saturating_mul(4),
+        );
+        self.shared.write_params(&ChannelParams {
+            together: b.together,
+            limit_mask: mask,
+            limit: b.limit,
+            res_batch,
+            global_batch,
+            limit_batch,
+            capacity,
+            credit_cap,
+            pool_res: self.period.res,
+            configured: true,
+        });
+    }
+}
+
+impl Activity {
+    fn new(now: Nanos) -> Self {
+        Activity {
+            admitted_at_tick: 0,
+            held_at_tick: 0,
+            last_active: now,
+            idle: false,
+            ticks_active: 0,
+            lag_ticks: 0,
+            peak_in_flight: 0,
+            window_bound: false,
+        }
+    }
+
+    /// Updates what the check interval at `now` sees; returns whether the host is idle:
+    /// nothing outstanding and nothing admitted for `idle_after` (a host whose
+    /// commands are still on their way is not idle). A command refused since the last
+    /// interval counts too: the host is asking.
+    fn observe(&mut self, c: &CounterSnapshot, now: Nanos, idle_after: Nanos) -> bool {
+        if c.outstanding() > 0
+            || c.admitted_ios != self.admitted_at_tick
+            || c.held_events != self.held_at_tick
+        {
+            self.last_active = now;
+        }
+        self.admitted_at_tick = c.admitted_ios;
+        self.held_at_tick = c.held_events;
+        let idle = now.saturating_sub(self.last_active) >= idle_after;
+        self.idle = idle;
+        self.ticks_active += !idle as u32;
+        let in_flight_ios = c.admitted_ios.saturating_sub(c.completed_ios);
+        self.peak_in_flight = in_flight_ios.max(self.peak_in_flight - self.peak_in_flight / 256);
+        self.window_bound = !idle
+            && c.held_now == 0
+            && in_flight_ios >= 2
+            && in_flight_ios * 4 >= self.peak_in_flight * 3;
+        idle
+    }
+
+    /// A new period starts.
+    pub(crate) fn start_period(&mut self) {
+        self.ticks_active = 0;
+        self.lag_ticks = 0;
+    }
+}
+
+impl Reach {
+    /// The period ended: met (or idle) resets the back-off; a period of lagging in
+    /// vain is confirmed after the estimator ([`Reach::confirm`]); otherwise one
+    /// period of the back-off passes.
+    fn after_period(&mut self, met: bool, active: bool, in_vain: bool) {
+        if in_vain {
+            // Decided after the estimator: if the target's capacity dropped in this
+            // period, the drop explains the miss, not the host's queue depth.
+        } else if met || !active {
+            self.backoff = 0;
+            self.periods = 0;
+        } else {
+            self.periods = self.periods.saturating_sub(1);
+        }
+        self.met_last_period = met;
+    }
+
+    /// It lagged in vain: it is served what it completed, less a sixteenth, for a
+    /// back-off of 2 to 16 periods.
+    pub(crate) fn confirm(&mut self, completed: Amount) {
+        self.backoff = (self.backoff * 2).clamp(2, 16);
+        self.periods = self.backoff;
+        self.amount = Amount::new(
+            completed.ops - completed.ops / 16,
+            completed.bytes - completed.bytes / 16,
+        );
+    }
+}
+
+/// A host's reservation per pool for a period: the hard reservation plus its soft
+/// grant, which is split between the read and write pools like the hard one.
+pub(crate) fn with_soft(b: &HostBudgets, soft: Amount) -> [Amount; 2] {
+    let mut pr = b.reservation;
+    if b.together {
+        pr[0] = pr[0].saturating_add(soft);
+        return pr;
+    }
+    for r in Resource::ALL {
+        let (rd, wr) = (b.reservation[0].get(r), b.reservation[1].get(r));
+        let g = soft.get(r);
+        let to_read = if rd.saturating_add(wr) == 0 {
+            g / 2
+        } else {
+            mul_div(g, rd, rd + wr)
+        };
+        pr[0].set(r, rd.saturating_add(to_read));
+        pr[1].set(r, wr.saturating_add(g - to_read));
+    }
+    pr
+}
+
+/// Per-pool reservations scaled down together so they add up to at most `reach`.
+pub(crate) fn within_reach(mut pr: [Amount; 2], reach: Amount) -> [Amount; 2] {
+    for r in Resource::ALL {
+        let total = pr[0].get(r).saturating_add(pr[1].get(r));
+        if total > reach.get(r) {
+            for pool in &mut pr {
+                pool.set(r, mul_div(pool.get(r), reach.get(r), total));
+            }
+        }
+    }
+    pr
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_reservation_backs_off_from_2_to_16_periods_and_resets_when_met() {
+        let mut reach = Reach::default();
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            reach.confirm(Amount::new(1600, 0));
+            seen.push(reach.periods);
+        }
+        assert_eq!(seen, [2, 4, 8, 16, 16]);
+        assert_eq!(
+            reach.amount,
+            Amount::new(1500, 0),
+            "served a sixteenth under it"
+        );
+        reach.after_period(false, true, false);
+        assert_eq!(reach.periods, 15, "a missed period counts down");
+        reach.after_period(true, true, false);
+        assert_eq!(
+            (reach.periods, reach.backoff),
+            (0, 0),
+            "met: probe again at once"
+        );
+    }
+
+    #[test]
+    fn activity_is_idle_only_after_the_idle_time_with_nothing_asked() {
+        let mut a = Activity::new(Nanos(0));
+        let quiet = CounterSnapshot::default();
+        let after = Nanos::from_millis(10);
+        assert!(!a.observe(&quiet, Nanos::from_millis(5), after));
+        assert!(a.observe(&quiet, Nanos::from_millis(10), after));
+        let asking = CounterSnapshot {
+            held_events: 1,
+            ..CounterSnapshot::default()
+        };
+        assert!(
+            !a.observe(&asking, Nanos::from_millis(11), after),
+            "a refusal is asking"
+        );
+        assert_eq!(a.ticks_active, 2);
+    }
+
+    #[test]
+    fn a_soft_grant_splits_like_the_hard_reservation_and_reach_scales_both_pools() {
+        let b = HostBudgets {
+            reservation: [Amount::new(300, 0), Amount::new(100, 0)],
+            together: false,
+            limit: [Amount::new(UNLIMITED, UNLIMITED); 3],
+            soft_extra: Amount::new(400, 0),
+            weight: 1,
+            priority: crate::config::PriorityClass::default(),
+        };
+        let pr = with_soft(&b, Amount::new(400, 0));
+        assert_eq!([pr[0].ops, pr[1].ops], [600, 200]);
+        let r = within_reach(pr, Amount::new(400, 1));
+        assert_eq!([r[0].ops, r[1].ops], [300, 100]);
+    }
+}

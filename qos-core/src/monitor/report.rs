@@ -1,0 +1,379 @@
+//! What the monitor tells about itself: the record of each ended period per host, the
+//! history of the last periods, the estimator's decisions, and the statistics of the
+//! stats RPC and the lab.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use crate::admission::local_shortfall;
+use crate::config::{BudgetClass, DomainConfig, ExcessSharing, GroupConfig, HostConfig};
+use crate::cost::{Amount, Resource};
+use crate::estimator::{EstimateStep, Evidence};
+use crate::time::Nanos;
+
+use super::Monitor;
+use super::host::HostEntry;
+use super::membership::GroupEntry;
+
+/// How many past periods each host's history keeps for statistics.
+pub const HISTORY_PERIODS: usize = 128;
+
+/// Ended periods whose estimator decisions are kept ([`super::Monitor::estimator_log`]).
+pub const ESTIMATOR_LOG_PERIODS: usize = 64;
+
+/// What the capacity estimator saw and did at the end of one period (operations), so an
+/// operator can see why the estimate moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EstimatorRecord {
+    pub epoch: u64,
+    /// The estimate that sized the period.
+    pub budget: u64,
+    /// Work completed by all hosts.
+    pub used: u64,
+    /// `used` plus what the sharing policy had handed out and the hosts still held.
+    pub offered: u64,
+    pub evidence: Evidence,
+    pub step: EstimateStep,
+    /// The estimate for the next period (after the floor of the reservations).
+    pub next: u64,
+}
+
+/// One past period of one host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PeriodRecord {
+    pub epoch: u64,
+    pub completed: Amount,
+    pub completed_ios: u64,
+    /// Hard reservation of that period.
+    pub reservation: Amount,
+    pub soft_granted: Amount,
+    /// Completed at least the hard reservation in every reserved resource.
+    pub met: bool,
+    /// Had I/O held for want of tokens or limit (it was backlogged).
+    pub backlogged: bool,
+}
+
+/// What happened in a period that just ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PeriodReport {
+    pub epoch: u64,
+    pub start: Nanos,
+    /// Capacity estimate that sized the period (Omega_t).
+    pub budget: Amount,
+    /// Work completed by all hosts.
+    pub used: Amount,
+    /// Estimate for the next period (Omega_t+1).
+    pub next_budget: Amount,
+    /// Per host, in the order of `host_nqns` (shared with the monitor's history).
+    pub hosts: std::sync::Arc<Vec<PeriodRecord>>,
+    /// The hosts' NQNs (shared between reports until the host set changes).
+    pub host_nqns: std::sync::Arc<[String]>,
+}
+
+/// Ended periods of one host since it was added, by outcome: reservation met or
+/// missed, while backlogged (I/O held for tokens or limit) or not. A host without a
+/// reservation meets it in every period.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PeriodCounts {
+    pub met: u64,
+    pub missed: u64,
+    pub met_backlogged: u64,
+    pub missed_backlogged: u64,
+}
+
+impl PeriodCounts {
+    pub(crate) fn count(&mut self, met: bool, backlogged: bool) {
+        *match (met, backlogged) {
+            (true, false) => &mut self.met,
+            (false, false) => &mut self.missed,
+            (true, true) => &mut self.met_backlogged,
+            (false, true) => &mut self.missed_backlogged,
+        } += 1;
+    }
+}
+
+/// One ended period of every host: the records of its [`PeriodReport`], shared with
+/// it. The history is kept per period rather than per host so that the roll-over
+/// writes one contiguous array instead of a cold line in each host's ring (at 1024
+/// hosts the per-host rings were nearly half of the roll-over's time).
+#[derive(Debug)]
+struct HistoryFrame {
+    epoch: u64,
+    nqns: std::sync::Arc<[String]>,
+    records: std::sync::Arc<Vec<PeriodRecord>>,
+}
+
+/// The last [`HISTORY_PERIODS`] ended periods and the estimator's last
+/// [`ESTIMATOR_LOG_PERIODS`] decisions, oldest first.
+#[derive(Debug)]
+pub(crate) struct Records {
+    history: VecDeque<HistoryFrame>,
+    estimator_log: VecDeque<EstimatorRecord>,
+}
+
+impl Records {
+    pub(crate) fn new() -> Self {
+        Records {
+            history: VecDeque::with_capacity(HISTORY_PERIODS),
+            estimator_log: VecDeque::with_capacity(ESTIMATOR_LOG_PERIODS),
+        }
+    }
+
+    /// Keeps the records of an ended period.
+    pub(crate) fn push_period(
+        &mut self,
+        epoch: u64,
+        nqns: std::sync::Arc<[String]>,
+        records: std::sync::Arc<Vec<PeriodRecord>>,
+    ) {
+        if self.history.len() == HISTORY_PERIODS {
+            self.history.pop_front();
+        }
+        self.history.push_back(HistoryFrame {
+            epoch,
+            nqns,
+            records,
+        });
+    }
+
+    pub(crate) fn push_estimate(&mut self, rec: EstimatorRecord) {
+        if self.estimator_log.len() == ESTIMATOR_LOG_PERIODS {
+            self.estimator_log.pop_front();
+        }
+        self.estimator_log.push_back(rec);
+    }
+
+    pub(crate) fn estimator_log(&self) -> impl DoubleEndedIterator<Item = &EstimatorRecord> + '_ {
+        self.estimator_log.iter()
+    }
+
+    /// The records of host `h`, at index `i` of the host list, oldest first.
+    pub(crate) fn of<'a>(
+        &'a self,
+        i: usize,
+        h: &'a HostEntry,
+    ) -> impl DoubleEndedIterator<Item = &'a PeriodRecord> + Clone + 'a {
+        let nqn = h.cfg.host_nqn.as_str();
+        let since = h.since_epoch;
+        self.history
+            .iter()
+            .filter(move |f| f.epoch >= since)
+            .filter_map(move |f| {
+                // The host set rarely changes: the host is usually at the same index.
+                let at = if f.nqns.get(i).is_some_and(|n| n == nqn) {
+                    i
+                } else {
+                    f.nqns.iter().position(|n| n == nqn)?
+                };
+                f.records.get(at)
+            })
+    }
+}
+
+/// Statistics of a domain.
+#[derive(Debug, Clone, Serialize)]
+pub struct DomainStats {
+    pub epoch: u64,
+    pub period_ns: u64,
+    pub elapsed_ns: u64,
+    /// Capacity estimate for this period (tokens per period).
+    pub budget: Amount,
+    pub global_available: Amount,
+    pub sharing: ExcessSharing,
+    pub hosts: Vec<HostStats>,
+    pub groups: Vec<GroupStats>,
+}
+
+/// Statistics of one tenant group.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupStats {
+    pub name: String,
+    pub config: GroupConfig,
+    /// Its hosts' NQNs.
+    pub hosts: Vec<String>,
+    pub completed_this_period: Amount,
+    pub reservation_per_period: Amount,
+    /// `u64::MAX` per resource where no limit is set.
+    pub limit_per_period: Amount,
+    /// Given to its hosts this period beyond their own reservations (its surplus
+    /// reservation and its share of the excess).
+    pub given_this_period: Amount,
+}
+
+/// Statistics of one host.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostStats {
+    pub host_nqn: String,
+    pub config: HostConfig,
+    pub completed_this_period: Amount,
+    pub completed_ios_this_period: u64,
+    /// Completed work of the last periods, newest first (up to 16).
+    pub last_periods: Vec<Amount>,
+    /// Fraction of the kept history in which the reservation was met.
+    pub reservation_met_fraction: f64,
+    pub reservation_per_period: Amount,
+    pub soft_granted: Amount,
+    pub reservation_tokens: Amount,
+    pub credit_tokens: Amount,
+    pub limit_left: Amount,
+    pub held_now: i64,
+    pub underuse_flag: bool,
+    /// The local constraint fails now: the residual reservation cannot be served at
+    /// the per-host maximum rate in the time left.
+    pub reservation_at_risk: bool,
+    /// Work completed since the host was added (cost units; monotonic).
+    pub completed_total: Amount,
+    /// Commands completed since the host was added (monotonic).
+    pub completed_ios_total: u64,
+    /// Commands admitted with tokens since the host was added (monotonic). Once the
+    /// host is quiet, it equals `completed_ios_total`: every admitted command completed
+    /// exactly once.
+    pub admitted_ios_total: u64,
+    /// Work admitted and not completed yet (tokens consumed minus work completed, cost
+    /// units): 0 once the host is quiet, or the token books do not balance.
+    pub in_flight: Amount,
+    /// Admission attempts that found no tokens or no limit allowance (monotonic; a
+    /// held command counts once per attempt).
+    pub hold_events_total: u64,
+    /// Time its commands spent held, as a histogram (monotonic).
+    pub held_time: crate::histogram::HeldTimeSnapshot,
+    /// Ended periods by outcome (monotonic).
+    pub period_counts: PeriodCounts,
+    pub group: Option<String>,
+    /// Global tokens given to it this period by the sharing policy.
+    pub excess_granted: Amount,
+    /// Closing the excess to the others did not bring its reservation within reach
+    /// (its queue depth cannot carry it at this target's latency): its lag no longer
+    /// holds the others back; retried after a back-off of 2 to 16 periods.
+    pub reservation_unreachable: bool,
+}
+
+impl HostStats {
+    /// Host `h`'s statistics `elapsed` into the period; `records` are its history.
+    pub(crate) fn of<'a>(
+        h: &HostEntry,
+        records: impl DoubleEndedIterator<Item = &'a PeriodRecord> + Clone,
+        cfg: &DomainConfig,
+        elapsed: Nanos,
+    ) -> Self {
+        let c = h.shared.counters();
+        let start = &h.outcomes.at_start;
+        let res_left = h.shared.reservation_available();
+        let (met, n) = records
+            .clone()
+            .fold((0usize, 0usize), |(m, n), r| (m + r.met as usize, n + 1));
+        HostStats {
+            host_nqn: h.cfg.host_nqn.clone(),
+            config: h.cfg.clone(),
+            completed_this_period: c.completed.saturating_sub(start.completed),
+            completed_ios_this_period: c.completed_ios - start.completed_ios,
+            last_periods: records.rev().take(16).map(|r| r.completed).collect(),
+            reservation_met_fraction: if n == 0 { 1.0 } else { met as f64 / n as f64 },
+            reservation_per_period: h.budgets.reservation_total(),
+            soft_granted: h.period.soft_granted,
+            reservation_tokens: res_left,
+            credit_tokens: h.shared.credit_available(),
+            limit_left: h.shared.limit_available(BudgetClass::Total),
+            held_now: c.held_now as i64,
+            underuse_flag: h.outcomes.underuse.flagged(cfg.estimator.underuse_periods),
+            reservation_at_risk: Resource::ALL
+                .iter()
+                .any(|&r| local_shortfall(cfg, res_left.get(r), r, elapsed) > 0),
+            completed_total: c.completed,
+            completed_ios_total: c.completed_ios,
+            admitted_ios_total: c.admitted_ios,
+            in_flight: c.in_flight(),
+            hold_events_total: c.held_events,
+            held_time: h.shared.held_time(),
+            period_counts: h.outcomes.counts,
+            group: h.cfg.group.clone(),
+            excess_granted: h.share.excess_granted,
+            reservation_unreachable: h.reach.periods > 0,
+        }
+    }
+}
+
+impl GroupStats {
+    /// Group `g`'s statistics; `hosts` are all the domain's hosts.
+    pub(crate) fn of(g: usize, ge: &GroupEntry, hosts: &[HostEntry]) -> Self {
+        let members: Vec<&HostEntry> = hosts.iter().filter(|h| h.group == Some(g)).collect();
+        GroupStats {
+            name: ge.cfg.name.clone(),
+            config: ge.cfg.clone(),
+            hosts: members.iter().map(|h| h.cfg.host_nqn.clone()).collect(),
+            completed_this_period: members.iter().fold(Amount::ZERO, |a, h| {
+                let c = h.shared.counters();
+                a.saturating_add(c.completed.saturating_sub(h.outcomes.at_start.completed))
+            }),
+            reservation_per_period: ge.budgets.reservation,
+            limit_per_period: ge.budgets.limit,
+            given_this_period: Amount::new(ge.given[0], ge.given[1]),
+        }
+    }
+}
+
+impl Monitor {
+    /// Statistics for the stats RPC and the lab.
+    pub fn stats(&self, now: Nanos) -> DomainStats {
+        self.stats_of(now, None)
+    }
+
+    /// Statistics with only host `only` (all hosts with `None`; none when it is not
+    /// configured here), so a scraper asking for one host costs one host.
+    pub fn stats_of(&self, now: Nanos, only: Option<&str>) -> DomainStats {
+        let elapsed = now.saturating_sub(self.period_start).min(self.cfg.period);
+        let m = &self.members;
+        let hosts = m
+            .hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| only.is_none_or(|n| n == h.cfg.host_nqn))
+            .map(|(i, h)| HostStats::of(h, self.records.of(i, h), &self.cfg, elapsed))
+            .collect();
+        let groups = m
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(g, ge)| GroupStats::of(g, ge, &m.hosts))
+            .collect();
+        DomainStats {
+            epoch: self.epoch,
+            period_ns: self.cfg.period.0,
+            elapsed_ns: elapsed.0,
+            budget: self.budget,
+            global_available: self.shared.global_available(),
+            sharing: self.cfg.sharing,
+            hosts,
+            groups,
+        }
+    }
+
+    /// History of `nqn`'s past periods, oldest first.
+    pub fn history(&self, nqn: &str) -> Option<Vec<PeriodRecord>> {
+        let i = self.members.find(nqn)?;
+        Some(
+            self.records
+                .of(i, &self.members.hosts[i])
+                .copied()
+                .collect(),
+        )
+    }
+
+    /// Every host's history of past periods (oldest first), in the order of
+    /// [`Monitor::stats`]'s hosts.
+    pub fn histories(&self) -> impl Iterator<Item = (&str, Vec<PeriodRecord>)> {
+        let hosts = self.members.hosts.iter().enumerate();
+        hosts.map(|(i, h)| {
+            (
+                h.cfg.host_nqn.as_str(),
+                self.records.of(i, h).copied().collect(),
+            )
+        })
+    }
+
+    /// The estimator's decisions for operations in the last periods, oldest first.
+    pub fn estimator_log(&self) -> impl DoubleEndedIterator<Item = &EstimatorRecord> + '_ {
+        self.records.estimator_log()
+    }
+}
