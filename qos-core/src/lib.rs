@@ -6,11 +6,13 @@
 //! - [`admission`]: Haechi's aggregate and local capacity constraints.
 //! - [`ledger`]: the lock-free token ledger the target's poll-group threads share, and
 //!   the per-I/O admission decision ([`ChannelTokens::try_admit`]).
-//! - [`monitor`]: conversion, weighted sharing of the excess, tenant groups, roll-over,
+//! - [`monitor`]: conversion, sharing of the excess (a policy), tenant groups, roll-over,
 //!   soft grants, capacity estimation, statistics.
 //! - [`cluster`]: one host's reservation and limit divided over a cluster of targets.
 //! - [`share`]: weighted max-min sharing (water-filling).
 //! - [`hold`]: the FIFO of I/O waiting for tokens.
+//! - [`channel`]: a host's channel at the target (tokens, held I/O, release cadence),
+//!   driven alike by the target plugin and the lab.
 //! - [`histogram`]: the time I/O spent held, in fixed buckets (statistics).
 //! - [`initiator`]: the cooperative initiator's token engine.
 //! - [`pacer`]: Justitia's chunking and multi-resource pacing, AIMD, and DIRS.
@@ -18,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod channel;
 pub mod cluster;
 pub mod config;
 pub mod cost;
@@ -37,6 +40,7 @@ pub mod wire;
 pub use admission::{
     AdmissionError, AdmissionReport, Violation, check_admission, check_grouped_admission,
 };
+pub use channel::TargetChannel;
 pub use config::{
     BatchSize, BudgetClass, Capacity, ConfigError, DomainConfig, EstimatorConfig, ExcessSharing,
     GroupBudgets, GroupConfig, HostBudgets, HostConfig, PriorityClass, Rate, RateSet,

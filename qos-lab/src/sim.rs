@@ -2,9 +2,11 @@
 //! seed. It owns the event heap and the emulated hosts, and drives the qos-core objects
 //! exactly as the plugins do:
 //!
-//! - target side: a [`Monitor`] ticked at its deadlines, one [`ChannelTokens`] per host
-//!   and poll-group thread, a [`HoldQueue`] per channel released after every tick,
-//!   `record_completion` when a command completes, `flush` at every tick;
+//! - target side: a [`Monitor`] ticked at its deadlines, one [`TargetChannel`] per host
+//!   and poll-group thread (the plugin's own type): held commands tried again after
+//!   completions at the channel's cadence and by a poller every
+//!   [`qos_core::channel::POLL_INTERVAL`], which also publishes the counters the monitor
+//!   reads;
 //! - cooperative initiators: an [`InitiatorEngine`] whose vendor requests are answered
 //!   by `ChannelTokens::serve_request` and whose completions carry `credit_hint`, with
 //!   an initiator-side [`HoldQueue`]; and, with pacing, a Justitia [`Pacer`] per machine
@@ -21,12 +23,13 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use qos_core::channel::POLL_INTERVAL;
 use qos_core::hold::HoldQueue;
 use qos_core::initiator::{InitiatorConfig, InitiatorEngine};
 use qos_core::latency::LatencyHistogram;
 use qos_core::pacer::{ChunkPlan, Pacer, PacerConfig, StreamId, plan_chunks};
 use qos_core::wire::{Request, StateReply};
-use qos_core::{ChannelTokens, IoKind, Monitor, Nanos, ReservationRelease, TokenMode};
+use qos_core::{IoKind, Monitor, Nanos, ReservationRelease, TargetChannel, TokenMode};
 use thiserror::Error;
 
 use crate::nslimit::{NsLimit, TIMESLICE_NS};
@@ -122,6 +125,8 @@ const NONE: u32 = u32::MAX;
 #[derive(Debug, Clone, Copy)]
 enum Ev {
     Tick,
+    /// The poller of host `.0`'s channel `.1`.
+    ChannelPoll(u16, u16),
     Period,
     Timeslice,
     Capacity(u16),
@@ -272,8 +277,7 @@ struct Host {
     issued_period: u64,
     period_start: u64,
     wake_at: u64,
-    chans: Vec<ChannelTokens>,
-    holds: Vec<HoldQueue<u32>>,
+    chans: Vec<TargetChannel<u32>>,
     next_chan: usize,
     engine: Option<InitiatorEngine>,
     ihold: HoldQueue<u32>,
@@ -319,7 +323,6 @@ struct Sim {
     ns: Option<NsLimit>,
     policy: Policy,
     chunk_bytes: u64,
-    rotate: usize,
     scratch: Vec<u32>,
     estimates: Vec<u64>,
     warnings: Vec<String>,
@@ -417,7 +420,6 @@ impl Sim {
                 period_start: 0,
                 wake_at: u64::MAX,
                 chans: Vec::new(),
-                holds: Vec::new(),
                 next_chan: 0,
                 engine: None,
                 ihold: HoldQueue::new(),
@@ -476,10 +478,8 @@ impl Sim {
                     })?;
                 let nqn = h.nqn();
                 for _ in 0..sc.target.channels_per_host {
-                    hosts[i]
-                        .chans
-                        .push(m.channel(&nqn).expect("host just added"));
-                    hosts[i].holds.push(HoldQueue::new());
+                    let tokens = m.channel(&nqn).expect("host just added");
+                    hosts[i].chans.push(TargetChannel::new(tokens));
                 }
                 if h.cooperative {
                     let cfg = InitiatorConfig {
@@ -569,7 +569,6 @@ impl Sim {
             ns,
             policy,
             chunk_bytes: sc.pacer.chunk_bytes,
-            rotate: 0,
             scratch: Vec::new(),
             estimates,
             warnings: Vec::new(),
@@ -578,6 +577,16 @@ impl Sim {
         sim.schedule(period, Ev::Period);
         if sim.monitor.is_some() {
             sim.schedule(sim.check_interval, Ev::Tick);
+            // Each channel's poller, started at its own offset (channels are created
+            // at different times on a real target).
+            let mut k = 0u64;
+            for h in 0..sim.hosts.len() {
+                for c in 0..sim.hosts[h].chans.len() {
+                    let offset = (k * 37_000 + 13_000) % POLL_INTERVAL.0;
+                    sim.schedule(offset + 1, Ev::ChannelPoll(h as u16, c as u16));
+                    k += 1;
+                }
+            }
         }
         if sim.ns.is_some() {
             sim.schedule(TIMESLICE_NS, Ev::Timeslice);
@@ -637,6 +646,7 @@ impl Sim {
                     self.schedule(t + self.period, Ev::Period);
                 }
                 Ev::Tick => self.tick(),
+                Ev::ChannelPoll(h, c) => self.channel_poll(h as usize, c as usize),
                 Ev::Timeslice => {
                     let mut out = std::mem::take(&mut self.scratch);
                     if let Some(ns) = self.ns.as_mut() {
@@ -701,39 +711,37 @@ impl Sim {
         }
     }
 
-    /// The monitor's check interval: publish counters, tick, release held commands.
+    /// The monitor's check interval (it reads the counters the channels' pollers
+    /// published).
     fn tick(&mut self) {
         let now = self.now;
-        for h in &mut self.hosts {
-            for c in &mut h.chans {
-                c.flush();
-            }
-        }
         let monitor = self.monitor.as_mut().expect("ticks only with a monitor");
         let tick = monitor.tick(Nanos(now));
         if let Some(rep) = tick.ended {
             self.estimates.push(rep.next_budget.ops);
         }
         let next = tick.next_deadline.0.max(now + 1);
-        // Held commands, hosts in rotating order so no host always goes first.
-        let n = self.hosts.len();
-        let start = self.rotate % n.max(1);
-        self.rotate = self.rotate.wrapping_add(1);
+        self.schedule(next, Ev::Tick);
+    }
+
+    /// A channel's poller: releases held commands and publishes its counters.
+    fn channel_poll(&mut self, h: usize, c: usize) {
         let mut out = std::mem::take(&mut self.scratch);
-        for k in 0..n {
-            let host = &mut self.hosts[(start + k) % n];
-            for (q, c) in host.holds.iter_mut().zip(host.chans.iter_mut()) {
-                if !q.is_empty() {
-                    q.release(c, Nanos(now), |io, _| out.push(io));
-                }
-            }
-        }
-        for &io in &out {
+        self.hosts[h].chans[c].poll(Nanos(self.now), |io| out.push(io));
+        self.enqueue_released(&mut out);
+        self.scratch = out;
+        self.schedule(
+            self.now + POLL_INTERVAL.0,
+            Ev::ChannelPoll(h as u16, c as u16),
+        );
+    }
+
+    /// Sends commands a channel released to the server.
+    fn enqueue_released(&mut self, out: &mut Vec<u32>) {
+        for &io in out.iter() {
             self.server_enqueue(io);
         }
         out.clear();
-        self.scratch = out;
-        self.schedule(next, Ev::Tick);
     }
 
     /// How many I/O host `h` may have issued by `now` in this period.
@@ -879,15 +887,8 @@ impl Sim {
             | Enforcement::HaechiStart
             | Enforcement::Haechi
             | Enforcement::HaechiFirstCome => {
-                let host = &mut self.hosts[i.host as usize];
-                let c = i.chan as usize;
-                if let Some(io) = host.holds[c].admit_or_hold(
-                    &mut host.chans[c],
-                    i.kind(),
-                    i.bytes,
-                    Nanos(self.now),
-                    io,
-                ) {
+                let ch = &mut self.hosts[i.host as usize].chans[i.chan as usize];
+                if let Some(io) = ch.admit(i.kind(), i.bytes, Nanos(self.now), io) {
                     self.server_enqueue(io);
                 }
             }
@@ -920,8 +921,12 @@ impl Sim {
         if let Some(c) = host.chans.get_mut(i.chan as usize) {
             c.record_completion(i.kind(), i.bytes);
             if host.engine.is_some() {
-                self.ios.get_mut(io).cdw0 = c.credit_hint().encode();
+                self.ios.get_mut(io).cdw0 = c.tokens().credit_hint().encode();
             }
+            let mut out = std::mem::take(&mut self.scratch);
+            c.on_completion(Nanos(self.now), |io| out.push(io));
+            self.enqueue_released(&mut out);
+            self.scratch = out;
         }
         let at = self.now + self.base_latency;
         self.schedule(at, Ev::Deliver(io));
@@ -1002,7 +1007,7 @@ impl Sim {
         let Some(req) = host.pending_req.take() else {
             return;
         };
-        let reply = host.chans[0].serve_request(req, Nanos(now));
+        let reply = host.chans[0].tokens().serve_request(req, Nanos(now));
         host.pending_reply = Some(reply);
         let at = now + self.base_latency / 2;
         self.schedule(at, Ev::VendorReply(h as u16));

@@ -1,12 +1,13 @@
 //! The I/O path of a QoS bdev, on the nvmf poll-group threads: the policy a QoS bdev
 //! adds to `spdk_sys::vbdev` ([`QosTgt`], its per-bdev state) and its channels.
 //!
-//! Each (QoS bdev, thread) pair has a [`QosChannel`]: the host's token caches on this
-//! thread (`qos_core::ChannelTokens`), a FIFO of held I/O (`qos_core::HoldQueue`), and
-//! the base bdev's channel; the skeleton's per-channel poller calls
-//! [`QosChannel::poll`], which releases held I/O as tokens come (period roll-over,
-//! conversion) and publishes counters. Released I/O is resubmitted on its own thread,
-//! by that poller or by the completion of another I/O.
+//! Each (QoS bdev, thread) pair has a [`QosChannel`]: the host's channel at the target
+//! (`qos_core::TargetChannel`: token caches on this thread, a FIFO of held I/O, and
+//! when held I/O is tried again, the same cadence the lab runs) and the base bdev's
+//! channel; the skeleton's per-channel poller calls [`QosChannel::poll`] every
+//! `qos_core::channel::POLL_INTERVAL`, which releases held I/O as tokens come (period
+//! roll-over, conversion) and publishes counters. Released I/O is resubmitted on its
+//! own thread, by that poller or by the completion of another I/O.
 //!
 //! What each I/O costs (the domain's cost model, `qos_core::CostModel`; defaults):
 //!
@@ -30,9 +31,9 @@ use std::ffi::c_int;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use qos_core::hold::HoldQueue;
+use qos_core::channel::POLL_INTERVAL;
 use qos_core::wire::{self, RequestError, VendorCmd};
-use qos_core::{ChannelTokens, DomainShared, HostShared, IoKind, Nanos};
+use qos_core::{ChannelTokens, DomainShared, HostShared, IoKind, Nanos, TargetChannel};
 use spdk_sys::bdev_io::{BaseIo, IoStatus, nvme_cmd_dwords};
 use spdk_sys::poller::PollStatus;
 use spdk_sys::spdk_bdev_io_type as T;
@@ -63,7 +64,7 @@ pub struct QosTgt {
 type QosNode = Node<QosTgt>;
 
 /// Period of the per-channel poller that releases held I/O and publishes counters.
-pub const CHANNEL_POLL_US: u64 = 100;
+pub const CHANNEL_POLL_US: u64 = POLL_INTERVAL.0 / 1000;
 
 const ENOMEM: c_int = -12;
 const SCT_GENERIC: u8 = 0;
@@ -94,35 +95,12 @@ fn now() -> Nanos {
     Nanos(now_ns())
 }
 
-struct State {
-    tokens: ChannelTokens,
-    held: HoldQueue<QosIo>,
-    /// Completions still to pass before one tries the held queue again, after a try
-    /// that released nothing.
-    completions_to_skip: u32,
-}
-
-/// After a completion's try at the held queue released nothing, the next completions
-/// that do not try. Tokens come with the monitor's ticks and the paced release, not
-/// with completions: under weighted sharing most commands are held and every
-/// completion tried and failed (about 3 % of the target's CPU at 250 K IOPS, `perf`).
-/// The channel's poller still tries every 100 µs.
-const COMPLETIONS_BETWEEN_TRIES: u32 = 8;
-
 /// One QoS bdev on one thread.
 #[derive(Debug)]
 pub struct QosChannel {
     node: Arc<QosNode>,
     base: BaseChannel,
-    st: RefCell<State>,
-}
-
-impl std::fmt::Debug for State {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("State")
-            .field("held", &self.held.len())
-            .finish()
-    }
+    st: RefCell<TargetChannel<QosIo>>,
 }
 
 impl QosChannel {
@@ -132,11 +110,7 @@ impl QosChannel {
         QosChannel {
             node,
             base,
-            st: RefCell::new(State {
-                tokens,
-                held: HoldQueue::new(),
-                completions_to_skip: 0,
-            }),
+            st: RefCell::new(TargetChannel::new(tokens)),
         }
     }
 
@@ -149,7 +123,7 @@ impl QosChannel {
     /// base channel is put when `self` drops.
     pub fn destroy(self: Box<Self>) {
         self.abort_all_held();
-        self.st.borrow_mut().tokens.flush();
+        self.st.borrow_mut().flush();
     }
 
     /// Completes every held I/O with an abort status (reset, delete).
@@ -165,10 +139,7 @@ impl QosChannel {
 
     /// Takes every held I/O out (never admitted, so not accounted).
     fn take_all_held(&self) -> Vec<QosIo> {
-        let mut st = self.st.borrow_mut();
-        let State { tokens, held, .. } = &mut *st;
-        let all: Vec<QosIo> = held.drain(tokens).collect();
-        drop(st);
+        let all = self.st.borrow_mut().drain();
         for io in &all {
             io.ctx().accounted.set(false);
         }
@@ -185,43 +156,25 @@ impl QosChannel {
         c.kind.set(kind);
         c.bytes.set(bytes);
         c.accounted.set(true);
-        let out = {
-            let mut st = self.st.borrow_mut();
-            let State { tokens, held, .. } = &mut *st;
-            held.admit_or_hold(tokens, kind, bytes, now(), io)
-        };
+        let out = self.st.borrow_mut().admit(kind, bytes, now(), io);
         if let Some(io) = out {
             self.send(io);
         }
     }
 
-    /// Releases held I/O while tokens allow, in order. On a completion
-    /// (`on_completion`), only every [`COMPLETIONS_BETWEEN_TRIES`]th after a try that
-    /// released nothing.
+    /// Releases held I/O while tokens allow, in order: after a completion
+    /// (`on_completion`, at the channel's cadence) or from the poller, which also
+    /// publishes the counters.
     fn release(&self, on_completion: bool) -> usize {
-        let ready = {
+        let mut ready = Vec::new();
+        {
             let mut st = self.st.borrow_mut();
-            if st.held.is_empty() {
-                return 0;
-            }
-            if on_completion && st.completions_to_skip > 0 {
-                st.completions_to_skip -= 1;
-                return 0;
-            }
-            let State {
-                tokens,
-                held,
-                completions_to_skip,
-            } = &mut *st;
-            let mut v = Vec::new();
-            held.release(tokens, now(), |io, _waited| v.push(io));
-            *completions_to_skip = if v.is_empty() {
-                COMPLETIONS_BETWEEN_TRIES
+            if on_completion {
+                st.on_completion(now(), |io| ready.push(io));
             } else {
-                0
-            };
-            v
-        };
+                st.poll(now(), |io| ready.push(io));
+            }
+        }
         let n = ready.len();
         for io in ready {
             self.send(io);
@@ -240,7 +193,6 @@ impl QosChannel {
             }
         }
         busy += self.release(false);
-        self.st.borrow_mut().tokens.flush();
         if busy > 0 {
             PollStatus::Busy
         } else {
@@ -254,7 +206,6 @@ impl QosChannel {
         if c.accounted.get() {
             self.st
                 .borrow_mut()
-                .tokens
                 .record_completion(c.kind.get(), c.bytes.get());
         }
         io.complete(status);
@@ -309,11 +260,7 @@ impl QosChannel {
         let Some(target) = io.abort_target() else {
             return io.complete(IoStatus::Failed);
         };
-        let victim = {
-            let mut st = self.st.borrow_mut();
-            let State { tokens, held, .. } = &mut *st;
-            held.remove_first(tokens, |h| h.id() == target)
-        };
+        let victim = self.st.borrow_mut().remove_first(|h| h.id() == target);
         if let Some(v) = victim {
             v.complete(IoStatus::Aborted);
             io.complete(IoStatus::Success);
@@ -359,8 +306,9 @@ impl QosChannel {
                 }
                 let (reply, credit) = {
                     let mut st = self.st.borrow_mut();
-                    let r = st.tokens.serve_request(req, now());
-                    (r, st.tokens.credit_hint().encode())
+                    let tokens = st.tokens();
+                    let r = tokens.serve_request(req, now());
+                    (r, tokens.credit_hint().encode())
                 };
                 let mut buf = [0u8; wire::REPLY_LEN];
                 match reply.encode(&mut buf) {
@@ -420,11 +368,11 @@ fn base_done(inner: &QosChannel, io: QosIo, base: BaseIo, success: bool) {
     let t = io.io_type();
     let credit = if c.accounted.get() {
         let mut st = inner.st.borrow_mut();
-        st.tokens.record_completion(c.kind.get(), c.bytes.get());
+        st.record_completion(c.kind.get(), c.bytes.get());
         (success
             && (t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE)
             && inner.node().cooperative.load(Ordering::Relaxed))
-        .then(|| st.tokens.credit_hint().encode())
+        .then(|| st.tokens().credit_hint().encode())
     } else {
         None
     };
