@@ -362,14 +362,14 @@ patch! {
 }
 
 /// Parameters that name one QoS bdev (`qos_ini_bdev_delete`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NameParams {
     pub name: String,
 }
 
 /// Optional name (`qos_ini_bdev_get`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NameQuery {
     #[serde(default)]
@@ -583,5 +583,118 @@ mod tests {
         assert_eq!(p.latency_target_us, 500);
         assert_eq!(p.chunk_bytes, 32768);
         assert!(parse::<SetParams>("x", json!({"name": "q", "nope": 1})).is_err());
+    }
+}
+
+// The schema of the `qos_ini_*` methods' parameters, read off the structs above and the
+// checks their handlers make: compared with `rpc-scripts/schema/initiator.json`, which
+// `rpc-scripts/tests/test_schema.py` compares with `qos_rpc.py`.
+#[cfg(test)]
+#[path = "../../rpc-scripts/schema/probe.rs"]
+mod schema_probe;
+
+#[cfg(test)]
+mod schema {
+    use super::schema_probe::{Method, Omitted, check_golden, check_registered, parse_as, render};
+    use super::*;
+    use serde::de::DeserializeOwned;
+    use serde_json::{Value, json};
+
+    /// Options as `node::set_options` checks them (short of the base's block size).
+    fn set_options(s: &SetParams) -> Result<(), String> {
+        let patch = s.options();
+        let mut b = BdevOptions::default();
+        patch.apply_bdev(&mut b);
+        b.validate().map_err(|e| e.message)?;
+        let mut p = PacerOptions::default();
+        patch.apply_pacer(&mut p);
+        p.validate().map_err(|e| e.message)
+    }
+
+    /// Every parameter of a create call, resolved: the options its bdev and a new pacer
+    /// group take.
+    fn resolve_create(v: &Value) -> Value {
+        let c = parse_as::<CreateParams>(v)
+            .expect("minimal call")
+            .check()
+            .expect("minimal call");
+        let mut pacer = PacerOptions::default();
+        c.patch.apply_pacer(&mut pacer);
+        let full = OptionsPatch::full(&c.bdev, &pacer);
+        let resolved = CreateParams {
+            uuid: c.uuid,
+            pacer_group: Some(c.group),
+            ..CreateParams::new(c.name, c.base_bdev_name)
+        }
+        .with_options(&full);
+        serde_json::to_value(resolved).expect("serialisable")
+    }
+
+    fn query<T: DeserializeOwned + Serialize + 'static>(
+        name: &'static str,
+        rust_type: &'static str,
+        context: Value,
+    ) -> Method {
+        Method::new::<T>(
+            name,
+            rust_type,
+            context,
+            |v| parse_as::<T>(v).map(|_| ()),
+            Omitted::Default(Box::new(|v| {
+                serde_json::to_value(parse_as::<T>(v).expect("minimal call")).expect("JSON")
+            })),
+        )
+    }
+
+    fn methods() -> Vec<Method> {
+        vec![
+            Method::new::<CreateParams>(
+                "qos_ini_bdev_create",
+                "CreateParams",
+                json!({"name": "q", "base_bdev_name": "b"}),
+                |v| {
+                    parse_as::<CreateParams>(v)?
+                        .check()
+                        .map(|_| ())
+                        .map_err(|e| e.message)
+                },
+                Omitted::Default(Box::new(resolve_create)),
+            )
+            .checking_names(),
+            query::<NameParams>(
+                "qos_ini_bdev_delete",
+                "vbdev::rpc_delete",
+                json!({"name": "q"}),
+            ),
+            query::<NameQuery>("qos_ini_bdev_get", "NameQuery", json!({})),
+            Method::new::<SetParams>(
+                "qos_ini_bdev_set_options",
+                "SetParams",
+                json!({"name": "q"}),
+                |v| set_options(&parse_as(v)?),
+                Omitted::Keep(Box::new(|v| {
+                    let o = parse_as::<SetParams>(v).expect("minimal call").options();
+                    !o.has_bdev() && !o.has_pacer()
+                })),
+            ),
+            query::<NameQuery>("qos_ini_stats_get", "NameQuery", json!({})),
+        ]
+    }
+
+    #[test]
+    fn params_schema_matches_rpc_scripts_schema() {
+        let methods = methods();
+        check_registered(
+            include_str!("rpc.rs"),
+            &[("node", include_str!("node.rs"))],
+            &methods,
+        );
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../rpc-scripts/schema/initiator.json");
+        check_golden(
+            &path,
+            &render("initiator-plugin", &methods),
+            "SPDK_DIR=/opt/spdk cargo test -p initiator-plugin params_schema",
+        );
     }
 }

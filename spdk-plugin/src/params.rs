@@ -95,8 +95,9 @@ pub struct DomainParams {
     pub write_weight_milli: u64,
     #[serde(default)]
     pub size_unit: u64,
-    /// `weighted` (default): the unreserved capacity split by weight among backlogged
-    /// hosts and groups; `first_come`: Haechi's open global pool.
+    /// `first_come` (default, `ExcessSharing`'s): Haechi's open global pool, deeper
+    /// queues get more; `weighted`: the unreserved capacity split by weight among
+    /// backlogged hosts and groups (tenant groups need it).
     #[serde(default)]
     pub sharing: ExcessSharing,
 }
@@ -409,7 +410,7 @@ impl GroupParams {
 }
 
 /// `qos_group_delete` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupKey {
     pub domain: String,
@@ -417,7 +418,7 @@ pub struct GroupKey {
 }
 
 /// `qos_group_get` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupQuery {
     pub domain: String,
@@ -426,7 +427,7 @@ pub struct GroupQuery {
 }
 
 /// `qos_host_remove` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostKey {
     pub domain: String,
@@ -434,7 +435,7 @@ pub struct HostKey {
 }
 
 /// `qos_host_get` parameters.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostQuery {
     pub domain: String,
@@ -455,20 +456,32 @@ pub struct BdevParams {
 }
 
 /// Parameters that name one object, or none for all (`*_get`, `*_delete`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NameQuery {
     #[serde(default)]
     pub name: Option<String>,
 }
 
+/// `qos_domain_delete` parameters (`rpc.rs`'s `NameReq`, and spdk-sys's for
+/// `qos_bdev_delete`, have this shape): one object's name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NameParams {
+    pub name: String,
+}
+
+/// Past periods `qos_stats_get` lists per host when `periods` is not given.
+pub const DEFAULT_STATS_PERIODS: usize = 16;
+
 /// `qos_stats_get` parameters.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StatsQuery {
     #[serde(default)]
     pub domain: Option<String>,
-    /// How many past periods to list per host (default 16, at most 128).
+    /// How many past periods to list per host (default [`DEFAULT_STATS_PERIODS`]; at
+    /// most the monitor's history, 128, are listed: a larger number is not refused).
     #[serde(default)]
     pub periods: Option<usize>,
     /// Only this host (the domain's other hosts are not even looked at).
@@ -477,6 +490,13 @@ pub struct StatsQuery {
     /// Counters and gauges only, no per-period history (what a scraper reads).
     #[serde(default)]
     pub compact: bool,
+}
+
+impl StatsQuery {
+    /// How many past periods to list per host, before the history's bound.
+    pub fn periods_or_default(&self) -> usize {
+        self.periods.unwrap_or(DEFAULT_STATS_PERIODS)
+    }
 }
 
 #[cfg(test)]
@@ -579,5 +599,218 @@ mod tests {
         assert!(check_name("bdev name", "qos0").is_ok());
         assert!(check_name("bdev name", "").is_err());
         assert!(check_name("bdev name", &"x".repeat(300)).is_err());
+    }
+}
+
+// The schema of the `qos_*` methods' parameters, read off the structs above and the
+// checks their handlers make: compared with `rpc-scripts/schema/target.json`, which
+// `rpc-scripts/tests/test_schema.py` compares with `qos_rpc.py`.
+#[cfg(test)]
+#[path = "../../rpc-scripts/schema/probe.rs"]
+mod schema_probe;
+
+#[cfg(test)]
+mod schema {
+    use super::schema_probe::{Method, Omitted, check_golden, check_registered, parse_as, render};
+    use super::*;
+    use qos_core::Monitor;
+    use serde::de::DeserializeOwned;
+    use serde_json::json;
+
+    const NOW: Nanos = Nanos::from_secs(1);
+
+    /// Domains are probed with the largest period and capacities, so that a range is
+    /// the parameter's own, not one another parameter's value sets; and with a fixed
+    /// batch (`batch_ops` goes with `batch_bytes`).
+    fn domain_context() -> Value {
+        json!({"name": "d", "capacity_iops": u64::MAX, "capacity_mibps": u64::MAX,
+               "period_ms": 60000, "batch_ops": 64, "batch_bytes": 1048576})
+    }
+
+    fn monitor(p: &DomainParams) -> Result<Monitor, String> {
+        let cfg = p.to_config().map_err(|e| e.message)?;
+        Monitor::new(cfg, NOW).map_err(|e| e.to_string())
+    }
+
+    /// The domain `d` hosts and groups are probed in: the probing context with
+    /// weighted sharing, and a group `g` without rates.
+    fn base() -> (DomainParams, Monitor) {
+        let mut v = domain_context();
+        v["sharing"] = json!("weighted");
+        let p: DomainParams = parse_as(&v).expect("base domain");
+        let mut m = monitor(&p).expect("base domain");
+        let g = GroupParams {
+            domain: "d".into(),
+            name: "g".into(),
+            ..GroupParams::default()
+        };
+        m.add_group(g.to_config(), NOW).expect("base group");
+        (p, m)
+    }
+
+    /// The domain `d` the registry would find, or its refusal.
+    fn domain_named(name: &str) -> Result<Monitor, String> {
+        match name {
+            "d" => Ok(base().1),
+            _ => Err(format!("unknown QoS domain {name:?}")),
+        }
+    }
+
+    fn resolved<T: Serialize>(p: &T) -> Value {
+        serde_json::to_value(p).expect("serialisable")
+    }
+
+    /// A method that only parses short of SPDK (lookups, bdevs), whose omitted
+    /// parameters are the struct's serde defaults.
+    fn query<T: DeserializeOwned + Serialize + 'static>(
+        name: &'static str,
+        rust_type: &'static str,
+        context: Value,
+    ) -> Method {
+        Method::new::<T>(
+            name,
+            rust_type,
+            context,
+            |v| parse_as::<T>(v).map(|_| ()),
+            Omitted::Default(Box::new(|v| {
+                resolved(&parse_as::<T>(v).expect("minimal call"))
+            })),
+        )
+    }
+
+    fn methods() -> Vec<Method> {
+        let host = json!({"domain": "d", "host_nqn": "nqn.2014-08.org.example:h1"});
+        vec![
+            Method::new::<DomainParams>(
+                "qos_domain_create",
+                "DomainParams",
+                domain_context(),
+                |v| monitor(&parse_as::<DomainParams>(v)?).map(|_| ()),
+                Omitted::Default(Box::new(|v| {
+                    parse_as::<DomainParams>(v).expect("minimal call").to_json()
+                })),
+            )
+            .checking_names(),
+            Method::new::<DomainUpdate>(
+                "qos_domain_update",
+                "DomainUpdate",
+                domain_context(),
+                |v| {
+                    let u: DomainUpdate = parse_as(v)?;
+                    let (p, mut m) = base();
+                    if u.name != p.name {
+                        return Err(format!("unknown QoS domain {:?}", u.name));
+                    }
+                    let cfg = p.updated(&u).to_config().map_err(|e| e.message)?;
+                    m.update_domain(cfg, NOW).map_err(|e| e.to_string())
+                },
+                Omitted::Keep(Box::new(|v| {
+                    let (p, _) = base();
+                    p.updated(&parse_as(v).expect("minimal call")) == p
+                })),
+            ),
+            query::<NameParams>("qos_domain_delete", "NameReq", json!({"name": "d"})),
+            query::<NameQuery>("qos_domain_get", "NameQuery", json!({})),
+            Method::new::<HostParams>(
+                "qos_host_set",
+                "HostParams",
+                host.clone(),
+                |v| {
+                    let h: HostParams = parse_as(v)?;
+                    let mut m = domain_named(&h.domain)?;
+                    m.add_host(h.to_config(), NOW)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                },
+                Omitted::Default(Box::new(|v| {
+                    let h: HostParams = parse_as(v).expect("minimal call");
+                    HostParams::from_config(&h.domain, &h.to_config()).to_json()
+                })),
+            )
+            .checking_names(),
+            query::<HostKey>("qos_host_remove", "HostKey", host),
+            query::<HostQuery>("qos_host_get", "HostQuery", json!({"domain": "d"})),
+            Method::new::<GroupParams>(
+                "qos_group_create",
+                "GroupParams",
+                json!({"domain": "d", "name": "t"}),
+                |v| {
+                    let g: GroupParams = parse_as(v)?;
+                    let mut m = domain_named(&g.domain)?;
+                    m.add_group(g.to_config(), NOW).map_err(|e| e.to_string())
+                },
+                Omitted::Default(Box::new(|v| {
+                    let g: GroupParams = parse_as(v).expect("minimal call");
+                    GroupParams::from_config(&g.domain, &g.to_config()).to_json()
+                })),
+            )
+            .checking_names(),
+            Method::new::<GroupUpdate>(
+                "qos_group_update",
+                "GroupUpdate",
+                json!({"domain": "d", "name": "g"}),
+                |v| {
+                    let u: GroupUpdate = parse_as(v)?;
+                    let mut m = domain_named(&u.domain)?;
+                    let old = m
+                        .group_configs()
+                        .find(|g| g.name == u.name)
+                        .map(|g| GroupParams::from_config(&u.domain, g))
+                        .ok_or_else(|| format!("unknown group {:?}", u.name))?;
+                    m.update_group(old.updated(&u).to_config(), NOW)
+                        .map_err(|e| e.to_string())
+                },
+                Omitted::Keep(Box::new(|v| {
+                    let u: GroupUpdate = parse_as(v).expect("minimal call");
+                    let (_, m) = base();
+                    let old = m.group_configs().find(|g| g.name == u.name).expect("g");
+                    let old = GroupParams::from_config(&u.domain, old);
+                    old.updated(&u) == old
+                })),
+            ),
+            query::<GroupKey>(
+                "qos_group_delete",
+                "GroupKey",
+                json!({"domain": "d", "name": "g"}),
+            ),
+            query::<GroupQuery>("qos_group_get", "GroupQuery", json!({"domain": "d"})),
+            query::<BdevParams>(
+                "qos_bdev_create",
+                "BdevParams",
+                json!({"name": "q", "base_bdev_name": "b", "domain": "d",
+                       "host_nqn": "nqn.2014-08.org.example:h1"}),
+            ),
+            query::<NameParams>("qos_bdev_delete", "vbdev::rpc_delete", json!({"name": "q"})),
+            query::<NameQuery>("qos_bdev_get", "NameQuery", json!({})),
+            Method::new::<StatsQuery>(
+                "qos_stats_get",
+                "StatsQuery",
+                json!({}),
+                |v| parse_as::<StatsQuery>(v).map(|_| ()),
+                Omitted::Default(Box::new(|v| {
+                    let q: StatsQuery = parse_as(v).expect("minimal call");
+                    let mut r = resolved(&q);
+                    r["periods"] = json!(q.periods_or_default());
+                    r
+                })),
+            ),
+        ]
+    }
+
+    #[test]
+    fn params_schema_matches_rpc_scripts_schema() {
+        let methods = methods();
+        check_registered(
+            include_str!("rpc.rs"),
+            &[("registry", include_str!("registry.rs"))],
+            &methods,
+        );
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../rpc-scripts/schema/target.json");
+        check_golden(
+            &path,
+            &render("spdk-plugin", &methods),
+            "SPDK_DIR=/opt/spdk cargo test -p spdk-plugin params_schema",
+        );
     }
 }
