@@ -188,16 +188,12 @@ impl App {
 
     pub fn log_tail(&self, n: usize) -> String {
         let text = self.log_text();
-        let lines: Vec<String> = if self.cr_log {
-            text.replace('\r', "\n")
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .map(str::to_string)
-                .collect()
+        if self.cr_log {
+            tail(&text, n)
         } else {
-            text.lines().map(str::to_string).collect()
-        };
-        lines[lines.len().saturating_sub(n)..].join("\n")
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
     }
 
     fn cleanup(&self) {
@@ -214,6 +210,14 @@ impl App {
         let prefix = format!("spdk{}map_", self.shm_id);
         remove_matching("/dev/hugepages", |n| n.starts_with(&prefix));
     }
+}
+
+/// The last `n` lines of a progress output such as bdevperf's or fio's: carriage
+/// returns end lines, blank lines are dropped.
+pub fn tail(text: &str, n: usize) -> String {
+    let text = text.replace('\r', "\n");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 /// Removes the files of `dir` whose names `matches` accepts (best effort).

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::app::{App, Launch};
+use crate::app::{App, Launch, tail};
 use crate::env::Initiators;
 use crate::rpc::{RpcError, rpc};
 use crate::target::{host_nqn, subsys_nqn};
@@ -167,11 +167,81 @@ impl Bdevperf {
         }
     }
 
-    /// Starts the jobs in the background; the returned handle gets the results.
-    pub fn perform_tests(&self) -> std::thread::JoinHandle<Result<Value, RpcError>> {
+    /// Starts the jobs in the background (`perform_tests`); [`Bdevperf::finish_tests`]
+    /// or [`Bdevperf::end_tests`] waits for them.
+    pub fn start_tests(&self) -> Running {
         let sock = self.sock.clone();
         let t = Duration::from_secs(self.secs as u64 + 60);
-        std::thread::spawn(move || rpc(&sock, "perform_tests", Value::Null, t))
+        Running(std::thread::spawn(move || {
+            rpc(&sock, "perform_tests", Value::Null, t)
+        }))
+    }
+
+    /// Waits for the jobs started by `r` to end and for bdevperf to exit (at most 120 s
+    /// more): their results and bdevperf's output. Panics with the output's tail when
+    /// bdevperf hangs (an I/O that never completed?) or `perform_tests` failed.
+    pub fn finish_tests(&mut self, r: Running) -> Outcome {
+        let (res, log) = self.end_tests(r, 120);
+        let res = res.unwrap_or_else(|e| panic!("perform_tests: {e}\n{}", tail(&log, 30)));
+        Outcome {
+            jobs: job_results(&res, &log),
+            log,
+        }
+    }
+
+    /// Waits for the jobs started by `r` and for bdevperf's exit (at most `secs` more)
+    /// whatever `perform_tests` answered (a run the test cut short): that answer and
+    /// bdevperf's output. Panics with the output's tail when bdevperf hangs.
+    pub fn end_tests(&mut self, r: Running, secs: u64) -> (Result<Value, RpcError>, String) {
+        let res = r.wait();
+        let log = self.finish(secs).unwrap_or_else(|| {
+            panic!(
+                "bdevperf did not exit (an I/O never completed?); log:\n{}",
+                self.log_tail(40)
+            )
+        });
+        (res, log)
+    }
+
+    /// Runs the jobs to the end ([`Bdevperf::start_tests`], then
+    /// [`Bdevperf::finish_tests`]).
+    pub fn run(&mut self) -> Outcome {
+        let r = self.start_tests();
+        self.finish_tests(r)
+    }
+
+    /// Runs the jobs to the end, calling `poll` with the time since they started every
+    /// `every` until `until` has passed.
+    pub fn run_polling(
+        &mut self,
+        every: Duration,
+        until: Duration,
+        mut poll: impl FnMut(&Bdevperf, Duration),
+    ) -> Outcome {
+        let t0 = std::time::Instant::now();
+        let r = self.start_tests();
+        while t0.elapsed() < until {
+            std::thread::sleep(every);
+            poll(self, t0.elapsed());
+        }
+        self.finish_tests(r)
+    }
+
+    /// The initiator plugin's QoS bdev `name` as `qos_ini_bdev_get` shows it (its
+    /// options, `state` and `pacer`); panics if bdevperf refuses.
+    pub fn ini_bdev(&self, name: &str) -> Value {
+        self.try_ini_bdev(name)
+            .unwrap_or_else(|e| panic!("qos_ini_bdev_get {name}: {e}"))
+    }
+
+    /// As [`Bdevperf::ini_bdev`], `Err` when bdevperf refuses or does not answer.
+    pub fn try_ini_bdev(&self, name: &str) -> Result<Value, RpcError> {
+        let v = self.rpc(
+            "qos_ini_bdev_get",
+            json!({"name": name}),
+            Duration::from_secs(30),
+        )?;
+        Ok(v[0].clone())
     }
 
     /// Stops bdevperf after its tests (with `-z` it waits for more after a successful
@@ -218,6 +288,50 @@ impl Drop for Bdevperf {
             self.stop(15);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `perform_tests` under way (see [`Bdevperf::start_tests`]).
+#[derive(Debug)]
+#[must_use = "wait for the jobs with finish_tests or end_tests"]
+pub struct Running(std::thread::JoinHandle<Result<Value, RpcError>>);
+
+impl Running {
+    /// Waits for `perform_tests`'s answer alone (bdevperf keeps running).
+    pub fn wait(self) -> Result<Value, RpcError> {
+        self.0.join().expect("perform_tests thread")
+    }
+}
+
+/// What a bdevperf run gave: its jobs' results by bdev name, and its output.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub jobs: BTreeMap<String, JobResult>,
+    pub log: String,
+}
+
+impl Outcome {
+    /// The results of the job on `bdev`; panics (with the output's tail) when bdevperf
+    /// reported none.
+    pub fn job(&self, bdev: &str) -> &JobResult {
+        self.jobs
+            .get(bdev)
+            .unwrap_or_else(|| panic!("no results for {bdev}:\n{}", self.tail(30)))
+    }
+
+    /// Every job's IOPS, added up.
+    pub fn total_iops(&self) -> f64 {
+        self.jobs.values().map(|r| r.iops).sum()
+    }
+
+    /// Failed I/O of every job.
+    pub fn failed(&self) -> u64 {
+        self.jobs.values().map(|r| r.io_failed).sum()
+    }
+
+    /// The last `n` lines of bdevperf's output.
+    pub fn tail(&self, n: usize) -> String {
+        tail(&self.log, n)
     }
 }
 

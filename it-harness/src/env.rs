@@ -55,7 +55,7 @@ pub fn detect_spdk() -> Result<Spdk, String> {
 
 /// Prints the SKIPPED line straight to the process's stderr, past the test harness's
 /// capture, so the skip is visible in CI logs.
-fn or_skip<T>(what: &str, found: Result<T, String>) -> Option<T> {
+pub(crate) fn or_skip<T>(what: &str, found: Result<T, String>) -> Option<T> {
     match found {
         Ok(s) => Some(s),
         Err(why) => {
@@ -63,12 +63,6 @@ fn or_skip<T>(what: &str, found: Result<T, String>) -> Option<T> {
             None
         }
     }
-}
-
-/// SPDK, or `None` after printing the SKIPPED line. Also skips (never panics) where
-/// SPDK is present but the plugin was not built: `make test-spdk` builds it first.
-pub fn spdk_or_skip(what: &str) -> Option<Spdk> {
-    or_skip(what, detect_spdk().and_then(|s| plugin_lib().map(|_| s)))
 }
 
 /// SPDK's initiator applications.
@@ -152,11 +146,6 @@ pub fn built_lib(lib: &str, env: &str, package: &str) -> Result<PathBuf, String>
 /// The target plugin, `libnvmf_qos_tgt.so` (`$NVMF_QOS_TGT_LIB` first).
 pub fn tgt_lib() -> Result<PathBuf, String> {
     built_lib("libnvmf_qos_tgt.so", "NVMF_QOS_TGT_LIB", "spdk-plugin")
-}
-
-/// The target plugin (the target tests' name for [`tgt_lib`]).
-pub fn plugin_lib() -> Result<PathBuf, String> {
-    tgt_lib()
 }
 
 /// The initiator plugin, `libnvmf_qos_ini.so` (`$NVMF_QOS_INI_LIB` first).

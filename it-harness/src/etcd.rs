@@ -3,12 +3,12 @@
 //! directory removed) when dropped, also when the test fails. It can be stopped and
 //! started again on the same ports and data, as the etcd-outage test needs.
 
-use std::collections::BTreeSet;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::env::or_skip;
+use crate::setup::free_port;
 
 /// Where etcd is, or `None`.
 pub fn etcd_binary() -> Option<PathBuf> {
@@ -20,31 +20,11 @@ pub fn etcd_binary() -> Option<PathBuf> {
 
 /// The etcd binary, or `None` after printing `SKIPPED: <what>: ...`.
 pub fn etcd_or_skip(what: &str) -> Option<PathBuf> {
-    let b = etcd_binary();
-    if b.is_none() {
-        println!("SKIPPED: {what}: no etcd binary (apt-get install etcd-server; .ci/run does)");
-    }
-    b
-}
-
-/// A port free now and not handed out before by this process: the kernel may give the
-/// same free port twice in a row, and the client and peer ports are taken before etcd
-/// binds either (the exporter's tests failed a `.ci/run` that way).
-fn free_port() -> u16 {
-    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port on 127.0.0.1");
-        if HANDED_OUT
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(port)
-        {
-            return port;
-        }
-    }
+    or_skip(
+        what,
+        etcd_binary()
+            .ok_or_else(|| "no etcd binary (apt-get install etcd-server; .ci/run does)".into()),
+    )
 }
 
 /// A running (or stopped) etcd.

@@ -1,17 +1,23 @@
 //! The one integration-test harness of both plugins (`target-it`, `initiator-it`, and
-//! the `target-bench` benchmark). It finds SPDK at `SPDK_DIR` (default `/opt/spdk`) and
-//! the plugins' shared libraries ([`env`]), starts SPDK applications as bounded child
-//! processes ([`app`]): `nvmf_tgt` ([`target`]), `spdk_nvme_perf` ([`perf`]) and
-//! bdevperf ([`bdevperf`]) on their cores ([`setup`]), talks JSON-RPC to them ([`rpc`]), and speaks just enough
-//! NVMe/TCP to look at raw completions ([`nvme_tcp`]). [`history`] records a QoS domain
-//! period by period; [`numbers`] holds the small statistics the tests share; [`profile`]
-//! runs Linux `perf` on the processes for the benchmarks.
+//! the `target-bench` and `initiator-bench` benchmarks). Every test starts with the same
+//! prologue, [`setup_or_skip`] ([`setup`]): SPDK found at `SPDK_DIR` (default
+//! `/opt/spdk`) with the plugins' shared libraries ([`env`]), the tests of one binary
+//! serialised, hugepages reserved, a free port; the [`Setup`] starts SPDK applications as
+//! bounded child processes ([`app`]): `nvmf_tgt` ([`target`]), `spdk_nvme_perf`
+//! ([`perf`]) and bdevperf with its runners ([`bdevperf`]), talks JSON-RPC to them
+//! ([`rpc`]), and speaks just enough NVMe/TCP to look at raw completions ([`nvme_tcp`]).
+//! [`stats`] reads the target plugin's `qos_stats_get` into typed statistics, [`history`]
+//! records a QoS domain period by period from them; [`checks`] holds the acceptance
+//! thresholds and expected refusals, [`numbers`] the small statistics the tests share;
+//! [`etcd`] runs a real etcd for the cluster test; [`profile`] runs Linux `perf` on the
+//! processes for the benchmarks.
 //!
 //! Nothing here links SPDK: on a machine without it the tests print a SKIPPED line.
 //! Every item is also re-exported at the crate root (`use it_harness::*`).
 
 pub mod app;
 pub mod bdevperf;
+pub mod checks;
 pub mod env;
 pub mod etcd;
 pub mod history;
@@ -21,9 +27,12 @@ pub mod perf;
 pub mod profile;
 pub mod rpc;
 pub mod setup;
+pub mod stats;
 pub mod target;
 
+pub use app::tail;
 pub use bdevperf::*;
+pub use checks::*;
 pub use env::*;
 pub use history::*;
 pub use numbers::*;
@@ -31,4 +40,5 @@ pub use perf::*;
 pub use profile::*;
 pub use rpc::*;
 pub use setup::*;
+pub use stats::*;
 pub use target::*;

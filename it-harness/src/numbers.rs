@@ -23,6 +23,11 @@ pub fn env_number(var: &str, what: &str) -> Option<u64> {
     )
 }
 
+/// The mean of `v` (0 when empty).
+pub fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
 /// The median of `v` (0 when empty).
 pub fn median(v: &[f64]) -> f64 {
     if v.is_empty() {

@@ -48,3 +48,14 @@ pub fn rpc(sock: &Path, method: &str, params: Value, timeout: Duration) -> Resul
     }
     Ok(resp.get("result").cloned().unwrap_or(Value::Null))
 }
+
+/// The methods of a subsystem's configuration (`framework_get_config`'s answer), in
+/// order.
+pub fn config_methods(config: &Value) -> Vec<&str> {
+    config
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["method"].as_str())
+        .collect()
+}

@@ -84,6 +84,17 @@ impl Target {
         json!({"subsystems": out})
     }
 
+    /// [`Target::save_config`] written to a file of the temporary directory named after
+    /// `tag` (to start a target from, see `Setup::target_from`; the caller removes it).
+    pub fn save_config_file(&mut self, tag: &str) -> PathBuf {
+        let cfg = self.save_config();
+        let file =
+            std::env::temp_dir().join(format!("nvmf-qos-it-{tag}-{}.json", std::process::id()));
+        let text = serde_json::to_vec_pretty(&cfg).unwrap_or_default();
+        std::fs::write(&file, text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        file
+    }
+
     /// `rpc`, panicking with the method and error (test setup steps).
     pub fn call(&mut self, method: &str, params: Value) -> Value {
         match self.rpc(method, params.clone()) {
@@ -123,6 +134,32 @@ impl Target {
     /// took, or `None` if it had to be killed.
     pub fn stop(&mut self, secs: u64) -> Option<Duration> {
         self.app.stop(secs, Duration::from_millis(20))
+    }
+
+    /// A malloc bdev `name`: `num_blocks` blocks of `block_size` bytes.
+    pub fn malloc(&mut self, name: &str, num_blocks: u64, block_size: u32) {
+        self.call(
+            "bdev_malloc_create",
+            json!({"name": name, "num_blocks": num_blocks, "block_size": block_size}),
+        );
+    }
+
+    /// QoS bdev `qos<i>` over `base` for host `i` (1-based, [`host_nqn`]) in domain
+    /// `domain`; returns its name.
+    pub fn qos_bdev_for_host(&mut self, i: usize, base: &str, domain: &str) -> String {
+        let name = format!("qos{i}");
+        self.call(
+            "qos_bdev_create",
+            json!({"name": name, "base_bdev_name": base, "domain": domain,
+                   "host_nqn": host_nqn(i)}),
+        );
+        name
+    }
+
+    /// Host `i`'s subsystem ([`subsys_nqn`]) with namespace `bdev`, for host `i` only,
+    /// listening on 127.0.0.1:`port` (the TCP transport must exist).
+    pub fn expose_host(&mut self, i: usize, bdev: &str, port: u16) {
+        self.expose_to_host(&subsys_nqn(i), &host_nqn(i), bdev, port);
     }
 
     /// A subsystem `subnqn` that only `hostnqn` may use, with namespace `bdev`,
@@ -167,6 +204,6 @@ pub fn subsys_nqn(i: usize) -> String {
 pub fn expose_per_host(t: &mut Target, bdevs: &[String], port: u16) {
     t.call("nvmf_create_transport", json!({"trtype": "TCP"}));
     for (i, b) in bdevs.iter().enumerate() {
-        t.expose_to_host(&subsys_nqn(i + 1), &host_nqn(i + 1), b, port);
+        t.expose_host(i + 1, b, port);
     }
 }

@@ -23,167 +23,86 @@
 //!   The reader alone gives the floor of its latency; the pacer group's target, base
 //!   latency and the writer's chunk and hold counts are printed halfway through each
 //!   round with the plugin.
-//! - `robustness`: bad RPC input, save_config replay, chunked verify against a target
-//!   without the plugin (fallback, one warning), vendor-command time-outs, reset and
-//!   controller reset with held and chunked I/O, delete under load, disconnect.
+//! - `robustness_*`, one test a case: chunked verify against a target without the plugin
+//!   (fallback, one warning), bad RPC input and save_config replay, vendor-command
+//!   time-outs, reset and controller reset with held and chunked I/O, delete under
+//!   load, disconnect; all but the first against one host limited at the target.
 //! - `fio_configs_run`: the jobs of `fio-configs/` run with fio's SPDK bdev ioengine and
 //!   the plugin preloaded.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use initiator_it::*;
 use serde_json::{Value, json};
 
-/// SPDK processes of the tests must not overlap (cores, hugepages, ports).
-static SERIAL: Mutex<()> = Mutex::new(());
-
-const PORT: u16 = 4453;
-const TGT_SHM: u32 = 61;
-const BP_SHM: u32 = 62;
-
-fn host(i: &str) -> String {
-    format!("nqn.2014-08.io.nvmf-qos:ini-it-{i}")
-}
-fn subsys(i: &str) -> String {
-    format!("nqn.2016-06.io.spdk:nvmf-qos-ini-it-{i}")
-}
-fn ctrl(i: &str) -> Controller {
-    Controller {
-        name: format!("Nvme{i}"),
-        subnqn: subsys(i),
-        hostnqn: host(i),
-        port: PORT,
+/// `q` with the keys of `extra` set (options added to a QoS bdev's parameters).
+fn merged(mut q: Value, extra: &Value) -> Value {
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        q[k] = v.clone();
     }
+    q
 }
 
-fn setup(what: &str) -> Option<Setup> {
-    setup_or_skip(what)
-}
-
-fn target(s: &Setup, plugin: bool) -> Target {
-    s.target(TGT_SHM, plugin, 300, None)
-}
-
-/// One subsystem per host (only that host allowed) with namespace `bdev`.
-fn expose(t: &mut Target, hosts: &[(&str, &str)]) {
-    expose_on(t, json!({"trtype": "TCP"}), hosts);
-}
-
-/// [`expose`] over a TCP transport created with `transport` (its `nvmf_create_transport`
-/// parameters).
-fn expose_on(t: &mut Target, transport: Value, hosts: &[(&str, &str)]) {
-    t.call("nvmf_create_transport", transport);
-    for (h, bdev) in hosts {
-        t.expose_to_host(&subsys(h), &host(h), bdev, PORT);
-    }
-}
-
-fn bdevperf(s: &Setup, plugin: bool, config: Value, jobs: Vec<Job>, secs: u32) -> Bdevperf {
-    s.bdevperf(BP_SHM, plugin, config, jobs, secs, &[])
-}
-
-/// Runs the jobs to the end; returns results by bdev and the output.
-fn run(b: &mut Bdevperf) -> (BTreeMap<String, JobResult>, String) {
-    let h = b.perform_tests();
-    finish_run(b, h)
-}
-
-/// Waits for the `perform_tests` call `h` and bdevperf's exit; its job results and log.
-fn finish_run(
-    b: &mut Bdevperf,
-    h: std::thread::JoinHandle<Result<Value, RpcError>>,
-) -> (BTreeMap<String, JobResult>, String) {
-    let res = h.join().expect("perform_tests thread");
-    let out = b
-        .finish(60)
-        .unwrap_or_else(|| panic!("bdevperf did not exit; log:\n{}", b.log_tail(30)));
-    let res = res.unwrap_or_else(|e| panic!("perform_tests: {e}\n{}", tail(&out, 30)));
-    (job_results(&res, &out), out)
-}
-
-/// As [`run`], and the state of QoS bdev `name` (with its pacer group's) halfway
-/// through `secs`.
-fn run_sampling_state(
-    b: &mut Bdevperf,
-    name: &str,
-    secs: u32,
-) -> (BTreeMap<String, JobResult>, String, Value) {
-    let h = b.perform_tests();
-    std::thread::sleep(Duration::from_millis(u64::from(secs) * 500));
-    let state = get_state(b, name);
-    let (res, out) = finish_run(b, h);
-    (res, out, state)
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let t = s.replace('\r', "\n");
-    let l: Vec<&str> = t.lines().filter(|l| !l.trim().is_empty()).collect();
-    l[l.len().saturating_sub(n)..].join("\n")
+/// Runs the jobs to the end, reading QoS bdev `name`'s state `at` into the run.
+fn run_sampling(b: &mut Bdevperf, name: &str, at: Duration) -> (Outcome, Value) {
+    let run = b.start_tests();
+    std::thread::sleep(at);
+    let state = b.ini_bdev(name);
+    (b.finish_tests(run), state)
 }
 
 // ---- reservations ----------------------------------------------------------------------
 
-const HOSTS: [&str; 4] = ["h1", "h2", "h3", "h4"];
+const HOSTS: usize = 4;
 const PERIOD_MS: u64 = 500;
 
-/// Runs `b` for `secs`, polling the target; returns the history and the results.
-fn run_polling(
-    t: &mut Target,
-    b: &mut Bdevperf,
-    hosts: &[String],
-    secs: u32,
-) -> (History, Instant, BTreeMap<String, JobResult>) {
-    let mut hist = History::default();
+/// Runs `b` for `secs`, polling the target; returns the history, the start and the
+/// outcome.
+fn run_polling(t: &mut Target, b: &mut Bdevperf, secs: u32) -> (History, Instant, Outcome) {
+    let mut hist = History::new("d");
     let t0 = Instant::now();
-    let h = b.perform_tests();
     let mut shown = false;
-    while t0.elapsed() < Duration::from_secs(secs as u64 + 1) {
-        std::thread::sleep(Duration::from_millis(1500));
-        hist.poll(t, "d", hosts);
-        if !shown && t0.elapsed() > Duration::from_secs(secs as u64 / 2) {
+    let every = Duration::from_millis(1500);
+    let out = b.run_polling(every, Duration::from_secs(secs as u64 + 1), |b, el| {
+        hist.poll(t);
+        if !shown && el > Duration::from_secs(secs as u64 / 2) {
             shown = true;
-            // The initiator side, once, mid-run (the RPC is slow on a busy core).
-            if let Ok(v) = b.rpc("qos_ini_bdev_get", Value::Null, Duration::from_secs(20)) {
-                for q in v.as_array().into_iter().flatten() {
-                    let s = &q["state"];
-                    println!(
-                        "  initiator {} (mid-run): mode {}, held now {}, held so far {}, vendor commands {} (late {}, errors {}), engine restarts {}",
-                        q["name"].as_str().unwrap_or("?"),
-                        s["mode"],
-                        s["held"],
-                        s["held_total"],
-                        s["vendor_sent"],
-                        s["vendor_late"],
-                        s["vendor_errors"],
-                        s["engine_restarts"]
-                    );
-                }
-            }
+            show_initiators(b);
         }
+    });
+    hist.poll(t);
+    (hist, t0, out)
+}
+
+/// The initiator side of a run (the RPC is slow on a busy core: once, mid-run).
+fn show_initiators(b: &Bdevperf) {
+    let Ok(v) = b.rpc("qos_ini_bdev_get", Value::Null, Duration::from_secs(20)) else {
+        return;
+    };
+    for q in v.as_array().into_iter().flatten() {
+        let s = &q["state"];
+        println!(
+            "  initiator {} (mid-run): mode {}, held now {}, held so far {}, vendor commands {} (late {}, errors {}), engine restarts {}",
+            q["name"].as_str().unwrap_or("?"),
+            s["mode"],
+            s["held"],
+            s["held_total"],
+            s["vendor_sent"],
+            s["vendor_late"],
+            s["vendor_errors"],
+            s["engine_restarts"]
+        );
     }
-    let res = h.join().expect("perform_tests thread");
-    hist.poll(t, "d", hosts);
-    let out = b
-        .finish(60)
-        .unwrap_or_else(|| panic!("bdevperf did not exit; log:\n{}", b.log_tail(30)));
-    let res = res.unwrap_or_else(|e| panic!("perform_tests: {e}\n{}", tail(&out, 30)));
-    (hist, t0, job_results(&res, &out))
 }
 
 #[test]
 fn cooperative_initiators_meet_reservations() {
-    let Some(s) = setup("initiator_qos::cooperative_initiators_meet_reservations") else {
+    let Some(s) = setup_or_skip("initiator_qos::cooperative_initiators_meet_reservations") else {
         return;
     };
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let mut t = target(&s, true);
-    t.call(
-        "bdev_malloc_create",
-        json!({"name": "Malloc0", "num_blocks": 131072, "block_size": 512}),
-    );
+    let mut t = s.target(300);
+    t.malloc("Malloc0", 131072, 512);
     // Measure first: the same load through QoS bdevs of best-effort hosts in a domain
     // far above what the machine does (the target admits everything).
     t.call(
@@ -191,36 +110,24 @@ fn cooperative_initiators_meet_reservations() {
         json!({"name": "d", "capacity_iops": 10_000_000, "period_ms": PERIOD_MS,
                "check_interval_us": 1000, "estimator": false}),
     );
-    for h in HOSTS {
-        t.call(
-            "qos_bdev_create",
-            json!({"name": format!("qos_{h}"), "base_bdev_name": "Malloc0", "domain": "d",
-                   "host_nqn": host(h)}),
-        );
-    }
-    let ns: Vec<(String, String)> = HOSTS
-        .iter()
-        .map(|h| (h.to_string(), format!("qos_{h}")))
+    let bdevs: Vec<String> = (1..=HOSTS)
+        .map(|i| t.qos_bdev_for_host(i, "Malloc0", "d"))
         .collect();
-    let ns_ref: Vec<(&str, &str)> = ns.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
-    expose(&mut t, &ns_ref);
-    let ctrls: Vec<Controller> = HOSTS.iter().map(|h| ctrl(h)).collect();
+    expose_per_host(&mut t, &bdevs, s.port);
+    let ctrls: Vec<Controller> = (1..=HOSTS).map(|i| s.controller(i)).collect();
     let qds = [32u32, 128, 32, 32];
     let plain_jobs: Vec<Job> = ctrls
         .iter()
         .zip(qds)
         .map(|(c, q)| Job::new(&c.bdev(), "randread", 4096, q))
         .collect();
-    let (base, _) = run(&mut bdevperf(
-        &s,
-        false,
-        bdev_config(&ctrls, &[]),
-        plain_jobs.clone(),
-        5,
-    ));
-    let agg: f64 = base.values().map(|r| r.iops).sum();
+    let plain_cfg = bdev_config(&ctrls, &[]);
+    let base = s
+        .bdevperf(false, plain_cfg.clone(), plain_jobs.clone(), 5, &[])
+        .run();
+    let agg = base.total_iops();
     let capacity = ((agg * 0.25 / 100.0).floor() as u64 * 100).clamp(1000, 8000);
-    let res = zipf(HOSTS.len(), capacity * 9 / 10);
+    let res = zipf(HOSTS, capacity * 9 / 10);
     let limits = [res[0] * 2, res[1] * 6 / 5, res[2] * 3 / 2, res[3] * 2];
     println!(
         "machine with this load, no QoS: {agg:.0} IOPS; capacity {capacity} IOPS (min(A/4, 8000)); \
@@ -230,21 +137,21 @@ fn cooperative_initiators_meet_reservations() {
         "qos_domain_update",
         json!({"name": "d", "capacity_iops": capacity}),
     );
-    for (i, h) in HOSTS.iter().enumerate() {
+    for i in 1..=HOSTS {
         t.call(
             "qos_host_set",
-            json!({"domain": "d", "host_nqn": host(h), "min_iops": res[i], "max_iops": limits[i]}),
+            json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": res[i - 1],
+                   "max_iops": limits[i - 1]}),
         );
     }
-    let hosts: Vec<String> = HOSTS.iter().map(|h| host(h)).collect();
-    let qos: Vec<Value> = HOSTS
+    let qos: Vec<Value> = ctrls
         .iter()
-        .map(|h| json!({"name": format!("qi_{h}"), "base_bdev_name": ctrl(h).bdev()}))
+        .enumerate()
+        .map(|(k, c)| json!({"name": format!("qi{}", k + 1), "base_bdev_name": c.bdev()}))
         .collect();
-    let qos_jobs: Vec<Job> = HOSTS
-        .iter()
+    let qos_jobs: Vec<Job> = (1..=HOSTS)
         .zip(qds)
-        .map(|(h, q)| Job::new(&format!("qi_{h}"), "randread", 4096, q))
+        .map(|(i, q)| Job::new(&format!("qi{i}"), "randread", 4096, q))
         .collect();
     let secs = 20u32;
     let mut summary = Vec::new();
@@ -252,12 +159,7 @@ fn cooperative_initiators_meet_reservations() {
     // Same load twice: plain initiators (the target holds their excess), then
     // cooperative ones (the initiator plugin holds it).
     for (label, plugin, cfg, jobs) in [
-        (
-            "plain initiators",
-            false,
-            bdev_config(&ctrls, &[]),
-            plain_jobs,
-        ),
+        ("plain initiators", false, plain_cfg, plain_jobs),
         (
             "cooperative initiators",
             true,
@@ -265,9 +167,9 @@ fn cooperative_initiators_meet_reservations() {
             qos_jobs,
         ),
     ] {
-        let mut b = bdevperf(&s, plugin, cfg, jobs, secs);
-        let (hist, t0, results) = run_polling(&mut t, &mut b, &hosts, secs);
-        let win = hist.window(
+        let mut b = s.bdevperf(plugin, cfg, jobs, secs, &[]);
+        let (hist, t0, out) = run_polling(&mut t, &mut b, secs);
+        let epochs = hist.epochs(
             t0 + Duration::from_secs(3),
             t0 + Duration::from_secs(secs as u64),
         );
@@ -277,22 +179,23 @@ fn cooperative_initiators_meet_reservations() {
             "  host  periods  reservation/period  met>=99%  avg_ops/period  limit/period  vs_limit  target_held(avg/max)  failed"
         );
         let mut held_all = Vec::new();
-        for (i, h) in HOSTS.iter().enumerate() {
-            let ops = &win[i];
-            let need = per_period(res[i]) * 0.99;
+        let failed = out.failed();
+        for i in 1..=HOSTS {
+            let nqn = host_nqn(i);
+            let ops = hist.ops(&nqn, &epochs);
+            let need = per_period(res[i - 1]) * 0.99;
             let met = ops.iter().filter(|o| **o as f64 >= need).count();
             let frac = met as f64 / ops.len().max(1) as f64;
             let avg = ops.iter().sum::<u64>() as f64 / ops.len().max(1) as f64;
-            let lim = per_period(limits[i]);
-            let held = &hist.held[i];
+            let lim = per_period(limits[i - 1]);
+            let held = hist.held.get(&nqn).cloned().unwrap_or_default();
             let havg = held.iter().sum::<i64>() as f64 / held.len().max(1) as f64;
             let hmax = held.iter().copied().max().unwrap_or(0);
             held_all.push(havg);
-            let failed = results.values().map(|r| r.io_failed).sum::<u64>();
             println!(
-                "  {h}    {:>5}    {:>10.1}          {:>6.1}%   {:>10.1}      {:>8.1}    {:>+6.2}%   {:>6.1}/{:<6}           {failed}",
+                "  h{i}    {:>5}    {:>10.1}          {:>6.1}%   {:>10.1}      {:>8.1}    {:>+6.2}%   {:>6.1}/{:<6}           {failed}",
                 ops.len(),
-                per_period(res[i]),
+                per_period(res[i - 1]),
                 frac * 100.0,
                 avg,
                 lim,
@@ -302,16 +205,16 @@ fn cooperative_initiators_meet_reservations() {
             );
             if plugin {
                 if ops.len() < 20 {
-                    failures.push(format!("{h}: only {} periods observed", ops.len()));
+                    failures.push(format!("h{i}: only {} periods observed", ops.len()));
                 }
                 if frac < 0.95 {
                     failures.push(format!(
-                        "{h}: reservation met in {:.1}% of periods (< 95%): {ops:?}",
+                        "h{i}: reservation met in {:.1}% of periods (< 95%): {ops:?}",
                         frac * 100.0
                     ));
                 }
                 if avg > lim * 1.01 {
-                    failures.push(format!("{h}: {avg:.1} ops/period over its limit {lim}"));
+                    failures.push(format!("h{i}: {avg:.1} ops/period over its limit {lim}"));
                 }
                 if failed > 0 {
                     failures.push(format!("{failed} I/O failed"));
@@ -343,27 +246,22 @@ fn cooperative_initiators_meet_reservations() {
 
 // ---- reader and writer -----------------------------------------------------------------
 
+/// Host 1 reads, host 2 writes, each through its QoS bdev at a target whose domain is
+/// far above what the machine does (the target only keeps the books here).
 fn rw_target(s: &Setup) -> Target {
-    let mut t = target(s, true);
-    t.call(
-        "bdev_malloc_create",
-        json!({"name": "Malloc0", "num_blocks": 65536, "block_size": 4096}),
-    );
-    // Far above what the machine does: the target only keeps the books here.
+    let mut t = s.target(300);
+    t.malloc("Malloc0", 65536, 4096);
     t.call(
         "qos_domain_create",
         json!({"name": "d", "capacity_iops": 2_000_000, "period_ms": 200, "estimator": false}),
     );
-    for h in ["r", "w"] {
+    let mut bdevs = Vec::new();
+    for i in [1, 2] {
         t.call(
             "qos_host_set",
-            json!({"domain": "d", "host_nqn": host(h), "min_iops": 1000}),
+            json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": 1000}),
         );
-        t.call(
-            "qos_bdev_create",
-            json!({"name": format!("qos_{h}"), "base_bdev_name": "Malloc0", "domain": "d",
-                   "host_nqn": host(h)}),
-        );
+        bdevs.push(t.qos_bdev_for_host(i, "Malloc0", "d"));
     }
     // A paced chunk in one capsule: with SPDK's default of 4 KiB in capsule, every chunk
     // of a write waits for an R2T and goes as a separate data PDU (docs/rpc.md).
@@ -371,22 +269,25 @@ fn rw_target(s: &Setup) -> Target {
         .or_else(|| env_number("QOS_IT_CHUNK_BYTES", "bytes, e.g. 32768"))
         .unwrap_or(32 * 1024);
     println!("target: TCP transport with in_capsule_data_size {in_capsule}");
-    expose_on(
-        &mut t,
+    t.call(
+        "nvmf_create_transport",
         json!({"trtype": "TCP", "in_capsule_data_size": in_capsule}),
-        &[("r", "qos_r"), ("w", "qos_w")],
     );
+    for (k, b) in bdevs.iter().enumerate() {
+        t.expose_host(k + 1, b, s.port);
+    }
     t
 }
 
 #[test]
 fn pacing_protects_a_small_reader_from_a_large_writer() {
-    let Some(s) = setup("initiator_qos::pacing_protects_a_small_reader_from_a_large_writer") else {
+    let Some(s) =
+        setup_or_skip("initiator_qos::pacing_protects_a_small_reader_from_a_large_writer")
+    else {
         return;
     };
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let t = rw_target(&s);
-    let ctrls = [ctrl("r"), ctrl("w")];
+    let ctrls = [s.controller(1), s.controller(2)];
     let link = writer_alone(&s, &ctrls);
     let share = link as f64 / 2.0;
     println!(
@@ -405,14 +306,9 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
     );
     let secs = 8u32;
     // The floor: the reader alone, no writer, plain bdev_nvme.
-    let (res, _) = run(&mut bdevperf(
-        &s,
-        false,
-        plain_cfg.clone(),
-        vec![Job::new(&ctrls[0].bdev(), "randread", 4096, 1)],
-        4,
-    ));
-    let alone = &res[&ctrls[0].bdev()];
+    let reader = vec![Job::new(&ctrls[0].bdev(), "randread", 4096, 1)];
+    let out = s.bdevperf(false, plain_cfg.clone(), reader, 4, &[]).run();
+    let alone = out.job(&ctrls[0].bdev());
     println!(
         "reader alone (plain, no writer): {:.0} IOPS p50 {:.1} us p99 {:.1} us",
         alone.iops,
@@ -436,22 +332,22 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
                 Job::new(&r, "randread", 4096, 1),
                 Job::new(&w, "write", 1 << 20, 4),
             ];
-            let mut b = bdevperf(&s, qos, cfg, jobs, secs);
-            let (res, out, state) = if qos {
-                run_sampling_state(&mut b, &w, secs)
+            let mut b = s.bdevperf(qos, cfg, jobs, secs, &[]);
+            let (out, state) = if qos {
+                // The QoS bdev's state halfway through.
+                run_sampling(&mut b, &w, Duration::from_millis(u64::from(secs) * 500))
             } else {
-                let (res, out) = run(&mut b);
-                (res, out, Value::Null)
+                (b.run(), Value::Null)
             };
-            let (rr, wr) = (&res[&r], &res[&w]);
+            let (rr, wr) = (out.job(&r), out.job(&w));
             assert!(
                 rr.io_failed == 0 && wr.io_failed == 0,
                 "failed I/O:\n{}",
-                tail(&out, 20)
+                out.tail(20)
             );
             let p99 = rr
                 .p99_us
-                .unwrap_or_else(|| panic!("no p99 in:\n{}", tail(&out, 30)));
+                .unwrap_or_else(|| panic!("no p99 in:\n{}", out.tail(30)));
             println!(
                 "round {round} {:<22} reader {:>8.0} IOPS p50 {:>7.1} us p99 {:>8.1} us | writer {:>6.0} MiB/s",
                 if qos {
@@ -565,22 +461,13 @@ fn writer_alone(s: &Setup, ctrls: &[Controller; 2]) -> u64 {
             let (bdev, cfg) = match extra {
                 None => (ctrls[1].bdev(), bdev_config(ctrls, &[])),
                 Some(e) => {
-                    let mut q =
-                        with_chunk(json!({"name": "qw", "base_bdev_name": ctrls[1].bdev()}));
-                    for (key, val) in e.as_object().into_iter().flatten() {
-                        q[key] = val.clone();
-                    }
-                    ("qw".to_string(), bdev_config(ctrls, &[q]))
+                    let q = with_chunk(json!({"name": "qw", "base_bdev_name": ctrls[1].bdev()}));
+                    ("qw".to_string(), bdev_config(ctrls, &[merged(q, e)]))
                 }
             };
-            let mut b = bdevperf(
-                s,
-                extra.is_some(),
-                cfg,
-                vec![Job::new(&bdev, "write", 1 << 20, 4)],
-                4,
-            );
-            let h = b.perform_tests();
+            let writer = vec![Job::new(&bdev, "write", 1 << 20, 4)];
+            let mut b = s.bdevperf(extra.is_some(), cfg, writer, 4, &[]);
+            let run = b.start_tests();
             // The QoS bdev's counters 1.5 s and 2.5 s in: the bdev layer's examine reads
             // at start-up are small I/O, so the first writes (within `latency_idle`,
             // 100 ms) are split; after that, none may be.
@@ -588,18 +475,12 @@ fn writer_alone(s: &Setup, ctrls: &[Controller; 2]) -> u64 {
             for wait_ms in [1500, 1000] {
                 std::thread::sleep(Duration::from_millis(wait_ms));
                 if extra.is_some() {
-                    states.push(get_state(&b, "qw")["state"].clone());
+                    states.push(b.ini_bdev("qw")["state"].clone());
                 }
             }
-            let perform = h.join().expect("perform_tests thread");
-            let out = b
-                .finish(60)
-                .unwrap_or_else(|| panic!("bdevperf did not exit; log:\n{}", b.log_tail(30)));
-            let perform =
-                perform.unwrap_or_else(|e| panic!("perform_tests: {e}\n{}", tail(&out, 30)));
-            let res = job_results(&perform, &out);
-            let r = &res[&bdev];
-            assert_eq!(r.io_failed, 0, "failed I/O:\n{}", tail(&out, 20));
+            let out = b.finish_tests(run);
+            let r = out.job(&bdev);
+            assert_eq!(r.io_failed, 0, "failed I/O:\n{}", out.tail(20));
             if let [a, b] = &states[..] {
                 let count = |st: &Value, k: &str| st[k].as_u64().unwrap_or(0);
                 let split = count(b, "large_ios") - count(a, "large_ios");
@@ -638,380 +519,315 @@ fn writer_alone(s: &Setup, ctrls: &[Controller; 2]) -> u64 {
 
 // ---- robustness ----------------------------------------------------------------------
 
-fn get_state(b: &Bdevperf, name: &str) -> Value {
-    let v = b
-        .rpc(
-            "qos_ini_bdev_get",
-            json!({"name": name}),
-            Duration::from_secs(30),
-        )
-        .unwrap_or_else(|e| panic!("qos_ini_bdev_get: {e}"));
-    v[0].clone()
+/// A target with the plugin and one limited host (host 1: 100 to 500 IOPS), its QoS
+/// bdev exposed: I/O is held at the initiator.
+fn limited_host_target(s: &Setup) -> Target {
+    s.one_host_target(
+        300,
+        (65536, 4096),
+        json!({"capacity_iops": 200000, "period_ms": 200, "estimator": false}),
+        json!({"min_iops": 100, "max_iops": 500}),
+    )
 }
 
-fn expect_err(b: &Bdevperf, method: &str, params: Value, code: i64, text: &str) {
-    match b.rpc(method, params.clone(), Duration::from_secs(30)) {
-        Ok(v) => panic!("{method} {params} should fail, returned {v}"),
-        Err(e) => {
-            assert_eq!(e.code, code, "{method} {params}: {e}");
-            assert!(
-                e.message.contains(text),
-                "{method} {params}: message {:?} should mention {text:?}",
-                e.message
-            );
-            println!("  refused as expected: {method} -> {}", e.message);
-        }
-    }
+/// bdevperf's configuration: host 1's controller and QoS bdev `qa` over it, with the
+/// options of `extra`.
+fn qa_config(s: &Setup, extra: Value) -> Value {
+    let c = s.controller(1);
+    let q = merged(json!({"name": "qa", "base_bdev_name": c.bdev()}), &extra);
+    bdev_config(std::slice::from_ref(&c), &[q])
 }
 
+/// QoS bdev `qa`'s I/O held for tokens now, and so far.
+fn qa_held(b: &Bdevperf) -> (i64, u64) {
+    let st = &b.ini_bdev("qa")["state"];
+    (
+        st["held"].as_i64().unwrap_or(0),
+        st["held_total"].as_u64().unwrap_or(0),
+    )
+}
+
+/// A target without the plugin: the QoS bdev falls back to pass-through with one
+/// warning; the chunked data path verified (1 MiB writes and reads in 32 KiB chunks; a
+/// verify job alone sends no small I/O, so `split_always` makes the pacer split it).
 #[test]
-fn robustness() {
-    let Some(s) = setup("initiator_qos::robustness") else {
+fn robustness_fallback_without_the_target_plugin() {
+    let Some(s) = setup_or_skip("initiator_qos::robustness_fallback_without_the_target_plugin")
+    else {
         return;
     };
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut t = s.bare_target(300);
+    t.malloc("Malloc0", 65536, 4096);
+    expose_per_host(&mut t, &["Malloc0".into()], s.port);
+    let c = s.controller(1);
+    let cfg = bdev_config(
+        std::slice::from_ref(&c),
+        &[json!({"name": "qp", "base_bdev_name": c.bdev(), "split_always": true})],
+    );
+    let mut b = s.bdevperf(
+        true,
+        cfg,
+        vec![Job::new("qp", "verify", 1 << 20, 8)],
+        4,
+        &[],
+    );
+    let (out, st) = run_sampling(&mut b, "qp", Duration::from_secs(2));
+    let qp = out.job("qp");
+    let warnings = out
+        .log
+        .matches("target does not support nvmf-qos vendor commands")
+        .count();
+    println!(
+        "plain target: mode {}, {} chunks, verify of 1 MiB I/O: {:.0} MiB/s, {} failed; warnings logged: {warnings}",
+        st["state"]["mode"], st["state"]["chunks"], qp.mibps, qp.io_failed
+    );
+    assert_eq!(st["state"]["mode"], "pass_through");
+    assert!(st["state"]["chunks"].as_u64().unwrap_or(0) > 0);
+    assert_eq!(qp.io_failed, 0, "{}", out.tail(20));
+    assert!(qp.iops > 0.0);
+    assert_eq!(warnings, 1, "one warning per QoS bdev:\n{}", out.tail(30));
+}
 
-    // 1. A target without the plugin: fallback to pass-through with one warning; the
-    // chunked data path verified (1 MiB writes and reads in 32 KiB chunks; a verify job
-    // alone sends no small I/O, so `split_always` makes the pacer split it).
-    {
-        let mut t = target(&s, false);
-        t.call(
-            "bdev_malloc_create",
-            json!({"name": "Malloc0", "num_blocks": 65536, "block_size": 4096}),
-        );
-        expose(&mut t, &[("p", "Malloc0")]);
-        let c = ctrl("p");
-        let mut b = bdevperf(
-            &s,
-            true,
-            bdev_config(
-                std::slice::from_ref(&c),
-                &[json!({"name": "qp", "base_bdev_name": c.bdev(), "split_always": true})],
-            ),
-            vec![Job::new("qp", "verify", 1 << 20, 8)],
-            4,
-        );
-        let h = b.perform_tests();
-        std::thread::sleep(Duration::from_secs(2));
-        let st = get_state(&b, "qp");
-        let r = h.join().expect("thread").expect("perform_tests");
-        let out = b.finish(60).expect("bdevperf exits");
-        let res = job_results(&r, &out);
-        let warnings = out
-            .matches("target does not support nvmf-qos vendor commands")
-            .count();
-        println!(
-            "plain target: mode {}, {} chunks, verify of 1 MiB I/O: {:.0} MiB/s, {} failed; warnings logged: {warnings}",
-            st["state"]["mode"], st["state"]["chunks"], res["qp"].mibps, res["qp"].io_failed
-        );
-        assert_eq!(st["state"]["mode"], "pass_through");
-        assert!(st["state"]["chunks"].as_u64().unwrap_or(0) > 0);
-        assert_eq!(res["qp"].io_failed, 0, "{}", tail(&out, 20));
-        assert!(res["qp"].iops > 0.0);
-        assert_eq!(warnings, 1, "one warning per QoS bdev:\n{}", tail(&out, 30));
-    }
-
-    // The target with the plugin, one limited host: I/O is held at the initiator.
-    let mut t = target(&s, true);
-    t.call(
-        "bdev_malloc_create",
-        json!({"name": "Malloc0", "num_blocks": 65536, "block_size": 4096}),
-    );
-    t.call(
-        "qos_domain_create",
-        json!({"name": "d", "capacity_iops": 200000, "period_ms": 200, "estimator": false}),
-    );
-    t.call(
-        "qos_host_set",
-        json!({"domain": "d", "host_nqn": host("a"), "min_iops": 100, "max_iops": 500}),
-    );
-    t.call(
-        "qos_bdev_create",
-        json!({"name": "qos_a", "base_bdev_name": "Malloc0", "domain": "d", "host_nqn": host("a")}),
-    );
-    expose(&mut t, &[("a", "qos_a")]);
-    let c = ctrl("a");
-    let cfg = |extra: Value| {
-        let mut q = json!({"name": "qa", "base_bdev_name": c.bdev()});
-        for (k, v) in extra.as_object().into_iter().flatten() {
-            q[k] = v.clone();
-        }
-        bdev_config(std::slice::from_ref(&c), &[q])
+/// Bad input, and save_config replay (bdevperf waits for perform_tests: RPCs only).
+#[test]
+fn robustness_bad_input_and_save_config_replay() {
+    let Some(s) = setup_or_skip("initiator_qos::robustness_bad_input_and_save_config_replay")
+    else {
+        return;
     };
-
-    // 2. Bad input, and save_config replay (bdevperf waits for perform_tests: RPCs only).
-    {
-        let b = bdevperf(
-            &s,
-            true,
-            cfg(json!({"chunk_bytes": 131072})),
-            vec![Job::new("qa", "randread", 4096, 1)],
-            1,
-        );
-        println!("bad input:");
-        expect_err(
-            &b,
+    let _t = limited_host_target(&s);
+    let base = s.controller(1).bdev();
+    let job = || vec![Job::new("qa", "randread", 4096, 1)];
+    let b = s.bdevperf(
+        true,
+        qa_config(&s, json!({"chunk_bytes": 131072})),
+        job(),
+        1,
+        &[],
+    );
+    println!("bad input:");
+    for (method, params, code, text) in [
+        (
             "qos_ini_bdev_create",
             json!({"name": "x", "base_bdev_name": "nope"}),
             -2,
             "unknown bdev",
-        );
-        expect_err(
-            &b,
+        ),
+        (
             "qos_ini_bdev_create",
-            json!({"name": "qa", "base_bdev_name": c.bdev()}),
+            json!({"name": "qa", "base_bdev_name": base}),
             -17,
             "already exists",
-        );
-        expect_err(
-            &b,
+        ),
+        (
             "qos_ini_bdev_create",
-            json!({"name": "x", "base_bdev_name": c.bdev()}),
+            json!({"name": "x", "base_bdev_name": base}),
             -16,
             "claimed",
-        );
-        expect_err(
-            &b,
+        ),
+        (
             "qos_ini_bdev_create",
             json!({"name": "x", "base_bdev_name": "qa", "chunk_bytes": 100}),
             -22,
             "chunk",
-        );
-        expect_err(
-            &b,
+        ),
+        (
             "qos_ini_bdev_create",
             json!({"name": "x", "base_bdev_name": "qa", "chunk_bytes": 65536}),
             -22,
             "pacer group \"default\" already exists",
-        );
-        expect_err(
-            &b,
+        ),
+        (
             "qos_ini_bdev_create",
             json!({"name": "x", "base_bdev_name": "qa", "chunk": 1}),
             -22,
             "unknown field",
-        );
-        expect_err(
-            &b,
+        ),
+        (
             "qos_ini_bdev_set_options",
             json!({"name": "nope", "pacing": false}),
             -2,
             "unknown",
-        );
-        expect_err(
-            &b,
+        ),
+        (
             "qos_ini_bdev_set_options",
             json!({"name": "qa", "request_timeout_us": 0}),
             -22,
             "request_timeout_us",
-        );
-        expect_err(
-            &b,
+        ),
+        (
             "qos_ini_bdev_delete",
             json!({"name": "nope"}),
             -2,
             "unknown",
-        );
-        b.call(
-            "qos_ini_bdev_set_options",
-            json!({"name": "qa", "latency_target_us": 300, "acquire_ops": 64}),
-        );
-        let cfgs = b.call("framework_get_config", json!({"name": "bdev"}));
-        let methods: Vec<&str> = cfgs
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|m| m["method"].as_str())
-            .collect();
-        let attach = methods
-            .iter()
-            .position(|m| *m == "bdev_nvme_attach_controller");
-        let create = methods.iter().position(|m| *m == "qos_ini_bdev_create");
-        assert!(
-            attach.is_some() && create > attach,
-            "save_config order: {methods:?}"
-        );
-        let saved = json!({"subsystems": [{"subsystem": "bdev", "config": cfgs}]});
-        let before = get_state(&b, "qa");
-        drop(b);
-        let b = bdevperf(
-            &s,
-            true,
-            saved,
-            vec![Job::new("qa", "randread", 4096, 1)],
-            1,
-        );
-        let after = get_state(&b, "qa");
-        for k in [
-            "chunk_bytes",
-            "latency_target_us",
-            "acquire_ops",
-            "uuid",
-            "pacer_group",
-        ] {
-            assert_eq!(before[k], after[k], "{k} after replay");
-        }
-        println!(
-            "save_config replays qos_ini_bdev_create after bdev_nvme_attach_controller; options kept"
-        );
+        ),
+    ] {
+        b.refuse(method, params, code, text);
     }
-
-    // 3. Vendor commands that time out (a 10 us time-out, shorter than any round trip):
-    // I/O never waits for them; late replies are ignored.
-    {
-        let mut b = bdevperf(
-            &s,
-            true,
-            cfg(json!({"request_timeout_us": 10})),
-            vec![Job::new("qa", "randread", 4096, 16)],
-            4,
-        );
-        let (res, out) = run_keep(&mut b, 3, "qa");
-        let st = &res.1;
-        println!(
-            "time-outs: {:.0} IOPS, {} failed, mode {}, late replies {}, engine restarts {}",
-            res.0["qa"].iops,
-            res.0["qa"].io_failed,
-            st["state"]["mode"],
-            st["state"]["vendor_late"],
-            st["state"]["engine_restarts"]
-        );
-        assert_eq!(res.0["qa"].io_failed, 0, "{}", tail(&out, 20));
-        assert!(st["state"]["vendor_late"].as_u64().unwrap_or(0) > 0);
+    b.call(
+        "qos_ini_bdev_set_options",
+        json!({"name": "qa", "latency_target_us": 300, "acquire_ops": 64}),
+    );
+    let cfgs = b.call("framework_get_config", json!({"name": "bdev"}));
+    let methods = config_methods(&cfgs);
+    let attach = methods
+        .iter()
+        .position(|m| *m == "bdev_nvme_attach_controller");
+    let create = methods.iter().position(|m| *m == "qos_ini_bdev_create");
+    assert!(
+        attach.is_some() && create > attach,
+        "save_config order: {methods:?}"
+    );
+    let saved = json!({"subsystems": [{"subsystem": "bdev", "config": cfgs}]});
+    let before = b.ini_bdev("qa");
+    drop(b);
+    let b = s.bdevperf(true, saved, job(), 1, &[]);
+    let after = b.ini_bdev("qa");
+    for k in [
+        "chunk_bytes",
+        "latency_target_us",
+        "acquire_ops",
+        "uuid",
+        "pacer_group",
+    ] {
+        assert_eq!(before[k], after[k], "{k} after replay");
     }
-
-    // 4. Reset (bdevperf's reset workload: verify plus a bdev reset at 10 s) and a
-    // controller reset (bdev_nvme_reset_controller at 3 s), with I/O held (the host's
-    // limit is 500 IOPS) and chunked (256 KiB I/O, 32 KiB chunks).
-    {
-        let mut b = s.bdevperf(
-            BP_SHM,
-            true,
-            cfg(json!({"split_always": true})),
-            vec![Job::new("qa", "reset", 256 << 10, 16)],
-            12,
-            &["-f"],
-        );
-        let h = b.perform_tests();
-        std::thread::sleep(Duration::from_secs(3));
-        let st = get_state(&b, "qa")["state"].clone();
-        let (held, held_total) = (
-            st["held"].as_i64().unwrap_or(0),
-            st["held_total"].as_u64().unwrap_or(0),
-        );
-        let t0 = Instant::now();
-        let rc = b.rpc(
-            "bdev_nvme_reset_controller",
-            json!({"name": c.name}),
-            Duration::from_secs(30),
-        );
-        println!(
-            "controller reset with {held} I/O held at the initiator ({held_total} held so far): {:?} in {:?}",
-            rc.map(|_| "ok"),
-            t0.elapsed()
-        );
-        let r = h.join().expect("thread");
-        let out = b
-            .finish(60)
-            .unwrap_or_else(|| panic!("bdevperf hung after resets; log:\n{}", b.log_tail(30)));
-        let r = r.unwrap_or_else(|e| panic!("perform_tests: {e}\n{}", tail(&out, 30)));
-        let res = job_results(&r, &out);
-        println!(
-            "reset workload: {:.0} IOPS, {} failed (aborted by the resets; bdevperf's reset \
-             workload on the plain bdev_nvme bdev fails as many); bdevperf exited",
-            res["qa"].iops, res["qa"].io_failed
-        );
-        assert!(held_total > 0, "expected I/O held at the initiator");
-        assert!(res["qa"].iops > 0.0);
-        assert!(!out.contains("Reset blockdev"), "{}", tail(&out, 20));
-    }
-
-    // 5. Delete under load with held and chunked I/O: everything completes, quickly.
-    {
-        let mut b = s.bdevperf(
-            BP_SHM,
-            true,
-            cfg(json!({"split_always": true})),
-            vec![Job::new("qa", "randrw", 256 << 10, 32)],
-            20,
-            &["-f"],
-        );
-        let h = b.perform_tests();
-        std::thread::sleep(Duration::from_secs(2));
-        let st = get_state(&b, "qa")["state"].clone();
-        let held = st["held"].as_i64().unwrap_or(0);
-        let held_total = st["held_total"].as_u64().unwrap_or(0);
-        let t0 = Instant::now();
-        let r = b.rpc(
-            "qos_ini_bdev_delete",
-            json!({"name": "qa"}),
-            Duration::from_secs(30),
-        );
-        let took = t0.elapsed();
-        let perf = h.join().expect("thread");
-        b.finish(60)
-            .unwrap_or_else(|| panic!("bdevperf hung after delete; log:\n{}", b.log_tail(30)));
-        println!(
-            "delete with {held} I/O held ({held_total} held so far): {:?} in {took:?}; bdevperf ended: {}",
-            r,
-            perf.as_ref().map_or("with an error", |_| "normally")
-        );
-        assert_eq!(r.ok(), Some(json!(true)));
-        assert!(held_total > 0);
-        assert!(took < Duration::from_secs(10));
-    }
-
-    // 6. Disconnect: the target drops the host's listener; bdev_nvme gives the
-    // controller up, the QoS bdev goes with its base, and bdevperf ends.
-    {
-        let mut b = s.bdevperf(
-            BP_SHM,
-            true,
-            cfg(json!({})),
-            vec![Job::new("qa", "randread", 256 << 10, 32)],
-            20,
-            &["-f"],
-        );
-        let h = b.perform_tests();
-        std::thread::sleep(Duration::from_secs(2));
-        let t0 = Instant::now();
-        t.call("nvmf_delete_subsystem", json!({"nqn": subsys("a")}));
-        let _ = h.join();
-        let took = t0.elapsed();
-        let out = b
-            .finish(90)
-            .unwrap_or_else(|| panic!("bdevperf hung after disconnect; log:\n{}", b.log_tail(30)));
-        let removed = out.contains("base bdev removed");
-        println!(
-            "disconnect (the host's subsystem deleted at the target under load): the jobs ended {took:?} later; \
-             QoS bdev deleted with its base: {removed}; bdevperf exited"
-        );
-        if !removed {
-            let lines: Vec<&str> = out
-                .lines()
-                .filter(|l| l.contains("bdev_nvme") || l.contains("nvmf_qos_ini"))
-                .take(12)
-                .collect();
-            println!("  {}", lines.join("\n  "));
-        }
-    }
-    drop(t);
+    println!(
+        "save_config replays qos_ini_bdev_create after bdev_nvme_attach_controller; options kept"
+    );
 }
 
-/// Runs to the end, fetching the state of QoS bdev `name` `at` seconds in.
-fn run_keep(
-    b: &mut Bdevperf,
-    at: u64,
-    name: &str,
-) -> ((BTreeMap<String, JobResult>, Value), String) {
-    let h = b.perform_tests();
-    std::thread::sleep(Duration::from_secs(at));
-    let st = get_state(b, name);
-    let r = h.join().expect("thread");
-    let out = b.finish(60).expect("bdevperf exits");
-    let r = r.unwrap_or_else(|e| panic!("perform_tests: {e}\n{}", tail(&out, 30)));
-    ((job_results(&r, &out), st), out)
+/// Vendor commands that time out (a 10 us time-out, shorter than any round trip): I/O
+/// never waits for them; late replies are ignored.
+#[test]
+fn robustness_vendor_command_time_outs() {
+    let Some(s) = setup_or_skip("initiator_qos::robustness_vendor_command_time_outs") else {
+        return;
+    };
+    let _t = limited_host_target(&s);
+    let cfg = qa_config(&s, json!({"request_timeout_us": 10}));
+    let mut b = s.bdevperf(
+        true,
+        cfg,
+        vec![Job::new("qa", "randread", 4096, 16)],
+        4,
+        &[],
+    );
+    let (out, st) = run_sampling(&mut b, "qa", Duration::from_secs(3));
+    let qa = out.job("qa");
+    println!(
+        "time-outs: {:.0} IOPS, {} failed, mode {}, late replies {}, engine restarts {}",
+        qa.iops,
+        qa.io_failed,
+        st["state"]["mode"],
+        st["state"]["vendor_late"],
+        st["state"]["engine_restarts"]
+    );
+    assert_eq!(qa.io_failed, 0, "{}", out.tail(20));
+    assert!(st["state"]["vendor_late"].as_u64().unwrap_or(0) > 0);
+}
+
+/// Reset (bdevperf's reset workload: verify plus a bdev reset at 10 s) and a controller
+/// reset (bdev_nvme_reset_controller at 3 s), with I/O held (the host's limit is 500
+/// IOPS) and chunked (256 KiB I/O, 32 KiB chunks).
+#[test]
+fn robustness_resets_with_held_and_chunked_io() {
+    let Some(s) = setup_or_skip("initiator_qos::robustness_resets_with_held_and_chunked_io") else {
+        return;
+    };
+    let _t = limited_host_target(&s);
+    let cfg = qa_config(&s, json!({"split_always": true}));
+    let jobs = vec![Job::new("qa", "reset", 256 << 10, 16)];
+    let mut b = s.bdevperf(true, cfg, jobs, 12, &["-f"]);
+    let run = b.start_tests();
+    std::thread::sleep(Duration::from_secs(3));
+    let (held, held_total) = qa_held(&b);
+    let t0 = Instant::now();
+    let rc = b.rpc(
+        "bdev_nvme_reset_controller",
+        json!({"name": s.controller(1).name}),
+        Duration::from_secs(30),
+    );
+    println!(
+        "controller reset with {held} I/O held at the initiator ({held_total} held so far): {:?} in {:?}",
+        rc.map(|_| "ok"),
+        t0.elapsed()
+    );
+    let out = b.finish_tests(run);
+    let qa = out.job("qa");
+    println!(
+        "reset workload: {:.0} IOPS, {} failed (aborted by the resets; bdevperf's reset \
+         workload on the plain bdev_nvme bdev fails as many); bdevperf exited",
+        qa.iops, qa.io_failed
+    );
+    assert!(held_total > 0, "expected I/O held at the initiator");
+    assert!(qa.iops > 0.0);
+    assert!(!out.log.contains("Reset blockdev"), "{}", out.tail(20));
+}
+
+/// Delete under load with held and chunked I/O: everything completes, quickly.
+#[test]
+fn robustness_delete_under_load() {
+    let Some(s) = setup_or_skip("initiator_qos::robustness_delete_under_load") else {
+        return;
+    };
+    let _t = limited_host_target(&s);
+    let cfg = qa_config(&s, json!({"split_always": true}));
+    let jobs = vec![Job::new("qa", "randrw", 256 << 10, 32)];
+    let mut b = s.bdevperf(true, cfg, jobs, 20, &["-f"]);
+    let run = b.start_tests();
+    std::thread::sleep(Duration::from_secs(2));
+    let (held, held_total) = qa_held(&b);
+    let t0 = Instant::now();
+    let r = b.rpc(
+        "qos_ini_bdev_delete",
+        json!({"name": "qa"}),
+        Duration::from_secs(30),
+    );
+    let took = t0.elapsed();
+    let (perf, _) = b.end_tests(run, 60);
+    println!(
+        "delete with {held} I/O held ({held_total} held so far): {:?} in {took:?}; bdevperf ended: {}",
+        r,
+        perf.as_ref().map_or("with an error", |_| "normally")
+    );
+    assert_eq!(r.ok(), Some(json!(true)));
+    assert!(held_total > 0);
+    assert!(took < Duration::from_secs(10));
+}
+
+/// Disconnect: the target drops the host's subsystem under load; bdev_nvme gives the
+/// controller up, the QoS bdev goes with its base, and bdevperf ends.
+#[test]
+fn robustness_disconnect() {
+    let Some(s) = setup_or_skip("initiator_qos::robustness_disconnect") else {
+        return;
+    };
+    let mut t = limited_host_target(&s);
+    let jobs = vec![Job::new("qa", "randread", 256 << 10, 32)];
+    let mut b = s.bdevperf(true, qa_config(&s, json!({})), jobs, 20, &["-f"]);
+    let run = b.start_tests();
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = Instant::now();
+    t.call("nvmf_delete_subsystem", json!({"nqn": subsys_nqn(1)}));
+    let _ = run.wait();
+    let took = t0.elapsed();
+    let out = b
+        .finish(90)
+        .unwrap_or_else(|| panic!("bdevperf hung after disconnect; log:\n{}", b.log_tail(30)));
+    let removed = out.contains("base bdev removed");
+    println!(
+        "disconnect (the host's subsystem deleted at the target under load): the jobs ended {took:?} later; \
+         QoS bdev deleted with its base: {removed}; bdevperf exited"
+    );
+    if !removed {
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| l.contains("bdev_nvme") || l.contains("nvmf_qos_ini"))
+            .take(12)
+            .collect();
+        println!("  {}", lines.join("\n  "));
+    }
 }
 
 // ---- fio ---------------------------------------------------------------------------------
@@ -1021,11 +837,11 @@ fn repo() -> PathBuf {
 }
 
 /// A copy of `fio-configs/<name>` in the temporary directory with the test's port.
-fn config_copy(name: &str) -> PathBuf {
+fn config_copy(s: &Setup, name: &str) -> PathBuf {
     let src = repo().join("fio-configs").join(name);
     let text = std::fs::read_to_string(&src).unwrap_or_else(|e| panic!("{name}: {e}"));
     let dst = std::env::temp_dir().join(format!("nvmf-qos-ini-it-{}-{name}", std::process::id()));
-    std::fs::write(&dst, text.replace("\"4420\"", &format!("\"{PORT}\"")))
+    std::fs::write(&dst, text.replace("\"4420\"", &format!("\"{}\"", s.port)))
         .expect("write config copy");
     dst
 }
@@ -1040,7 +856,7 @@ fn fio(s: &Setup, job: &str, secs: u32) -> Value {
     let mut out = String::new();
     for l in text.lines() {
         if let Some(v) = l.strip_prefix("spdk_json_conf=") {
-            out.push_str(&format!("spdk_json_conf={}\n", config_copy(v).display()));
+            out.push_str(&format!("spdk_json_conf={}\n", config_copy(s, v).display()));
         } else if l.starts_with("cpus_allowed=") {
             out.push_str("cpus_allowed=1\n");
         } else if l.starts_with("runtime=") {
@@ -1084,7 +900,7 @@ fn fio(s: &Setup, job: &str, secs: u32) -> Value {
 
 #[test]
 fn fio_configs_run() {
-    let Some(s) = setup("initiator_qos::fio_configs_run") else {
+    let Some(s) = setup_or_skip("initiator_qos::fio_configs_run") else {
         return;
     };
     if s.ini.fio.is_none() {
@@ -1094,18 +910,7 @@ fn fio_configs_run() {
         );
         return;
     }
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let t = Target::start(
-        &s.ini.spdk,
-        &TargetOpts {
-            plugin: Some(s.tgt_lib.clone()),
-            shm_id: TGT_SHM,
-            core_mask: "0x1".into(),
-            max_secs: 120,
-            json_config: Some(config_copy("target.json")),
-        },
-    )
-    .unwrap_or_else(|e| panic!("target from fio-configs/target.json: {e}"));
+    let t = s.target_from(&config_copy(&s, "target.json"), 120);
     for (job, want) in [
         ("reservation.fio", vec!["qh1"]),
         ("reader-writer.fio", vec!["reader", "writer"]),

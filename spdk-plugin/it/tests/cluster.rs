@@ -32,11 +32,6 @@ use serde_json::json;
 use target_it::etcd::{Etcd, etcd_or_skip};
 use target_it::*;
 
-const PORT_A: u16 = 4481;
-const PORT_B: u16 = 4482;
-const SHM_A: u32 = 91;
-const SHM_B: u32 = 92;
-const BP_SHM: u32 = 93;
 const PERIOD_MS: u64 = 500;
 const LEASE_TTL_S: u64 = 2;
 const INTERVAL_MS: u64 = 100;
@@ -44,24 +39,17 @@ const X: usize = 1;
 
 /// A target with a QoS bdev for X and one for its local host `other`, each exposed to
 /// its host only, in domain `d` at a capacity no load reaches (calibration).
-fn target(s: &Setup, shm: u32, port: u16, other: usize) -> Target {
-    let mut t = s.target(shm, true, 400, None);
-    t.call(
-        "bdev_malloc_create",
-        json!({"name": "Malloc0", "num_blocks": 131072, "block_size": 512}),
-    );
+fn target(s: &Setup, port: u16, other: usize) -> Target {
+    let mut t = s.target(400);
+    t.malloc("Malloc0", 131072, 512);
     t.call(
         "qos_domain_create",
         json!({"name": "d", "capacity_iops": 10_000_000u64, "period_ms": PERIOD_MS}),
     );
     t.call("nvmf_create_transport", json!({"trtype": "TCP"}));
     for i in [X, other] {
-        t.call(
-            "qos_bdev_create",
-            json!({"name": format!("qos{i}"), "base_bdev_name": "Malloc0", "domain": "d",
-                   "host_nqn": host_nqn(i)}),
-        );
-        t.expose_to_host(&subsys_nqn(i), &host_nqn(i), &format!("qos{i}"), port);
+        let bdev = t.qos_bdev_for_host(i, "Malloc0", "d");
+        t.expose_host(i, &bdev, port);
     }
     t
 }
@@ -157,24 +145,16 @@ fn agent_cmd(bin: &PathBuf, etcd: &Etcd, args: &[&str]) -> String {
 /// Completed ops of a host at a target (its counter since it was added), or `None`
 /// when the target does not answer.
 fn completed(t: &mut Target, host: usize) -> Option<u64> {
-    let v = t
-        .rpc(
-            "qos_stats_get",
-            json!({"domain": "d", "host_nqn": host_nqn(host), "compact": true}),
-        )
+    let s = t
+        .try_stats(json!({"domain": "d", "host_nqn": host_nqn(host), "compact": true}))
         .ok()?;
-    v[0]["hosts"][0]["completed_total"]["ops"].as_u64()
+    Some(s.hosts.first()?.completed_total.ops)
 }
 
 /// All hosts' completed ops at a target.
 fn domain_completed(t: &mut Target) -> u64 {
-    let v = t.call("qos_stats_get", json!({"domain": "d", "compact": true}));
-    v[0]["hosts"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|h| h["completed_total"]["ops"].as_u64())
-        .sum()
+    let s = t.compact_stats("d");
+    s.hosts.iter().map(|h| h.completed_total.ops).sum()
 }
 
 /// X's local settings at a target: (min_iops, max_iops).
@@ -271,14 +251,15 @@ fn a_host_s_contract_held_across_two_targets() {
     };
     let agent = agent_bin().unwrap_or_else(|e| panic!("{e}"));
     let mut etcd = Etcd::start(etcd_bin).unwrap_or_else(|e| panic!("{e}"));
-    let mut ta = target(&s, SHM_A, PORT_A, 2);
-    let mut tb = target(&s, SHM_B, PORT_B, 3);
+    let (port_a, port_b) = (s.port, free_port());
+    let mut ta = target(&s, port_a, 2);
+    let mut tb = target(&s, port_b, 3);
 
     let ctrls = [
-        ctrl("XA", X, PORT_A),
-        ctrl("XB", X, PORT_B),
-        ctrl("Y", 2, PORT_A),
-        ctrl("Z", 3, PORT_B),
+        ctrl("XA", X, port_a),
+        ctrl("XB", X, port_b),
+        ctrl("Y", 2, port_a),
+        ctrl("Z", 3, port_b),
     ];
     // X keeps twice the local hosts' queue depth at each target, so that what it can
     // get there (first come: by queue depth) is above its limit and the limit binds.
@@ -294,10 +275,10 @@ fn a_host_s_contract_held_across_two_targets() {
         })
         .collect();
     let secs = 90;
-    let bp = s.bdevperf(BP_SHM, false, bdev_config(&ctrls, &[]), jobs, secs, &["-f"]);
+    let bp = s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs, &["-f"]);
     // Calibration: X at 40,000 IOPS at most, 80/20, the others unbounded.
     set_demand(&bp, 32_000, 8_000);
-    let perform = bp.perform_tests();
+    let perform = bp.start_tests();
     std::thread::sleep(Duration::from_secs(2));
     let (a0, b0, t0) = (
         domain_completed(&mut ta),
@@ -421,12 +402,11 @@ fn a_host_s_contract_held_across_two_targets() {
         println!("  agent {name} log:\n{}", a.log_tail(12));
     }
     drop(agents);
-    let _ = perform.join();
+    let _ = perform.wait();
     drop(bp);
 
     // Issue 11's thresholds with NVMF_QOS_ACCEPTANCE=1 (`make accept`); on a busy
     // machine two targets sharing one core miss a window now and then.
-    let acceptance = std::env::var("NVMF_QOS_ACCEPTANCE").as_deref() == Ok("1");
     // Always: the limit (the targets enforce their shares, which add up to it), no
     // stall while etcd is away, the failover.
     assert!(
@@ -454,7 +434,7 @@ fn a_host_s_contract_held_across_two_targets() {
         fo <= Duration::from_millis(LEASE_TTL_S * 1000 + 2 * PERIOD_MS + 2 * INTERVAL_MS),
         "failover took {fo:?}"
     );
-    if acceptance {
+    if acceptance() {
         assert!(
             met * 100 >= n * 99,
             "reservation met in {met} of {n} steady windows"

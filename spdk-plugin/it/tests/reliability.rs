@@ -41,21 +41,14 @@
 //! prints `SKIPPED: ...` and passes when SPDK, bdevperf or the plugins are not found.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use target_it::*;
-use target_it::nvme_tcp::{Qpair, Sqe, connect_io};
 use serde_json::{Value, json};
+use target_it::nvme_tcp::{Qpair, Sqe, connect_io};
+use target_it::*;
 
-/// SPDK processes of the tests must not overlap (cores, hugepages, ports).
-static SERIAL: Mutex<()> = Mutex::new(());
-
-const PORT: u16 = 4473;
-const TGT_SHM: u32 = 81;
-const BP_SHM: u32 = 82;
 /// Hosts in bdevperf; host 5 is the churned minimal host.
 const HOSTS: usize = 4;
 const CHURN_HOST: usize = 5;
@@ -94,10 +87,6 @@ fn soak_seed() -> u64 {
         .unwrap_or(1)
 }
 
-fn acceptance() -> bool {
-    std::env::var("NVMF_QOS_ACCEPTANCE").is_ok_and(|v| v == "1")
-}
-
 /// The longest any I/O may wait (µs): two of the longest period (a command held for
 /// want of tokens waits at most until the next period's tokens, and a limited host
 /// until the period after), plus the longest disconnection and bdev_nvme's reconnect
@@ -128,26 +117,19 @@ impl Rng {
     }
 }
 
-fn ctrl(i: usize) -> Controller {
-    Controller::of_host(i, PORT)
-}
-
 /// The bdev bdevperf's job `i` runs on: the namespace, or the initiator plugin's QoS
 /// bdev over it for a cooperative host.
-fn job_bdev(i: usize) -> String {
+fn job_bdev(s: &Setup, i: usize) -> String {
     if COOPERATIVE.contains(&i) {
         format!("qi{i}")
     } else {
-        ctrl(i).bdev()
+        s.controller(i).bdev()
     }
 }
 
-fn setup(what: &str) -> Option<Setup> {
-    setup_or_skip(what)
-}
-
-fn start_target(s: &Setup, json_config: Option<PathBuf>) -> Target {
-    s.target(TGT_SHM, true, soak_secs() + 600, json_config)
+/// The bound on a target's lifetime.
+fn max_secs() -> u64 {
+    soak_secs() + 600
 }
 
 /// A target with the plugin: one 64 MiB malloc bdev split in four (one per bdevperf
@@ -155,19 +137,13 @@ fn start_target(s: &Setup, json_config: Option<PathBuf>) -> Target {
 /// 5, domain `d` at `capacity` (reservations and group set when `capacity` is finite),
 /// QoS bdevs `qos1..=5`, each exposed to its host only.
 fn configured_target(s: &Setup, capacity: u64, throttled: bool) -> Target {
-    let mut t = start_target(s, None);
-    t.call(
-        "bdev_malloc_create",
-        json!({"name": "Malloc0", "num_blocks": 131072, "block_size": 512}),
-    );
+    let mut t = s.target(max_secs());
+    t.malloc("Malloc0", 131072, 512);
     t.call(
         "bdev_split_create",
         json!({"base_bdev": "Malloc0", "split_count": HOSTS}),
     );
-    t.call(
-        "bdev_malloc_create",
-        json!({"name": "Malloc1", "num_blocks": 16384, "block_size": 512}),
-    );
+    t.malloc("Malloc1", 16384, 512);
     t.call(
         "qos_domain_create",
         json!({"name": "d", "capacity_iops": capacity, "capacity_iops_stddev": capacity / 20,
@@ -184,20 +160,17 @@ fn configured_target(s: &Setup, capacity: u64, throttled: bool) -> Target {
             t.call("qos_host_set", h.params(i + 1));
         }
     }
-    for i in 1..=CHURN_HOST {
-        let base = if i == CHURN_HOST {
-            "Malloc1".to_string()
-        } else {
-            format!("Malloc0p{}", i - 1)
-        };
-        t.call(
-            "qos_bdev_create",
-            json!({"name": format!("qos{i}"), "base_bdev_name": base, "domain": "d",
-                   "host_nqn": host_nqn(i)}),
-        );
-    }
-    let bdevs: Vec<String> = (1..=CHURN_HOST).map(|i| format!("qos{i}")).collect();
-    expose_per_host(&mut t, &bdevs, PORT);
+    let bdevs: Vec<String> = (1..=CHURN_HOST)
+        .map(|i| {
+            let base = if i == CHURN_HOST {
+                "Malloc1".to_string()
+            } else {
+                format!("Malloc0p{}", i - 1)
+            };
+            t.qos_bdev_for_host(i, &base, "d")
+        })
+        .collect();
+    expose_per_host(&mut t, &bdevs, s.port);
     t
 }
 
@@ -251,48 +224,29 @@ fn bdevperf_on(s: &Setup, secs: u32, rw: &str, hosts: &[usize]) -> Bdevperf {
     let mut cfg: Vec<Value> = vec![json!({"method": "bdev_nvme_set_options",
                                           "params": {"bdev_retry_count": -1}})];
     for &i in hosts {
-        let mut a = ctrl(i).attach();
+        let mut a = s.controller(i).attach();
         a["params"]["ctrlr_loss_timeout_sec"] = json!(-1);
         a["params"]["reconnect_delay_sec"] = json!(RECONNECT_DELAY_S);
         cfg.push(a);
     }
     for i in COOPERATIVE.into_iter().filter(|i| hosts.contains(i)) {
         cfg.push(json!({"method": "qos_ini_bdev_create",
-                        "params": {"name": job_bdev(i), "base_bdev_name": ctrl(i).bdev()}}));
+                        "params": {"name": job_bdev(s, i), "base_bdev_name": s.controller(i).bdev()}}));
     }
     cfg.push(json!({"method": "bdev_wait_for_examine"}));
     let jobs = hosts
         .iter()
-        .map(|&i| Job::new(&job_bdev(i), rw, 4096, QDS[i - 1]))
+        .map(|&i| Job::new(&job_bdev(s, i), rw, 4096, QDS[i - 1]))
         .collect();
     let config = json!({"subsystems": [{"subsystem": "bdev", "config": cfg}]});
     // -f: a job goes on after a failed I/O (a controller reset fails what is in flight).
-    s.bdevperf(BP_SHM, true, config, jobs, secs, &["-f"])
-}
-
-/// Runs bdevperf to its end; panics (with its log) if it hangs or fails.
-fn finish(
-    b: &mut Bdevperf,
-    h: std::thread::JoinHandle<Result<Value, RpcError>>,
-) -> (Value, String) {
-    let res = h.join().expect("perform_tests thread");
-    let out = b.finish(120).unwrap_or_else(|| {
-        panic!(
-            "bdevperf did not exit (an I/O never completed?); log:\n{}",
-            b.log_tail(40)
-        )
-    });
-    let res = res.unwrap_or_else(|e| panic!("perform_tests: {e}\n{out}"));
-    (res, out)
+    s.bdevperf(true, config, jobs, secs, &["-f"])
 }
 
 /// What the same four jobs do through the plugin with no throttling (IOPS).
 fn calibrate(s: &Setup, rw: &str) -> f64 {
     let _t = configured_target(s, 100_000_000, false);
-    let mut b = bdevperf(s, 5, rw);
-    let h = b.perform_tests();
-    let (res, out) = finish(&mut b, h);
-    let total: f64 = job_results(&res, &out).values().map(|r| r.iops).sum();
+    let total = bdevperf(s, 5, rw).run().total_iops();
     println!("  unthrottled through the plugin: {total:.0} IOPS (4 {rw} jobs)");
     total
 }
@@ -309,10 +263,10 @@ struct ChurnHostCounts {
     hung: AtomicU64,
 }
 
-fn churn_host(stop: Arc<AtomicBool>, c: Arc<ChurnHostCounts>) {
+fn churn_host(port: u16, stop: Arc<AtomicBool>, c: Arc<ChurnHostCounts>) {
     let mut lba = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let Ok((_admin, mut io)) = connect_io(PORT, &subsys_nqn(CHURN_HOST), &host_nqn(CHURN_HOST))
+        let Ok((_admin, mut io)) = connect_io(port, &subsys_nqn(CHURN_HOST), &host_nqn(CHURN_HOST))
         else {
             std::thread::sleep(Duration::from_millis(200));
             continue;
@@ -360,46 +314,12 @@ struct Event {
     settle: u64,
 }
 
-/// Completed periods per host: epoch -> (met, backlogged, ops).
-#[derive(Default)]
-struct History {
-    recs: BTreeMap<usize, BTreeMap<u64, (bool, bool, u64)>>,
-    epoch: u64,
-}
-
-impl History {
-    fn poll(&mut self, t: &mut Target) {
-        let Ok(s) = t.rpc("qos_stats_get", json!({"domain": "d", "periods": 64})) else {
-            return;
-        };
-        let d = &s[0];
-        self.epoch = d["epoch"].as_u64().unwrap_or(self.epoch);
-        for h in d["hosts"].as_array().into_iter().flatten() {
-            let nqn = h["host_nqn"].as_str().unwrap_or("");
-            let Some(i) = (1..=HOSTS).find(|&i| host_nqn(i) == nqn) else {
-                continue;
-            };
-            let m = self.recs.entry(i).or_default();
-            for p in h["periods"].as_array().into_iter().flatten() {
-                if let Some(e) = p["epoch"].as_u64() {
-                    m.insert(
-                        e,
-                        (
-                            p["met"].as_bool().unwrap_or(false),
-                            p["backlogged"].as_bool().unwrap_or(false),
-                            p["ops"].as_u64().unwrap_or(0),
-                        ),
-                    );
-                }
-            }
-        }
-    }
-}
-
 /// The churn: applies one random action to the target or bdevperf, returns the event
 /// (or `None` when the target refused it, e.g. a reservation that no longer fits).
 struct Churn {
     rng: Rng,
+    /// The target's port (listeners are removed and added back).
+    port: u16,
     capacity: u64,
     period_ms: u64,
     hosts: Vec<HostCfg>,
@@ -492,7 +412,7 @@ impl Churn {
                 let ok = b
                     .rpc(
                         "bdev_nvme_reset_controller",
-                        json!({"name": ctrl(host).name}),
+                        json!({"name": Controller::of_host(host, self.port).name}),
                         Duration::from_secs(30),
                     )
                     .is_ok();
@@ -503,7 +423,7 @@ impl Churn {
             5 => {
                 let listener = json!({"nqn": subsys_nqn(host), "listen_address": {
                     "trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1",
-                    "trsvcid": PORT.to_string()}});
+                    "trsvcid": self.port.to_string()}});
                 t.call("nvmf_subsystem_remove_listener", listener.clone());
                 let down = self.rng.range(200, MAX_DISCONNECT_MS);
                 std::thread::sleep(Duration::from_millis(down));
@@ -571,11 +491,11 @@ fn settled_periods(
             let to = touching.get(k + 1).map_or(last_epoch, |n| n.epoch);
             let kind = by_kind.entry(e.what.clone()).or_default();
             for ep in from..to {
-                if let Some(&(m, _, _)) = h.recs.get(&i).and_then(|r| r.get(&ep)) {
+                if let Some(p) = h.of(&host_nqn(i)).get(&ep) {
                     total += 1;
-                    met += m as u64;
+                    met += p.met as u64;
                     kind.1 += 1;
-                    kind.0 += m as u64;
+                    kind.0 += p.met as u64;
                 }
             }
         }
@@ -628,66 +548,35 @@ fn audit(t: &mut Target, start: &IoCounts) -> Vec<String> {
             bad.push(format!("qos{i} iostat {q:?} != its base's {b:?}"));
         }
     }
-    let s = t.call("qos_stats_get", json!({"domain": "d", "compact": true}));
-    for h in s[0]["hosts"].as_array().into_iter().flatten() {
-        let nqn = h["host_nqn"].as_str().unwrap_or("?");
-        let admitted = h["admitted_ios_total"].as_u64();
-        let completed = h["completed_total"]["ios"].as_u64();
-        let held = h["held"].as_i64();
-        let in_flight = (&h["in_flight"]["ops"], &h["in_flight"]["bytes"]);
+    for h in t.compact_stats("d").hosts {
+        let nqn = &h.host_nqn;
+        let (admitted, completed) = (h.admitted_ios_total, h.completed_total.ios);
+        let in_flight = h.in_flight;
         println!(
-            "  books {nqn}: admitted {admitted:?} completed {completed:?} held {held:?} \
-             in flight {} ops {} bytes",
-            in_flight.0, in_flight.1
+            "  books {nqn}: admitted {admitted} completed {completed} held {} in flight {:?} \
+             ops {:?} bytes",
+            h.held, in_flight.ops, in_flight.bytes
         );
-        if admitted.is_none() || admitted != completed {
+        if admitted != completed {
             bad.push(format!(
-                "{nqn}: admitted {admitted:?} != completed {completed:?}"
+                "{nqn}: admitted {admitted} != completed {completed}"
             ));
         }
-        if held != Some(0) || in_flight.0 != &json!(0) || in_flight.1 != &json!(0) {
+        if h.held != 0 || in_flight.ops != Some(0) || in_flight.bytes != Some(0) {
             bad.push(format!(
-                "{nqn}: held {held:?}, in flight {} / {} after the run",
-                in_flight.0, in_flight.1
+                "{nqn}: held {}, in flight {in_flight:?} after the run",
+                h.held
             ));
         }
     }
     bad
 }
 
-/// The held-time histogram's commands that waited longer than `bound_ns`, all hosts.
-fn held_longer_than(t: &mut Target, bound_ns: u64) -> u64 {
-    let s = t.call("qos_stats_get", json!({"domain": "d", "compact": true}));
-    let bounds: Vec<u64> = s[0]["held_time_bounds_ns"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_u64)
-        .collect();
-    // The first bucket whose bound is at least `bound_ns`: commands beyond it waited
-    // longer (to the histogram's resolution).
-    let k = bounds.iter().position(|&b| b >= bound_ns);
-    s[0]["hosts"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|h| {
-            let cum: Vec<u64> = h["held_time"]["cumulative"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_u64)
-                .collect();
-            let all = cum.last().copied().unwrap_or(0);
-            k.and_then(|k| cum.get(k)).map_or(0, |c| all - c)
-        })
-        .sum()
-}
-
 #[test]
 fn soak_with_churn_loses_nothing() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(s) = setup("soak") else { return };
+    let Some(s) = setup_or_skip("soak") else {
+        return;
+    };
     let secs = soak_secs();
     let seed = soak_seed();
     println!("soak: {secs} s, churn seed {seed}");
@@ -700,10 +589,12 @@ fn soak_with_churn_loses_nothing() {
     let counts = Arc::new(ChurnHostCounts::default());
     let host5 = {
         let (stop, counts) = (stop.clone(), counts.clone());
-        std::thread::spawn(move || churn_host(stop, counts))
+        let port = s.port;
+        std::thread::spawn(move || churn_host(port, stop, counts))
     };
     let mut churn = Churn {
         rng: Rng::new(seed),
+        port: s.port,
         capacity,
         period_ms: 500,
         hosts: HostCfg::initial(capacity),
@@ -711,17 +602,17 @@ fn soak_with_churn_loses_nothing() {
         counts: BTreeMap::new(),
         resets: [0; HOSTS + 1],
     };
-    let mut hist = History::default();
+    let mut hist = History::new("d");
     let mut events: Vec<Event> = Vec::new();
     let mut rss: Vec<(f64, u64)> = Vec::new();
     let t0 = Instant::now();
-    let h = b.perform_tests();
+    let run = b.start_tests();
     let mut next_churn = t0 + Duration::from_secs(3);
     let mut next_report = t0 + Duration::from_secs(30);
     let end = t0 + Duration::from_secs(secs);
     while Instant::now() < end {
         std::thread::sleep(Duration::from_millis(250));
-        hist.poll(&mut t);
+        hist.try_poll(&mut t);
         if let Some(r) = t.rss_kib() {
             rss.push((t0.elapsed().as_secs_f64(), r));
         }
@@ -752,12 +643,12 @@ fn soak_with_churn_loses_nothing() {
     }
     // The period bdevperf ends in is partial: settled periods end before it.
     let last_epoch = hist.epoch;
-    let (res, out) = finish(&mut b, h);
+    let out = b.finish_tests(run);
     stop.store(true, Ordering::Relaxed);
     host5.join().expect("host 5 thread");
-    hist.poll(&mut t);
+    hist.try_poll(&mut t);
     std::thread::sleep(Duration::from_millis(500));
-    let jr = job_results(&res, &out);
+    let jr = &out.jobs;
 
     println!("soak results ({secs} s, seed {seed}, capacity {capacity} IOPS):");
     println!(
@@ -767,7 +658,7 @@ fn soak_with_churn_loses_nothing() {
     let bound = wait_bound_us();
     let mut bad = Vec::new();
     for i in 1..=HOSTS {
-        let r = jr.get(&job_bdev(i)).cloned().unwrap_or_default();
+        let r = jr.get(&job_bdev(&s, i)).cloned().unwrap_or_default();
         println!(
             "  host {i} ({}, QD {}): {:.0} IOPS, failed {}, max latency {:.0} us",
             if COOPERATIVE.contains(&i) {
@@ -801,7 +692,7 @@ fn soak_with_churn_loses_nothing() {
             ));
         }
     }
-    let lower = out.to_lowercase();
+    let lower = out.log.to_lowercase();
     for word in ["mismatch", "miscompare"] {
         if lower.contains(word) {
             bad.push(format!("bdevperf reported a verify error ({word})"));
@@ -824,7 +715,7 @@ fn soak_with_churn_loses_nothing() {
     if ok5 == 0 {
         bad.push("host 5 never read".into());
     }
-    let held_long = held_longer_than(&mut t, 2 * 1_000_000_000);
+    let held_long = t.compact_stats("d").held_longer_than(2 * 1_000_000_000);
     println!("  commands held longer than 2 s at the target: {held_long}");
     if held_long > 0 {
         bad.push(format!("{held_long} commands held longer than 2 s"));
@@ -878,20 +769,9 @@ fn soak_with_churn_loses_nothing() {
     assert!(bad.is_empty(), "soak failed:\n  {}", bad.join("\n  "));
 }
 
-/// Per host, the first epoch of `recs` (from `from` on) in which it did I/O: more than
-/// the few reads of the target's own bdev examination at start.
-fn first_active(h: &History, host: usize, from: u64) -> Option<u64> {
-    h.recs
-        .get(&host)?
-        .iter()
-        .find(|(e, r)| **e >= from && r.2 > 100)
-        .map(|(e, _)| *e)
-}
-
 #[test]
 fn restart_after_sigkill_restores_configuration_and_reservations() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(s) = setup("restart after SIGKILL") else {
+    let Some(s) = setup_or_skip("restart after SIGKILL") else {
         return;
     };
     // Reads only: a malloc bdev comes back empty, so a verify job would see the blocks it
@@ -899,11 +779,7 @@ fn restart_after_sigkill_restores_configuration_and_reservations() {
     let unthrottled = calibrate(&s, "randread");
     let capacity = (unthrottled * 0.9) as u64;
     let mut t = configured_target(&s, capacity, true);
-    let saved = t.save_config();
-    let cfg_path =
-        std::env::temp_dir().join(format!("nvmf-qos-it-restart-{}.json", std::process::id()));
-    std::fs::write(&cfg_path, serde_json::to_vec_pretty(&saved).expect("json"))
-        .expect("write config");
+    let cfg_path = t.save_config_file("restart");
     let before = (
         t.call("qos_domain_get", json!({"name": "d"})),
         t.call("qos_host_get", json!({"domain": "d"})),
@@ -912,33 +788,33 @@ fn restart_after_sigkill_restores_configuration_and_reservations() {
     let secs = 30u32;
     let mut b = bdevperf(&s, secs, "randread");
     let t0 = Instant::now();
-    let h = b.perform_tests();
-    let mut hist = History::default();
+    let run = b.start_tests();
+    let mut hist = History::new("d");
     while t0.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(250));
-        hist.poll(&mut t);
+        hist.try_poll(&mut t);
     }
     let crash_epoch = hist.epoch;
     t.kill_hard();
     let killed = Instant::now();
     drop(t);
-    let mut t = start_target(&s, Some(cfg_path.clone()));
+    let mut t = s.target_from(&cfg_path, max_secs());
     let restarted = killed.elapsed();
     let after = (
         t.call("qos_domain_get", json!({"name": "d"})),
         t.call("qos_host_get", json!({"domain": "d"})),
         t.call("qos_group_get", json!({"domain": "d"})),
     );
-    let mut hist = History::default();
+    let mut hist = History::new("d");
     while t0.elapsed() < Duration::from_secs(secs as u64) {
         std::thread::sleep(Duration::from_millis(250));
-        hist.poll(&mut t);
+        hist.try_poll(&mut t);
     }
     let last = hist.epoch;
-    let (res, out) = finish(&mut b, h);
-    hist.poll(&mut t);
+    let out = b.finish_tests(run);
+    hist.try_poll(&mut t);
     let _ = std::fs::remove_file(&cfg_path);
-    let jr = job_results(&res, &out);
+    let jr = &out.jobs;
     println!(
         "restart: killed at epoch {crash_epoch} after 10 s under load, nvmf_tgt answering \
          RPCs again {:.2} s after SIGKILL (from its save_config)",
@@ -956,28 +832,29 @@ fn restart_after_sigkill_restores_configuration_and_reservations() {
         ));
     }
     for i in 1..=HOSTS {
-        let r = jr.get(&job_bdev(i)).cloned().unwrap_or_default();
+        let r = jr.get(&job_bdev(&s, i)).cloned().unwrap_or_default();
         if r.io_failed > 0 {
             bad.push(format!("host {i}: {} failed I/O", r.io_failed));
         }
-        let Some(back) = first_active(&hist, i, 0) else {
+        // Busy: more than the few reads of the target's own bdev examination at start.
+        let Some(back) = hist.first_busy(&host_nqn(i), 0, 100) else {
             bad.push(format!("host {i} never reconnected"));
             continue;
         };
         // The first period with I/O is the one it reconnected in (partial): met again
         // within 2 periods means from the second period after it on.
-        let recs = &hist.recs[&i];
-        let settled: Vec<bool> = recs.range(back + 2..last).map(|(_, r)| r.0).collect();
+        let recs = hist.of(&host_nqn(i));
+        let settled: Vec<bool> = recs.range(back + 2..last).map(|(_, p)| p.met).collect();
         let met = settled.iter().filter(|m| **m).count();
         let missed_first: Vec<u64> = recs
             .range(back + 2..last)
-            .filter(|(_, r)| !r.0)
+            .filter(|(_, p)| !p.met)
             .map(|(e, _)| *e)
             .take(5)
             .collect();
         let first: Vec<String> = recs
             .range(..8)
-            .map(|(e, r)| format!("{e}:{}{}", r.2, if r.0 { "" } else { "!" }))
+            .map(|(e, p)| format!("{e}:{}{}", p.ops, if p.met { "" } else { "!" }))
             .collect();
         println!(
             "  host {i}: ops per period after the restart (! = missed): {}",
@@ -1029,17 +906,20 @@ struct Attack {
 }
 
 impl Attack {
-    fn start() -> Attack {
+    /// Attacks the target at `port`.
+    fn start(port: u16) -> Attack {
         let stop = Arc::new(AtomicBool::new(false));
         let counts = Arc::new(AttackCounts::default());
         let mut threads = Vec::new();
         let (st, c) = (stop.clone(), counts.clone());
-        threads.push(std::thread::spawn(move || vendor_flood(st, c)));
-        let (st, c) = (stop.clone(), counts.clone());
-        threads.push(std::thread::spawn(move || read_flood(st, c, 31, None)));
+        threads.push(std::thread::spawn(move || vendor_flood(port, st, c)));
         let (st, c) = (stop.clone(), counts.clone());
         threads.push(std::thread::spawn(move || {
-            read_flood(st, c, 31, Some(Duration::from_millis(20)))
+            read_flood(port, st, c, 31, None)
+        }));
+        let (st, c) = (stop.clone(), counts.clone());
+        threads.push(std::thread::spawn(move || {
+            read_flood(port, st, c, 31, Some(Duration::from_millis(20)))
         }));
         Attack {
             stop,
@@ -1111,12 +991,12 @@ fn forged_commands() -> Vec<(Sqe, u32)> {
     ]
 }
 
-fn vendor_flood(stop: Arc<AtomicBool>, c: Arc<AttackCounts>) {
+fn vendor_flood(port: u16, stop: Arc<AtomicBool>, c: Arc<AttackCounts>) {
     use qos_core::wire::StateReply;
     let cmds = forged_commands();
     let mut buf = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        let Ok((_admin, mut io)) = connect_io(PORT, &subsys_nqn(2), &host_nqn(2)) else {
+        let Ok((_admin, mut io)) = connect_io(port, &subsys_nqn(2), &host_nqn(2)) else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
@@ -1148,6 +1028,7 @@ fn vendor_flood(stop: Arc<AtomicBool>, c: Arc<AttackCounts>) {
 /// 4 KiB reads on host 2's namespace, `depth` outstanding; with `drop_after`, the
 /// connection is dropped with them outstanding after that long (and made again).
 fn read_flood(
+    port: u16,
     stop: Arc<AtomicBool>,
     c: Arc<AttackCounts>,
     depth: u16,
@@ -1155,7 +1036,7 @@ fn read_flood(
 ) {
     let mut lba = 0u32;
     while !stop.load(Ordering::Relaxed) {
-        let Ok((_admin, mut io)) = connect_io(PORT, &subsys_nqn(2), &host_nqn(2)) else {
+        let Ok((_admin, mut io)) = connect_io(port, &subsys_nqn(2), &host_nqn(2)) else {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
@@ -1194,8 +1075,7 @@ fn read_flood(
 
 #[test]
 fn hostile_host_gets_no_more_than_its_limit() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(s) = setup("hostile host") else {
+    let Some(s) = setup_or_skip("hostile host") else {
         return;
     };
     // What the target does for host 1 (plain, bdevperf QD 16) while host 2 attacks,
@@ -1207,15 +1087,10 @@ fn hostile_host_gets_no_more_than_its_limit() {
     // reservation is a promise within the target's capacity; under attack that is this.
     let under_attack = {
         let _t = configured_target(&s, 100_000_000, false);
-        let attack = Attack::start();
-        let mut b = bdevperf_on(&s, 5, "randread", &[1]);
-        let h = b.perform_tests();
-        let (res, out) = finish(&mut b, h);
+        let attack = Attack::start(s.port);
+        let out = bdevperf_on(&s, 5, "randread", &[1]).run();
         attack.stop();
-        job_results(&res, &out)
-            .values()
-            .map(|r| r.iops)
-            .sum::<f64>()
+        out.total_iops()
     };
     let capacity = (under_attack * 0.9) as u64;
     // Host 1 reserves 60 % of that: the domain hands out at most its capacity, so host
@@ -1239,44 +1114,44 @@ fn hostile_host_gets_no_more_than_its_limit() {
          to {bad_max}"
     );
     // Host 2 cannot reach host 1's subsystem, whatever it sends.
-    let (_q, c) = Qpair::connect(PORT, &subsys_nqn(1), &host_nqn(2), 0, 0xFFFF)
+    let (_q, c) = Qpair::connect(s.port, &subsys_nqn(1), &host_nqn(2), 0, 0xFFFF)
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(!c.ok(), "host 2 connected to host 1's subsystem");
 
     let secs = 25u32;
     let start_counts = io_counts(&mut t, &[1, 2]);
     let mut b = bdevperf_on(&s, secs, "randread", &[1]);
-    let attack = Attack::start();
+    let attack = Attack::start(s.port);
     let t0 = Instant::now();
-    let h = b.perform_tests();
-    let mut hist = History::default();
+    let run = b.start_tests();
+    let mut hist = History::new("d");
     let mut first_epoch = None;
     while t0.elapsed() < Duration::from_secs(secs as u64) {
         std::thread::sleep(Duration::from_millis(250));
-        hist.poll(&mut t);
+        hist.try_poll(&mut t);
         if t0.elapsed() > Duration::from_secs(2) && first_epoch.is_none() {
             first_epoch = Some(hist.epoch + 1);
         }
     }
     let last = hist.epoch;
-    let (res, out) = finish(&mut b, h);
+    let out = b.finish_tests(run);
     let counts = attack.stop();
     std::thread::sleep(Duration::from_millis(1500));
-    let jr = job_results(&res, &out);
-    let good = jr.get(&job_bdev(1)).cloned().unwrap_or_default();
+    let jr = &out.jobs;
+    let good = jr.get(&job_bdev(&s, 1)).cloned().unwrap_or_default();
     let from = first_epoch.unwrap_or(2);
     let per_period = |v: u64| v / 2; // period_ms 500
     let (mut met, mut n, mut over) = (0, 0, Vec::new());
     let mut bad_max_seen = 0;
     for e in from..last {
-        if let Some(r) = hist.recs.get(&1).and_then(|m| m.get(&e)) {
+        if let Some(p) = hist.of(&host_nqn(1)).get(&e) {
             n += 1;
-            met += r.0 as u64;
+            met += p.met as u64;
         }
-        if let Some(r) = hist.recs.get(&2).and_then(|m| m.get(&e)) {
-            bad_max_seen = bad_max_seen.max(r.2);
-            if r.2 as f64 > per_period(bad_max) as f64 * 1.01 {
-                over.push((e, r.2));
+        if let Some(p) = hist.of(&host_nqn(2)).get(&e) {
+            bad_max_seen = bad_max_seen.max(p.ops);
+            if p.ops as f64 > per_period(bad_max) as f64 * 1.01 {
+                over.push((e, p.ops));
             }
         }
     }

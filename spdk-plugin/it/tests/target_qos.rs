@@ -19,80 +19,39 @@
 //! The other tests check reconfiguration without disconnect, deletion and shutdown with
 //! held I/O, and the RPCs' refusals of bad input.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use target_it::*;
 
-/// SPDK processes of the tests must not overlap (cores, hugepages, ports).
-static SERIAL: Mutex<()> = Mutex::new(());
-
 const HOSTS: usize = 4;
-const PORT: u16 = 4452;
 const QD: u32 = 32;
 const PERIOD_MS: u64 = 500;
-const TGT_SHM: u32 = 41;
 
-fn target(spdk: &Spdk, plugin: Option<&std::path::Path>) -> Target {
-    Target::start(
-        spdk,
-        &TargetOpts {
-            plugin: plugin.map(|p| p.to_path_buf()),
-            shm_id: TGT_SHM,
-            core_mask: "0x1".into(),
-            max_secs: 240,
-            json_config: None,
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn jobs(secs: u32, qds: &[u32]) -> Vec<PerfJob> {
+/// 4 KiB random reads from each host at queue depth `qds[i - 1]` for `secs`.
+fn jobs(s: &Setup, secs: u32, qds: &[u32]) -> Vec<PerfJob> {
     (1..=HOSTS)
-        .map(|i| PerfJob {
-            host_nqn: host_nqn(i),
-            subnqn: subsys_nqn(i),
-            port: PORT,
-            qd: qds[i - 1],
-            io_size: 4096,
-            pattern: "randread".into(),
-            secs,
-            core_mask: "0x2".into(),
-            shm_id: 50 + i as u32,
-            latency: false,
-        })
+        .map(|i| s.perf_job(i, "randread", 4096, qds[i - 1], secs))
         .collect()
 }
 
-fn run_all(spdk: &Spdk, jobs: &[PerfJob]) -> Vec<PerfRun> {
-    jobs.iter()
-        .map(|j| j.spawn(spdk).unwrap_or_else(|e| panic!("{e}")))
-        .collect()
+fn run_all(s: &Setup, jobs: &[PerfJob]) -> Vec<PerfRun> {
+    jobs.iter().map(|j| s.perf(j)).collect()
 }
 
 fn malloc(t: &mut Target) {
-    t.call(
-        "bdev_malloc_create",
-        json!({"name": "Malloc0", "num_blocks": 131072, "block_size": 512}),
-    );
+    t.malloc("Malloc0", 131072, 512);
 }
 
 /// Plain namespaces: the malloc bdev split in one partition per host.
-fn plain_setup(t: &mut Target, device_iops: Option<u64>) {
+fn plain_setup(t: &mut Target, port: u16) {
     malloc(t);
     t.call(
         "bdev_split_create",
         json!({"base_bdev": "Malloc0", "split_count": HOSTS}),
     );
-    if let Some(l) = device_iops {
-        t.call(
-            "bdev_set_qos_limit",
-            json!({"name": "Malloc0", "rw_ios_per_sec": l}),
-        );
-    }
     let bdevs: Vec<String> = (0..HOSTS).map(|i| format!("Malloc0p{i}")).collect();
-    expose_per_host(t, &bdevs, PORT);
+    expose_per_host(t, &bdevs, port);
 }
 
 fn print_perf(title: &str, res: &[u64], r: &[PerfResult]) {
@@ -111,20 +70,17 @@ fn print_perf(title: &str, res: &[u64], r: &[PerfResult]) {
 
 #[test]
 fn qos_meets_reservations_and_limits() {
-    let Some(spdk) = spdk_or_skip("target_qos::qos_meets_reservations_and_limits") else {
+    let Some(s) = setup_or_skip("target_qos::qos_meets_reservations_and_limits") else {
         return;
     };
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
-    let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
     // Host 2 is the aggressive neighbour.
     let qds = [QD, 4 * QD, QD, QD];
 
     // 1. Baseline: no plugin. Its aggregate A is what the machine can do with this load.
     let base: Vec<PerfResult> = {
-        let mut t = target(&spdk, None);
-        plain_setup(&mut t, None);
-        run_all(&spdk, &jobs(8, &qds))
+        let mut t = s.bare_target(240);
+        plain_setup(&mut t, s.port);
+        run_all(&s, &jobs(&s, 8, &qds))
             .into_iter()
             .map(PerfRun::wait)
             .collect()
@@ -179,42 +135,37 @@ fn qos_meets_reservations_and_limits() {
 
     // 2. QoS.
     let secs = 24u32;
-    let mut t = target(&spdk, Some(&plugin));
+    let mut t = s.target(240);
     malloc(&mut t);
     t.call(
         "qos_domain_create",
         json!({"name": "d", "capacity_iops": capacity, "period_ms": PERIOD_MS,
                "check_interval_us": 1000, "estimator": false}),
     );
+    let mut bdevs = Vec::new();
     for i in 1..=HOSTS {
         let mut p = json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": res[i - 1]});
         if let Some(l) = limits[i - 1] {
             p["max_iops"] = json!(l);
         }
         t.call("qos_host_set", p);
-        t.call(
-            "qos_bdev_create",
-            json!({"name": format!("qos{i}"), "base_bdev_name": "Malloc0", "domain": "d",
-                   "host_nqn": host_nqn(i)}),
-        );
+        bdevs.push(t.qos_bdev_for_host(i, "Malloc0", "d"));
     }
-    let bdevs: Vec<String> = (1..=HOSTS).map(|i| format!("qos{i}")).collect();
-    expose_per_host(&mut t, &bdevs, PORT);
-    let nqns: Vec<String> = (1..=HOSTS).map(host_nqn).collect();
-    let mut hist = History::default();
+    expose_per_host(&mut t, &bdevs, s.port);
+    let mut hist = History::new("d");
     let t0 = Instant::now();
-    let runs = run_all(&spdk, &jobs(secs, &qds));
+    let runs = run_all(&s, &jobs(&s, secs, &qds));
     while t0.elapsed() < Duration::from_secs(secs as u64 + 2) {
         std::thread::sleep(Duration::from_millis(1500));
-        hist.poll(&mut t, "d", &nqns);
+        hist.poll(&mut t);
     }
     let qos: Vec<PerfResult> = runs.into_iter().map(PerfRun::wait).collect();
-    hist.poll(&mut t, "d", &nqns);
+    hist.poll(&mut t);
     print_perf("with QoS:", &res, &qos);
     for p in &qos {
         assert!(p.ok, "perf under QoS failed:\n{}", p.output);
     }
-    let win = hist.window(
+    let epochs = hist.epochs(
         t0 + Duration::from_secs(3),
         t0 + Duration::from_secs(secs as u64),
     );
@@ -224,7 +175,7 @@ fn qos_meets_reservations_and_limits() {
         "  host  periods  reservation/period  met>=99%  avg_ops/period  limit/period  limit_excess"
     );
     for i in 0..HOSTS {
-        let ops = &win[i];
+        let ops = &hist.ops(&host_nqn(i + 1), &epochs);
         let need = per_period(res[i]) * 0.99;
         let met = ops.iter().filter(|o| **o as f64 >= need).count();
         let frac = met as f64 / ops.len().max(1) as f64;
@@ -274,52 +225,37 @@ fn qos_meets_reservations_and_limits() {
     );
 }
 
-fn one_host_with_plugin(spdk: &Spdk, plugin: &std::path::Path, max_iops: u64) -> Target {
-    let mut t = target(spdk, Some(plugin));
-    malloc(&mut t);
-    t.call(
-        "qos_domain_create",
-        json!({"name": "d", "capacity_iops": 100000, "period_ms": 200, "estimator": false}),
-    );
-    t.call(
-        "qos_host_set",
-        json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": (max_iops / 2).min(50),
-               "max_iops": max_iops}),
-    );
-    t.call(
-        "qos_bdev_create",
-        json!({"name": "qos1", "base_bdev_name": "Malloc0", "domain": "d", "host_nqn": host_nqn(1)}),
-    );
-    expose_per_host(&mut t, &["qos1".to_string()], PORT);
-    t
+/// Host 1 alone, limited to `max_iops`, in a domain far above that (200 ms periods).
+fn one_host_with_plugin(s: &Setup, max_iops: u64) -> Target {
+    s.one_host_target(
+        240,
+        (131072, 512),
+        json!({"capacity_iops": 100000, "period_ms": 200, "estimator": false}),
+        json!({"min_iops": (max_iops / 2).min(50), "max_iops": max_iops}),
+    )
 }
 
-fn host_stats(t: &mut Target) -> Value {
-    let s = t.call("qos_stats_get", json!({"domain": "d", "periods": 8}));
-    s[0]["hosts"]
-        .as_array()
-        .and_then(|h| h.iter().find(|h| h["host_nqn"] == host_nqn(1)).cloned())
-        .unwrap_or(Value::Null)
+/// Host 1's statistics with its last 8 periods.
+fn host_stats(t: &mut Target) -> HostStats {
+    t.stats("d", 8)
+        .host(&host_nqn(1))
+        .cloned()
+        .unwrap_or_else(|| panic!("no host 1 in domain d"))
 }
 
 #[test]
 fn reconfigure_delete_and_shutdown_with_held_io() {
-    let Some(spdk) = spdk_or_skip("target_qos::reconfigure_delete_and_shutdown_with_held_io")
-    else {
+    let Some(s) = setup_or_skip("target_qos::reconfigure_delete_and_shutdown_with_held_io") else {
         return;
     };
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
-    let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
-    let mut t = one_host_with_plugin(&spdk, &plugin, 500);
-    let mut job = jobs(9, &[QD; HOSTS]).remove(0);
-    job.core_mask = "0x2".into();
-    let run = job.spawn(&spdk).unwrap_or_else(|e| panic!("{e}"));
+    let mut t = one_host_with_plugin(&s, 500);
+    let job = s.perf_job(1, "randread", 4096, QD, 9);
+    let run = s.perf(&job);
     std::thread::sleep(Duration::from_secs(3));
     let before = host_stats(&mut t);
     assert!(
-        before["held"].as_i64().unwrap_or(0) > 0,
-        "a host at its limit should have held I/O: {before}"
+        before.held > 0,
+        "a host at its limit should have held I/O: {before:?}"
     );
     // Raise the limit without disconnecting the host.
     t.call(
@@ -328,16 +264,8 @@ fn reconfigure_delete_and_shutdown_with_held_io() {
     );
     std::thread::sleep(Duration::from_secs(2));
     let after = host_stats(&mut t);
-    let last = |v: &Value| {
-        v["last_periods"].as_array().map_or(0, |a| {
-            a.iter()
-                .skip(1)
-                .take(3)
-                .filter_map(Value::as_u64)
-                .sum::<u64>()
-                / 3
-        })
-    };
+    // The three periods before the one in progress.
+    let last = |h: &HostStats| h.last_periods.iter().skip(1).take(3).sum::<u64>() / 3;
     let (b, a) = (last(&before), last(&after));
     println!("ops per 200 ms period: {b} at max_iops 500, {a} at max_iops 2000");
     assert!(b <= 101, "limit 500 IOPS allows 100 per period, saw {b}");
@@ -351,7 +279,7 @@ fn reconfigure_delete_and_shutdown_with_held_io() {
         json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": 10, "max_iops": 20}),
     );
     std::thread::sleep(Duration::from_millis(700));
-    let held = host_stats(&mut t)["held"].as_i64().unwrap_or(0);
+    let held = host_stats(&mut t).held;
     assert!(held > 0, "expected held I/O before the delete");
     let d0 = Instant::now();
     t.call("qos_bdev_delete", json!({"name": "qos1"}));
@@ -359,7 +287,7 @@ fn reconfigure_delete_and_shutdown_with_held_io() {
     println!("qos_bdev_delete with {held} held I/O took {took:?}");
     assert!(took < Duration::from_secs(3));
     assert_eq!(t.call("qos_bdev_get", Value::Null), json!([]));
-    assert_eq!(host_stats(&mut t)["held"], json!(0));
+    assert_eq!(host_stats(&mut t).held, 0);
     let r = run.wait();
     assert!(
         r.output.contains("error") || !r.ok,
@@ -367,10 +295,10 @@ fn reconfigure_delete_and_shutdown_with_held_io() {
     );
     // Shutdown with held I/O: must not wait for tokens.
     drop(t);
-    let mut t = one_host_with_plugin(&spdk, &plugin, 20);
-    let run = job.spawn(&spdk).unwrap_or_else(|e| panic!("{e}"));
+    let mut t = one_host_with_plugin(&s, 20);
+    let run = s.perf(&job);
     std::thread::sleep(Duration::from_secs(3));
-    let held = host_stats(&mut t)["held"].as_i64().unwrap_or(0);
+    let held = host_stats(&mut t).held;
     assert!(held > 0, "expected held I/O before shutdown");
     let took = t.stop(20);
     println!("nvmf_tgt shutdown with {held} held I/O took {took:?}");
@@ -383,126 +311,72 @@ fn reconfigure_delete_and_shutdown_with_held_io() {
 
 #[test]
 fn rpcs_refuse_bad_input() {
-    let Some(spdk) = spdk_or_skip("target_qos::rpcs_refuse_bad_input") else {
+    let Some(s) = setup_or_skip("target_qos::rpcs_refuse_bad_input") else {
         return;
     };
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
-    let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
-    let mut t = target(&spdk, Some(&plugin));
+    let mut t = s.target(240);
     malloc(&mut t);
-    let code = |t: &mut Target, m: &str, p: Value| match t.rpc(m, p.clone()) {
-        Ok(v) => panic!("{m} {p} should fail, returned {v}"),
-        Err(e) => {
-            println!("{m}: {} {}", e.code, e.message);
-            assert!(!e.message.is_empty());
-            e.code
-        }
-    };
     let h1 = host_nqn(1);
-    assert_eq!(code(&mut t, "qos_domain_create", json!({"name": "d"})), -22);
-    assert_eq!(
-        code(
-            &mut t,
-            "qos_domain_create",
-            json!({"name": "d", "capacity_iops": 1000, "typo": 1})
-        ),
-        -22
-    );
-    assert_eq!(
-        code(
-            &mut t,
-            "qos_domain_create",
-            json!({"name": "d", "capacity_iops": 0})
-        ),
-        -22
-    );
+    for p in [
+        json!({"name": "d"}),
+        json!({"name": "d", "capacity_iops": 1000, "typo": 1}),
+        json!({"name": "d", "capacity_iops": 0}),
+    ] {
+        t.refuse("qos_domain_create", p, -22, "");
+    }
     t.call(
         "qos_domain_create",
         json!({"name": "d", "capacity_iops": 1000}),
     );
-    assert_eq!(
-        code(
-            &mut t,
-            "qos_domain_create",
-            json!({"name": "d", "capacity_iops": 1000})
-        ),
-        -17
+    t.refuse(
+        "qos_domain_create",
+        json!({"name": "d", "capacity_iops": 1000}),
+        -17,
+        "",
     );
     // Reservation above limit; admission refused with the numbers; unknown domain.
-    let e = t
-        .rpc(
-            "qos_host_set",
-            json!({"domain": "d", "host_nqn": h1, "min_iops": 500, "max_iops": 100}),
-        )
-        .unwrap_err();
-    assert_eq!(e.code, -22);
-    assert!(
-        e.message.contains("500") && e.message.contains("100"),
-        "{}",
-        e.message
+    let e = t.refuse(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": h1, "min_iops": 500, "max_iops": 100}),
+        -22,
+        "500",
     );
-    let e = t
-        .rpc(
-            "qos_host_set",
-            json!({"domain": "d", "host_nqn": h1, "min_iops": 1500}),
-        )
-        .unwrap_err();
-    assert_eq!(e.code, -28);
-    assert!(
-        e.message.contains("1500") && e.message.contains("1000"),
-        "{}",
-        e.message
+    assert!(e.message.contains("100"), "{}", e.message);
+    let e = t.refuse(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": h1, "min_iops": 1500}),
+        -28,
+        "1500",
     );
-    assert_eq!(
-        code(
-            &mut t,
-            "qos_host_set",
-            json!({"domain": "nope", "host_nqn": h1})
-        ),
-        -2
+    assert!(e.message.contains("1000"), "{}", e.message);
+    t.refuse(
+        "qos_host_set",
+        json!({"domain": "nope", "host_nqn": h1}),
+        -2,
+        "",
     );
-    assert_eq!(
-        code(
-            &mut t,
-            "qos_host_remove",
-            json!({"domain": "d", "host_nqn": "nqn.unknown"})
-        ),
-        -2
+    t.refuse(
+        "qos_host_remove",
+        json!({"domain": "d", "host_nqn": "nqn.unknown"}),
+        -2,
+        "",
     );
     // Unknown base bdev, duplicate bdev name, domain in use, bad NQN.
     let b = |n: &str, base: &str, host: &str| json!({"name": n, "base_bdev_name": base, "domain": "d", "host_nqn": host});
-    assert_eq!(
-        code(&mut t, "qos_bdev_create", b("q1", "NoSuchBdev", &h1)),
-        -2
-    );
-    assert_eq!(
-        code(&mut t, "qos_bdev_create", b("q1", "Malloc0", "bad nqn")),
-        -22
-    );
+    t.refuse("qos_bdev_create", b("q1", "NoSuchBdev", &h1), -2, "");
+    t.refuse("qos_bdev_create", b("q1", "Malloc0", "bad nqn"), -22, "");
     t.call("qos_bdev_create", b("q1", "Malloc0", &h1));
-    assert_eq!(
-        code(&mut t, "qos_bdev_create", b("q1", "Malloc0", &h1)),
-        -17
-    );
-    assert_eq!(
-        code(&mut t, "qos_bdev_create", b("Malloc0", "Malloc0", &h1)),
-        -17
-    );
+    t.refuse("qos_bdev_create", b("q1", "Malloc0", &h1), -17, "");
+    t.refuse("qos_bdev_create", b("Malloc0", "Malloc0", &h1), -17, "");
     // A second host shares the base descriptor.
     t.call("qos_bdev_create", b("q2", "Malloc0", &host_nqn(2)));
-    assert_eq!(code(&mut t, "qos_domain_delete", json!({"name": "d"})), -16);
-    assert_eq!(code(&mut t, "qos_bdev_delete", json!({"name": "nope"})), -2);
-    assert_eq!(code(&mut t, "qos_bdev_get", json!({"name": "nope"})), -2);
-    assert_eq!(code(&mut t, "qos_stats_get", json!({"domain": "nope"})), -2);
+    t.refuse("qos_domain_delete", json!({"name": "d"}), -16, "");
+    t.refuse("qos_bdev_delete", json!({"name": "nope"}), -2, "");
+    t.refuse("qos_bdev_get", json!({"name": "nope"}), -2, "");
+    t.refuse("qos_stats_get", json!({"domain": "nope"}), -2, "");
     // save_config lines: domain, hosts, then bdevs after their base.
     let cfg = t.call("framework_get_config", json!({"name": "bdev"}));
-    let methods: Vec<&str> = cfg
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["method"].as_str())
-        .collect();
+    let methods = config_methods(&cfg);
     let pos = |m: &str| methods.iter().position(|x| *x == m);
     assert!(
         pos("qos_domain_create") < pos("bdev_malloc_create"),
@@ -526,30 +400,11 @@ fn rpcs_refuse_bad_input() {
         )
     };
     let before = state(&mut t);
-    let cfg = t.save_config();
-    let file = std::env::temp_dir().join(format!("nvmf-qos-it-{}.json", std::process::id()));
-    std::fs::write(&file, cfg.to_string()).unwrap_or_else(|e| panic!("{e}"));
-    let bdev_cfg: Vec<String> = cfg["subsystems"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["subsystem"] == "bdev")
-        .flat_map(|s| s["config"].as_array().cloned().unwrap_or_default())
-        .filter_map(|c| c["method"].as_str().map(str::to_string))
-        .collect();
-    println!("saved bdev section: {bdev_cfg:?}");
+    let file = t.save_config_file("target_qos");
+    let bdev_cfg = t.call("framework_get_config", json!({"name": "bdev"}));
+    println!("saved bdev section: {:?}", config_methods(&bdev_cfg));
     drop(t);
-    let mut t2 = Target::start(
-        &spdk,
-        &TargetOpts {
-            plugin: Some(plugin.clone()),
-            shm_id: TGT_SHM,
-            core_mask: "0x1".into(),
-            max_secs: 60,
-            json_config: Some(file.clone()),
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+    let mut t2 = s.target_from(&file, 60);
     let after = state(&mut t2);
     let _ = std::fs::remove_file(&file);
     assert_eq!(
@@ -571,33 +426,27 @@ fn rpcs_refuse_bad_input() {
 fn token_protocol_over_nvme_tcp() {
     use qos_core::wire::{self, Credit, Request, StateReply};
     use target_it::nvme_tcp::{Qpair, Sqe, connect_io};
-    let Some(spdk) = spdk_or_skip("target_qos::token_protocol_over_nvme_tcp") else {
+    let Some(s) = setup_or_skip("target_qos::token_protocol_over_nvme_tcp") else {
         return;
     };
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
-    let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
-    let mut t = target(&spdk, Some(&plugin));
+    let mut t = s.target(240);
     malloc(&mut t);
     t.call(
         "qos_domain_create",
         json!({"name": "d", "capacity_iops": 100000, "period_ms": 1000, "estimator": false}),
     );
+    let mut bdevs = Vec::new();
     for (i, min) in [(1, 1000), (2, 3000)] {
         t.call(
             "qos_host_set",
             json!({"domain": "d", "host_nqn": host_nqn(i), "min_iops": min, "max_iops": 50000}),
         );
-        t.call(
-            "qos_bdev_create",
-            json!({"name": format!("qos{i}"), "base_bdev_name": "Malloc0", "domain": "d",
-                   "host_nqn": host_nqn(i)}),
-        );
+        bdevs.push(t.qos_bdev_for_host(i, "Malloc0", "d"));
     }
-    expose_per_host(&mut t, &["qos1".into(), "qos2".into()], PORT);
+    expose_per_host(&mut t, &bdevs, s.port);
 
     // Host 2 cannot reach host 1's QoS bdev (its subsystem allows host 1 only).
-    let (_q, c) = Qpair::connect(PORT, &subsys_nqn(1), &host_nqn(2), 0, 0xFFFF)
+    let (_q, c) = Qpair::connect(s.port, &subsys_nqn(1), &host_nqn(2), 0, 0xFFFF)
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(!c.ok(), "host 2 must not connect to host 1's subsystem");
     println!(
@@ -606,7 +455,7 @@ fn token_protocol_over_nvme_tcp() {
     );
 
     let (_admin, mut io) =
-        connect_io(PORT, &subsys_nqn(1), &host_nqn(1)).unwrap_or_else(|e| panic!("{e}"));
+        connect_io(s.port, &subsys_nqn(1), &host_nqn(1)).unwrap_or_else(|e| panic!("{e}"));
     let mut buf = Vec::new();
     let read = Sqe::new(0x02, 1).cdw(10, 0).cdw(11, 0).cdw(12, 7); // 8 x 512 B
     // Before the host speaks the protocol, reads complete plainly (C2H success).
@@ -694,7 +543,7 @@ fn token_protocol_over_nvme_tcp() {
 
     // Host 2's commands see host 2's ledger.
     let (_admin2, mut io2) =
-        connect_io(PORT, &subsys_nqn(2), &host_nqn(2)).unwrap_or_else(|e| panic!("{e}"));
+        connect_io(s.port, &subsys_nqn(2), &host_nqn(2)).unwrap_or_else(|e| panic!("{e}"));
     let c = io2
         .command(vendor(Request::GetState), wire::REPLY_LEN as _, &mut buf)
         .unwrap_or_else(|e| panic!("{e}"));
@@ -708,15 +557,12 @@ fn token_protocol_over_nvme_tcp() {
 #[test]
 fn host_abort_of_held_io() {
     use target_it::nvme_tcp::{Sqe, connect_io};
-    let Some(spdk) = spdk_or_skip("target_qos::host_abort_of_held_io") else {
+    let Some(s) = setup_or_skip("target_qos::host_abort_of_held_io") else {
         return;
     };
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
-    let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
-    let mut t = one_host_with_plugin(&spdk, &plugin, 20);
+    let mut t = one_host_with_plugin(&s, 20);
     let (mut admin, mut io) =
-        connect_io(PORT, &subsys_nqn(1), &host_nqn(1)).unwrap_or_else(|e| panic!("{e}"));
+        connect_io(s.port, &subsys_nqn(1), &host_nqn(1)).unwrap_or_else(|e| panic!("{e}"));
     // 40 reads against a limit of 20 IOPS (4 per 200 ms period): most are held.
     let read = Sqe::new(0x02, 1).cdw(12, 7);
     let cids: Vec<u16> = (0..40)
@@ -724,7 +570,7 @@ fn host_abort_of_held_io() {
         .collect();
     std::thread::sleep(Duration::from_millis(100));
     // (SPDK's examine reads of the new bdev used the first period's small allowance.)
-    let held = host_stats(&mut t)["held"].as_i64().unwrap_or(0);
+    let held = host_stats(&mut t).held;
     assert!(held > 10, "expected held reads, stats say {held}");
     // Abort the last one: SQID 1, its CID.
     let victim = *cids.last().unwrap_or(&0);

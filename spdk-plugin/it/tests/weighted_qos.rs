@@ -37,47 +37,29 @@
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use serde_json::json;
 use target_it::*;
-use serde_json::{Value, json};
 
-/// SPDK processes of the tests must not overlap (cores, hugepages, ports).
-static SERIAL: Mutex<()> = Mutex::new(());
-
-const PORT: u16 = 4463;
-const TGT_SHM: u32 = 71;
-const BP_SHM: u32 = 72;
 const PERIOD_MS: u64 = 500;
-
-fn ctrl(i: usize) -> Controller {
-    Controller::of_host(i, PORT)
-}
-
-fn setup(what: &str) -> Option<Setup> {
-    setup_or_skip(what)
-}
 
 /// A target with the plugin preloaded and a 64 MiB malloc bdev.
 fn target(s: &Setup) -> Target {
-    let mut t = s.target(TGT_SHM, true, 300, None);
-    t.call(
-        "bdev_malloc_create",
-        json!({"name": "Malloc0", "num_blocks": 131072, "block_size": 512}),
-    );
+    let mut t = s.target(300);
+    t.malloc("Malloc0", 131072, 512);
     t
 }
 
 /// bdevperf on core 1, one 4 KiB random-read job per host (`qds[i]` for host i + 1).
 fn bdevperf(s: &Setup, hosts: &[usize], qds: &[u32], secs: u32) -> Bdevperf {
-    let ctrls: Vec<Controller> = hosts.iter().map(|&i| ctrl(i)).collect();
+    let ctrls: Vec<Controller> = hosts.iter().map(|&i| s.controller(i)).collect();
     let jobs = ctrls
         .iter()
         .zip(qds)
         .map(|(c, &qd)| Job::new(&c.bdev(), "randread", 4096, qd))
         .collect();
-    s.bdevperf(BP_SHM, false, bdev_config(&ctrls, &[]), jobs, secs, &[])
+    s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs, &[])
 }
 
 /// IOPS per host of the same jobs on plain namespaces (no QoS), and their sum.
@@ -88,17 +70,16 @@ fn bare(s: &Setup, qds: &[u32], secs: u32) -> (Vec<f64>, f64) {
         json!({"base_bdev": "Malloc0", "split_count": qds.len()}),
     );
     let bdevs: Vec<String> = (0..qds.len()).map(|i| format!("Malloc0p{i}")).collect();
-    expose_per_host(&mut t, &bdevs, PORT);
+    expose_per_host(&mut t, &bdevs, s.port);
     let hosts: Vec<usize> = (1..=qds.len()).collect();
-    let mut b = bdevperf(s, &hosts, qds, secs);
-    let h = b.perform_tests();
-    let res = h.join().expect("perform_tests thread");
-    let out = b.finish(60).unwrap_or_else(|| panic!("bdevperf hung"));
-    let res = res.unwrap_or_else(|e| panic!("perform_tests: {e}\n{out}"));
-    let jr = job_results(&res, &out);
+    let out = bdevperf(s, &hosts, qds, secs).run();
     let iops: Vec<f64> = hosts
         .iter()
-        .map(|&i| jr.get(&ctrl(i).bdev()).map_or(0.0, |r| r.iops))
+        .map(|&i| {
+            out.jobs
+                .get(&s.controller(i).bdev())
+                .map_or(0.0, |r| r.iops)
+        })
         .collect();
     t.stop(30);
     let total = iops.iter().sum();
@@ -113,16 +94,11 @@ fn bare(s: &Setup, qds: &[u32], secs: u32) -> (Vec<f64>, f64) {
 }
 
 /// QoS bdevs `qos1..` on Malloc0 for hosts 1.., exposed one per host.
-fn qos_bdevs(t: &mut Target, n: usize) {
-    for i in 1..=n {
-        t.call(
-            "qos_bdev_create",
-            json!({"name": format!("qos{i}"), "base_bdev_name": "Malloc0", "domain": "d",
-                   "host_nqn": host_nqn(i)}),
-        );
-    }
-    let bdevs: Vec<String> = (1..=n).map(|i| format!("qos{i}")).collect();
-    expose_per_host(t, &bdevs, PORT);
+fn qos_bdevs(s: &Setup, t: &mut Target, n: usize) {
+    let bdevs: Vec<String> = (1..=n)
+        .map(|i| t.qos_bdev_for_host(i, "Malloc0", "d"))
+        .collect();
+    expose_per_host(t, &bdevs, s.port);
 }
 
 fn domain(t: &mut Target, capacity: u64) {
@@ -138,8 +114,6 @@ fn domain(t: &mut Target, capacity: u64) {
     t.call("qos_domain_create", params);
 }
 
-/// Environment variable `var` as a number, `None` when unset; panics naming `what` to
-/// give when it is not a number.
 /// The four hosts' load without QoS (`bare_secs`), then a target whose domain is
 /// configured at `profile_factor()` of that total, host i + 1 reserving `res_pct[i]` %
 /// of it with `weights[i]`, and bdevperf started on the QoS bdevs for `secs`. Returns
@@ -166,103 +140,9 @@ fn weighted_run(
                    "weight": weights[i - 1]}),
         );
     }
-    qos_bdevs(&mut t, 4);
+    qos_bdevs(s, &mut t, 4);
     let b = bdevperf(s, &[1, 2, 3, 4], qds, secs);
     (bare_total, res, t, b)
-}
-
-/// Completed ops per host and epoch, and when each epoch started, from polls of
-/// `qos_stats_get`.
-#[derive(Default)]
-struct Periods {
-    ops: BTreeMap<String, BTreeMap<u64, u64>>,
-    start: BTreeMap<u64, Instant>,
-    estimate: BTreeMap<u64, u64>,
-    /// The estimator's decision at the end of each period (`estimator_periods`).
-    decisions: BTreeMap<u64, Value>,
-}
-
-impl Periods {
-    fn poll(&mut self, t: &mut Target) {
-        let now = Instant::now();
-        let s = t.call("qos_stats_get", json!({"domain": "d", "periods": 32}));
-        let d = &s[0];
-        let epoch = d["epoch"].as_u64().unwrap_or(0);
-        let elapsed = Duration::from_nanos(d["elapsed_ns"].as_u64().unwrap_or(0));
-        let period = Duration::from_millis(PERIOD_MS);
-        let cur = now.checked_sub(elapsed).unwrap_or(now);
-        self.estimate
-            .insert(epoch, d["capacity_estimate"]["ops"].as_u64().unwrap_or(0));
-        for back in 0..32u32 {
-            let e = epoch.saturating_sub(back as u64);
-            self.start
-                .entry(e)
-                .or_insert(cur.checked_sub(period * back).unwrap_or(cur));
-        }
-        for e in d["estimator_periods"].as_array().into_iter().flatten() {
-            if let Some(epoch) = e["epoch"].as_u64() {
-                self.decisions.insert(epoch, e.clone());
-            }
-        }
-        for h in d["hosts"].as_array().into_iter().flatten() {
-            let nqn = h["host_nqn"].as_str().unwrap_or("").to_string();
-            let m = self.ops.entry(nqn).or_default();
-            for p in h["periods"].as_array().into_iter().flatten() {
-                if let (Some(e), Some(o)) = (p["epoch"].as_u64(), p["ops"].as_u64()) {
-                    m.insert(e, o);
-                }
-            }
-        }
-    }
-
-    /// Epochs that started at or after `from` and ended by `to`, in order.
-    fn epochs(&self, from: Instant, to: Instant) -> Vec<u64> {
-        let period = Duration::from_millis(PERIOD_MS);
-        self.start
-            .iter()
-            .filter(|(e, s)| **s >= from && **s + period <= to && self.complete(**e))
-            .map(|(e, _)| *e)
-            .collect()
-    }
-
-    /// The estimator's decisions, one line of `epoch:used/budget->next step(evidence)`
-    /// per period, in thousands of IOPS.
-    fn print_decisions(&self) {
-        let per_s = 1000.0 / PERIOD_MS as f64 / 1000.0;
-        let k = |v: &Value| v.as_u64().unwrap_or(0) as f64 * per_s;
-        let lines: Vec<String> = self
-            .decisions
-            .iter()
-            .map(|(e, d)| {
-                format!(
-                    "{e}:{:.0}/{:.0}->{:.0} {}({})",
-                    k(&d["offered"]),
-                    k(&d["budget"]),
-                    k(&d["next"]),
-                    d["step"].as_str().unwrap_or("?"),
-                    d["evidence"].as_str().unwrap_or("?")
-                )
-            })
-            .collect();
-        println!(
-            "  estimator (offered/budget->next, K IOPS): {}",
-            lines.join(" ")
-        );
-    }
-
-    fn complete(&self, e: u64) -> bool {
-        self.ops.values().all(|m| m.contains_key(&e))
-    }
-
-    /// Host `i`'s IOPS in each of `epochs`.
-    fn iops(&self, i: usize, epochs: &[u64]) -> Vec<f64> {
-        let m = self.ops.get(&host_nqn(i));
-        let per_s = 1000.0 / PERIOD_MS as f64;
-        epochs
-            .iter()
-            .map(|e| m.and_then(|m| m.get(e)).copied().unwrap_or(0) as f64 * per_s)
-            .collect()
-    }
 }
 
 /// Runs `b` for its time, polling the target every second; `during` is called once per
@@ -272,25 +152,16 @@ fn run_polling(
     b: &mut Bdevperf,
     secs: u32,
     mut during: impl FnMut(&mut Target, f64),
-) -> (Periods, Instant, BTreeMap<String, JobResult>) {
-    let mut p = Periods::default();
+) -> (History, Instant, BTreeMap<String, JobResult>) {
+    let mut p = History::new("d");
     let t0 = Instant::now();
-    let h = b.perform_tests();
-    while t0.elapsed() < Duration::from_secs(secs as u64 + 1) {
-        std::thread::sleep(Duration::from_millis(1000));
+    let every = Duration::from_secs(1);
+    let out = b.run_polling(every, Duration::from_secs(secs as u64 + 1), |_, el| {
         p.poll(t);
-        during(t, t0.elapsed().as_secs_f64());
-    }
-    let res = h.join().expect("perform_tests thread");
-    p.poll(t);
-    let out = b.finish(60).unwrap_or_else(|| {
-        panic!(
-            "bdevperf did not exit (lost I/O?); log:\n{}",
-            b.log_tail(30)
-        )
+        during(t, el.as_secs_f64());
     });
-    let res = res.unwrap_or_else(|e| panic!("perform_tests: {e}\n{out}"));
-    (p, t0, job_results(&res, &out))
+    p.poll(t);
+    (p, t0, out.jobs)
 }
 
 /// The domain's configured capacity as a fraction of what the same load did without
@@ -328,25 +199,6 @@ fn percents(var: &str, default: [u64; 4]) -> [u64; 4] {
     }
 }
 
-/// The acceptance thresholds are asserted (`NVMF_QOS_ACCEPTANCE=1`).
-fn acceptance() -> bool {
-    std::env::var("NVMF_QOS_ACCEPTANCE").is_ok_and(|v| v == "1")
-}
-
-/// Asserts `strict` in acceptance runs and `loose` always.
-fn check(strict: bool, loose: bool, what: std::fmt::Arguments<'_>) {
-    if acceptance() {
-        assert!(strict, "acceptance: {what}");
-    } else if !strict {
-        println!("  (acceptance would fail: {what})");
-    }
-    assert!(loose, "{what}");
-}
-
-fn mean(v: &[f64]) -> f64 {
-    v.iter().sum::<f64>() / v.len().max(1) as f64
-}
-
 fn show(v: &[f64]) -> String {
     v.iter()
         .map(|x| format!("{:.1}K", x / 1000.0))
@@ -357,8 +209,7 @@ fn show(v: &[f64]) -> String {
 #[test]
 #[ignore = "acceptance on a quiet machine: make accept"]
 fn weighted_excess_whatever_the_queue_depth() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(s) = setup("weighted sharing on a real target") else {
+    let Some(s) = setup_or_skip("weighted sharing on a real target") else {
         return;
     };
     let qds = queue_depths([16, 32, 48, 64]);
@@ -373,21 +224,16 @@ fn weighted_excess_whatever_the_queue_depth() {
     // Commands held by QoS and completed, per host, at the start of the steady window
     // and at its end.
     let counts = |t: &mut Target| -> Vec<(u64, u64, bool)> {
-        let st = t.call("qos_stats_get", json!({"domain": "d"}));
+        let st = t.compact_stats("d");
         (1..=4)
             .map(|i| {
-                let h = st[0]["hosts"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .find(|h| h["host_nqn"] == host_nqn(i))
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                (
-                    h["throttled_ios"].as_u64().unwrap_or(0),
-                    h["completed_total"]["ios"].as_u64().unwrap_or(0),
-                    h["reservation_unreachable"].as_bool().unwrap_or(false),
-                )
+                st.host(&host_nqn(i)).map_or((0, 0, false), |h| {
+                    (
+                        h.throttled_ios,
+                        h.completed_total.ios,
+                        h.reservation_unreachable,
+                    )
+                })
             })
             .collect()
     };
@@ -413,7 +259,7 @@ fn weighted_excess_whatever_the_queue_depth() {
         t0 + Duration::from_secs(secs as u64),
     );
     assert!(epochs.len() >= 20, "only {} steady periods", epochs.len());
-    let rates: Vec<Vec<f64>> = (1..=4).map(|i| p.iops(i, &epochs)).collect();
+    let rates: Vec<Vec<f64>> = (1..=4).map(|i| p.iops(&host_nqn(i), &epochs)).collect();
     let means: Vec<f64> = rates.iter().map(|r| mean(r)).collect();
     let total: f64 = means.iter().sum();
     let above: Vec<f64> = (0..4).map(|i| means[i] - res[i] as f64).collect();
@@ -450,7 +296,10 @@ fn weighted_excess_whatever_the_queue_depth() {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    p.print_decisions();
+    println!(
+        "  estimator (offered/budget->next, K IOPS): {}",
+        p.decisions_line()
+    );
     for i in 0..4 {
         let share = shares[i];
         let met = rates[i].iter().filter(|&&r| r >= res[i] as f64).count();
@@ -470,7 +319,7 @@ fn weighted_excess_whatever_the_queue_depth() {
                 ""
             },
             rates[i].len(),
-            jr.get(&ctrl(i + 1).bdev()).map_or(0.0, |r| r.iops)
+            jr.get(&s.controller(i + 1).bdev()).map_or(0.0, |r| r.iops)
         );
         // Always: each host gets at least 80% of its weighted max-min allocation
         // (reservation plus share); first come gives the QD-16 host far less.
@@ -495,7 +344,9 @@ fn weighted_excess_whatever_the_queue_depth() {
                 show(&rates[i])
             ),
         );
-        let failed = jr.get(&ctrl(i + 1).bdev()).map_or(0, |r| r.io_failed);
+        let failed = jr
+            .get(&s.controller(i + 1).bdev())
+            .map_or(0, |r| r.io_failed);
         assert_eq!(failed, 0, "h{}: failed I/O", i + 1);
     }
     // Loose: at queue depths 16-64 this target does 63-74 % of the load without QoS
@@ -518,8 +369,7 @@ fn weighted_excess_whatever_the_queue_depth() {
 #[test]
 #[ignore = "measurement on a quiet machine: make accept"]
 fn target_throughput_by_depth() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(s) = setup("the target's throughput by queue depth") else {
+    let Some(s) = setup_or_skip("the target's throughput by queue depth") else {
         return;
     };
     let per_host = [2u32, 4, 8, 16, 40];
@@ -540,10 +390,10 @@ fn target_throughput_by_depth() {
             totals[d].push(total);
         }
     }
-    let deepest = numbers::median(&totals[per_host.len() - 1]);
+    let deepest = median(&totals[per_host.len() - 1]);
     println!("in flight | IOPS without QoS, median (min .. max) | share of the deepest");
     for (d, t) in totals.iter().enumerate() {
-        let median = numbers::median(t);
+        let median = median(t);
         println!(
             "{:9} | {median:.0} ({:.0} .. {:.0}) | {:.1}%",
             4 * per_host[d],
@@ -596,8 +446,7 @@ impl Drop for Hog {
 #[test]
 #[ignore = "acceptance on a quiet machine: make accept"]
 fn reservations_hold_when_capacity_drops() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(s) = setup("capacity drop on a real target") else {
+    let Some(s) = setup_or_skip("capacity drop on a real target") else {
         return;
     };
     let qds = [16u32, 32, 48, 64];
@@ -626,7 +475,7 @@ fn reservations_hold_when_capacity_drops() {
     t.stop(30);
     let before = p.epochs(t0 + Duration::from_secs(6), hog_start);
     let during = p.epochs(hog_start, hog_start + Duration::from_secs(hog_secs - 2));
-    let total = |e: &[u64]| (1..=4).map(|i| mean(&p.iops(i, e))).sum::<f64>();
+    let total = |e: &[u64]| (1..=4).map(|i| mean(&p.iops(&host_nqn(i), e))).sum::<f64>();
     println!(
         "  total before the busy loop {:.0} IOPS, during {:.0} ({:.0}% of before); reserved {} ({:.0}% of the total during; the QD-16 host's {:.0}%); estimate {:?} -> {:?}",
         total(&before),
@@ -638,7 +487,10 @@ fn reservations_hold_when_capacity_drops() {
         before.last().and_then(|e| p.estimate.get(e)),
         during.last().and_then(|e| p.estimate.get(e))
     );
-    p.print_decisions();
+    println!(
+        "  estimator (offered/budget->next, K IOPS): {}",
+        p.decisions_line()
+    );
     assert!(
         during.len() >= 10,
         "only {} periods under load",
@@ -652,13 +504,13 @@ fn reservations_hold_when_capacity_drops() {
     );
     for i in 1..=4 {
         let r = res[i - 1] as f64;
-        let rates = p.iops(i, &during);
+        let rates = p.iops(&host_nqn(i), &during);
         println!(
             "  h{i} (QD {}, reservation {}): {}; bdevperf {:.0} IOPS",
             qds[i - 1],
             res[i - 1],
             show(&rates),
-            jr.get(&ctrl(i).bdev()).map_or(0.0, |r| r.iops)
+            jr.get(&s.controller(i).bdev()).map_or(0.0, |r| r.iops)
         );
         let first_ok = rates.iter().position(|&x| x >= r).unwrap_or(rates.len());
         let missed = rates[first_ok..].iter().filter(|&&x| x < r).count();
@@ -671,32 +523,17 @@ fn reservations_hold_when_capacity_drops() {
             ),
         );
         assert_eq!(
-            jr.get(&ctrl(i).bdev()).map_or(0, |r| r.io_failed),
+            jr.get(&s.controller(i).bdev()).map_or(0, |r| r.io_failed),
             0,
             "h{i}: failed I/O"
         );
     }
 }
 
-fn expect_refused(t: &mut Target, method: &str, params: Value, code: i64, text: &str) {
-    match t.rpc(method, params.clone()) {
-        Ok(v) => panic!("{method} {params} was accepted: {v}"),
-        Err(e) => {
-            assert_eq!(e.code, code, "{method}: {e}");
-            assert!(
-                e.message.contains(text),
-                "{method}: {e} (expected {text:?})"
-            );
-            println!("  refused as expected: {method}: {}", e.message);
-        }
-    }
-}
-
 #[test]
 #[ignore = "acceptance on a quiet machine: make accept"]
 fn group_reservation_and_limit() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(s) = setup("tenant groups on a real target") else {
+    let Some(s) = setup_or_skip("tenant groups on a real target") else {
         return;
     };
     let qds = [16u32, 64, 32, 48];
@@ -709,8 +546,7 @@ fn group_reservation_and_limit() {
     let mut t = target(&s);
     domain(&mut t, capacity);
     // Bad input first, each refused with what to change.
-    expect_refused(
-        &mut t,
+    t.refuse(
         "qos_group_create",
         json!({"domain": "d", "name": "g", "min_iops": g_max, "max_iops": g_min}),
         -22,
@@ -720,15 +556,13 @@ fn group_reservation_and_limit() {
         "qos_group_create",
         json!({"domain": "d", "name": "g", "min_iops": g_min, "max_iops": g_max, "weight": 2}),
     );
-    expect_refused(
-        &mut t,
+    t.refuse(
         "qos_host_set",
         json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": 10, "group": "nope"}),
         -2,
         "create it first",
     );
-    expect_refused(
-        &mut t,
+    t.refuse(
         "qos_host_set",
         json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": g_min + 100, "group": "g"}),
         -28,
@@ -746,8 +580,7 @@ fn group_reservation_and_limit() {
         }
         t.call("qos_host_set", p);
     }
-    expect_refused(
-        &mut t,
+    t.refuse(
         "qos_group_delete",
         json!({"domain": "d", "name": "g"}),
         -16,
@@ -760,7 +593,7 @@ fn group_reservation_and_limit() {
         pos("qos_group_create") < pos("qos_host_set"),
         "save_config replays groups before hosts"
     );
-    qos_bdevs(&mut t, 4);
+    qos_bdevs(&s, &mut t, 4);
     let mut b = bdevperf(&s, &[1, 2, 3, 4], &qds, secs);
     // Mid-run, host 4 joins the group for a few seconds and leaves again: no I/O may
     // fail or be lost (bdevperf would not finish).
@@ -788,7 +621,7 @@ fn group_reservation_and_limit() {
     let epochs = p.epochs(t0 + Duration::from_secs(8), t0 + Duration::from_secs(15));
     assert!(epochs.len() >= 10, "only {} steady periods", epochs.len());
     let g_rates: Vec<f64> = (0..epochs.len())
-        .map(|k| p.iops(1, &epochs)[k] + p.iops(2, &epochs)[k])
+        .map(|k| p.iops(&host_nqn(1), &epochs)[k] + p.iops(&host_nqn(2), &epochs)[k])
         .collect();
     println!(
         "  group g (min {g_min}, max {g_max}) per period: {}",
@@ -797,9 +630,9 @@ fn group_reservation_and_limit() {
     for i in 1..=4 {
         println!(
             "  h{i}: mean {:.0} IOPS in the steady periods; bdevperf {:.0} IOPS, {} failed",
-            mean(&p.iops(i, &epochs)),
-            jr.get(&ctrl(i).bdev()).map_or(0.0, |r| r.iops),
-            jr.get(&ctrl(i).bdev()).map_or(0, |r| r.io_failed)
+            mean(&p.iops(&host_nqn(i), &epochs)),
+            jr.get(&s.controller(i).bdev()).map_or(0.0, |r| r.iops),
+            jr.get(&s.controller(i).bdev()).map_or(0, |r| r.io_failed)
         );
     }
     for (k, &g) in g_rates.iter().enumerate() {
@@ -824,8 +657,7 @@ fn group_reservation_and_limit() {
 #[test]
 #[ignore = "acceptance on a quiet machine: make accept"]
 fn soft_guarantees_by_priority() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(s) = setup("priority classes on a real target") else {
+    let Some(s) = setup_or_skip("priority classes on a real target") else {
         return;
     };
     let qds = [8u32, 16, 64, 64];
@@ -850,7 +682,7 @@ fn soft_guarantees_by_priority() {
                 json!({"domain": "d", "host_nqn": host_nqn(i), "priority": "low"}),
             );
         }
-        qos_bdevs(t, 4);
+        qos_bdevs(&s, t, 4);
     };
     // Everyone busy: the soft guarantees hold whatever the low-priority load.
     let mut t = target(&s);
@@ -862,9 +694,9 @@ fn soft_guarantees_by_priority() {
         t0 + Duration::from_secs(6),
         t0 + Duration::from_secs(secs as u64),
     );
-    let busy_total: f64 = (1..=4).map(|i| mean(&p.iops(i, &epochs))).sum();
+    let busy_total: f64 = (1..=4).map(|i| mean(&p.iops(&host_nqn(i), &epochs))).sum();
     for i in 1..=2 {
-        let rates = p.iops(i, &epochs);
+        let rates = p.iops(&host_nqn(i), &epochs);
         let met = rates.iter().filter(|&&r| r >= soft as f64).count();
         println!(
             "  h{i} (high, soft {soft}): {}; met in {met}/{}",
@@ -891,7 +723,7 @@ fn soft_guarantees_by_priority() {
         t0 + Duration::from_secs(6),
         t0 + Duration::from_secs(secs as u64),
     );
-    let low: f64 = (3..=4).map(|i| mean(&p.iops(i, &epochs))).sum();
+    let low: f64 = (3..=4).map(|i| mean(&p.iops(&host_nqn(i), &epochs))).sum();
     println!(
         "  all busy: {busy_total:.0} IOPS; high idle: the low-priority hosts get {low:.0} ({:.1}%)",
         100.0 * low / busy_total

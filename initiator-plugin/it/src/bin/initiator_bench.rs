@@ -28,11 +28,6 @@ use std::time::Duration;
 use initiator_it::*;
 use serde_json::{Value, json};
 
-const PORT: u16 = 4454;
-const TGT_SHM: u32 = 71;
-const BP_SHM: u32 = 72;
-const HOST: &str = "nqn.2014-08.io.nvmf-qos:ini-bench";
-const SUBSYS: &str = "nqn.2016-06.io.spdk:nvmf-qos-ini-bench";
 const QOS_BDEV: &str = "qb";
 
 /// The configurations, in the order of the table; `None`: the plain bdev_nvme bdev.
@@ -43,37 +38,15 @@ const VARIANTS: [(&str, Option<(bool, bool)>); 4] = [
     ("default", Some((true, true))),
 ];
 
-fn controller() -> Controller {
-    Controller {
-        name: "Nvme0".into(),
-        subnqn: SUBSYS.into(),
-        hostnqn: HOST.into(),
-        port: PORT,
-    }
-}
-
+/// Host 1 at a target whose domain is far above what the machine does (the target
+/// keeps the books and never holds).
 fn target(s: &Setup, max_secs: u64) -> Target {
-    let mut t = s.target(TGT_SHM, true, max_secs, None);
-    t.call(
-        "bdev_malloc_create",
-        json!({"name": "Malloc0", "num_blocks": 65536, "block_size": 4096}),
-    );
-    // Far above what the machine does: the target keeps the books and never holds.
-    t.call(
-        "qos_domain_create",
-        json!({"name": "d", "capacity_iops": 5_000_000, "period_ms": 100, "estimator": false}),
-    );
-    t.call(
-        "qos_host_set",
-        json!({"domain": "d", "host_nqn": HOST, "min_iops": 10_000}),
-    );
-    t.call(
-        "qos_bdev_create",
-        json!({"name": "qos0", "base_bdev_name": "Malloc0", "domain": "d", "host_nqn": HOST}),
-    );
-    t.call("nvmf_create_transport", json!({"trtype": "TCP"}));
-    t.expose_to_host(SUBSYS, HOST, "qos0", PORT);
-    t
+    s.one_host_target(
+        max_secs,
+        (65536, 4096),
+        json!({"capacity_iops": 5_000_000, "period_ms": 100, "estimator": false}),
+        json!({"min_iops": 10_000}),
+    )
 }
 
 /// What one run measured.
@@ -88,14 +61,7 @@ struct Run {
 }
 
 fn state(b: &Bdevperf) -> Option<Value> {
-    let v = b
-        .rpc(
-            "qos_ini_bdev_get",
-            json!({"name": QOS_BDEV}),
-            Duration::from_secs(20),
-        )
-        .ok()?;
-    Some(v.get(0)?["state"].clone())
+    b.try_ini_bdev(QOS_BDEV).ok().map(|v| v["state"].clone())
 }
 
 fn one_run(
@@ -105,7 +71,7 @@ fn one_run(
     qd: u32,
     profile: Option<u32>,
 ) -> (Run, Option<(Vec<Profile>, u32)>) {
-    let ctrl = controller();
+    let ctrl = s.controller(1);
     let (bdev, cfg) = match VARIANTS[variant].1 {
         None => (ctrl.bdev(), bdev_config(std::slice::from_ref(&ctrl), &[])),
         Some((protocol, pacing)) => (
@@ -121,14 +87,13 @@ fn one_run(
     // The plugin is preloaded in every configuration, so that the processes differ only
     // in their bdev stack.
     let mut b = s.bdevperf(
-        BP_SHM,
         true,
         cfg,
         vec![Job::new(&bdev, "randread", 4096, qd)],
         secs,
         &[],
     );
-    let h = b.perform_tests();
+    let run = b.start_tests();
     // The engine's counters over the middle of the run (past its first state request).
     let mut states = Vec::new();
     let mut prof = None;
@@ -152,19 +117,14 @@ fn one_run(
             states.push(state(&b));
         }
     }
-    let perform = h.join().expect("perform_tests thread");
-    let out = b
-        .finish(60)
-        .unwrap_or_else(|| panic!("bdevperf did not exit; log:\n{}", b.log_tail(30)));
-    let perform = perform.unwrap_or_else(|e| panic!("perform_tests: {e}\n{out}"));
-    let res = job_results(&perform, &out);
-    let r = res
-        .get(&bdev)
-        .unwrap_or_else(|| panic!("no result for {bdev}:\n{out}"));
+    let out = b.finish_tests(run);
+    let r = out.job(&bdev);
     assert_eq!(
-        r.io_failed, 0,
-        "failed I/O in {}:\n{out}",
-        VARIANTS[variant].0
+        r.io_failed,
+        0,
+        "failed I/O in {}:\n{}",
+        VARIANTS[variant].0,
+        out.tail(30)
     );
     let (vendor_per_kio, held_per_kio, mode) = match &states[..] {
         [Some(a), Some(b)] => {

@@ -20,8 +20,6 @@
 use serde_json::json;
 use target_it::*;
 
-const PORT: u16 = 4453;
-
 #[derive(Clone, Copy, PartialEq)]
 enum Config {
     Bare,
@@ -42,20 +40,8 @@ struct Profile {
     cpu_ns: f64,
 }
 
-fn profile_target(shm_id: u32, secs: u32) -> Option<Profile> {
-    let pid = String::from_utf8(
-        std::process::Command::new("pgrep")
-            .args(["-f", &format!("nvmf_tgt -m 0x1 -i {shm_id} ")])
-            .output()
-            .ok()?
-            .stdout,
-    )
-    .ok()?
-    .split_whitespace()
-    .last()?
-    .parse()
-    .ok()?;
-    let report = Recording::record(&[pid], secs, 999)?.report(None, "dso")?;
+fn profile_target(t: &Target, secs: u32) -> Option<Profile> {
+    let report = Recording::record(&[t.pid()?], secs, 999)?.report(None, "dso")?;
     Some(Profile {
         plugin: report.share("libnvmf_qos_tgt"),
         bdev: report.share("libspdk_bdev.so"),
@@ -63,51 +49,42 @@ fn profile_target(shm_id: u32, secs: u32) -> Option<Profile> {
     })
 }
 
-/// 4 KiB random reads from host `host` to its subsystem, `spdk_nvme_perf` on core 1.
-fn randread_job(host: usize, qd: u32, secs: u32) -> PerfJob {
-    PerfJob {
-        host_nqn: host_nqn(host),
-        subnqn: subsys_nqn(host),
-        port: PORT,
-        qd,
-        io_size: 4096,
-        pattern: "randread".into(),
-        secs,
-        core_mask: "0x2".into(),
-        shm_id: 62,
+/// 4 KiB random reads from host `host` to its subsystem, `spdk_nvme_perf` on core 1,
+/// with its latency summary; panics if perf fails.
+fn randread(s: &Setup, host: usize, qd: u32, secs: u32) -> PerfRun {
+    s.perf(&PerfJob {
         latency: true,
-    }
+        ..s.perf_job(host, "randread", 4096, qd, secs)
+    })
 }
 
-fn run(spdk: &Spdk, plugin: &std::path::Path, c: Config, secs: u32, qd: u32) -> PerfResult {
-    run_profiled(spdk, plugin, c, secs, qd, false).0
+fn wait_ok(r: PerfRun) -> PerfResult {
+    let r = r.wait();
+    if !r.ok {
+        panic!("perf failed:\n{}", r.output);
+    }
+    r
+}
+
+fn run(s: &Setup, c: Config, secs: u32, qd: u32) -> PerfResult {
+    run_profiled(s, c, secs, qd, false).0
 }
 
 fn run_profiled(
-    spdk: &Spdk,
-    plugin: &std::path::Path,
+    s: &Setup,
     c: Config,
     secs: u32,
     qd: u32,
     profile: bool,
 ) -> (PerfResult, Option<Profile>) {
-    let with_plugin = matches!(c, Config::Plugin | Config::PluginLimit(_));
-    let mut t = Target::start(
-        spdk,
-        &TargetOpts {
-            plugin: with_plugin.then(|| plugin.to_path_buf()),
-            shm_id: 61,
-            core_mask: "0x1".into(),
-            max_secs: secs as u64 + 60,
-            json_config: None,
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    t.call(
-        "bdev_malloc_create",
-        json!({"name": "Malloc0", "num_blocks": 131072, "block_size": 512}),
-    );
-    let ns = if with_plugin {
+    let max_secs = secs as u64 + 60;
+    let mut t = if matches!(c, Config::Plugin | Config::PluginLimit(_)) {
+        s.target(max_secs)
+    } else {
+        s.bare_target(max_secs)
+    };
+    t.malloc("Malloc0", 131072, 512);
+    let ns = if matches!(c, Config::Plugin | Config::PluginLimit(_)) {
         t.call(
             "qos_domain_create",
             // 100 ms periods: a perf run starts at an arbitrary point of a period and may
@@ -121,18 +98,13 @@ fn run_profiled(
             h["max_iops"] = json!(l);
         }
         t.call("qos_host_set", h);
-        t.call(
-            "qos_bdev_create",
-            json!({"name": "qos1", "base_bdev_name": "Malloc0", "domain": "d",
-                   "host_nqn": host_nqn(1)}),
-        );
-        "qos1"
+        t.qos_bdev_for_host(1, "Malloc0", "d")
     } else if c == Config::Passthru {
         t.call(
             "bdev_passthru_create",
             json!({"base_bdev_name": "Malloc0", "name": "pt0"}),
         );
-        "pt0"
+        "pt0".to_string()
     } else {
         if let Config::BdevQosLimit(l) = c {
             t.call(
@@ -140,23 +112,17 @@ fn run_profiled(
                 json!({"name": "Malloc0", "rw_ios_per_sec": l}),
             );
         }
-        "Malloc0"
+        "Malloc0".to_string()
     };
-    expose_per_host(&mut t, &[ns.to_string()], PORT);
-    let running = randread_job(1, qd, secs)
-        .spawn(spdk)
-        .unwrap_or_else(|e| panic!("{e}"));
+    expose_per_host(&mut t, &[ns], s.port);
+    let running = randread(s, 1, qd, secs);
     let prof = if profile && secs > 4 {
         std::thread::sleep(std::time::Duration::from_secs(2));
-        profile_target(61, secs - 3)
+        profile_target(&t, secs - 3)
     } else {
         None
     };
-    let r = running.wait();
-    if !r.ok {
-        panic!("perf failed:\n{}", r.output);
-    }
-    (r, prof)
+    (wait_ok(running), prof)
 }
 
 /// The three configurations side by side in one `nvmf_tgt` (the plugin loaded): host 1
@@ -165,28 +131,10 @@ fn run_profiled(
 /// runs against one subsystem at a time, `rounds` times each in a rotating order, so
 /// that process start-up (memory placement) and slow drifts of the shared VM's speed
 /// fall on all three alike. Returns the runs per configuration, in round order.
-fn side_by_side(
-    spdk: &Spdk,
-    plugin: &std::path::Path,
-    rounds: usize,
-    secs: u32,
-) -> [Vec<PerfResult>; 3] {
-    let mut t = Target::start(
-        spdk,
-        &TargetOpts {
-            plugin: Some(plugin.to_path_buf()),
-            shm_id: 61,
-            core_mask: "0x1".into(),
-            max_secs: (rounds as u64 * 3) * (secs as u64 + 10) + 60,
-            json_config: None,
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
+fn side_by_side(s: &Setup, rounds: usize, secs: u32) -> [Vec<PerfResult>; 3] {
+    let mut t = s.target((rounds as u64 * 3) * (secs as u64 + 10) + 60);
     for m in ["Malloc0", "Malloc1", "Malloc2"] {
-        t.call(
-            "bdev_malloc_create",
-            json!({"name": m, "num_blocks": 131072, "block_size": 512}),
-        );
+        t.malloc(m, 131072, 512);
     }
     t.call(
         "bdev_passthru_create",
@@ -201,28 +149,13 @@ fn side_by_side(
         "qos_host_set",
         json!({"domain": "d", "host_nqn": host_nqn(3)}),
     );
-    t.call(
-        "qos_bdev_create",
-        json!({"name": "qos3", "base_bdev_name": "Malloc2", "domain": "d",
-               "host_nqn": host_nqn(3)}),
-    );
-    expose_per_host(
-        &mut t,
-        &["Malloc0".into(), "pt0".into(), "qos3".into()],
-        PORT,
-    );
+    let qos3 = t.qos_bdev_for_host(3, "Malloc2", "d");
+    expose_per_host(&mut t, &["Malloc0".into(), "pt0".into(), qos3], s.port);
     let mut out: [Vec<PerfResult>; 3] = Default::default();
     for round in 0..rounds {
         for k in 0..3 {
             let i = (round + k) % 3;
-            let r = randread_job(i + 1, 32, secs)
-                .spawn(spdk)
-                .unwrap_or_else(|e| panic!("{e}"))
-                .wait();
-            if !r.ok {
-                panic!("perf failed:\n{}", r.output);
-            }
-            out[i].push(r);
+            out[i].push(wait_ok(randread(s, i + 1, 32, secs)));
         }
         eprint!("\rside by side: round {}/{rounds}", round + 1);
     }
@@ -245,30 +178,15 @@ fn per_round(v: &[f64], show: impl Fn(f64) -> String) -> String {
     v.iter().map(|&r| show(r)).collect::<Vec<_>>().join(", ")
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
     let secs: u32 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(8);
-    let Some(spdk) = spdk_or_skip("target-bench") else {
+    let Some(s) = setup_or_skip("target-bench") else {
         return;
     };
-    let plugin = plugin_lib().unwrap_or_else(|e| panic!("{e}"));
-    let _hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
     if std::env::var("TARGET_BENCH").is_ok_and(|v| v == "limits") {
-        return limit_accuracy(&spdk, &plugin, rounds, secs);
+        return limit_accuracy(&s, rounds, secs);
     }
     println!(
         "target-bench: {rounds} rounds of {secs} s, 4 KiB randread QD32, nvmf_tgt on core 0, \
@@ -277,7 +195,7 @@ fn main() {
 
     // 1a. Overhead, the three configurations side by side in one target.
     let sbs_rounds = (rounds * 3).max(9);
-    let [sb, sp, sq] = side_by_side(&spdk, &plugin, sbs_rounds, secs.min(3));
+    let [sb, sp, sq] = side_by_side(&s, sbs_rounds, secs.min(3));
     let sbs_ratio: Vec<f64> = sb.iter().zip(&sq).map(|(b, q)| q.iops / b.iops).collect();
     let sbs_pt: Vec<f64> = sb.iter().zip(&sp).map(|(b, p)| p.iops / b.iops).collect();
     // Goal 4's plugin/passthru, round by round: what the QoS logic costs beyond stacking.
@@ -315,7 +233,7 @@ fn main() {
         let mut measured = Vec::new();
         for k in 0..order.len() {
             let c = order[(round + k) % order.len()];
-            measured.push((c, run(&spdk, &plugin, c, secs, 32)));
+            measured.push((c, run(&s, c, secs, 32)));
         }
         let pick = |c: Config| {
             measured
@@ -351,13 +269,13 @@ fn main() {
         p99_diff.push(d);
         rows.push((b, p));
     }
-    let ratio = median(ratios.clone());
-    let dp99 = median(p99_diff.clone());
+    let ratio = median(&ratios);
+    let dp99 = median(&p99_diff);
 
     // CPU per I/O from separate profiled runs (bare, then the plugin).
     for round in 1..=rounds.min(3) {
-        let (b, pb) = run_profiled(&spdk, &plugin, Config::Bare, secs, 32, true);
-        let (p, pp) = run_profiled(&spdk, &plugin, Config::Plugin, secs, 32, true);
+        let (b, pb) = run_profiled(&s, Config::Bare, secs, 32, true);
+        let (p, pp) = run_profiled(&s, Config::Plugin, secs, 32, true);
         if let (Some(pb), Some(pp)) = (pb, pp) {
             // CPU time per I/O in a DSO: its share of the samples times the target's CPU
             // time during the recording, over the I/O completed meanwhile.
@@ -380,29 +298,29 @@ fn main() {
     println!(
         "| side by side in one target: plugin/bare IOPS ratio (median of {}; target >= 0.98) | {:.3} (quartiles {:.3}-{:.3}) |",
         sbs_ratio.len(),
-        median(sbs_ratio.clone()),
+        median(&sbs_ratio),
         quantile(sbs_ratio.clone(), 0.25),
         quantile(sbs_ratio.clone(), 0.75)
     );
     println!(
         "| side by side: passthru/bare IOPS ratio (median) | {:.3} |",
-        median(sbs_pt)
+        median(&sbs_pt)
     );
     println!(
         "| side by side: plugin/passthru IOPS ratio (median of {}; target >= 0.995) | {:.3} (quartiles {:.3}-{:.3}) |",
         sbs_qp.len(),
-        median(sbs_qp.clone()),
+        median(&sbs_qp),
         quantile(sbs_qp.clone(), 0.25),
         quantile(sbs_qp, 0.75)
     );
     println!(
         "| side by side: p99 latency, plugin minus bare (median) | {:+.1} us |",
-        median(sbs_dp99)
+        median(&sbs_dp99)
     );
     println!(
         "| side by side: bare / plugin IOPS (medians) | {:.0} / {:.0} |",
-        median(sb.iter().map(|r| r.iops).collect()),
-        median(sq.iter().map(|r| r.iops).collect())
+        median(&sb.iter().map(|r| r.iops).collect::<Vec<_>>()),
+        median(&sq.iter().map(|r| r.iops).collect::<Vec<_>>())
     );
     println!(
         "| separate targets: plugin/bare IOPS ratio (median of {rounds}) | {ratio:.3} (rounds: {}) |",
@@ -410,11 +328,11 @@ fn main() {
     );
     println!(
         "| separate targets: SPDK passthru vbdev/bare IOPS ratio (median) | {:.3} |",
-        median(pt_ratios.clone())
+        median(&pt_ratios)
     );
     println!(
         "| separate targets: plugin/passthru IOPS ratio (median) | {:.3} |",
-        median(over_pt.clone())
+        median(&over_pt)
     );
     println!(
         "| separate targets: p99 latency, plugin minus bare (median) | {dp99:+.1} us (rounds: {}) |",
@@ -433,15 +351,15 @@ fn main() {
         p.p99_us.unwrap_or(f64::NAN)
     );
     if !profs.is_empty() {
-        let plug = median(profs.iter().map(|p| p.0).collect());
-        let layer = median(profs.iter().map(|p| p.1).collect());
-        let bare = median(profs.iter().map(|p| p.2).collect());
+        let plug = median(&profs.iter().map(|p| p.0).collect::<Vec<_>>());
+        let layer = median(&profs.iter().map(|p| p.1).collect::<Vec<_>>());
+        let bare = median(&profs.iter().map(|p| p.2).collect::<Vec<_>>());
         println!(
             "| target CPU per I/O added (perf record, median of {}): plugin code + second bdev layer | {plug:.0} ns + {layer:.0} ns (bare: {bare:.0} ns of wall time per I/O) |",
             profs.len()
         );
     }
-    limit_accuracy(&spdk, &plugin, rounds.min(3), secs);
+    limit_accuracy(&s, rounds.min(3), secs);
 }
 
 /// The plugin's QoS period in the limit runs: 100 ms, or `TARGET_BENCH_PERIOD_MS`.
@@ -455,7 +373,7 @@ fn period_ms() -> u64 {
 
 /// Part 2, limit accuracy: the plugin's `max_iops` against `bdev_set_qos_limit`,
 /// alternating in each of `rounds` rounds; medians with the rounds' range.
-fn limit_accuracy(spdk: &Spdk, plugin: &std::path::Path, rounds: usize, secs: u32) {
+fn limit_accuracy(s: &Setup, rounds: usize, secs: u32) {
     println!(
         "\n| measurement (plugin period {} ms) | value |\n|---|---|",
         period_ms()
@@ -469,8 +387,8 @@ fn limit_accuracy(spdk: &Spdk, plugin: &std::path::Path, rounds: usize, secs: u3
             } else {
                 (Config::BdevQosLimit(limit), Config::PluginLimit(limit))
             };
-            let r1 = run(spdk, plugin, first, secs, 32);
-            let r2 = run(spdk, plugin, second, secs, 32);
+            let r1 = run(s, first, secs, 32);
+            let r2 = run(s, second, secs, 32);
             let (rq, rb) = if round % 2 == 0 { (r1, r2) } else { (r2, r1) };
             eprintln!(
                 "limit {limit}, round {}: plugin {:.0} IOPS p99 {:.0} us | bdev_set_qos_limit {:.0} IOPS p99 {:.0} us",
@@ -487,7 +405,7 @@ fn limit_accuracy(spdk: &Spdk, plugin: &std::path::Path, rounds: usize, secs: u3
             let xs: Vec<f64> = v.iter().map(f).collect();
             let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            format!("{:.digits$} ({lo:.digits$}-{hi:.digits$})", median(xs))
+            format!("{:.digits$} ({lo:.digits$}-{hi:.digits$})", median(&xs))
         };
         let lim = limit as f64;
         println!(
@@ -505,13 +423,13 @@ fn limit_accuracy(spdk: &Spdk, plugin: &std::path::Path, rounds: usize, secs: u3
         let ratio: Vec<f64> = q.iter().zip(&b).map(|(x, y)| p99(x) / p99(y)).collect();
         println!(
             "| limit {limit} IOPS: p99 plugin / bdev_set_qos_limit, per round (median) | {:.3} ({}) |",
-            median(ratio.clone()),
+            median(&ratio),
             per_round(&ratio, |r| format!("{r:.3}"))
         );
         println!(
             "| limit {limit} IOPS: avg latency us, plugin vs bdev_set_qos_limit (median) | {:.0} vs {:.0} |",
-            median(q.iter().map(|r| r.avg_us).collect()),
-            median(b.iter().map(|r| r.avg_us).collect())
+            median(&q.iter().map(|r| r.avg_us).collect::<Vec<_>>()),
+            median(&b.iter().map(|r| r.avg_us).collect::<Vec<_>>())
         );
     }
 }

@@ -1,0 +1,336 @@
+//! The one typed reader of the target plugin's statistics: `qos_stats_get`'s answer as
+//! [`DomainStats`], [`HostStats`] and [`GroupStats`]. They mirror the JSON that
+//! `spdk-plugin/src/stats.rs` builds from the core's `qos_core::monitor::{DomainStats,
+//! HostStats, GroupStats}` (with the plugin's own names: `held`, `throttled_ios`,
+//! `{ops, bytes}` amounts with `null` for unlimited, the per-period history), so a test
+//! reads fields, not string keys, and an answer that does not match stops the test with
+//! the field that differs. Fields only the full form carries (`periods`,
+//! `last_periods`, `estimator_periods`, ...) are empty in the compact form.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::rpc::RpcError;
+use crate::target::Target;
+
+/// An amount of work per resource; `None` where the plugin says `null` (unlimited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct Amount {
+    pub ops: Option<u64>,
+    pub bytes: Option<u64>,
+}
+
+/// Work done: operations (cost units), bytes, and commands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct Work {
+    pub ops: u64,
+    pub bytes: u64,
+    pub ios: u64,
+}
+
+/// How long held commands waited: cumulative counts per bucket of the domain's
+/// `held_time_bounds_ns` (the last entry: every observation).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct HeldTime {
+    pub cumulative: Vec<u64>,
+    pub count: u64,
+    pub sum_ns: u64,
+}
+
+/// Completed periods by outcome, since the host was added.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct PeriodTotals {
+    pub met: u64,
+    pub missed: u64,
+    pub met_backlogged: u64,
+    pub missed_backlogged: u64,
+}
+
+/// One completed period of a host (full form, newest first).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct PeriodRec {
+    pub epoch: u64,
+    pub ops: u64,
+    pub bytes: u64,
+    pub ios: u64,
+    /// The host got its reservation in that period.
+    pub met: bool,
+    /// The host had work waiting in that period.
+    pub backlogged: bool,
+}
+
+/// One host of a domain.
+#[derive(Debug, Clone, Deserialize)]
+pub struct HostStats {
+    pub host_nqn: String,
+    /// Set by `qos_host_set` (else a best-effort host the plugin added itself).
+    pub configured: bool,
+    /// The reservation and limit as configured (`RateSet`s).
+    pub min: Value,
+    pub max: Value,
+    pub weight: u32,
+    pub priority: String,
+    pub reservation_per_period: Amount,
+    pub completed_this_period: Work,
+    pub completed_total: Work,
+    pub admitted_ios_total: u64,
+    pub in_flight: Amount,
+    /// Commands the target holds now.
+    pub held: i64,
+    pub group: Option<String>,
+    pub excess_granted_this_period: Amount,
+    /// Commands held at least once, since the host was added.
+    pub throttled_ios: u64,
+    pub hold_events: u64,
+    pub held_time: HeldTime,
+    pub periods_total: PeriodTotals,
+    pub reservation_met_fraction: Option<f64>,
+    pub reservation_tokens: Amount,
+    pub credit_tokens: Amount,
+    pub limit_left: Amount,
+    pub underuse_flag: bool,
+    pub reservation_at_risk: bool,
+    pub reservation_unreachable: bool,
+    /// Full form: operations in the last periods, newest first.
+    #[serde(default)]
+    pub last_periods: Vec<u64>,
+    /// Full form: the last periods, newest first (as many as asked).
+    #[serde(default)]
+    pub periods: Vec<PeriodRec>,
+    #[serde(default)]
+    pub reservation_met_fraction_backlogged: Option<f64>,
+    #[serde(default)]
+    pub soft_granted: Option<Amount>,
+}
+
+/// A tenant group of a domain.
+#[derive(Debug, Clone, Deserialize)]
+pub struct GroupStats {
+    pub name: String,
+    pub hosts: Vec<String>,
+    pub min: Value,
+    pub max: Value,
+    pub weight: u32,
+    pub reservation_per_period: Amount,
+    pub limit_per_period: Amount,
+    pub completed_this_period: Amount,
+    pub given_this_period: Amount,
+}
+
+/// What the capacity estimator did at the end of a period (full form).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct EstimatorRecord {
+    pub epoch: u64,
+    pub budget: u64,
+    pub used: u64,
+    pub offered: u64,
+    pub evidence: String,
+    pub step: String,
+    pub next: u64,
+}
+
+/// One domain's statistics.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DomainStats {
+    pub name: String,
+    /// The period in progress.
+    pub epoch: u64,
+    pub period_ns: u64,
+    /// Time into the period in progress.
+    pub elapsed_ns: u64,
+    pub capacity_estimate: Amount,
+    pub global_available: Amount,
+    pub sharing: String,
+    pub held_time_bounds_ns: Vec<u64>,
+    pub hosts: Vec<HostStats>,
+    pub groups: Vec<GroupStats>,
+    /// Full form: the estimator's decisions, newest first.
+    #[serde(default)]
+    pub estimator_periods: Vec<EstimatorRecord>,
+}
+
+impl DomainStats {
+    /// Host `nqn`, if the domain has it.
+    pub fn host(&self, nqn: &str) -> Option<&HostStats> {
+        self.hosts.iter().find(|h| h.host_nqn == nqn)
+    }
+
+    /// Commands of all hosts held longer than `bound_ns` (to the histogram's
+    /// resolution: counted from the first bucket whose bound is at least `bound_ns`).
+    pub fn held_longer_than(&self, bound_ns: u64) -> u64 {
+        let Some(k) = self.held_time_bounds_ns.iter().position(|&b| b >= bound_ns) else {
+            return 0;
+        };
+        self.hosts
+            .iter()
+            .map(|h| {
+                let c = &h.held_time.cumulative;
+                let all = c.last().copied().unwrap_or(0);
+                c.get(k).map_or(0, |within| all - within)
+            })
+            .sum()
+    }
+}
+
+/// `qos_stats_get`'s answer, typed; panics with the answer when it does not parse (the
+/// plugin and this reader disagree: fix the reader or the plugin).
+pub fn parse_stats(answer: Value) -> Vec<DomainStats> {
+    serde_json::from_value(answer.clone()).unwrap_or_else(|e| {
+        panic!("qos_stats_get's answer does not read as it-harness's DomainStats: {e}\n{answer}")
+    })
+}
+
+impl Target {
+    /// `qos_stats_get` with `params` (which name one domain), typed; `Err` when the
+    /// target refuses or does not answer.
+    pub fn try_stats(&mut self, params: Value) -> Result<DomainStats, RpcError> {
+        let answer = self.rpc("qos_stats_get", params.clone())?;
+        parse_stats(answer)
+            .into_iter()
+            .next()
+            .ok_or_else(|| RpcError {
+                code: 0,
+                message: format!("qos_stats_get {params}: no domain in the answer"),
+            })
+    }
+
+    /// Domain `domain` with the last `periods` periods of every host (full form).
+    pub fn stats(&mut self, domain: &str, periods: usize) -> DomainStats {
+        self.stats_with(json!({"domain": domain, "periods": periods}))
+    }
+
+    /// Domain `domain`'s counters and gauges only (compact form).
+    pub fn compact_stats(&mut self, domain: &str) -> DomainStats {
+        self.stats_with(json!({"domain": domain, "compact": true}))
+    }
+
+    fn stats_with(&mut self, params: Value) -> DomainStats {
+        self.try_stats(params.clone()).unwrap_or_else(|e| {
+            panic!(
+                "qos_stats_get {params}: {e}\ntarget log:\n{}",
+                self.log_tail(20)
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A host as `spdk-plugin/src/stats.rs` writes it (`host_common`, then
+    /// `add_history` for the full form).
+    fn host(nqn: &str, full: bool) -> Value {
+        let amount = |o: Option<u64>| json!({"ops": o, "bytes": null});
+        let mut h = json!({
+            "host_nqn": nqn, "configured": true, "min": {"total": {"iops": 100}}, "max": {},
+            "weight": 2, "priority": "normal", "reservation_per_period": amount(Some(50)),
+            "completed_this_period": {"ops": 3, "bytes": 12288, "ios": 3},
+            "completed_total": {"ops": 900, "bytes": 3686400, "ios": 900},
+            "admitted_ios_total": 904, "in_flight": amount(Some(4)), "held": 2,
+            "group": null, "excess_granted_this_period": amount(Some(0)),
+            "throttled_ios": 17, "hold_events": 20,
+            "held_time": {"cumulative": [1, 5, 9], "count": 9, "sum_ns": 123},
+            "periods_total": {"met": 10, "missed": 1, "met_backlogged": 4,
+                              "missed_backlogged": 1},
+            "reservation_met_fraction": 0.9, "reservation_tokens": amount(Some(7)),
+            "credit_tokens": amount(Some(0)), "limit_left": amount(None),
+            "underuse_flag": false, "reservation_at_risk": false,
+            "reservation_unreachable": false,
+        });
+        if full {
+            h["last_periods"] = json!([51, 50]);
+            h["periods"] = json!([
+                {"epoch": 12, "ops": 51, "bytes": 208896, "ios": 51, "met": true, "backlogged": true},
+                {"epoch": 11, "ops": 40, "bytes": 163840, "ios": 40, "met": false, "backlogged": false},
+            ]);
+            h["reservation_met_fraction_backlogged"] = Value::Null;
+            h["soft_granted"] = amount(Some(0));
+        }
+        h
+    }
+
+    fn domain(full: bool) -> Value {
+        let mut d = json!({
+            "name": "d", "epoch": 13, "period_ns": 500_000_000u64, "elapsed_ns": 1000,
+            "capacity_estimate": {"ops": 4000, "bytes": null},
+            "global_available": {"ops": 10, "bytes": null}, "sharing": "first_come",
+            "held_time_bounds_ns": [1000, 2_000_000_000u64],
+            "hosts": [host("h1", full), host("h2", full)],
+            "groups": [{"name": "g", "hosts": ["h1"], "min": {}, "max": {}, "weight": 1,
+                        "reservation_per_period": {"ops": 0, "bytes": 0},
+                        "limit_per_period": {"ops": null, "bytes": null},
+                        "completed_this_period": {"ops": 3, "bytes": 0},
+                        "given_this_period": {"ops": 0, "bytes": 0}}],
+        });
+        if full {
+            d["estimator_periods"] = json!([{"epoch": 12, "budget": 4000, "used": 3900,
+                "offered": 4100, "evidence": "saturated", "step": "hold", "next": 4000}]);
+        }
+        json!([d])
+    }
+
+    #[test]
+    fn reads_the_full_and_the_compact_form() {
+        let full = parse_stats(domain(true)).remove(0);
+        let h = full.host("h1").expect("h1");
+        assert_eq!(
+            (h.held, h.throttled_ios, h.completed_total.ios),
+            (2, 17, 900)
+        );
+        assert_eq!(h.periods[0].epoch, 12);
+        assert!(h.periods[0].met && !h.periods[1].met);
+        assert_eq!(h.limit_left.ops, None);
+        assert_eq!(full.estimator_periods[0].step, "hold");
+        assert_eq!(full.groups[0].hosts, ["h1"]);
+        let compact = parse_stats(domain(false)).remove(0);
+        assert!(compact.hosts[1].periods.is_empty() && compact.estimator_periods.is_empty());
+        // Bucket 1 (2 s) is the first at least 1.5 s: 9 - 5 held longer, per host.
+        assert_eq!(compact.held_longer_than(1_500_000_000), 8);
+    }
+
+    /// Every key the reader takes from hosts, groups and domains is one that the plugin's
+    /// `stats.rs` writes (as a `json!` key or a serialised field): a key renamed there
+    /// fails here, without SPDK, rather than in a real-target test.
+    #[test]
+    fn the_plugin_writes_every_key_read() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../spdk-plugin/src/stats.rs");
+        let src = std::fs::read_to_string(path).unwrap_or_else(|e| {
+            panic!("{path}: {e} (where qos_stats_get's answer is built: update the path)")
+        });
+        fn keys(v: &Value, out: &mut Vec<String>) {
+            if let Some(o) = v.as_object() {
+                for (k, v) in o {
+                    // The configured rates and the estimator's records are the core's
+                    // own serialisations.
+                    if !["min", "max", "estimator_periods"].contains(&k.as_str()) {
+                        out.push(k.clone());
+                        keys(v, out);
+                    }
+                }
+            } else if let Some(a) = v.as_array() {
+                a.iter().for_each(|v| keys(v, out));
+            }
+        }
+        let mut all = Vec::new();
+        keys(&domain(true), &mut all);
+        all.sort();
+        all.dedup();
+        let missing: Vec<&String> = all
+            .iter()
+            .filter(|k| !src.contains(&format!("\"{k}\"")) && !src.contains(&format!("{k}:")))
+            .collect();
+        assert!(missing.is_empty(), "{path} does not write {missing:?}");
+    }
+
+    #[test]
+    #[should_panic(expected = "missing field `held`")]
+    fn an_answer_that_differs_names_the_field() {
+        let mut d = domain(false);
+        d[0]["hosts"][0]
+            .as_object_mut()
+            .expect("object")
+            .remove("held");
+        parse_stats(d);
+    }
+}
