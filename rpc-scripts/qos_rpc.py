@@ -12,6 +12,10 @@ Only the parameters given on the command line are sent, so the target's defaults
 Obvious mistakes (negative or out-of-range numbers, unknown priority, mode or sharing, a
 QoS reservation given both together and apart, a reservation above its limit, a bad
 group name) are argparse errors: usage, a message, exit status 2, nothing sent.
+
+The options, their defaults and ranges are the target's: tests/test_schema.py compares
+them with schema/*.json, which the plugins' tests read off their parameter structs
+(README.md, "Schema").
 """
 
 import argparse
@@ -22,6 +26,7 @@ import uuid
 
 METHOD_NOT_FOUND = -32601  # JSON-RPC 2.0 "Method not found", as SPDK's rpc.c answers it
 MAX_NQN_LEN = 223  # NVMe base specification, and qos-core's MAX_NQN_LEN
+MAX_NAME_LEN = 255  # spdk-sys's MAX_NAME_LEN: domains, bdevs, pacer groups
 MAX_GROUP_NAME_LEN = 64  # qos-core's MAX_GROUP_NAME_LEN
 _GROUP_NAME_CHARS = frozenset(string.ascii_letters + string.digits + '-_.:')
 
@@ -59,16 +64,26 @@ def _integer(text):
         raise argparse.ArgumentTypeError("'%s' is not an integer" % text) from None
 
 
-def _int_range(lo, hi=None):
+_U32 = 2**32 - 1  # the largest values the target's integer fields hold
+_U64 = 2**64 - 1
+
+
+def _int_range(lo, hi=_U64, or_zero=False):
+    """An integer in lo ..= hi (or 0, with or_zero). A bound that is only the target's
+    integer type (_U32, _U64) is not named unless it is crossed."""
     def parse(text):
         value = _integer(text)
-        if hi is None and value < lo:
+        if (or_zero and value == 0) or lo <= value <= hi:
+            return value
+        if or_zero:
+            raise argparse.ArgumentTypeError("must be 0 or %d ..= %d (got %d)" % (lo, hi, value))
+        if hi in (_U32, _U64):
+            if value > hi:
+                raise argparse.ArgumentTypeError("must be at most %d (got %d)" % (hi, value))
             if lo == 0:
                 raise argparse.ArgumentTypeError("must not be negative (got %d)" % value)
             raise argparse.ArgumentTypeError("must be at least %d (got %d)" % (lo, value))
-        if hi is not None and not lo <= value <= hi:
-            raise argparse.ArgumentTypeError("must be %d ..= %d (got %d)" % (lo, hi, value))
-        return value
+        raise argparse.ArgumentTypeError("must be %d ..= %d (got %d)" % (lo, hi, value))
     parse.__name__ = 'integer'
     return parse
 
@@ -82,7 +97,7 @@ def _rate(text):
     if value < 1:
         raise argparse.ArgumentTypeError(
             "must be at least 1 (got %d); leave the option out to leave the rate unset" % value)
-    return value
+    return _positive(text)
 
 
 def _seconds(text):
@@ -99,14 +114,14 @@ def _rate_or_clear(text):
     value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError("must not be negative (got %d); 0 clears the rate" % value)
-    return value
+    return _count(text)
 
 
 def _size_unit(text):
     value = _integer(text)
     if value != 0 and value < 512:
         raise argparse.ArgumentTypeError("must be 0 (off) or at least 512 bytes (got %d)" % value)
-    return value
+    return _count(text)
 
 
 def _nqn(text):
@@ -118,8 +133,12 @@ def _nqn(text):
 
 
 def _name(text):
+    """An object name as the target checks it (spdk-sys's check_name)."""
     if not text:
         raise argparse.ArgumentTypeError("must not be empty")
+    if len(text) > MAX_NAME_LEN or not all('!' <= c <= '~' for c in text):
+        raise argparse.ArgumentTypeError(
+            "a name is 1 ..= %d characters of printable ASCII without spaces (got %r)" % (MAX_NAME_LEN, text))
     return text
 
 
@@ -196,80 +215,98 @@ def _params(args, names):
     return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
+KEEPS = 'left out: keeps its current value'
+
+
+def _help(text, default=None, update=False, extra=''):
+    """An option's help: `text`, then what a left-out option does: on an *_update
+    command it keeps its current value; elsewhere the target's default, "(default X)"
+    for a value, "(default: words)" for a behaviour. rpc-scripts/tests/test_schema.py
+    checks both against the target's parameter structs (rpc-scripts/schema)."""
+    if update:
+        return '%s (%s%s)' % (text, KEEPS, extra)
+    if default is None:
+        return text
+    return '%s (default%s%s%s)' % (text, '' if default.startswith(':') else ' ', default, extra)
+
+
 # Domains
 
+MAX_PERIOD_MS = 60000  # qos-core's MAX_PERIOD
 _DOMAIN_RULES = [
     _at_most('capacity_iops_stddev', 'capacity_iops', "the standard deviation cannot exceed the capacity"),
     _at_most('capacity_mibps_stddev', 'capacity_mibps', "the standard deviation cannot exceed the capacity"),
     _Rule('check_interval_us', 'period_ms', lambda us, ms: us * 4 <= ms * 1000,
           lambda us, ms: "--check-interval-us %d is above a quarter of --period-ms %d (%d us)"
                          % (us, ms, ms * 250)),
+    _Rule('release_burst_us', 'period_ms', lambda us, ms: us <= ms * 1000,
+          lambda us, ms: "--release-burst-us %d is above --period-ms %d (%d us)" % (us, ms, ms * 1000)),
 ]
 
-# (param, type, help); all optional unless added with required=True below.
+# (param, type, help, default); all optional unless added with required=True below.
 _DOMAIN_OPTIONS = [
-    ('capacity_iops', _positive, "profiled saturated IOPS of the target (C_G)"),
+    ('capacity_iops', _positive, "profiled saturated IOPS of the target (C_G)", None),
     ('capacity_iops_stddev', _count,
-     "standard deviation of the IOPS profile; the estimator stays above capacity - 3 * stddev (default 0)"),
-    ('capacity_mibps', _positive, "profiled bandwidth in MiB/s; needed for MiB/s reservations (default: none)"),
-    ('capacity_mibps_stddev', _count, "standard deviation of the bandwidth profile (default 0)"),
-    ('per_host_max_iops', _positive, "most IOPS one host can do alone (C_L) (default: the capacity)"),
-    ('per_host_max_mibps', _positive, "most MiB/s one host can do alone (default: the capacity)"),
-    ('period_ms', _int_range(10, 60000), "QoS period T in ms, 10 ..= 60000 (default 1000)"),
-    ('check_interval_us', _int_range(10), "monitor interval in us, 10 ..= period / 4 (default 1000)"),
-    ('batch_ops', _positive, "global tokens per acquisition, operations; with --batch-bytes (default: auto)"),
-    ('batch_bytes', _positive, "global tokens per acquisition, bytes; with --batch-ops (default: auto)"),
-    ('estimator_history', _int_range(1, 1000), "estimator window M in periods, 1 ..= 1000 (default 4)"),
-    ('estimator_increment_milli', _count, "estimator increment eta, thousandths of the profile (default 10)"),
+     "standard deviation of the IOPS profile; the estimator stays above capacity - 3 * stddev", '0'),
+    ('capacity_mibps', _positive, "profiled bandwidth in MiB/s; needed for MiB/s reservations", ': none'),
+    ('capacity_mibps_stddev', _count, "standard deviation of the bandwidth profile", '0'),
+    ('per_host_max_iops', _positive, "most IOPS one host can do alone (C_L)", ': the capacity'),
+    ('per_host_max_mibps', _positive, "most MiB/s one host can do alone", ': the capacity'),
+    ('period_ms', _int_range(10, MAX_PERIOD_MS), "QoS period T in ms, 10 ..= 60000", '1000'),
+    ('check_interval_us', _int_range(10, MAX_PERIOD_MS * 250), "monitor interval in us, 10 ..= period / 4", '1000'),
+    ('batch_ops', _positive, "global tokens per acquisition, operations; with --batch-bytes", ': auto'),
+    ('batch_bytes', _positive, "global tokens per acquisition, bytes; with --batch-ops", ': auto'),
+    ('estimator_history', _int_range(1, 1000), "estimator window M in periods, 1 ..= 1000", '4'),
+    ('estimator_increment_milli', _count, "estimator increment eta, thousandths of the profile", '10'),
     ('estimator_probe_backoff', _int_range(0, 1000),
      "most saturated periods the estimator waits between probes that failed, 0 ..= 1000; "
-     "0 probes whenever a period is saturated, as Haechi does (default 2)"),
+     "0 probes whenever a period is saturated, as Haechi does", '2'),
     ('estimator_drop_milli', _int_range(0, 1000),
      "a period with reservations starved that served this many thousandths less than the "
      "estimate restarts the estimate there (a sudden capacity drop), 0 ..= 1000; "
-     "0 averages it like any period (default 50)"),
+     "0 averages it like any period", '50'),
     ('estimator_hold_milli', _int_range(0, 500),
      "weighted sharing: a period in which the hosts claimed every slice offered and used all "
      "but this many thousandths of the estimate counts as saturated, and a probe that falls "
      "that short goes back, instead of averaging them in: more throughput, less of their "
-     "weighted share for hosts bound by their queue depth, 0 ..= 500 (default 0: off)"),
-    ('underuse_periods', _count, "periods of under-use before a host is flagged (default 3)"),
-    ('release_burst_us', _count,
-     "with --release paced: how far hosts may run ahead of the release schedule, in us "
-     "(default: one check interval)"),
+     "weighted share for hosts bound by their queue depth, 0 ..= 500", '0: off'),
+    ('underuse_periods', _int_range(0, _U32), "periods of under-use before a host is flagged", '3'),
+    ('release_burst_us', _int_range(0, MAX_PERIOD_MS * 1000),
+     "with --release paced: how far hosts may run ahead of the release schedule, in us, at most the period",
+     ': one check interval'),
 ]
 _COST_OPTIONS = [
-    ('write_weight_milli', _int_range(1, 100000),
-     "cost of a write in thousandths of a read, 1 ..= 100000 (default 1000)"),
+    ('write_weight_milli', _int_range(1, 100000), "cost of a write in thousandths of a read, 1 ..= 100000", '1000'),
     ('size_unit', _size_unit,
-     "when set, a command costs one op per started size_unit bytes; 0 or >= 512 (default 0)"),
+     "when set, a command costs one op per started size_unit bytes; 0 or >= 512", '0'),
 ]
 _DOMAIN_PARAMS = (['name'] + [o[0] for o in _DOMAIN_OPTIONS] + ['estimator', 'mode', 'release', 'sharing']
                   + [o[0] for o in _COST_OPTIONS])
 
 
 def _add_domain_options(p, create):
+    update = not create
     p.add_argument('-n', '--name', required=True, type=_name,
                    help='domain name' + (', unique' if create else ''))
-    for dest, kind, text in _DOMAIN_OPTIONS:
+    for dest, kind, text, default in _DOMAIN_OPTIONS:
         required = create and dest == 'capacity_iops'
         p.add_argument(_flag(dest), type=kind, required=required, action=_Checked,
-                       rules=_DOMAIN_RULES, metavar='N', help=text)
+                       rules=_DOMAIN_RULES, metavar='N', help=_help(text, default, update))
     p.add_argument('--estimator', action=argparse.BooleanOptionalAction, default=None,
-                   help='adaptive capacity estimation, Haechi Algorithm 1 (default: on)')
+                   help=_help('adaptive capacity estimation, Haechi Algorithm 1', 'on', update))
     p.add_argument('--mode', choices=['haechi', 'basic'],
-                   help='haechi: unused reservation becomes global tokens; basic: none (default haechi)')
+                   help=_help('haechi: unused reservation becomes global tokens; basic: none', 'haechi', update))
     p.add_argument('--release', choices=['paced', 'start'],
-                   help='paced: reservations and limits are released over the period, and the global pool '
-                        'closes while a backlogged host lags; start: all at the period start, as Haechi '
-                        '(default paced)')
+                   help=_help('paced: reservations and limits are released over the period, and the global pool '
+                              'closes while a backlogged host lags; start: all at the period start, as Haechi',
+                              'paced', update))
     p.add_argument('--sharing', choices=['weighted', 'first_come'],
-                   help='weighted: the capacity nobody reserved is split by weight among backlogged hosts and '
-                        'groups, whatever their queue depth; first_come: Haechi\'s open global pool, deeper '
-                        'queues get more; tenant groups need weighted (default weighted)')
-    for dest, kind, text in _COST_OPTIONS:
+                   help=_help('weighted: the capacity nobody reserved is split by weight among backlogged hosts '
+                              'and groups, whatever their queue depth; first_come: Haechi\'s open global pool, '
+                              'deeper queues get more; tenant groups need weighted', 'first_come', update))
+    for dest, kind, text, default in _COST_OPTIONS:
         if create:
-            p.add_argument(_flag(dest), type=kind, metavar='N', help=text)
+            p.add_argument(_flag(dest), type=kind, metavar='N', help=_help(text, default))
         else:
             p.add_argument(_flag(dest), action=_Refused, help=argparse.SUPPRESS,
                            reason="the cost model of a domain cannot change; delete and create the domain")
@@ -356,7 +393,7 @@ def _group_rate_help(dest, update):
         text = "the group's QoS reservation in %s, guaranteed to its hosts together" % unit
     else:
         text = "the group's limit in %s, for its hosts together" % unit
-    return text + ('; 0 clears it' if update else '')
+    return _help(text, update=update, extra='; 0 clears it')
 
 
 def _add_group_options(p, update):
@@ -368,7 +405,7 @@ def _add_group_options(p, update):
         p.add_argument(_flag(dest), type=_rate_or_clear if update else _rate, action=_Checked, rules=rules,
                        metavar='N', help=_group_rate_help(dest, update))
     p.add_argument('-w', '--weight', type=_int_range(1, 1000), metavar='N',
-                   help='share of unreserved capacity among groups and lone hosts, 1 ..= 1000 (default 1)')
+                   help=_help('share of unreserved capacity among groups and lone hosts, 1 ..= 1000', '1', update))
 
 
 def qos_group_create(args):
@@ -418,55 +455,56 @@ def qos_bdev_get(args):
 
 _MIB = 1 << 20
 _US = _int_range(1, 3600000000)
+# (param, type, help, default)
 _INI_OPTIONS = [
-    ('acquire_ops', _int_range(1, 2**32 - 1), "global tokens asked for per ACQUIRE, operations (default 256)"),
-    ('acquire_bytes', _int_range(0, (2**32 - 1) * 4096),
-     "global tokens per ACQUIRE, bytes; used only for hosts with a MiB/s reservation (default 16777216)"),
+    ('acquire_ops', _int_range(1, _U32), "global tokens asked for per ACQUIRE, operations", '256'),
+    ('acquire_bytes', _int_range(0, _U32 * 4096),
+     "global tokens per ACQUIRE, bytes; used only for hosts with a MiB/s reservation", '16777216'),
     ('prefetch_milli', _int_range(0, 1000),
-     "ask for more when global tokens fall below this many thousandths of a batch (default 250)"),
+     "ask for more when global tokens fall below this many thousandths of a batch", '250'),
     ('request_timeout_us', _int_range(10, 60000000),
-     "a vendor command unanswered this long has timed out, 10 ..= 60000000 (default 10000)"),
-    ('retry_after_us', _int_range(1, 60000000), "wait after an ACQUIRE that granted nothing (default 1000)"),
-    ('refresh_interval_us', _int_range(1000, 3600000000),
-     "re-read the period state at least this often (default 100000)"),
+     "a vendor command unanswered this long has timed out, 10 ..= 60000000", '10000'),
+    ('retry_after_us', _int_range(1, 60000000), "wait after an ACQUIRE that granted nothing", '1000'),
+    ('refresh_interval_us', _int_range(1000, 3600000000), "re-read the period state at least this often", '100000'),
     ('probe_attempts', _int_range(1, 1000),
-     "unanswered state requests before the first answer that mean pass-through (default 3)"),
+     "unanswered state requests before the first answer that mean pass-through", '3'),
     ('chunk_bytes', _int_range(4096, 16 * _MIB),
-     "pacer group: I/O larger than this is split into chunks of at most this, 4096 ..= 16 MiB (default 32768)"),
-    ('link_mibps', _int_range(1, 100000000), "pacer group: link bandwidth, MiB/s (default 2800)"),
-    ('link_iops', _int_range(1, 1000000000), "pacer group: link operation rate (default 1000000)"),
-    ('latency_target_us', _US,
-     "pacer group: p99 target of the probe; with the automatic target, its ceiling (default 200)"),
-    ('latency_target_auto_milli', _int_range(0, 100000),
+     "pacer group: I/O larger than this is split into chunks of at most this, 4096 ..= 16777216 (16 MiB)",
+     '32768'),
+    ('link_mibps', _int_range(1, 100000000), "pacer group: link bandwidth, MiB/s", '2800'),
+    ('link_iops', _int_range(1, 1000000000), "pacer group: link operation rate", '1000000'),
+    ('latency_target_us', _US, "pacer group: p99 target of the probe; with the automatic target, its ceiling",
+     '200'),
+    ('latency_target_auto_milli', _int_range(1000, 100000, or_zero=True),
      "pacer group: the target is this many thousandths of the probe's lowest latency, "
-     "1000 ..= 100000, or 0 for the fixed latency_target_us (default 1500)"),
-    ('probe_interval_us', _US, "pacer group: probe period while small I/O is active (default 500)"),
-    ('probe_window', _int_range(1, 100000), "pacer group: probe samples kept for the p99 (default 1000)"),
-    ('aimd_interval_us', _US, "pacer group: AIMD decision interval (default 1000)"),
-    ('increase_milli', _int_range(1, 1000),
-     "pacer group: additive increase per interval, thousandths of the link (default 20)"),
-    ('latency_idle_us', _US,
-     "pacer group: small I/O counts as gone after this long without any (default 100000)"),
-    ('dirs_late_gap_us', _US, "pacer group: DIRS late signals closer than this count once (default 1000)"),
-    ('dirs_recovery_us', _US, "pacer group: DIRS recovery timer (default 10000)"),
-    ('dirs_reset_us', _US, "pacer group: DIRS reset timer (default 100000)"),
-    ('dirs_window_us', _US, "pacer group: DIRS observation window (default 10000)"),
+     "1000 ..= 100000, or 0 for the fixed latency_target_us", '1500'),
+    ('probe_interval_us', _US, "pacer group: probe period while small I/O is active", '500'),
+    ('probe_window', _int_range(1, 100000), "pacer group: probe samples kept for the p99", '1000'),
+    ('aimd_interval_us', _US, "pacer group: AIMD decision interval", '1000'),
+    ('increase_milli', _int_range(1, 1000), "pacer group: additive increase per interval, thousandths of the link",
+     '20'),
+    ('latency_idle_us', _US, "pacer group: small I/O counts as gone after this long without any", '100000'),
+    ('dirs_late_gap_us', _US, "pacer group: DIRS late signals closer than this count once", '1000'),
+    ('dirs_recovery_us', _US, "pacer group: DIRS recovery timer", '10000'),
+    ('dirs_reset_us', _US, "pacer group: DIRS reset timer", '100000'),
+    ('dirs_window_us', _US, "pacer group: DIRS observation window", '10000'),
 ]
 _INI_FLAGS = [
-    ('token_protocol', "speak the token protocol with the target (default on)"),
-    ('pacing', "split large I/O into chunks and pace them (default on)"),
+    ('token_protocol', "speak the token protocol with the target", 'on'),
+    ('pacing', "split large I/O into chunks and pace them", 'on'),
     ('split_always', "pacer group: split and pace large I/O even while no small I/O is seen, for a link "
-                     "shared with traffic this process does not see (default off: large I/O alone goes whole)"),
-    ('dirs', "pacer group: DIRS initial rate for new streams (default on)"),
+                     "shared with traffic this process does not see", 'off: large I/O alone goes whole'),
+    ('dirs', "pacer group: DIRS initial rate for new streams", 'on'),
 ]
 _INI_PARAMS = [o[0] for o in _INI_OPTIONS] + [f[0] for f in _INI_FLAGS]
 
 
-def _add_ini_options(p):
-    for dest, kind, text in _INI_OPTIONS:
-        p.add_argument(_flag(dest), type=kind, metavar='N', help=text)
-    for dest, text in _INI_FLAGS:
-        p.add_argument(_flag(dest), action=argparse.BooleanOptionalAction, default=None, help=text)
+def _add_ini_options(p, update):
+    for dest, kind, text, default in _INI_OPTIONS:
+        p.add_argument(_flag(dest), type=kind, metavar='N', help=_help(text, default, update))
+    for dest, text, default in _INI_FLAGS:
+        p.add_argument(_flag(dest), action=argparse.BooleanOptionalAction, default=None,
+                       help=_help(text, default, update))
 
 
 def qos_ini_bdev_create(args):
@@ -736,7 +774,7 @@ def _watch(args, params):
 
 
 def qos_stats_get(args):
-    params = _params(args, ['domain', 'host_nqn'])
+    params = _params(args, ['domain', 'periods', 'host_nqn'])
     if args.compact:
         params['compact'] = True
     if args.watch is not None:
@@ -775,9 +813,9 @@ def spdk_rpc_plugin_initialize(subparsers):
         p.add_argument(_flag(dest), type=_rate, action=_Checked, rules=_HOST_RULES, metavar='N',
                        help=_rate_help(dest))
     p.add_argument('-w', '--weight', type=_int_range(1, 1000), metavar='N',
-                   help='share of unreserved capacity, 1 ..= 1000 (default 1)')
+                   help=_help('share of unreserved capacity, 1 ..= 1000', '1'))
     p.add_argument('-p', '--priority', choices=['low', 'medium', 'high', 'urgent'],
-                   help='order of soft grants (default medium)')
+                   help=_help('order of soft grants', 'medium'))
     for dest in _SOFT:
         p.add_argument(_flag(dest), type=_rate, action=_Checked, rules=_HOST_RULES, metavar='N',
                        help=_rate_help(dest))
@@ -832,8 +870,8 @@ def spdk_rpc_plugin_initialize(subparsers):
                    help='the bdev_nvme namespace bdev it is stacked on (claimed)')
     p.add_argument('-u', '--uuid', type=_uuid, help='UUID of the new bdev (optional)')
     p.add_argument('-g', '--pacer-group', type=_name,
-                   help='pacer group: QoS bdevs sharing one link (default "default")')
-    _add_ini_options(p)
+                   help=_help('pacer group: QoS bdevs sharing one link', '"default"'))
+    _add_ini_options(p, update=False)
 
     p = command('qos_ini_bdev_delete', qos_ini_bdev_delete,
                 'Initiator: delete a QoS bdev; held I/O is sent to the base first')
@@ -849,16 +887,19 @@ def spdk_rpc_plugin_initialize(subparsers):
     p = command('qos_ini_bdev_set_options', qos_ini_bdev_set_options,
                 "Initiator: change a QoS bdev's options at run time (pacer options apply to its whole group)")
     p.add_argument('-n', '--name', required=True, type=_name, help='initiator QoS bdev name')
-    _add_ini_options(p)
+    _add_ini_options(p, update=True)
 
     p = command('qos_stats_get', qos_stats_get, 'Show QoS statistics per domain and host')
     p.add_argument('-d', '--domain', type=_name, help='only this domain (optional)')
     p.add_argument('--table', action='store_true',
                    help='print a table per domain (host, min, max, completed this period, met %%, held, flags) '
                         'instead of JSON')
+    p.add_argument('--periods', type=_count, metavar='N',
+                   help=_help('past periods listed per host (the target keeps 128)', '16'))
     p.add_argument('-q', '--host-nqn', type=_nqn, help='only this host (optional)')
     p.add_argument('--compact', action='store_true',
-                   help='counters and gauges only, without the per-period history (cheap with many hosts)')
+                   help=_help('counters and gauges only, without the per-period history (cheap with many hosts)',
+                              'off'))
     p.add_argument('--watch', type=_seconds, nargs='?', const=2.0, metavar='SECONDS',
                    help='refresh a table of rates per host (IOPS, MiB/s, periods met, held I/O, throttled I/O '
                         'per second, p99 of the time QoS held I/O) every SECONDS (default 2) until Ctrl-C')

@@ -30,7 +30,7 @@ BAD = [
     # ranges
     ([*DC, '--period-ms', '5'], "argument --period-ms: must be 10 ..= 60000 (got 5)"),
     ([*DC, '--period-ms', '60001'], "argument --period-ms: must be 10 ..= 60000"),
-    ([*DC, '--check-interval-us', '9'], "argument --check-interval-us: must be at least 10"),
+    ([*DC, '--check-interval-us', '9'], "argument --check-interval-us: must be 10 ..= 15000000 (got 9)"),
     ([*DC, '--estimator-history', '1001'], "argument --estimator-history: must be 1 ..= 1000"),
     ([*DC, '--write-weight-milli', '0'], "argument --write-weight-milli: must be 1 ..= 100000"),
     ([*DC, '--size-unit', '100'], "argument --size-unit: must be 0 (off) or at least 512 bytes (got 100)"),
@@ -104,6 +104,19 @@ BAD = [
      "--min-mibps 200 is above --max-mibps 100: a group's reservation cannot be above its limit; "
      "lower --min-mibps or raise --max-mibps"),
     ([*GU, '--min-iops', '5', '--max-iops', '4'], "--min-iops 5 is above --max-iops 4: a group's reservation"),
+    # what the target refuses as well (rpc-scripts/schema, test_schema.py)
+    (['qos_ini_bdev_set_options', '-n', 'q', '--latency-target-auto-milli', '500'],
+     "argument --latency-target-auto-milli: must be 0 or 1000 ..= 100000 (got 500)"),
+    ([*DU, '--underuse-periods', str(2**32)], "argument --underuse-periods: must be at most 4294967295 (got 4294967296)"),
+    ([*DC, '--capacity-iops', str(2**64)], "argument --capacity-iops: must be at most 18446744073709551615"),
+    ([*HS, '--max-iops', str(2**64)], "argument --max-iops: must be at most 18446744073709551615"),
+    ([*DC, '--release-burst-us', '200001', '--period-ms', '200'],
+     "--release-burst-us 200001 is above --period-ms 200 (200000 us)"),
+    ([*DU, '--release-burst-us', '60000001'], "argument --release-burst-us: must be 0 ..= 60000000 (got 60000001)"),
+    (['qos_stats_get', '--periods', '-1'], "argument --periods: must not be negative (got -1)"),
+    (['qos_domain_create', '-n', 'dom 0', '--capacity-iops', '1000'],
+     "argument -n/--name: a name is 1 ..= 255 characters of printable ASCII without spaces (got 'dom 0')"),
+    (['qos_ini_bdev_create', '-n', 'q', '-b', 'N' * 256], "argument -b/--base-bdev-name: a name is 1 ..= 255"),
     # required parameters
     (['qos_group_create', '-d', 'dom0'], "the following arguments are required: -n/--name"),
     (['qos_group_update', '-n', 'g'], "the following arguments are required: -d/--domain"),
