@@ -538,6 +538,14 @@ fn qa_config(s: &Setup, extra: Value) -> Value {
     bdev_config(std::slice::from_ref(&c), &[q])
 }
 
+/// bdevperf running `rw` of 256 KiB at queue depth `qd` for `secs` on QoS bdev `qa`,
+/// which splits every I/O in chunks (`split_always`); jobs go on after a failed I/O.
+fn chunked_load(s: &Setup, rw: &str, qd: u32, secs: u32) -> Bdevperf {
+    let cfg = qa_config(s, json!({"split_always": true}));
+    let jobs = vec![Job::new("qa", rw, 256 << 10, qd)];
+    s.bdevperf(true, cfg, jobs, secs, &["-f"])
+}
+
 /// QoS bdev `qa`'s I/O held for tokens now, and so far.
 fn qa_held(b: &Bdevperf) -> (i64, u64) {
     let st = &b.ini_bdev("qa")["state"];
@@ -736,9 +744,7 @@ fn robustness_resets_with_held_and_chunked_io() {
         return;
     };
     let _t = limited_host_target(&s);
-    let cfg = qa_config(&s, json!({"split_always": true}));
-    let jobs = vec![Job::new("qa", "reset", 256 << 10, 16)];
-    let mut b = s.bdevperf(true, cfg, jobs, 12, &["-f"]);
+    let mut b = chunked_load(&s, "reset", 16, 12);
     let run = b.start_tests();
     std::thread::sleep(Duration::from_secs(3));
     let (held, held_total) = qa_held(&b);
@@ -772,9 +778,7 @@ fn robustness_delete_under_load() {
         return;
     };
     let _t = limited_host_target(&s);
-    let cfg = qa_config(&s, json!({"split_always": true}));
-    let jobs = vec![Job::new("qa", "randrw", 256 << 10, 32)];
-    let mut b = s.bdevperf(true, cfg, jobs, 20, &["-f"]);
+    let mut b = chunked_load(&s, "randrw", 32, 20);
     let run = b.start_tests();
     std::thread::sleep(Duration::from_secs(2));
     let (held, held_total) = qa_held(&b);

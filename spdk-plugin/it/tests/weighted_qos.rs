@@ -101,6 +101,14 @@ fn qos_bdevs(s: &Setup, t: &mut Target, n: usize) {
     expose_per_host(t, &bdevs, s.port);
 }
 
+/// What the hosts' load does without QoS (run for `secs`), and the domain's capacity
+/// for it: the operator's profile comes in under what the target does (as the
+/// estimator expects), at `profile_factor()` of the measured total.
+fn profiled(s: &Setup, qds: &[u32], secs: u32) -> (f64, u64) {
+    let (_, bare_total) = bare(s, qds, secs);
+    (bare_total, (bare_total * profile_factor()) as u64)
+}
+
 fn domain(t: &mut Target, capacity: u64) {
     let sharing = std::env::var("QOS_IT_SHARING").unwrap_or_else(|_| "weighted".into());
     let estimator = std::env::var("QOS_IT_ESTIMATOR").map_or(true, |v| v != "0");
@@ -126,10 +134,7 @@ fn weighted_run(
     bare_secs: u32,
     secs: u32,
 ) -> (f64, Vec<u64>, Target, Bdevperf) {
-    let (_, bare_total) = bare(s, qds, bare_secs);
-    // The operator's profile comes in under what the target does (as the estimator
-    // expects): 90% of the measured total unless QOS_IT_PROFILE says otherwise.
-    let capacity = (bare_total * profile_factor()) as u64;
+    let (bare_total, capacity) = profiled(s, qds, bare_secs);
     let res: Vec<u64> = res_pct.iter().map(|p| capacity * p / 100).collect();
     let mut t = target(s);
     domain(&mut t, capacity);
@@ -539,8 +544,7 @@ fn group_reservation_and_limit() {
     let qds = [16u32, 64, 32, 48];
     let secs = 24;
     println!("tenant groups: h1 and h2 in group g, h3 and h4 alone; queue depths {qds:?}");
-    let (_, bare_total) = bare(&s, &qds, 8);
-    let capacity = (bare_total * profile_factor()) as u64;
+    let (_, capacity) = profiled(&s, &qds, 8);
     let pct = |p: u64| capacity * p / 100;
     let (g_min, g_max) = (pct(40), pct(50));
     let mut t = target(&s);
@@ -663,8 +667,7 @@ fn soft_guarantees_by_priority() {
     let qds = [8u32, 16, 64, 64];
     let secs = 16;
     println!("priority classes: h1, h2 high (soft guarantees), h3, h4 low; queue depths {qds:?}");
-    let (_, bare_total) = bare(&s, &qds, 8);
-    let capacity = (bare_total * profile_factor()) as u64;
+    let (_, capacity) = profiled(&s, &qds, 8);
     let pct = |p: u64| capacity * p / 100;
     let soft = pct(25);
     let setup_hosts = |t: &mut Target| {
