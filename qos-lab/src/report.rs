@@ -19,13 +19,15 @@ Columns (per host; counts in the scenario's units):
   met                  share of measured periods in which the host completed at least its reservation
   p50, p99, p99.9      latency from issue to completion, including time held by QoS at the
                        initiator or the target (at scale 1/N: of the simulation, see the note)
-Policies:
-  bare          no QoS at all
-  ns-limit      SPDK's bdev QoS: one IOPS limit for the namespace, shared by all hosts
-  basic-haechi  Haechi's tokens without conversion of unused reservations
-  haechi-start  Haechi as published: conversion, whole reservation released at the period start
-  haechi        nvmf-qos: conversion and reservations released continuously over the period
-  +pacing       cooperative hosts split and pace transfers above the chunk size (Justitia)
+Policies (the target plugin's settings as SHARING[/RELEASE][/MODE]):
+  bare                    no QoS at all
+  ns-limit                SPDK's bdev QoS: one IOPS limit for the namespace, shared by all hosts
+  weighted                nvmf-qos: reservations released paced over the period, conversion,
+                          the unreserved capacity shared by weight (--sharing weighted)
+  first_come              the same with the unreserved capacity first come, first served
+  first_come/start        Haechi as published: whole reservation released at the period start
+  first_come/start/basic  Haechi's tokens without conversion of unused reservations
+  +pacing                 cooperative hosts split and pace transfers above the chunk size (Justitia)
 Verdict: how many hosts with a reservation met it in every measured period, and the total
 throughput against the bare target's in the same run.
 ";

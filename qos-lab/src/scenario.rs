@@ -8,7 +8,9 @@
 
 use std::path::Path;
 
-use qos_core::{DomainConfig, HostConfig, Nanos, Rate};
+use qos_core::{
+    DomainConfig, ExcessSharing, HostConfig, Nanos, Rate, ReservationRelease, TokenMode,
+};
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -218,44 +220,56 @@ struct RawVariant {
 // Resolved scenario.
 
 /// Who enforces what at the target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Enforcement {
     /// No QoS at all.
     Bare,
     /// SPDK's bdev QoS: one rate limit per namespace, shared by all its hosts.
     NsLimit,
-    /// Haechi without token conversion.
-    BasicHaechi,
-    /// Haechi as published: the whole reservation at the start of each period.
-    HaechiStart,
-    /// Haechi as nvmf-qos runs it: conversion, reservations released paced over the
-    /// period (qos-core's default `ReservationRelease::Paced`), and the unreserved
-    /// capacity shared by weight (`ExcessSharing::Weighted`).
-    Haechi,
-    /// As `Haechi`, but the unreserved capacity goes first come, first served (the
-    /// global pool open to every host: deeper queues get more). nvmf-qos before
-    /// weighted sharing; kept for comparison.
-    HaechiFirstCome,
+    /// nvmf-qos's target plugin with these domain settings.
+    Qos(QosSettings),
+}
+
+/// The domain settings a QoS policy runs with: the product's `mode`, `release` and
+/// `sharing` (docs/rpc.md, `qos_domain_create`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QosSettings {
+    pub mode: TokenMode,
+    pub release: ReservationRelease,
+    pub sharing: ExcessSharing,
 }
 
 /// A policy compared in a run: an enforcement, with or without chunk pacing at the
 /// cooperative initiators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     pub enforcement: Enforcement,
     pub pacing: bool,
 }
 
+/// Policy names of earlier versions of the lab, and what they are called now.
+const RENAMED: [(&str, &str); 4] = [
+    ("haechi", "weighted"),
+    ("haechi-fcfs", "first_come"),
+    ("haechi-start", "first_come/start"),
+    ("basic-haechi", "first_come/start/basic"),
+];
+
 impl Policy {
+    /// The names of the policies the lab knows best (any `SHARING[/start][/basic]`
+    /// parses, each optionally followed by `+pacing`).
     pub const NAMES: [&'static str; 6] = [
         "bare",
         "ns-limit",
-        "basic-haechi",
-        "haechi-start",
-        "haechi-fcfs",
-        "haechi",
+        "first_come/start/basic",
+        "first_come/start",
+        "first_come",
+        "weighted",
     ];
 
+    /// Parses `bare`, `ns-limit`, or the product's settings as `SHARING[/RELEASE][/MODE]`
+    /// (`first_come` or `weighted`; `paced` or `start`, default `paced`; `haechi` or
+    /// `basic`, default `haechi`), each optionally followed by `+pacing`.
     pub fn parse(s: &str) -> Option<Policy> {
         let (base, pacing) = match s.strip_suffix("+pacing") {
             Some(b) => (b, true),
@@ -264,11 +278,7 @@ impl Policy {
         let enforcement = match base {
             "bare" => Enforcement::Bare,
             "ns-limit" => Enforcement::NsLimit,
-            "basic-haechi" => Enforcement::BasicHaechi,
-            "haechi-start" => Enforcement::HaechiStart,
-            "haechi-fcfs" => Enforcement::HaechiFirstCome,
-            "haechi" => Enforcement::Haechi,
-            _ => return None,
+            _ => Enforcement::Qos(QosSettings::parse(base)?),
         };
         Some(Policy {
             enforcement,
@@ -276,31 +286,94 @@ impl Policy {
         })
     }
 
+    /// For a name that does not parse: the name it has now, if it is an earlier one.
+    pub fn renamed(s: &str) -> Option<String> {
+        let (base, pacing) = match s.strip_suffix("+pacing") {
+            Some(b) => (b, "+pacing"),
+            None => (s, ""),
+        };
+        RENAMED
+            .iter()
+            .find(|(old, _)| *old == base)
+            .map(|(_, new)| format!("{new}{pacing}"))
+    }
+
     pub fn name(&self) -> String {
         let base = match self.enforcement {
-            Enforcement::Bare => "bare",
-            Enforcement::NsLimit => "ns-limit",
-            Enforcement::BasicHaechi => "basic-haechi",
-            Enforcement::HaechiStart => "haechi-start",
-            Enforcement::HaechiFirstCome => "haechi-fcfs",
-            Enforcement::Haechi => "haechi",
+            Enforcement::Bare => "bare".to_string(),
+            Enforcement::NsLimit => "ns-limit".to_string(),
+            Enforcement::Qos(q) => q.name(),
         };
         if self.pacing {
             format!("{base}+pacing")
         } else {
-            base.to_string()
+            base
+        }
+    }
+
+    /// The target plugin's settings, for the policies that run it.
+    pub fn qos(&self) -> Option<QosSettings> {
+        match self.enforcement {
+            Enforcement::Qos(q) => Some(q),
+            _ => None,
         }
     }
 
     /// Haechi's token ledger runs at the target.
     pub fn uses_tokens(&self) -> bool {
-        matches!(
-            self.enforcement,
-            Enforcement::BasicHaechi
-                | Enforcement::HaechiStart
-                | Enforcement::Haechi
-                | Enforcement::HaechiFirstCome
-        )
+        self.qos().is_some()
+    }
+}
+
+impl QosSettings {
+    fn parse(s: &str) -> Option<QosSettings> {
+        let mut parts = s.split('/');
+        let sharing = match parts.next()? {
+            "first_come" => ExcessSharing::FirstCome,
+            "weighted" => ExcessSharing::Weighted,
+            _ => return None,
+        };
+        let mut q = QosSettings {
+            mode: TokenMode::Haechi,
+            release: ReservationRelease::Paced,
+            sharing,
+        };
+        let (mut release_given, mut mode_given) = (false, false);
+        for part in parts {
+            match part {
+                "start" | "paced" if !release_given => {
+                    release_given = true;
+                    if part == "start" {
+                        q.release = ReservationRelease::Start;
+                    }
+                }
+                "basic" | "haechi" if !mode_given => {
+                    mode_given = true;
+                    if part == "basic" {
+                        q.mode = TokenMode::Basic;
+                    }
+                }
+                _ => return None,
+            }
+        }
+        Some(q)
+    }
+
+    /// `SHARING[/start][/basic]`: the product's defaults (paced release, Haechi's
+    /// conversion) are left out.
+    fn name(&self) -> String {
+        let mut n = match self.sharing {
+            ExcessSharing::FirstCome => "first_come",
+            ExcessSharing::Weighted => "weighted",
+        }
+        .to_string();
+        if self.release == ReservationRelease::Start {
+            n.push_str("/start");
+        }
+        if self.mode == TokenMode::Basic {
+            n.push_str("/basic");
+        }
+        n
     }
 }
 
@@ -694,23 +767,29 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
         None => vec![
             Policy::parse("bare").expect("known"),
             Policy::parse("ns-limit").expect("known"),
-            Policy::parse("basic-haechi").expect("known"),
-            Policy::parse("haechi").expect("known"),
+            Policy::parse("first_come/start/basic").expect("known"),
+            Policy::parse("weighted").expect("known"),
         ],
         Some(list) => {
             if list.is_empty() {
                 return Err(ctx.invalid(
                     &top("policies"),
-                    "name at least one policy: bare, ns-limit, basic-haechi or haechi (each may end in +pacing)",
+                    "name at least one policy: bare, ns-limit, first_come or weighted (each may end in +pacing)",
                 ));
             }
             let mut out = Vec::new();
             for (i, s) in list.iter().enumerate() {
                 let p = Policy::parse(s).ok_or_else(|| {
-                    ctx.invalid(
-                        &top("policies").index(i),
-                        format!("unknown policy {s:?}; use bare, ns-limit, basic-haechi or haechi, each optionally followed by +pacing"),
-                    )
+                    let hint = match Policy::renamed(s) {
+                        Some(now) => format!("policy {s:?} is called {now:?} now"),
+                        None => format!(
+                            "unknown policy {s:?}; use bare, ns-limit, or the target's settings \
+                             as SHARING[/start][/basic] (first_come or weighted; reservations \
+                             released at the period start; no conversion), each optionally \
+                             followed by +pacing"
+                        ),
+                    };
+                    ctx.invalid(&top("policies").index(i), hint)
                 })?;
                 if out.contains(&p) {
                     return Err(ctx.invalid(
@@ -1482,10 +1561,15 @@ count = 4
 
     #[test]
     fn policies_parse_and_print() {
-        for n in ["bare", "ns-limit+pacing", "basic-haechi", "haechi+pacing"] {
-            assert_eq!(Policy::parse(n).unwrap().name(), n);
+        for n in Policy::NAMES.iter().chain(&["ns-limit+pacing", "weighted/start+pacing"]) {
+            assert_eq!(Policy::parse(n).unwrap().name(), *n);
         }
-        assert!(Policy::parse("fair").is_none());
+        assert_eq!(Policy::parse("first_come/paced/haechi").unwrap().name(), "first_come");
+        assert_eq!(Policy::parse("first_come/basic/start").unwrap().name(), "first_come/start/basic");
+        for bad in ["fair", "haechi", "weighted/start/start", "weighted/", "first_come/fast"] {
+            assert!(Policy::parse(bad).is_none(), "{bad}");
+        }
+        assert_eq!(Policy::renamed("haechi+pacing").as_deref(), Some("weighted+pacing"));
     }
 
     #[test]

@@ -29,7 +29,7 @@ use qos_core::initiator::{InitiatorConfig, InitiatorEngine};
 use qos_core::latency::LatencyHistogram;
 use qos_core::pacer::{ChunkPlan, Pacer, PacerConfig, StreamId, plan_chunks};
 use qos_core::wire::{Request, StateReply};
-use qos_core::{IoKind, Monitor, Nanos, ReservationRelease, TargetChannel, TokenMode};
+use qos_core::{IoKind, Monitor, Nanos, TargetChannel};
 use thiserror::Error;
 
 use crate::nslimit::{NsLimit, TIMESLICE_NS};
@@ -435,20 +435,9 @@ impl Sim {
         // Target side QoS.
         let mut monitor = None;
         let mut estimates = Vec::new();
-        if policy.uses_tokens() {
-            use qos_core::ExcessSharing::{FirstCome, Weighted};
-            let (mode, release, sharing) = match policy.enforcement {
-                Enforcement::BasicHaechi => {
-                    (TokenMode::Basic, ReservationRelease::Start, FirstCome)
-                }
-                Enforcement::HaechiStart => {
-                    (TokenMode::Haechi, ReservationRelease::Start, FirstCome)
-                }
-                Enforcement::HaechiFirstCome => {
-                    (TokenMode::Haechi, ReservationRelease::Paced, FirstCome)
-                }
-                _ => (TokenMode::Haechi, ReservationRelease::Paced, Weighted),
-            };
+        if let Some(q) = policy.qos() {
+            use qos_core::ExcessSharing::Weighted;
+            let (mode, release, sharing) = (q.mode, q.release, q.sharing);
             let domain = sc.domain_config(scale, mode, release, sharing);
             let mut m = Monitor::new(domain, Nanos::ZERO).map_err(|source| RunError::Domain {
                 file: file.clone(),
@@ -883,10 +872,7 @@ impl Sim {
                     self.server_enqueue(io);
                 }
             }
-            Enforcement::BasicHaechi
-            | Enforcement::HaechiStart
-            | Enforcement::Haechi
-            | Enforcement::HaechiFirstCome => {
+            Enforcement::Qos(_) => {
                 let ch = &mut self.hosts[i.host as usize].chans[i.chan as usize];
                 if let Some(io) = ch.admit(i.kind(), i.bytes, Nanos(self.now), io) {
                     self.server_enqueue(io);

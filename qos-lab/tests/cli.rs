@@ -119,11 +119,11 @@ fn the_table_has_a_verdict_per_policy_the_legend_and_labelled_latencies() {
     );
     assert!(out.contains("NOT of the real target"), "{out}");
     assert!(out.contains("MiB/s"), "{out}");
-    for word in ["Columns", "haechi-start", "ns-limit", "+pacing", "met "] {
+    for word in ["Columns", "first_come/start", "ns-limit", "+pacing", "met "] {
         assert!(out.contains(word), "legend explains {word}: {out}");
     }
     let help = qos_lab(&["run", "--help"]);
-    assert!(String::from_utf8_lossy(&help.stdout).contains("Policies:"));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Policies ("));
 }
 
 #[test]
@@ -133,7 +133,7 @@ fn verdict_counts_hosts_that_always_met_their_reservation() {
        {"policy":"bare","total_iops":1000.0,"total_mib_per_s":4.0,"hosts":[
          {"host":"a","reservation_iops":10,"limit_iops":null,"periods":[5,20],"mean_iops":12.5,
           "mib_per_s":0.1,"reservation_met_fraction":0.5,"latency_us":{"p50":1.0,"p99":2.0,"p999":3.0}}]},
-       {"policy":"haechi","total_iops":990.0,"total_mib_per_s":4.0,"hosts":[
+       {"policy":"weighted","total_iops":990.0,"total_mib_per_s":4.0,"hosts":[
          {"host":"a","reservation_iops":10,"limit_iops":null,"periods":[15,20],"mean_iops":17.5,
           "mib_per_s":0.1,"reservation_met_fraction":1.0,"latency_us":{"p50":1.0,"p99":2.0,"p999":3.0}}]}]}"#;
     let s: Summary = serde_json::from_str(text).unwrap();

@@ -150,12 +150,12 @@ fn bare_target_reproduces_haechi_1c() {
 fn conversion_beats_basic_haechi_in_2b() {
     let s = shipped("haechi-2b-zipf");
     let sum = summary(&s, reduced(&s, 3), 2);
-    let basic = policy(&sum, "basic-haechi", None).total_iops;
-    let full = policy(&sum, "haechi", None).total_iops;
+    let basic = policy(&sum, "first_come/start/basic", None).total_iops;
+    let full = policy(&sum, "weighted", None).total_iops;
     let bare = policy(&sum, "bare", None).total_iops;
-    assert!(full >= basic * 1.05, "haechi {full} vs basic {basic}");
-    assert!(full >= bare * 0.97, "haechi {full} vs bare {bare}");
-    for h in &policy(&sum, "haechi", None).hosts[2..] {
+    assert!(full >= basic * 1.05, "weighted {full} vs basic {basic}");
+    assert!(full >= bare * 0.97, "weighted {full} vs bare {bare}");
+    for h in &policy(&sum, "weighted", None).hosts[2..] {
         assert_eq!(h.reservation_met_fraction, Some(1.0), "{}", h.host);
     }
 }
@@ -167,14 +167,14 @@ fn conversion_beats_basic_haechi_in_2b() {
 fn paced_release_meets_every_reservation_in_2a_zipf() {
     let s = shipped("haechi-2a-zipf");
     let sum = summary(&s, reduced(&s, 3), 2);
-    for h in &policy(&sum, "haechi", None).hosts {
-        assert_eq!(h.reservation_met_fraction, Some(1.0), "haechi {}", h.host);
+    for h in &policy(&sum, "weighted", None).hosts {
+        assert_eq!(h.reservation_met_fraction, Some(1.0), "weighted {}", h.host);
     }
-    let start = policy(&sum, "haechi-start", None);
+    let start = policy(&sum, "first_come/start", None);
     assert_eq!(
         start.hosts[0].reservation_met_fraction,
         Some(0.0),
-        "haechi-start c1"
+        "first_come/start c1"
     );
 }
 
@@ -186,7 +186,7 @@ fn capacity_drop_is_followed_within_ten_periods() {
     let mut s = shipped("haechi-4-over");
     // Haechi on the Zipf reservations only, at 1/20 of the paper's rates (1/100 is too
     // coarse for a 1% question), to keep the test short.
-    s.policies.retain(|p| p.name() == "haechi");
+    s.policies.retain(|p| p.name() == "weighted");
     s.runs.truncate(1);
     let opts = RunOptions {
         seed: None,
@@ -195,7 +195,7 @@ fn capacity_drop_is_followed_within_ten_periods() {
         scale: Some(20),
     };
     let sum = summary(&s, opts, 1);
-    let haechi = policy(&sum, "haechi", Some("zipf"));
+    let haechi = policy(&sum, "weighted", Some("zipf"));
     let c1 = &haechi.hosts[0];
     let reservation = c1.reservation_iops.expect("c1 has a reservation");
     let after_drop = &c1.periods[15..];
@@ -276,14 +276,14 @@ fn weighted_sharing_is_independent_of_queue_depth() {
     let s = shipped("qd-weights");
     let sum = summary(&s, RunOptions::default(), 2);
     let bare = policy(&sum, "bare", None).total_iops;
-    let w = policy(&sum, "haechi", None);
+    let w = policy(&sum, "weighted", None);
     assert!(
         w.total_iops >= 0.97 * bare,
-        "haechi {} vs bare {bare}",
+        "weighted {} vs bare {bare}",
         w.total_iops
     );
     let res = shares_by_weight_and_every_reservation_met(w, &[4.0, 3.0, 2.0, 1.0]);
-    let fcfs = policy(&sum, "haechi-fcfs", None);
+    let fcfs = policy(&sum, "first_come", None);
     first_come_follows_queue_depth(fcfs, &res);
 }
 
@@ -297,9 +297,9 @@ fn weighted_shares_on_a_depth_bound_target() {
     let s = shipped("qd-weights-depth");
     let sum = summary(&s, RunOptions::default(), 2);
     let bare = policy(&sum, "bare", None).total_iops;
-    let w = policy(&sum, "haechi", None);
+    let w = policy(&sum, "weighted", None);
     let res = shares_by_weight_and_every_reservation_met(w, &[4.0, 3.0, 2.0, 1.0]);
-    let fcfs = policy(&sum, "haechi-fcfs", None);
+    let fcfs = policy(&sum, "first_come", None);
     assert!(
         w.total_iops < 0.9 * bare && fcfs.total_iops > w.total_iops,
         "the depth costs weighted sharing throughput: haechi {}, first come {}, bare {bare}",
@@ -308,7 +308,7 @@ fn weighted_shares_on_a_depth_bound_target() {
     );
     assert!(
         w.total_iops >= 0.75 * bare,
-        "haechi {} of {bare}",
+        "weighted {} of {bare}",
         w.total_iops
     );
     first_come_follows_queue_depth(fcfs, &res);
@@ -322,7 +322,7 @@ fn weighted_shares_on_a_depth_bound_target() {
 fn reservations_hold_after_a_capacity_drop() {
     let s = shipped("qd-capacity-drop");
     let sum = summary(&s, RunOptions::default(), 2);
-    let w = policy(&sum, "haechi", None);
+    let w = policy(&sum, "weighted", None);
     let drop_at = 12; // measured periods before the drop
     for h in &w.hosts {
         let r = h.reservation_iops.unwrap() as f64;
@@ -370,7 +370,7 @@ fn an_unreachable_reservation_keeps_what_it_can_do_and_frees_the_rest() {
     let s = shipped("qd-unreachable");
     let sum = summary(&s, RunOptions::default(), 2);
     let bare = policy(&sum, "bare", None);
-    let w = policy(&sum, "haechi", None);
+    let w = policy(&sum, "weighted", None);
     let qd1 = &w.hosts[0];
     assert!(
         qd1.mean_iops >= 20.0 * bare.hosts[0].mean_iops && qd1.mean_iops >= 35_000.0,
@@ -413,7 +413,7 @@ fn a_group_gets_its_reservation_and_stays_under_its_limit() {
         g.limit_iops.unwrap() as f64,
     );
     let sum = summary(&s, RunOptions::default(), 2);
-    let w = policy(&sum, "haechi", None);
+    let w = policy(&sum, "weighted", None);
     let n = w.hosts[0].periods.len();
     for p in 0..n {
         let gold = (w.hosts[0].periods[p] + w.hosts[1].periods[p]) as f64;
@@ -431,7 +431,7 @@ fn a_group_gets_its_reservation_and_stays_under_its_limit() {
         (lone.0 - lone.1).abs() <= 0.10 * lone.1,
         "lone hosts of equal weight: {lone:?}"
     );
-    let bare_like = policy(&sum, "haechi-fcfs", None).total_iops;
+    let bare_like = policy(&sum, "first_come", None).total_iops;
     assert!(
         w.total_iops >= 0.97 * bare_like,
         "{} vs {bare_like}",
@@ -446,7 +446,7 @@ fn a_group_gets_its_reservation_and_stays_under_its_limit() {
 fn soft_guarantees_by_priority_and_capacity_back_when_idle() {
     let s = shipped("priority-soft");
     let sum = summary(&s, RunOptions::default(), 2);
-    let w = policy(&sum, "haechi", None);
+    let w = policy(&sum, "weighted", None);
     let busy = 15; // measured periods before the high-priority hosts stop
     for h in &w.hosts[..2] {
         let soft = 40_000.0;
