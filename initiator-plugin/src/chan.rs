@@ -24,7 +24,7 @@ use qos_core::pacer::{Chunk, ChunkPlan};
 use qos_core::{IoKind, Nanos};
 use spdk_sys::bdev_io::BaseIo;
 use spdk_sys::poller::LocalPoller;
-use spdk_sys::time::now_ns;
+pub(crate) use spdk_sys::time::now;
 use spdk_sys::vbdev::{BaseChannel, Io, Node, RequestId, Seg, Split};
 
 use crate::split::{Cursor, Tracker};
@@ -45,10 +45,6 @@ pub struct IniPolicy {
 }
 
 pub(crate) type IniNode = Node<IniPolicy>;
-
-pub(crate) fn now() -> Nanos {
-    Nanos(now_ns())
-}
 
 /// An I/O of an initiator QoS bdev.
 pub(crate) type IniIo = Io<IniPolicy>;

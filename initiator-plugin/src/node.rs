@@ -22,7 +22,7 @@ use spdk_sys::poller::PollStatus;
 use spdk_sys::spdk_bdev_io_type as T;
 use spdk_sys::vbdev::{self, BaseChannel, BaseHints, Node, Vbdev, Vbdevs};
 
-use crate::chan::{IniChannel, IniIo, IniPolicy, SHUTDOWN};
+use crate::chan::{IniChannel, IniIo, IniPolicy, SHUTDOWN, now};
 use crate::io;
 use crate::params::{
     CheckedCreate, CreateParams, OptionsPatch, PacerOptions, Refusal, SetParams, check_chunk, code,
@@ -61,27 +61,23 @@ struct GroupEntry {
 }
 
 #[derive(Debug)]
-struct Registry {
+struct IniRegistry {
     bdevs: Vbdevs<IniPolicy>,
     groups: BTreeMap<String, GroupEntry>,
     next_flow: u64,
 }
 
-static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+static INI_REGISTRY: Mutex<IniRegistry> = Mutex::new(IniRegistry {
     bdevs: Vbdevs::new(),
     groups: BTreeMap::new(),
     next_flow: 1,
 });
 
-fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
-    f(&mut lock(&REGISTRY))
+fn with<R>(f: impl FnOnce(&mut IniRegistry) -> R) -> R {
+    f(&mut lock(&INI_REGISTRY))
 }
 
-fn now() -> qos_core::Nanos {
-    qos_core::Nanos(spdk_sys::time::now_ns())
-}
-
-impl Registry {
+impl IniRegistry {
     /// One member fewer in `group`; the group goes with its last member.
     fn leave_group(&mut self, group: &str) {
         if let Some(g) = self.groups.get_mut(group) {
@@ -168,7 +164,7 @@ impl Vbdev for IniPolicy {
 
 /// Finds or creates the pacer group for a new bdev. An existing group keeps its
 /// options; options given for it must match them.
-fn join_group(r: &mut Registry, c: &CheckedCreate) -> Result<Arc<PacerGroup>, Refusal> {
+fn join_group(r: &mut IniRegistry, c: &CheckedCreate) -> Result<Arc<PacerGroup>, Refusal> {
     if let Some(g) = r.groups.get(&c.group) {
         let conflicts = c.patch.pacer_conflicts(&g.group.options());
         if !conflicts.is_empty() {

@@ -1561,15 +1561,33 @@ count = 4
 
     #[test]
     fn policies_parse_and_print() {
-        for n in Policy::NAMES.iter().chain(&["ns-limit+pacing", "weighted/start+pacing"]) {
+        for n in Policy::NAMES
+            .iter()
+            .chain(&["ns-limit+pacing", "weighted/start+pacing"])
+        {
             assert_eq!(Policy::parse(n).unwrap().name(), *n);
         }
-        assert_eq!(Policy::parse("first_come/paced/haechi").unwrap().name(), "first_come");
-        assert_eq!(Policy::parse("first_come/basic/start").unwrap().name(), "first_come/start/basic");
-        for bad in ["fair", "haechi", "weighted/start/start", "weighted/", "first_come/fast"] {
+        assert_eq!(
+            Policy::parse("first_come/paced/haechi").unwrap().name(),
+            "first_come"
+        );
+        assert_eq!(
+            Policy::parse("first_come/basic/start").unwrap().name(),
+            "first_come/start/basic"
+        );
+        for bad in [
+            "fair",
+            "haechi",
+            "weighted/start/start",
+            "weighted/",
+            "first_come/fast",
+        ] {
             assert!(Policy::parse(bad).is_none(), "{bad}");
         }
-        assert_eq!(Policy::renamed("haechi+pacing").as_deref(), Some("weighted+pacing"));
+        assert_eq!(
+            Policy::renamed("haechi+pacing").as_deref(),
+            Some("weighted+pacing")
+        );
     }
 
     #[test]

@@ -33,11 +33,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use qos_core::channel::POLL_INTERVAL;
 use qos_core::wire::{self, RequestError, VendorCmd};
-use qos_core::{ChannelTokens, DomainShared, HostShared, IoKind, Nanos, TargetChannel};
+use qos_core::{ChannelTokens, DomainShared, HostShared, IoKind, TargetChannel};
 use spdk_sys::bdev_io::{BaseIo, IoStatus, nvme_cmd_dwords};
 use spdk_sys::poller::PollStatus;
 use spdk_sys::spdk_bdev_io_type as T;
-use spdk_sys::time::now_ns;
+use spdk_sys::time::now;
 use spdk_sys::vbdev::{self, BaseChannel, Io, Node};
 
 /// Set when `nvmf_tgt` shuts down (our event subsystem's fini, which runs before the
@@ -90,10 +90,6 @@ impl Default for IoCtx {
 
 /// An I/O of a QoS bdev.
 pub type QosIo = Io<QosTgt>;
-
-fn now() -> Nanos {
-    Nanos(now_ns())
-}
 
 /// One QoS bdev on one thread.
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use qos_core::monitor::RefusalKind;
 use qos_core::{DomainShared, HostConfig, HostShared, Monitor, Nanos};
 use spdk_sys::poller::{PollStatus, Poller};
-use spdk_sys::time::now_ns;
+pub use spdk_sys::time::now;
 use spdk_sys::vbdev::Vbdevs;
 
 use crate::io::QosTgt;
@@ -64,10 +64,6 @@ pub fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
         }
     };
     f(&mut g)
-}
-
-pub fn now() -> Nanos {
-    Nanos(now_ns())
 }
 
 fn unknown_domain(name: &str) -> Refusal {

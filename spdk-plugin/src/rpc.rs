@@ -149,8 +149,7 @@ enum StatsAnswer {
 fn stats_get(p: Value) -> Result<StatsAnswer, Refusal> {
     let q: StatsQuery = parse("qos_stats_get", p)?;
     let periods = q
-        .periods
-        .unwrap_or(16)
+        .periods_or_default()
         .min(qos_core::monitor::HISTORY_PERIODS);
     let shape = stats::Shape {
         periods,

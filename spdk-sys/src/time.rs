@@ -8,6 +8,12 @@ use crate::ffi;
 /// shift instead of a 128-bit division (this runs for every I/O).
 static MULT: OnceLock<u64> = OnceLock::new();
 
+/// [`now_ns`] as the core's time: the clock every decision of both plugins is given.
+#[inline]
+pub fn now() -> qos_core::Nanos {
+    qos_core::Nanos(now_ns())
+}
+
 /// Nanoseconds on SPDK's tick clock (`spdk_get_ticks() * 1e9 / spdk_get_ticks_hz()`).
 /// Only meaningful after SPDK's environment is initialised; returns 0 before.
 #[inline]
