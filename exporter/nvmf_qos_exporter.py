@@ -239,6 +239,17 @@ class QosCollector(Collector):
                       ['domain']).add_metric([dom], pool['bytes'])
             hosts = d.get('hosts') or []
             gauge('domain_hosts', 'Hosts in the domain', ['domain']).add_metric([dom], len(hosts))
+            op = d.get('operating_point') or {}
+            if 'in_flight' in op:
+                gauge('domain_operating_point_in_flight', 'Commands in flight at the operating point '
+                      '(Q*: the fewest that give efficiency eta of the most the learned depth curve shows)',
+                      ['domain']).add_metric([dom], op['in_flight'])
+                gauge('domain_operating_point_ops_per_second', 'Operations per second (cost units) at the '
+                      'operating point (C*)', ['domain']).add_metric([dom], op['ops_per_s'])
+                gauge('domain_depth_curve_max_ops_per_second', 'The most the learned depth curve shows, '
+                      'operations per second (cost units)', ['domain']).add_metric([dom], op['max_ops_per_s'])
+                gauge('domain_operating_point_latency_seconds', 'Latency of a command at the operating point '
+                      '(L* = Q* / C*)', ['domain']).add_metric([dom], op['latency_ns'] / 1e9)
             bounds = [b / 1e9 for b in d.get('held_time_bounds_ns') or []]
             for h in hosts:
                 lv = [dom, h.get('host_nqn', '')] + ([h.get('group') or ''] if with_group else [])

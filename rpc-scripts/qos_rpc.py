@@ -274,6 +274,10 @@ _DOMAIN_OPTIONS = [
     ('release_burst_us', _int_range(0, MAX_PERIOD_MS * 1000),
      "with --release paced: how far hosts may run ahead of the release schedule, in us, at most the period",
      ': one check interval'),
+    ('efficiency_milli', _int_range(1, 1000),
+     "efficiency eta of the operating point, thousandths: the fewest commands in flight that give "
+     "this much of the most the target's learned depth curve shows (qos_stats_get's operating_point), "
+     "1 ..= 1000", '970'),
 ]
 _COST_OPTIONS = [
     ('write_weight_milli', _int_range(1, 100000), "cost of a write in thousandths of a read, 1 ..= 100000", '1000'),

@@ -125,6 +125,10 @@ def domain(name, hosts, estimate_ops=400_000):
     return {'name': name, 'epoch': 12, 'period_ns': 1_000_000_000, 'elapsed_ns': 300_000_000,
             'capacity_estimate': {'ops': estimate_ops, 'bytes': None},
             'global_available': {'ops': 1234, 'bytes': None},
+            'operating_point': {'efficiency_milli': 970, 'in_flight': 96, 'ops_per_s': 640_000,
+                                'max_ops_per_s': 655_000, 'latency_ns': 150_000,
+                                'depth_curve': [{'in_flight': 16, 'ops_per_s': 340_000},
+                                                {'in_flight': 96, 'ops_per_s': 640_000}]},
             'held_time_bounds_ns': BOUNDS_NS, 'hosts': hosts}
 
 

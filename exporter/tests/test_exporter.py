@@ -63,6 +63,10 @@ def test_target_metrics_names_labels_and_histogram(stub):
     assert value(m, 'nvmf_qos_domain_capacity_estimate_iops', domain='d0') == 400_000
     assert value(m, 'nvmf_qos_domain_global_pool_ops', domain='d0') == 1234
     assert 'nvmf_qos_domain_capacity_estimate_bytes_per_second' not in m  # null: no bandwidth capacity
+    assert value(m, 'nvmf_qos_domain_operating_point_in_flight', domain='d0') == 96
+    assert value(m, 'nvmf_qos_domain_operating_point_ops_per_second', domain='d0') == 640_000
+    assert value(m, 'nvmf_qos_domain_depth_curve_max_ops_per_second', domain='d0') == 655_000
+    assert value(m, 'nvmf_qos_domain_operating_point_latency_seconds', domain='d0') == 150e-6
     # The histogram: one bucket per bound plus +Inf, cumulative, in seconds.
     buckets = [(lab['le'], v) for lab, v in m['nvmf_qos_host_held_seconds_bucket'] if lab['host_nqn'] == 'nqn.h1']
     assert len(buckets) == len(BOUNDS_NS) + 1

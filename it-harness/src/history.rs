@@ -195,6 +195,7 @@ mod tests {
             json!([{"name": "d", "epoch": epoch, "period_ns": 100_000_000u64,
             "elapsed_ns": 0, "capacity_estimate": {"ops": 50, "bytes": null},
             "global_available": {"ops": 0, "bytes": null}, "sharing": "weighted",
+            "operating_point": {"efficiency_milli": 970, "depth_curve": []},
             "held_time_bounds_ns": [], "hosts": hosts, "groups": []}]),
         )
         .remove(0)

@@ -129,6 +129,30 @@ pub struct EstimatorRecord {
     pub next: u64,
 }
 
+/// Where the target's learned depth curve puts the operating point, and the curve
+/// (operations per second, cost units). The point's fields are `None` until the curve
+/// has a sample.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct OperatingPoint {
+    pub efficiency_milli: u64,
+    #[serde(default)]
+    pub in_flight: Option<f64>,
+    #[serde(default)]
+    pub ops_per_s: Option<u64>,
+    #[serde(default)]
+    pub max_ops_per_s: Option<u64>,
+    #[serde(default)]
+    pub latency_ns: Option<u64>,
+    pub depth_curve: Vec<CurvePoint>,
+}
+
+/// One point of the depth curve.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct CurvePoint {
+    pub in_flight: f64,
+    pub ops_per_s: u64,
+}
+
 /// One domain's statistics.
 #[derive(Debug, Clone, Deserialize)]
 pub struct DomainStats {
@@ -141,6 +165,7 @@ pub struct DomainStats {
     pub capacity_estimate: Amount,
     pub global_available: Amount,
     pub sharing: String,
+    pub operating_point: OperatingPoint,
     pub held_time_bounds_ns: Vec<u64>,
     pub hosts: Vec<HostStats>,
     pub groups: Vec<GroupStats>,
@@ -255,6 +280,9 @@ mod tests {
             "name": "d", "epoch": 13, "period_ns": 500_000_000u64, "elapsed_ns": 1000,
             "capacity_estimate": {"ops": 4000, "bytes": null},
             "global_available": {"ops": 10, "bytes": null}, "sharing": "first_come",
+            "operating_point": {"efficiency_milli": 970, "in_flight": 64, "ops_per_s": 500_000,
+                                "max_ops_per_s": 510_000, "latency_ns": 128_000,
+                                "depth_curve": [{"in_flight": 64, "ops_per_s": 500_000}]},
             "held_time_bounds_ns": [1000, 2_000_000_000u64],
             "hosts": [host("h1", full), host("h2", full)],
             "groups": [{"name": "g", "hosts": ["h1"], "min": {}, "max": {}, "weight": 1,
@@ -283,6 +311,8 @@ mod tests {
         assert_eq!(h.limit_left.ops, None);
         assert_eq!(full.estimator_periods[0].step, "hold");
         assert_eq!(full.groups[0].hosts, ["h1"]);
+        assert_eq!(full.operating_point.in_flight, Some(64.0));
+        assert_eq!(full.operating_point.depth_curve[0].ops_per_s, 500_000);
         let compact = parse_stats(domain(false)).remove(0);
         assert!(compact.hosts[1].periods.is_empty() && compact.estimator_periods.is_empty());
         // Bucket 1 (2 s) is the first at least 1.5 s: 9 - 5 held longer, per host.

@@ -61,11 +61,12 @@ impl<T> TargetChannel<T> {
             .admit_or_hold(&mut self.tokens, kind, bytes, now, item)
     }
 
-    /// Books the completion of an admitted command (or of one that failed before the
-    /// base: its tokens were spent all the same).
+    /// Books the completion of an admitted command that spent `service` at the base
+    /// (zero for one that failed before it: its tokens were spent all the same).
     #[inline]
-    pub fn record_completion(&mut self, kind: IoKind, bytes: u64) {
+    pub fn record_completion(&mut self, kind: IoKind, bytes: u64, service: Nanos) {
         self.tokens.record_completion(kind, bytes);
+        self.tokens.record_service(service);
     }
 
     /// After a completion: tries the held queue, unless a try released nothing within

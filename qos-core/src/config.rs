@@ -317,7 +317,14 @@ pub struct DomainConfig {
     pub cost: CostModel,
     /// How unreserved capacity is shared. Default first come (see [`ExcessSharing`]).
     pub sharing: ExcessSharing,
+    /// Efficiency η of the operating point, in thousandths (1 ..= 1000; default 970):
+    /// the target runs at the fewest commands in flight that give η of the most its
+    /// depth curve shows ([`crate::depth`]).
+    pub efficiency_milli: u64,
 }
+
+/// Default [`DomainConfig::efficiency_milli`].
+pub const DEFAULT_EFFICIENCY_MILLI: u64 = 970;
 
 impl Default for DomainConfig {
     fn default() -> Self {
@@ -333,6 +340,7 @@ impl Default for DomainConfig {
             release_burst: None,
             cost: CostModel::default(),
             sharing: ExcessSharing::FirstCome,
+            efficiency_milli: DEFAULT_EFFICIENCY_MILLI,
         }
     }
 }
@@ -538,6 +546,10 @@ pub enum ConfigError {
     WriteWeight(u64),
     #[error("size unit {0} bytes must be 0 (off) or at least 512")]
     SizeUnit(u64),
+    #[error(
+        "efficiency {0} is outside 1 ..= 1000 thousandths of what the target does at most (970 is the default; lower gives shallow queues more of their share at the cost of throughput)"
+    )]
+    Efficiency(u64),
     #[error("release burst {got} must be at most the period {period}")]
     ReleaseBurst { got: Nanos, period: Nanos },
     #[error("host NQN must be 1 ..= {MAX_NQN_LEN} bytes of printable ASCII (got {0:?})")]
@@ -690,6 +702,9 @@ impl DomainConfig {
         }
         if self.cost.size_unit != 0 && self.cost.size_unit < 512 {
             return Err(ConfigError::SizeUnit(self.cost.size_unit));
+        }
+        if self.efficiency_milli == 0 || self.efficiency_milli > 1000 {
+            return Err(ConfigError::Efficiency(self.efficiency_milli));
         }
         if let Some(b) = self.release_burst
             && b > self.period

@@ -231,6 +231,9 @@ pub struct HostShared {
 pub struct HostCounters {
     pub(crate) completed: [AtomicU64; 2],
     pub(crate) completed_ios: AtomicU64,
+    /// Time the completed commands spent at the base, summed (ns): by Little's law, its
+    /// growth over an interval's length is the mean number of commands in flight.
+    pub(crate) service_ns: AtomicU64,
     pub(crate) admitted_ios: AtomicU64,
     pub(crate) consumed_res: [AtomicU64; 2],
     pub(crate) consumed_global: [AtomicU64; 2],
@@ -248,6 +251,8 @@ pub struct HostCounters {
 pub struct CounterSnapshot {
     pub completed: Amount,
     pub completed_ios: u64,
+    /// Time the completed commands spent at the base, summed (ns).
+    pub service_ns: u64,
     pub admitted_ios: u64,
     pub consumed_res: Amount,
     pub consumed_global: Amount,
@@ -284,6 +289,7 @@ impl HostCounters {
         CounterSnapshot {
             completed: load2(&self.completed),
             completed_ios: self.completed_ios.load(Ordering::Acquire),
+            service_ns: self.service_ns.load(Ordering::Acquire),
             admitted_ios: self.admitted_ios.load(Ordering::Acquire),
             consumed_res: load2(&self.consumed_res),
             consumed_global: load2(&self.consumed_global),
@@ -329,6 +335,15 @@ impl HostShared {
     }
     pub fn counters(&self) -> CounterSnapshot {
         self.counters.snapshot()
+    }
+    /// Work completed (operations in cost units) and the time the completed commands
+    /// spent at the base (ns), both monotonic: what the depth curve is learned from.
+    pub fn completed_work_and_service(&self) -> (u64, u64) {
+        let c = &self.counters;
+        (
+            c.completed[0].load(Ordering::Acquire),
+            c.service_ns.load(Ordering::Acquire),
+        )
     }
     /// The held-time histogram of its commands (as of its channels' last flushes).
     pub fn held_time(&self) -> HeldTimeSnapshot {
@@ -469,6 +484,7 @@ pub struct ChannelTokens {
     // Unpublished counters.
     completed: [u64; 2],
     completed_ios: u64,
+    service_ns: u64,
     admitted_ios: u64,
     consumed_res: [u64; 2],
     consumed_global: [u64; 2],
@@ -504,6 +520,7 @@ impl ChannelTokens {
             lim: [[0; 2]; 3],
             completed: [0; 2],
             completed_ios: 0,
+            service_ns: 0,
             admitted_ios: 0,
             consumed_res: [0; 2],
             consumed_global: [0; 2],
@@ -724,6 +741,13 @@ impl ChannelTokens {
         self.completed_ios += 1;
     }
 
+    /// Records the time a completed command spent at the base (for the depth curve).
+    /// Published on the next [`ChannelTokens::flush`].
+    #[inline]
+    pub fn record_service(&mut self, service: Nanos) {
+        self.service_ns = self.service_ns.wrapping_add(service.0);
+    }
+
     /// Tracks the hold-queue gauge published in the host's stats.
     pub(crate) fn note_held(&mut self, delta: i64) {
         self.held_delta += delta;
@@ -755,6 +779,7 @@ impl ChannelTokens {
             add(&c.expired[r], &mut self.expired[r]);
         }
         add(&c.completed_ios, &mut self.completed_ios);
+        add(&c.service_ns, &mut self.service_ns);
         add(&c.admitted_ios, &mut self.admitted_ios);
         add(&c.held_events, &mut self.held_events);
         if self.held_delta != 0 {

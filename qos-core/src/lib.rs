@@ -4,6 +4,7 @@
 //!
 //! - [`config`]: domain and host settings, validated into per-period budgets.
 //! - [`admission`]: Haechi's aggregate and local capacity constraints.
+//! - [`depth`]: the target's depth curve learned online, and the operating point on it.
 //! - [`ledger`]: the lock-free token ledger the target's poll-group threads share, and
 //!   the per-I/O admission decision ([`ChannelTokens::try_admit`]).
 //! - [`monitor`]: conversion, sharing of the excess (a policy), tenant groups, roll-over,
@@ -24,6 +25,7 @@ pub mod channel;
 pub mod cluster;
 pub mod config;
 pub mod cost;
+pub mod depth;
 pub mod estimator;
 pub mod histogram;
 pub mod hold;

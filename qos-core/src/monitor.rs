@@ -38,6 +38,7 @@ use crate::config::{
     DomainConfig, GroupConfig, HostConfig, ReservationRelease, TokenMode, UNLIMITED,
 };
 use crate::cost::{Amount, RES, Resource};
+use crate::depth::DepthCurve;
 use crate::estimator::{CapacityEstimator, EstimateStep, Evidence};
 use crate::ledger::{ChannelParams, ChannelTokens, DomainShared, HostShared, clamp_pool};
 use crate::sync::{Arc, Ordering, POOL_MAX};
@@ -55,6 +56,10 @@ use sharing::{Interval, SharingPolicy};
 /// arrive in bursts (a busy initiator, a slow network) often has nothing at the target
 /// at one instant.
 pub const IDLE_INTERVALS: u64 = 10;
+
+/// How long a depth-curve bucket not seen again still counts (the level follows a
+/// slower or faster target within a few intervals; this is for the curve's shape).
+pub const DEPTH_HORIZON: Nanos = Nanos::from_secs(30);
 
 /// Hosts whose next-period pools a check interval arms at least (more when the period
 /// has too few check intervals for all hosts to be armed by its middle).
@@ -92,6 +97,9 @@ pub struct Monitor {
     /// passed over by a removal and are armed at the roll-over).
     arm_cursor: usize,
     records: Records,
+    /// The target's depth curve (operations, cost units) and when it last had a sample.
+    depth: DepthCurve,
+    depth_at: Nanos,
 }
 
 impl Monitor {
@@ -127,6 +135,8 @@ impl Monitor {
             period_ticks: 0,
             arm_cursor: 0,
             records: Records::new(),
+            depth: DepthCurve::new(DEPTH_HORIZON),
+            depth_at: now,
             cfg,
         };
         m.start_period(now);
@@ -174,6 +184,7 @@ impl Monitor {
     /// its report.
     pub fn tick(&mut self, now: Nanos) -> Tick {
         let now = self.clock.observe(now);
+        self.learn_depth(now);
         let end = self.period_start.saturating_add(self.cfg.period);
         let ended = if now >= end {
             // Keep periods on their grid even if ticks were late.
@@ -190,6 +201,30 @@ impl Monitor {
             next_deadline: now.saturating_add(self.cfg.check_interval).min(end),
             ended,
         }
+    }
+
+    /// Feeds the depth curve with the interval since the last tick: the work the
+    /// hosts completed and the time it spent at the base.
+    fn learn_depth(&mut self, now: Nanos) {
+        let dt = now.saturating_sub(self.depth_at);
+        if dt.0 == 0 {
+            return;
+        }
+        self.depth_at = now;
+        let (mut work, mut service) = (0u64, 0u64);
+        for h in &mut self.members.hosts {
+            let (w, s) = h
+                .activity
+                .depth_sample(h.shared.completed_work_and_service());
+            work = work.saturating_add(w);
+            service = service.saturating_add(s);
+        }
+        self.depth.observe(now, dt, work, Nanos(service));
+    }
+
+    /// The depth curve learned so far.
+    pub fn depth_curve(&self) -> &DepthCurve {
+        &self.depth
     }
 
     fn tag(&self) -> u16 {

@@ -59,9 +59,43 @@ pub struct PolicySummary {
     /// The monitor's capacity estimate (Omega_t) per measured period, IOPS; Haechi only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capacity_estimate_iops: Vec<u64>,
+    /// Where the depth curve the monitor learned puts the operating point (the
+    /// target's policies only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<DepthSummary>,
     pub hosts: Vec<HostSummary>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+/// The operating point on the depth curve learned during a run, beside the model's own
+/// rate there (the lab knows its target: `capacity_iops n / (n + half_depth)`, times
+/// the capacity factor in force at the run's end).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DepthSummary {
+    /// η, thousandths.
+    pub efficiency_milli: u64,
+    /// Q*: commands in flight at the operating point.
+    pub in_flight: f64,
+    /// C*: IOPS there, as learned.
+    pub iops: u64,
+    /// The most the curve saw, IOPS.
+    pub max_iops: u64,
+    /// The model's IOPS with `in_flight` commands in flight.
+    pub model_iops: u64,
+    /// The model has no depth curve (`half_depth` 0): as fast at any depth, which
+    /// overstates what weighted sharing can give on a real target.
+    pub model_flat: bool,
+    /// The learned curve, each point with the model's rate beside it.
+    pub curve: Vec<DepthPoint>,
+}
+
+/// One point of a learned depth curve.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct DepthPoint {
+    pub in_flight: f64,
+    pub iops: u64,
+    pub model_iops: u64,
 }
 
 /// One host under one policy.
@@ -159,6 +193,7 @@ impl Summary {
                                 as u64
                         })
                         .collect(),
+                    depth: depth_summary(scenario, o, scale, period_ns),
                     hosts,
                     warnings: o.warnings.clone(),
                 }
@@ -219,6 +254,9 @@ impl Summary {
                     thousands(*first as f64),
                     thousands(*last as f64)
                 );
+            }
+            if let Some(d) = &p.depth {
+                let _ = writeln!(s, "  {}", depth_line(d));
             }
             let width = p
                 .hosts
@@ -358,6 +396,67 @@ fn latency(us: Option<f64>) -> String {
         Some(v) if v >= 1000.0 => format!("{:.2}ms", v / 1000.0),
         Some(v) => format!("{v:.0}us"),
     }
+}
+
+/// The depth summary of outcome `o` (rates scaled back by `scale`).
+fn depth_summary(sc: &Scenario, o: &Outcome, scale: u64, period_ns: u64) -> Option<DepthSummary> {
+    let op = o.operating_point?;
+    let t = &sc.target;
+    let end_s = (sc.warmup_periods + o.hosts.first().map_or(0, |h| h.completed.len() as u32))
+        as f64
+        * period_ns as f64
+        / 1e9;
+    let factor = t
+        .capacity_changes
+        .iter()
+        .rfind(|(at, _)| at.0 as f64 / 1e9 <= end_s)
+        .map_or(1.0, |&(_, f)| f);
+    let model = |n: f64| -> u64 {
+        let c = t.capacity_iops as f64 * factor;
+        let r = if t.half_depth > 0.0 {
+            c * n / (n + t.half_depth)
+        } else {
+            c
+        };
+        r.round() as u64
+    };
+    let commands = |milli: u64| (milli as f64 / 100.0).round() / 10.0;
+    Some(DepthSummary {
+        efficiency_milli: o.efficiency_milli,
+        in_flight: commands(op.in_flight_milli),
+        iops: op.rate * scale,
+        max_iops: op.max_rate * scale,
+        model_iops: model(commands(op.in_flight_milli)),
+        model_flat: t.half_depth == 0.0,
+        curve: o
+            .depth_curve
+            .iter()
+            .map(|p| DepthPoint {
+                in_flight: commands(p.in_flight_milli),
+                iops: p.rate * scale,
+                model_iops: model(commands(p.in_flight_milli)),
+            })
+            .collect(),
+    })
+}
+
+/// One line on the operating point for the table.
+fn depth_line(d: &DepthSummary) -> String {
+    let model = if d.model_flat {
+        "the model has no depth curve (as fast at any depth: it overstates what weighted \
+         sharing can give on a real target)"
+            .to_string()
+    } else {
+        format!("the model does {} there", thousands(d.model_iops as f64))
+    };
+    format!(
+        "depth curve: {:.1} commands in flight give {} IOPS, {:.1} % of the most seen ({}; eta {:.1} %); {model}",
+        d.in_flight,
+        thousands(d.iops as f64),
+        d.iops as f64 * 100.0 / d.max_iops.max(1) as f64,
+        thousands(d.max_iops as f64),
+        d.efficiency_milli as f64 / 10.0,
+    )
 }
 
 #[cfg(test)]

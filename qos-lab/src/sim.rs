@@ -24,6 +24,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use qos_core::channel::POLL_INTERVAL;
+use qos_core::depth::{CurvePoint, OperatingPoint};
 use qos_core::hold::HoldQueue;
 use qos_core::initiator::{InitiatorConfig, InitiatorEngine};
 use qos_core::latency::LatencyHistogram;
@@ -114,6 +115,11 @@ pub struct Outcome {
     pub hosts: Vec<HostOutcome>,
     /// The monitor's capacity estimate (Omega_t) per measured period, simulated units.
     pub capacity_estimate: Vec<u64>,
+    /// The depth curve the monitor learned by the run's end (simulated units), and the
+    /// operating point on it for the domain's efficiency; none without a monitor.
+    pub depth_curve: Vec<CurvePoint>,
+    pub operating_point: Option<OperatingPoint>,
+    pub efficiency_milli: u64,
     /// Warnings of initiator engines (fallbacks), deduplicated.
     pub warnings: Vec<String>,
     /// Events processed (for performance reports).
@@ -194,6 +200,8 @@ struct Io {
     write: bool,
     bytes: u64,
     issued: u64,
+    /// When it reached the base (the server), for the time it spent there.
+    at_base: u64,
     parent: u32,
     cdw0: u32,
 }
@@ -832,6 +840,7 @@ impl Sim {
             write,
             bytes,
             issued,
+            at_base: issued,
             parent,
             cdw0: 0,
         })
@@ -886,6 +895,7 @@ impl Sim {
             Service::Deterministic => 1.0,
             Service::Exponential => -(1.0 - self.svc_rng.unit()).ln(),
         };
+        self.ios.get_mut(io).at_base = self.now;
         self.server.enqueue(self.now, io, work);
     }
 
@@ -905,7 +915,7 @@ impl Sim {
         let i = *self.ios.get(io);
         let host = &mut self.hosts[i.host as usize];
         if let Some(c) = host.chans.get_mut(i.chan as usize) {
-            c.record_completion(i.kind(), i.bytes);
+            c.record_completion(i.kind(), i.bytes, Nanos(self.now - i.at_base));
             if host.engine.is_some() {
                 self.ios.get_mut(io).cdw0 = c.tokens().credit_hint().encode();
             }
@@ -1085,6 +1095,15 @@ impl Sim {
             .collect();
         let m = self.measured as usize;
         let capacity_estimate = self.estimates.iter().skip(w).take(m).copied().collect();
+        let now = Nanos(self.now);
+        let (depth_curve, operating_point, efficiency_milli) = match &self.monitor {
+            Some(mon) => {
+                let eta = mon.config().efficiency_milli;
+                let d = mon.depth_curve();
+                (d.curve(now), d.operating_point(now, eta), eta)
+            }
+            None => (Vec::new(), None, 0),
+        };
         Outcome {
             policy,
             variant: run.variant.clone(),
@@ -1093,6 +1112,9 @@ impl Sim {
             period: sc.qos.period,
             hosts,
             capacity_estimate,
+            depth_curve,
+            operating_point,
+            efficiency_milli,
             warnings: self.warnings,
             events: self.events,
         }

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use qos_core::channel::POLL_INTERVAL;
 use qos_core::wire::{self, RequestError, VendorCmd};
-use qos_core::{ChannelTokens, DomainShared, HostShared, IoKind, TargetChannel};
+use qos_core::{ChannelTokens, DomainShared, HostShared, IoKind, Nanos, TargetChannel};
 use spdk_sys::bdev_io::{BaseIo, IoStatus, nvme_cmd_dwords};
 use spdk_sys::poller::PollStatus;
 use spdk_sys::spdk_bdev_io_type as T;
@@ -76,6 +76,8 @@ pub struct IoCtx {
     kind: Cell<IoKind>,
     /// Admitted with tokens: its completion is recorded in the ledger.
     accounted: Cell<bool>,
+    /// When it went to the base (ns), for the time it spent there (the depth curve).
+    sent_at: Cell<u64>,
 }
 
 impl Default for IoCtx {
@@ -84,6 +86,7 @@ impl Default for IoCtx {
             bytes: Cell::new(0),
             kind: Cell::new(IoKind::Other),
             accounted: Cell::new(false),
+            sent_at: Cell::new(0),
         }
     }
 }
@@ -152,27 +155,36 @@ impl QosChannel {
         c.kind.set(kind);
         c.bytes.set(bytes);
         c.accounted.set(true);
-        let out = self.st.borrow_mut().admit(kind, bytes, now(), io);
+        let t = now();
+        c.sent_at.set(t.0);
+        let out = self.st.borrow_mut().admit(kind, bytes, t, io);
         if let Some(io) = out {
             self.send(io);
         }
     }
 
-    /// Releases held I/O while tokens allow, in order: after a completion
-    /// (`on_completion`, at the channel's cadence) or from the poller, which also
+    /// Releases held I/O while tokens allow, in order: after a completion at `t`
+    /// (`completed_at`, at the channel's cadence) or from the poller, which also
     /// publishes the counters.
-    fn release(&self, on_completion: bool) -> usize {
+    fn release(&self, completed_at: Option<Nanos>) -> usize {
         let mut ready = Vec::new();
-        {
+        let t = {
             let mut st = self.st.borrow_mut();
-            if on_completion {
-                st.on_completion(now(), |io| ready.push(io));
-            } else {
-                st.poll(now(), |io| ready.push(io));
+            match completed_at {
+                Some(t) => {
+                    st.on_completion(t, |io| ready.push(io));
+                    t
+                }
+                None => {
+                    let t = now();
+                    st.poll(t, |io| ready.push(io));
+                    t
+                }
             }
-        }
+        };
         let n = ready.len();
         for io in ready {
+            io.ctx().sent_at.set(t.0);
             self.send(io);
         }
         n
@@ -188,7 +200,7 @@ impl QosChannel {
                 self.send(io);
             }
         }
-        busy += self.release(false);
+        busy += self.release(None);
         if busy > 0 {
             PollStatus::Busy
         } else {
@@ -202,7 +214,7 @@ impl QosChannel {
         if c.accounted.get() {
             self.st
                 .borrow_mut()
-                .record_completion(c.kind.get(), c.bytes.get());
+                .record_completion(c.kind.get(), c.bytes.get(), Nanos(0));
         }
         io.complete(status);
     }
@@ -362,9 +374,11 @@ pub(crate) fn submit(inner: &QosChannel, io: QosIo) {
 fn base_done(inner: &QosChannel, io: QosIo, base: BaseIo, success: bool) {
     let c = io.ctx();
     let t = io.io_type();
+    let done_at = now();
     let credit = if c.accounted.get() {
         let mut st = inner.st.borrow_mut();
-        st.record_completion(c.kind.get(), c.bytes.get());
+        let service = done_at.saturating_sub(Nanos(c.sent_at.get()));
+        st.record_completion(c.kind.get(), c.bytes.get(), service);
         (success
             && (t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE)
             && inner.node().cooperative.load(Ordering::Relaxed))
@@ -382,5 +396,5 @@ fn base_done(inner: &QosChannel, io: QosIo, base: BaseIo, success: bool) {
             drop(base);
         }
     }
-    inner.release(true);
+    inner.release(Some(done_at));
 }

@@ -42,6 +42,9 @@ fn default_hold() -> u64 {
 fn default_underuse() -> u32 {
     EstimatorConfig::default().underuse_periods
 }
+fn default_efficiency() -> u64 {
+    qos_core::config::DEFAULT_EFFICIENCY_MILLI
+}
 fn default_write_weight() -> u64 {
     CostModel::default().write_weight_milli
 }
@@ -100,6 +103,10 @@ pub struct DomainParams {
     /// backlogged hosts and groups (tenant groups need it).
     #[serde(default)]
     pub sharing: ExcessSharing,
+    /// Efficiency η of the operating point, thousandths (1 ..= 1000, default 970): the
+    /// depth curve's point reported in `qos_stats_get`.
+    #[serde(default = "default_efficiency")]
+    pub efficiency_milli: u64,
 }
 
 /// `qos_domain_update` parameters: `name` and whatever changes.
@@ -130,6 +137,7 @@ pub struct DomainUpdate {
     pub write_weight_milli: Option<u64>,
     pub size_unit: Option<u64>,
     pub sharing: Option<ExcessSharing>,
+    pub efficiency_milli: Option<u64>,
 }
 
 impl DomainParams {
@@ -177,6 +185,7 @@ impl DomainParams {
                 size_unit: self.size_unit,
             },
             sharing: self.sharing,
+            efficiency_milli: self.efficiency_milli,
         };
         cfg.validate()
             .map_err(|e| Refusal::invalid(format!("domain {}: {e}", self.name)))?;
@@ -209,7 +218,8 @@ impl DomainParams {
             release,
             write_weight_milli,
             size_unit,
-            sharing
+            sharing,
+            efficiency_milli
         );
         set_opt!(
             capacity_mibps,

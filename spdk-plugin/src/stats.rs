@@ -140,6 +140,7 @@ pub fn domain_compact(name: &str, d: &Domain, host_nqn: Option<&str>) -> String 
         capacity_estimate: Amt,
         global_available: Amt,
         sharing: Value,
+        operating_point: Value,
         held_time_bounds_ns: &'a [u64],
         hosts: Vec<CompactHost<'a>>,
         groups: Value,
@@ -152,11 +153,38 @@ pub fn domain_compact(name: &str, d: &Domain, host_nqn: Option<&str>) -> String 
         capacity_estimate: amt(s.budget),
         global_available: amt(s.global_available),
         sharing: json!(s.sharing),
+        operating_point: operating_point(&s),
         held_time_bounds_ns: &HELD_BUCKETS_NS,
         hosts,
         groups: groups(&s),
     };
     serde_json::to_string(&out).unwrap_or_else(|_| "null".into())
+}
+
+/// Thousandths as a number with three decimals.
+fn milli(v: u64) -> f64 {
+    v as f64 / 1000.0
+}
+
+/// Where the learned depth curve puts the operating point (null before the curve has
+/// a sample), and the curve itself: operations (cost units) per second.
+fn operating_point(s: &DomainStats) -> Value {
+    let curve: Vec<Value> = s
+        .depth_curve
+        .iter()
+        .map(|p| json!({"in_flight": milli(p.in_flight_milli), "ops_per_s": p.rate}))
+        .collect();
+    match s.operating_point {
+        Some(op) => json!({
+            "efficiency_milli": s.efficiency_milli,
+            "in_flight": milli(op.in_flight_milli),
+            "ops_per_s": op.rate,
+            "max_ops_per_s": op.max_rate,
+            "latency_ns": op.latency.0,
+            "depth_curve": curve,
+        }),
+        None => json!({"efficiency_milli": s.efficiency_milli, "depth_curve": curve}),
+    }
 }
 
 fn groups(s: &DomainStats) -> Value {
@@ -323,6 +351,7 @@ pub fn domain(name: &str, d: &Domain, shape: Shape<'_>) -> Value {
         "capacity_estimate": amount(s.budget),
         "global_available": amount(s.global_available),
         "sharing": s.sharing,
+        "operating_point": operating_point(&s),
         "held_time_bounds_ns": HELD_BUCKETS_NS,
         "hosts": hosts,
         "groups": groups(&s),

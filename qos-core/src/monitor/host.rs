@@ -73,6 +73,10 @@ pub(crate) struct Activity {
     /// held: a closed loop at its queue depth, bounded by the target's latency.
     peak_in_flight: u64,
     pub(crate) window_bound: bool,
+    /// Work completed and time spent at the base as of the last check interval (the
+    /// depth curve's samples).
+    seen_work: u64,
+    seen_service: u64,
 }
 
 /// Whether a host's reservation is within its reach. Closing the pool for it may not
@@ -159,6 +163,8 @@ impl HostEntry {
         epoch: u64,
     ) -> Self {
         let at_start = shared.counters();
+        let mut activity = Activity::new(now);
+        activity.depth_sample(shared.completed_work_and_service());
         HostEntry {
             cfg,
             budgets,
@@ -169,7 +175,7 @@ impl HostEntry {
                 res: budgets.reservation,
                 ..PeriodBudget::default()
             },
-            activity: Activity::new(now),
+            activity,
             reach: Reach::default(),
             outcomes: Outcomes {
                 at_start,
@@ -459,7 +465,19 @@ impl Activity {
             lag_ticks: 0,
             peak_in_flight: 0,
             window_bound: false,
+            seen_work: 0,
+            seen_service: 0,
         }
+    }
+
+    /// What the host completed since the last call, and the time it spent at the base.
+    pub(crate) fn depth_sample(&mut self, (work, service): (u64, u64)) -> (u64, u64) {
+        let d = (
+            work.wrapping_sub(self.seen_work),
+            service.wrapping_sub(self.seen_service),
+        );
+        (self.seen_work, self.seen_service) = (work, service);
+        d
     }
 
     /// Updates what the check interval at `now` sees; returns whether the host is idle:

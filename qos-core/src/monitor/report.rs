@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::admission::local_shortfall;
 use crate::config::{BudgetClass, DomainConfig, ExcessSharing, GroupConfig, HostConfig};
 use crate::cost::{Amount, Resource};
+use crate::depth::{CurvePoint, OperatingPoint};
 use crate::estimator::{EstimateStep, Evidence};
 use crate::time::Nanos;
 
@@ -181,6 +182,13 @@ pub struct DomainStats {
     pub budget: Amount,
     pub global_available: Amount,
     pub sharing: ExcessSharing,
+    /// The operating point's efficiency η (thousandths) and where it lies on the depth
+    /// curve learned so far (none before the curve has a sample), in operations (cost
+    /// units) per second.
+    pub efficiency_milli: u64,
+    pub operating_point: Option<OperatingPoint>,
+    /// The depth curve: commands in flight and operations per second there.
+    pub depth_curve: Vec<CurvePoint>,
     pub hosts: Vec<HostStats>,
     pub groups: Vec<GroupStats>,
 }
@@ -344,6 +352,9 @@ impl Monitor {
             budget: self.budget,
             global_available: self.shared.global_available(),
             sharing: self.cfg.sharing,
+            efficiency_milli: self.cfg.efficiency_milli,
+            operating_point: self.depth.operating_point(now, self.cfg.efficiency_milli),
+            depth_curve: self.depth.curve(now),
             hosts,
             groups,
         }

@@ -622,3 +622,69 @@ fn host_abort_of_held_io() {
         "all {done} reads completed: {ok} served, 1 aborted by the host, {aborted} aborted by qos_bdev_delete"
     );
 }
+
+/// The target learns its depth curve from what it serves (issue 26): one host reads at
+/// queue depths 2, 8, 32 and 128 in turn, without limits; after each step the curve
+/// must have a point whose rate is what `spdk_nvme_perf` measured at that step (the
+/// rate is counted exactly; the commands in flight are those at the base bdev, which on
+/// a malloc base are far fewer than the host's queue depth), the curve must never fall
+/// with depth, and the operating point must give at least η of its most.
+#[test]
+fn the_target_learns_its_depth_curve() {
+    let Some(s) = setup_or_skip("target_qos::the_target_learns_its_depth_curve") else {
+        return;
+    };
+    let mut t = s.one_host_target(
+        240,
+        (131072, 512),
+        json!({"capacity_iops": 1_000_000, "period_ms": 500, "estimator": false}),
+        json!({}),
+    );
+    println!("qd  perf_iops  curve (in flight at the base -> ops/s)");
+    let mut best = 0f64;
+    for qd in [2u32, 8, 32, 128] {
+        let r = s.perf(&s.perf_job(1, "randread", 4096, qd, 4)).wait();
+        assert!(r.ok, "perf at QD {qd} failed:\n{}", r.output);
+        best = best.max(r.iops);
+        let op = t.stats("d", 1).operating_point;
+        let curve: Vec<(f64, u64)> = op
+            .depth_curve
+            .iter()
+            .map(|p| (p.in_flight, p.ops_per_s))
+            .collect();
+        println!("{qd:>3}  {:>9.0}  {curve:?}", r.iops);
+        assert!(
+            op.depth_curve
+                .windows(2)
+                .all(|w| w[0].ops_per_s <= w[1].ops_per_s),
+            "the curve falls: {curve:?}"
+        );
+        // Within a quarter of what perf measured: the step's own point (the curve's
+        // running maximum may hold an earlier, faster step's rate).
+        let near = op
+            .depth_curve
+            .iter()
+            .any(|p| (p.ops_per_s as f64 - r.iops).abs() <= 0.25 * r.iops);
+        let top = op.depth_curve.last().map_or(0, |p| p.ops_per_s) as f64;
+        assert!(
+            near || top >= r.iops,
+            "no point of the curve near perf's {:.0} IOPS at QD {qd}: {curve:?}",
+            r.iops
+        );
+    }
+    let op = t.stats("d", 1).operating_point;
+    let (Some(q), Some(rate), Some(max)) = (op.in_flight, op.ops_per_s, op.max_ops_per_s) else {
+        panic!("no operating point after four loads: {op:?}");
+    };
+    println!(
+        "operating point at eta {}: {q:.3} commands in flight at the base, {rate} ops/s of {max} \
+         (perf's best {best:.0} IOPS), latency {} ns",
+        op.efficiency_milli,
+        op.latency_ns.unwrap_or(0)
+    );
+    assert!(rate * 1000 >= max * op.efficiency_milli);
+    assert!(
+        (max as f64) <= 1.25 * best && (max as f64) >= 0.75 * best,
+        "the curve's most ({max}) is not what perf measured at best ({best:.0})"
+    );
+}
