@@ -597,7 +597,6 @@ mod schema_probe;
 mod schema {
     use super::schema_probe::{Method, Omitted, check_golden, check_registered, parse_as, render};
     use super::*;
-    use serde::de::DeserializeOwned;
     use serde_json::{Value, json};
 
     /// Options as `node::set_options` checks them (short of the base's block size).
@@ -630,22 +629,6 @@ mod schema {
         serde_json::to_value(resolved).expect("serialisable")
     }
 
-    fn query<T: DeserializeOwned + Serialize + 'static>(
-        name: &'static str,
-        rust_type: &'static str,
-        context: Value,
-    ) -> Method {
-        Method::new::<T>(
-            name,
-            rust_type,
-            context,
-            |v| parse_as::<T>(v).map(|_| ()),
-            Omitted::Default(Box::new(|v| {
-                serde_json::to_value(parse_as::<T>(v).expect("minimal call")).expect("JSON")
-            })),
-        )
-    }
-
     fn methods() -> Vec<Method> {
         vec![
             Method::new::<CreateParams>(
@@ -661,12 +644,12 @@ mod schema {
                 Omitted::Default(Box::new(resolve_create)),
             )
             .checking_names(),
-            query::<NameParams>(
+            Method::query::<NameParams>(
                 "qos_ini_bdev_delete",
                 "vbdev::rpc_delete",
                 json!({"name": "q"}),
             ),
-            query::<NameQuery>("qos_ini_bdev_get", "NameQuery", json!({})),
+            Method::query::<NameQuery>("qos_ini_bdev_get", "NameQuery", json!({})),
             Method::new::<SetParams>(
                 "qos_ini_bdev_set_options",
                 "SetParams",
@@ -677,7 +660,7 @@ mod schema {
                     !o.has_bdev() && !o.has_pacer()
                 })),
             ),
-            query::<NameQuery>("qos_ini_stats_get", "NameQuery", json!({})),
+            Method::query::<NameQuery>("qos_ini_stats_get", "NameQuery", json!({})),
         ]
     }
 

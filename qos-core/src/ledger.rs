@@ -226,8 +226,11 @@ pub struct HostShared {
     pub(crate) lagging: AtomicU64,
 }
 
-/// Monotonic counters, published by channels when they flush.
+/// Monotonic counters, published by channels when they flush. In this order (`repr(C)`)
+/// so that what the monitor reads at every check interval fills two cache lines and
+/// `expired`, which only the token audit reads, is the one field beyond them.
 #[derive(Debug, Default)]
+#[repr(C)]
 pub struct HostCounters {
     pub(crate) completed: [AtomicU64; 2],
     pub(crate) completed_ios: AtomicU64,
@@ -237,13 +240,13 @@ pub struct HostCounters {
     pub(crate) admitted_ios: AtomicU64,
     pub(crate) consumed_res: [AtomicU64; 2],
     pub(crate) consumed_global: [AtomicU64; 2],
-    pub(crate) expired: [AtomicU64; 2],
     pub(crate) held_events: AtomicU64,
     /// I/O waiting in hold queues now (a gauge kept as wrapping sum of deltas).
     pub(crate) held_now: AtomicU64,
     /// Tokens cached in channels now (gauges, as of their last flush).
     pub(crate) cached_res: [AtomicU64; 2],
     pub(crate) cached_global: [AtomicU64; 2],
+    pub(crate) expired: [AtomicU64; 2],
 }
 
 /// A snapshot of [`HostCounters`].
@@ -285,7 +288,20 @@ impl CounterSnapshot {
 }
 
 impl HostCounters {
+    /// Every counter but `expired` (zero here): what the monitor reads at every check
+    /// interval, without the third cache line.
+    pub(crate) fn snapshot_hot(&self) -> CounterSnapshot {
+        CounterSnapshot {
+            expired: Amount::ZERO,
+            ..self.snapshot_with(|_| Amount::ZERO)
+        }
+    }
+
     pub fn snapshot(&self) -> CounterSnapshot {
+        self.snapshot_with(load2)
+    }
+
+    fn snapshot_with(&self, expired: impl Fn(&[AtomicU64; 2]) -> Amount) -> CounterSnapshot {
         CounterSnapshot {
             completed: load2(&self.completed),
             completed_ios: self.completed_ios.load(Ordering::Acquire),
@@ -293,7 +309,7 @@ impl HostCounters {
             admitted_ios: self.admitted_ios.load(Ordering::Acquire),
             consumed_res: load2(&self.consumed_res),
             consumed_global: load2(&self.consumed_global),
-            expired: load2(&self.expired),
+            expired: expired(&self.expired),
             held_events: self.held_events.load(Ordering::Acquire),
             held_now: self.held_now.load(Ordering::Acquire),
             cached_res: load2(&self.cached_res),
@@ -335,6 +351,10 @@ impl HostShared {
     }
     pub fn counters(&self) -> CounterSnapshot {
         self.counters.snapshot()
+    }
+    /// [`HostShared::counters`] without `expired` (zero), for the monitor's passes.
+    pub(crate) fn counters_hot(&self) -> CounterSnapshot {
+        self.counters.snapshot_hot()
     }
     /// Work completed (operations in cost units) and the time the completed commands
     /// spent at the base (ns), both monotonic: what the depth curve is learned from.

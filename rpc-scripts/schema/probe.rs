@@ -266,6 +266,24 @@ impl Method {
         }
     }
 
+    /// A method that only parses short of SPDK (lookups, bdevs), whose omitted
+    /// parameters are the struct's serde defaults.
+    pub fn query<T: DeserializeOwned + serde::Serialize + 'static>(
+        name: &'static str,
+        rust_type: &'static str,
+        context: Value,
+    ) -> Self {
+        Method::new::<T>(
+            name,
+            rust_type,
+            context,
+            |v| parse_as::<T>(v).map(|_| ()),
+            Omitted::Default(Box::new(|v| {
+                serde_json::to_value(parse_as::<T>(v).expect("minimal call")).expect("JSON")
+            })),
+        )
+    }
+
     /// Records the constraints the target puts on names (see [`Method::checks_names`]).
     pub fn checking_names(mut self) -> Self {
         self.checks_names = true;

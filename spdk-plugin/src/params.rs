@@ -624,7 +624,6 @@ mod schema {
     use super::schema_probe::{Method, Omitted, check_golden, check_registered, parse_as, render};
     use super::*;
     use qos_core::Monitor;
-    use serde::de::DeserializeOwned;
     use serde_json::json;
 
     const NOW: Nanos = Nanos::from_secs(1);
@@ -670,24 +669,6 @@ mod schema {
         serde_json::to_value(p).expect("serialisable")
     }
 
-    /// A method that only parses short of SPDK (lookups, bdevs), whose omitted
-    /// parameters are the struct's serde defaults.
-    fn query<T: DeserializeOwned + Serialize + 'static>(
-        name: &'static str,
-        rust_type: &'static str,
-        context: Value,
-    ) -> Method {
-        Method::new::<T>(
-            name,
-            rust_type,
-            context,
-            |v| parse_as::<T>(v).map(|_| ()),
-            Omitted::Default(Box::new(|v| {
-                resolved(&parse_as::<T>(v).expect("minimal call"))
-            })),
-        )
-    }
-
     fn methods() -> Vec<Method> {
         let host = json!({"domain": "d", "host_nqn": "nqn.2014-08.org.example:h1"});
         vec![
@@ -719,8 +700,8 @@ mod schema {
                     p.updated(&parse_as(v).expect("minimal call")) == p
                 })),
             ),
-            query::<NameParams>("qos_domain_delete", "NameReq", json!({"name": "d"})),
-            query::<NameQuery>("qos_domain_get", "NameQuery", json!({})),
+            Method::query::<NameParams>("qos_domain_delete", "NameReq", json!({"name": "d"})),
+            Method::query::<NameQuery>("qos_domain_get", "NameQuery", json!({})),
             Method::new::<HostParams>(
                 "qos_host_set",
                 "HostParams",
@@ -738,8 +719,8 @@ mod schema {
                 })),
             )
             .checking_names(),
-            query::<HostKey>("qos_host_remove", "HostKey", host),
-            query::<HostQuery>("qos_host_get", "HostQuery", json!({"domain": "d"})),
+            Method::query::<HostKey>("qos_host_remove", "HostKey", host),
+            Method::query::<HostQuery>("qos_host_get", "HostQuery", json!({"domain": "d"})),
             Method::new::<GroupParams>(
                 "qos_group_create",
                 "GroupParams",
@@ -778,20 +759,20 @@ mod schema {
                     old.updated(&u) == old
                 })),
             ),
-            query::<GroupKey>(
+            Method::query::<GroupKey>(
                 "qos_group_delete",
                 "GroupKey",
                 json!({"domain": "d", "name": "g"}),
             ),
-            query::<GroupQuery>("qos_group_get", "GroupQuery", json!({"domain": "d"})),
-            query::<BdevParams>(
+            Method::query::<GroupQuery>("qos_group_get", "GroupQuery", json!({"domain": "d"})),
+            Method::query::<BdevParams>(
                 "qos_bdev_create",
                 "BdevParams",
                 json!({"name": "q", "base_bdev_name": "b", "domain": "d",
                        "host_nqn": "nqn.2014-08.org.example:h1"}),
             ),
-            query::<NameParams>("qos_bdev_delete", "vbdev::rpc_delete", json!({"name": "q"})),
-            query::<NameQuery>("qos_bdev_get", "NameQuery", json!({})),
+            Method::query::<NameParams>("qos_bdev_delete", "vbdev::rpc_delete", json!({"name": "q"})),
+            Method::query::<NameQuery>("qos_bdev_get", "NameQuery", json!({})),
             Method::new::<StatsQuery>(
                 "qos_stats_get",
                 "StatsQuery",

@@ -139,19 +139,25 @@ pub(crate) struct IntervalView {
     pub(crate) release_num: u64,
     pub(crate) lag_slack: u64,
     pub(crate) idle_after: Nanos,
+    /// Take the depth curve's sample in this interval (one in [`crate::depth::MIN_WINDOW`]).
+    pub(crate) sample_depth: bool,
 }
 
-/// What a check interval found of one host.
+/// What a check interval found of the hosts, summed over them (each host adds its
+/// part in place: a pass over a thousand hosts copies nothing per host).
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct IntervalFinding {
-    /// Bit r: it lags behind its reservation schedule in resource r.
+pub(crate) struct IntervalTotals {
+    /// Bit r: some host lags behind its reservation schedule in resource r.
     pub(crate) lag: u64,
-    /// Work promised to it or on its way, per resource: reservation left, credit,
-    /// in flight, cached in channels.
+    /// Work promised to the hosts or on its way, per resource: reservation left,
+    /// credit, in flight, cached in channels.
     pub(crate) outstanding: [u64; 2],
     pub(crate) in_flight: [u64; 2],
-    /// Work it completed since the last check interval.
+    /// Work they completed since the period started.
     pub(crate) used: [u64; 2],
+    /// Work (operations, cost units) they completed and the time that work spent at
+    /// the base since the last sample of the depth curve.
+    pub(crate) depth: (u64, u64),
 }
 
 impl HostEntry {
@@ -206,19 +212,26 @@ impl HostEntry {
     /// sees demand): updates its activity, reclaims its unused reservation beyond
     /// `R (T - t) / T` while it is idle (`convert`), and tells whether it lags behind
     /// its reservation schedule and what it has outstanding.
+    #[inline]
     pub(crate) fn check_interval(
         &mut self,
         v: &IntervalView,
         audit: &mut Audit,
-    ) -> IntervalFinding {
-        let c = self.shared.counters();
-        let mut f = IntervalFinding::default();
+        t: &mut IntervalTotals,
+    ) {
+        let c = self.shared.counters_hot();
+        if v.sample_depth {
+            let (w, s) = self.activity.depth_sample((c.completed.ops, c.service_ns));
+            t.depth = (t.depth.0.saturating_add(w), t.depth.1.saturating_add(s));
+        }
         let spent = c.consumed_res.saturating_add(c.consumed_global);
         let s = &self.outcomes.at_start;
         let spent_before = s.consumed_res.saturating_add(s.consumed_global);
         for r in 0..2 {
-            f.used[r] = spent.get(RES[r]).saturating_sub(spent_before.get(RES[r]));
+            let used = spent.get(RES[r]).saturating_sub(spent_before.get(RES[r]));
+            t.used[r] = t.used[r].saturating_add(used);
         }
+        let mut lag = 0u64;
         let idle = self.activity.observe(&c, v.now, v.idle_after);
         let (num, den) = v.left;
         let pools = if self.budgets.together { 1 } else { 2 };
@@ -239,46 +252,48 @@ impl HostEntry {
                     if usable
                         > mul_div(per, v.lag_slack, den).max(1) + self.period.res_slack.get(RES[r])
                     {
-                        f.lag |= 1 << r;
+                        lag |= 1 << r;
                     }
                 }
-                f.outstanding[r] = f.outstanding[r].saturating_add(left);
+                t.outstanding[r] = t.outstanding[r].saturating_add(left);
             }
         }
-        self.activity.lag_ticks += (f.lag != 0) as u32;
-        if self.shared.lagging.load(Ordering::Relaxed) != f.lag {
-            self.shared.lagging.store(f.lag, Ordering::Release);
+        self.activity.lag_ticks += (lag != 0) as u32;
+        if self.shared.lagging.load(Ordering::Relaxed) != lag {
+            self.shared.lagging.store(lag, Ordering::Release);
         }
+        t.lag |= lag;
         let in_flight = c.in_flight();
         let cached = c.cached_res.saturating_add(c.cached_global);
         for r in 0..2 {
-            f.outstanding[r] = f.outstanding[r]
+            t.outstanding[r] = t.outstanding[r]
                 .saturating_add(self.shared.credit[r].count(v.tag))
                 .saturating_add(in_flight.get(RES[r]))
                 .saturating_add(cached.get(RES[r]));
-            f.in_flight[r] = in_flight.get(RES[r]);
+            t.in_flight[r] = t.in_flight[r].saturating_add(in_flight.get(RES[r]));
         }
-        f
     }
 }
 
-/// What the end of a period found of one host.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PeriodClose {
-    pub(crate) record: PeriodRecord,
-    /// Busy during part of the period only (it started or stopped in it): the period
-    /// is no measurement of the target.
+/// What the end of a period found of the hosts, summed over them in place.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PeriodTotals {
+    /// Work completed by all hosts.
+    pub(crate) used: Amount,
+    /// Some host was busy during part of the period only (it started or stopped in
+    /// it): the period is no measurement of the target.
     pub(crate) partial: bool,
-    /// Per resource: still active at the end, it completed less than its reservation.
+    /// Per resource: a host still active at the end completed less than its
+    /// reservation.
     pub(crate) missed: [bool; 2],
-    /// Per resource: busy all period, lagging at some point, it missed its reservation.
+    /// Per resource: a host busy all period, lagging at some point, missed its
+    /// reservation.
     pub(crate) starved: [bool; 2],
-    /// It lagged nearly all period with the pool closed on its account and still fell
-    /// more than 1 % short: what it completed, and whether it met the period before.
-    pub(crate) in_vain: Option<(Amount, bool)>,
-    /// Offered to it and left (credit it holds, the unreachable part of its
+    /// Offered to the hosts and left (credit they hold, the unreachable part of a
     /// reservation), where the sharing policy counts that as offered.
     pub(crate) offered_unused: Amount,
+    /// As [`IntervalTotals::depth`].
+    pub(crate) depth: (u64, u64),
 }
 
 /// What the end of a period needs to judge a host.
@@ -293,17 +308,28 @@ pub(crate) struct PeriodView {
 }
 
 impl HostEntry {
-    /// Ends the period for this host: its record, what it says of the target, and the
-    /// host's own outcome counters.
-    pub(crate) fn close_period(&mut self, v: &PeriodView) -> PeriodClose {
-        let now_c = self.shared.counters();
+    /// Ends the period for this host: its record (pushed to `records`), what it says
+    /// of the target (added to `t`), and the host's own outcome counters. Returns, when
+    /// it lagged nearly all period with the pool closed on its account and still fell
+    /// more than 1 % short, what it completed and whether it met the period before.
+    #[inline]
+    pub(crate) fn close_period(
+        &mut self,
+        v: &PeriodView,
+        t: &mut PeriodTotals,
+        records: &mut Vec<PeriodRecord>,
+    ) -> Option<(Amount, bool)> {
+        let now_c = self.shared.counters_hot();
+        let (w, s) = self
+            .activity
+            .depth_sample((now_c.completed.ops, now_c.service_ns));
+        t.depth = (t.depth.0.saturating_add(w), t.depth.1.saturating_add(s));
         let last = &self.outcomes.at_start;
         let completed = now_c.completed.saturating_sub(last.completed);
         let backlogged = now_c.held_events > last.held_events;
         let hard = self.budgets.reservation_total();
-        let mut offered_unused = Amount::ZERO;
         if v.count_offered {
-            offered_unused = self
+            let mut offered = self
                 .shared
                 .credit_available()
                 .saturating_add(now_c.cached_global);
@@ -311,13 +337,15 @@ impl HostEntry {
                 // The part of its reservation it cannot reach was offered and left:
                 // without it the budget would stay at the reservations (they are
                 // what the estimate is held at) and nobody could have the rest.
-                offered_unused = offered_unused.saturating_add(hard.saturating_sub(completed));
+                offered = offered.saturating_add(hard.saturating_sub(completed));
             }
+            t.offered_unused = t.offered_unused.saturating_add(offered);
         }
         let met = Resource::ALL
             .iter()
             .all(|&r| completed.get(r) >= hard.get(r));
-        let record = PeriodRecord {
+        t.used = t.used.saturating_add(completed);
+        records.push(PeriodRecord {
             epoch: v.epoch,
             completed,
             completed_ios: now_c.completed_ios - last.completed_ios,
@@ -325,31 +353,25 @@ impl HostEntry {
             soft_granted: self.period.soft_granted,
             met,
             backlogged,
-        };
+        });
         let a = &self.activity;
         let active =
             v.start.saturating_sub(a.last_active) < v.idle_after || now_c.outstanding() > 0;
         // Busy at every check interval of the period (or idle at all of them): a host
         // that started or stopped during it makes the period no measurement.
         let whole = a.ticks_active + 1 >= v.period_ticks;
-        let mut close = PeriodClose {
-            record,
-            partial: a.ticks_active > 0 && !whole,
-            missed: [false; 2],
-            starved: [false; 2],
-            in_vain: None,
-            offered_unused,
-        };
+        t.partial |= a.ticks_active > 0 && !whole;
+        let mut in_vain = None;
         if active {
             for r in Resource::ALL {
                 if completed.get(r) >= hard.get(r) {
                     continue;
                 }
-                close.missed[r.index()] = true;
+                t.missed[r.index()] = true;
                 // A host known not to reach its reservation even with the pool closed
                 // (until it meets it again) is no evidence about the target's capacity.
                 if whole && a.lag_ticks > 0 && self.reach.backoff == 0 {
-                    close.starved[r.index()] = true;
+                    t.starved[r.index()] = true;
                 }
                 // Lagging at nine check intervals of ten closed the pool to everybody
                 // else nearly all period: if it still fell more than 1 % short, its
@@ -359,12 +381,11 @@ impl HostEntry {
                     && a.lag_ticks * 10 >= v.period_ticks * 9
                     && completed.get(r).saturating_mul(100) < hard.get(r).saturating_mul(99)
                 {
-                    close.in_vain = Some((completed, self.reach.met_last_period));
+                    in_vain = Some((completed, self.reach.met_last_period));
                 }
             }
         }
-        self.reach
-            .after_period(met, active, close.in_vain.is_some());
+        self.reach.after_period(met, active, in_vain.is_some());
         let o = &mut self.outcomes;
         o.underuse.observe(met);
         let soft_total = hard.saturating_add(self.budgets.soft_extra);
@@ -372,7 +393,7 @@ impl HostEntry {
             .observe(backlogged || completed.ops.saturating_mul(2) >= soft_total.ops);
         o.counts.count(met, backlogged);
         o.at_start = now_c;
-        close
+        in_vain
     }
 
     /// Fills its pools of period `tag` (the current one, or the next one ahead of the
@@ -484,6 +505,7 @@ impl Activity {
     /// nothing outstanding and nothing admitted for `idle_after` (a host whose
     /// commands are still on their way is not idle). A command refused since the last
     /// interval counts too: the host is asking.
+    #[inline]
     fn observe(&mut self, c: &CounterSnapshot, now: Nanos, idle_after: Nanos) -> bool {
         if c.outstanding() > 0
             || c.admitted_ios != self.admitted_at_tick

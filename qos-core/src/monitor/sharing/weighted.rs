@@ -149,7 +149,7 @@ impl SharingPolicy for Weighted {
             .members
             .hosts
             .iter()
-            .map(|h| h.shared.counters())
+            .map(|h| h.shared.counters_hot())
             .collect();
         let mut res_used = [0u64; 2];
         for (h, c) in iv.members.hosts.iter().zip(&snaps) {
