@@ -771,7 +771,11 @@ mod schema {
                 json!({"name": "q", "base_bdev_name": "b", "domain": "d",
                        "host_nqn": "nqn.2014-08.org.example:h1"}),
             ),
-            Method::query::<NameParams>("qos_bdev_delete", "vbdev::rpc_delete", json!({"name": "q"})),
+            Method::query::<NameParams>(
+                "qos_bdev_delete",
+                "vbdev::rpc_delete",
+                json!({"name": "q"}),
+            ),
             Method::query::<NameQuery>("qos_bdev_get", "NameQuery", json!({})),
             Method::new::<StatsQuery>(
                 "qos_stats_get",
