@@ -15,11 +15,12 @@
 //! cannot make the operating point jump back and forth.
 //!
 //! A slower target (a busy CPU, a slower base) shows as a lower rate at the same Q before
-//! the other buckets are seen again: when the current bucket's mean falls below the
-//! curve by more than [`DRIFT_MILLI`] over [`DRIFT_SAMPLES`] samples in a row, every
-//! bucket is scaled by the same ratio (the shape is kept, the level follows), and the
-//! same up, so a recovery is followed as fast. This is the depth-curve counterpart of
-//! blk-iocost's `vrate` and BBR's bandwidth filter.
+//! the other buckets are seen again: when [`DRIFT_SAMPLES`] samples in a row in one known
+//! bucket fall below the curve by more than [`DRIFT_MILLI`], every bucket is scaled by
+//! their mean ratio to it (the shape is kept, the level follows), and the same up, so a
+//! recovery is followed as fast. This is the depth-curve counterpart of blk-iocost's
+//! `vrate` and BBR's bandwidth filter. (A run that moved between buckets rescaled the
+//! real target's curve by 0.75 while a load went from queue depth 32 to 128.)
 //!
 //! The operating point for efficiency η: `Q*`, the fewest commands in flight with
 //! `T(Q*) ≥ η T(max)`; `C* = T(Q*)`; `L* = Q* / C*`, the latency a command sees there.
@@ -79,6 +80,9 @@ pub struct DepthCurve {
     drift_run: i32,
     drift_ratio_sum: u64,
     drift_rate_sum: u64,
+    /// The bucket of the run: a run is in one bucket (a load that moves between depths
+    /// passes through buckets at rates that say nothing of a drift).
+    drift_bucket: usize,
     /// The sample being gathered: its length, work and time at the base.
     pending: (Nanos, u64, u64),
 }
@@ -129,6 +133,7 @@ impl DepthCurve {
             drift_run: 0,
             drift_ratio_sum: 0,
             drift_rate_sum: 0,
+            drift_bucket: 0,
             pending: (Nanos::ZERO, 0, 0),
         }
     }
@@ -204,8 +209,11 @@ impl DepthCurve {
         } else {
             0
         };
-        if side == 0 || (self.drift_run != 0 && self.drift_run.signum() != side) {
+        let same_run =
+            self.drift_run != 0 && self.drift_run.signum() == side && self.drift_bucket == b;
+        if side == 0 || !same_run {
             self.drift_run = side;
+            self.drift_bucket = b;
             (self.drift_ratio_sum, self.drift_rate_sum) =
                 if side == 0 { (0, 0) } else { (ratio, rate) };
             return;
