@@ -264,6 +264,13 @@ class QosCollector(Collector):
                 counter('host_throttled_ios', 'I/O that QoS held for want of tokens or limit',
                         host_labels).add_metric(lv, h.get('throttled_ios', 0))
                 gauge('host_held_ios', 'I/O held by QoS now', host_labels).add_metric(lv, h.get('held', 0))
+                if 'in_flight_at_base' in h:
+                    gauge('host_in_flight_at_base', 'Commands of the host in flight at the base bdev, on average '
+                          'over the period so far', host_labels).add_metric(lv, h['in_flight_at_base'])
+                if h.get('reservation_depth_needed') is not None:
+                    gauge('host_reservation_depth_needed', 'Commands the host needs in flight at the base to '
+                          'complete its reservation at the operating point (reservation x L*)',
+                          host_labels).add_metric(lv, h['reservation_depth_needed'])
                 periods = counter('host_periods', 'Ended QoS periods by outcome: reservation met or missed, '
                                   'while backlogged (I/O was held) or not', [*host_labels, 'outcome', 'backlogged'])
                 pt = h.get('periods_total') or {}

@@ -107,6 +107,7 @@ def host(nqn, ios, held_cum, sum_ns, group=None, res_iops=None, max_iops=None):
         'reservation_met_fraction': 0.58, 'reservation_tokens': {'ops': 1, 'bytes': None},
         'credit_tokens': {'ops': 0, 'bytes': 0}, 'limit_left': {'ops': None, 'bytes': None},
         'underuse_flag': False, 'reservation_at_risk': True, 'reservation_unreachable': res_iops is not None,
+        'in_flight_at_base': 2.5, 'reservation_depth_needed': 0.75 if res_iops else None,
     }
     if group is not None:
         h['group'] = group

@@ -64,6 +64,9 @@ def test_target_metrics_names_labels_and_histogram(stub):
     assert value(m, 'nvmf_qos_domain_global_pool_ops', domain='d0') == 1234
     assert 'nvmf_qos_domain_capacity_estimate_bytes_per_second' not in m  # null: no bandwidth capacity
     assert value(m, 'nvmf_qos_domain_operating_point_in_flight', domain='d0') == 96
+    assert value(m, 'nvmf_qos_host_in_flight_at_base', host_nqn='nqn.h1') == 2.5
+    assert value(m, 'nvmf_qos_host_reservation_depth_needed', host_nqn='nqn.h1') == 0.75
+    assert not [lab for lab, _ in m.get('nvmf_qos_host_reservation_depth_needed', []) if lab['host_nqn'] == 'nqn.h2']
     assert value(m, 'nvmf_qos_domain_operating_point_ops_per_second', domain='d0') == 640_000
     assert value(m, 'nvmf_qos_domain_depth_curve_max_ops_per_second', domain='d0') == 655_000
     assert value(m, 'nvmf_qos_domain_operating_point_latency_seconds', domain='d0') == 150e-6

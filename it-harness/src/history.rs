@@ -184,7 +184,8 @@ mod tests {
                 "reservation_met_fraction": null, "reservation_tokens": {"ops": 0, "bytes": 0},
                 "credit_tokens": {"ops": 0, "bytes": 0}, "limit_left": {"ops": null, "bytes": null},
                 "underuse_flag": false, "reservation_at_risk": false,
-                "reservation_unreachable": false,
+                "reservation_unreachable": false, "in_flight_at_base": 0.0,
+                "reservation_depth_needed": null,
                 "periods": periods.iter().map(|&(e, ops)| json!({"epoch": e, "ops": ops,
                     "bytes": 0, "ios": ops, "met": ops >= 10, "backlogged": false}))
                     .collect::<Vec<_>>(),

@@ -91,6 +91,10 @@ pub struct HostStats {
     pub underuse_flag: bool,
     pub reservation_at_risk: bool,
     pub reservation_unreachable: bool,
+    /// Its commands in flight at the base bdev, on average over the period so far.
+    pub in_flight_at_base: f64,
+    /// Commands it needs at the base for its reservation at the operating point.
+    pub reservation_depth_needed: Option<f64>,
     /// Full form: operations in the last periods, newest first.
     #[serde(default)]
     pub last_periods: Vec<u64>,
@@ -261,7 +265,8 @@ mod tests {
             "reservation_met_fraction": 0.9, "reservation_tokens": amount(Some(7)),
             "credit_tokens": amount(Some(0)), "limit_left": amount(None),
             "underuse_flag": false, "reservation_at_risk": false,
-            "reservation_unreachable": false,
+            "reservation_unreachable": false, "in_flight_at_base": 1.5,
+            "reservation_depth_needed": 0.25,
         });
         if full {
             h["last_periods"] = json!([51, 50]);
@@ -309,6 +314,10 @@ mod tests {
         assert_eq!(h.periods[0].epoch, 12);
         assert!(h.periods[0].met && !h.periods[1].met);
         assert_eq!(h.limit_left.ops, None);
+        assert_eq!(
+            (h.in_flight_at_base, h.reservation_depth_needed),
+            (1.5, Some(0.25))
+        );
         assert_eq!(full.estimator_periods[0].step, "hold");
         assert_eq!(full.groups[0].hosts, ["h1"]);
         assert_eq!(full.operating_point.in_flight, Some(64.0));

@@ -83,6 +83,8 @@ struct CompactHost<'a> {
     underuse_flag: bool,
     reservation_at_risk: bool,
     reservation_unreachable: bool,
+    in_flight_at_base: f64,
+    reservation_depth_needed: Option<f64>,
 }
 
 fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
@@ -124,6 +126,8 @@ fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
         underuse_flag: h.underuse_flag,
         reservation_at_risk: h.reservation_at_risk,
         reservation_unreachable: h.reservation_unreachable,
+        in_flight_at_base: milli(h.in_flight_at_base_milli),
+        reservation_depth_needed: h.reservation_depth_needed_milli.map(milli),
     }
 }
 
@@ -265,6 +269,8 @@ fn host_common(d: &Domain, h: &HostStats) -> Value {
         "underuse_flag": h.underuse_flag,
         "reservation_at_risk": h.reservation_at_risk,
         "reservation_unreachable": h.reservation_unreachable,
+        "in_flight_at_base": milli(h.in_flight_at_base_milli),
+        "reservation_depth_needed": h.reservation_depth_needed_milli.map(milli),
     })
 }
 

@@ -255,6 +255,14 @@ pub struct HostStats {
     /// (its queue depth cannot carry it at this target's latency): its lag no longer
     /// holds the others back; retried after a back-off of 2 to 16 periods.
     pub reservation_unreachable: bool,
+    /// Its commands in flight at the base bdev, on average over the period so far
+    /// (thousandths; Little's law over the time they spent there).
+    pub in_flight_at_base_milli: u64,
+    /// Commands it needs in flight at the base to complete its reservation at the
+    /// operating point (reservation rate x L*, thousandths); none before the depth
+    /// curve has a sample, or without a reservation. A host that keeps fewer cannot
+    /// reach its reservation at this target's latency, whatever QoS does.
+    pub reservation_depth_needed_milli: Option<u64>,
 }
 
 impl HostStats {
@@ -263,10 +271,16 @@ impl HostStats {
         h: &HostEntry,
         records: impl DoubleEndedIterator<Item = &'a PeriodRecord> + Clone,
         cfg: &DomainConfig,
-        elapsed: Nanos,
+        (elapsed, op): (Nanos, Option<&OperatingPoint>),
     ) -> Self {
         let c = h.shared.counters();
         let start = &h.outcomes.at_start;
+        let at_base = c.service_ns.wrapping_sub(start.service_ns) as u128 * 1000;
+        let reserved_per_s =
+            h.budgets.reservation_total().ops as u128 * 1_000_000_000 / cfg.period.0.max(1) as u128;
+        let needed = op
+            .filter(|_| reserved_per_s > 0)
+            .map(|op| (reserved_per_s * op.latency.0 as u128 / 1_000_000) as u64);
         let res_left = h.shared.reservation_available();
         let (met, n) = records
             .clone()
@@ -298,6 +312,8 @@ impl HostStats {
             group: h.cfg.group.clone(),
             excess_granted: h.share.excess_granted,
             reservation_unreachable: h.reach.periods > 0,
+            in_flight_at_base_milli: (at_base / elapsed.0.max(1) as u128) as u64,
+            reservation_depth_needed_milli: needed,
         }
     }
 }
@@ -332,12 +348,16 @@ impl Monitor {
     pub fn stats_of(&self, now: Nanos, only: Option<&str>) -> DomainStats {
         let elapsed = now.saturating_sub(self.period_start).min(self.cfg.period);
         let m = &self.members;
+        let op = self.depth.operating_point(now, self.cfg.efficiency_milli);
         let hosts = m
             .hosts
             .iter()
             .enumerate()
             .filter(|(_, h)| only.is_none_or(|n| n == h.cfg.host_nqn))
-            .map(|(i, h)| HostStats::of(h, self.records.of(i, h), &self.cfg, elapsed))
+            .map(|(i, h)| {
+                let at = (elapsed, op.as_ref());
+                HostStats::of(h, self.records.of(i, h), &self.cfg, at)
+            })
             .collect();
         let groups = m
             .groups
@@ -353,7 +373,7 @@ impl Monitor {
             global_available: self.shared.global_available(),
             sharing: self.cfg.sharing,
             efficiency_milli: self.cfg.efficiency_milli,
-            operating_point: self.depth.operating_point(now, self.cfg.efficiency_milli),
+            operating_point: op,
             depth_curve: self.depth.curve(now),
             hosts,
             groups,
