@@ -167,8 +167,9 @@ class QosCollector(Collector):
 
     def collect(self):
         started = time.monotonic()
-        up = GaugeMetricFamily(PREFIX + '_up', 'Whether the SPDK application answered the last scrape '
-                               '(1) or not (0)', labels=['plugin'])
+        up = GaugeMetricFamily(PREFIX + '_up', 'Whether the SPDK application answered the last scrape with '
+                               'this plugin loaded (1) or not (0: no answer, or an application started '
+                               'without the plugin)', labels=['plugin'])
         try:
             stats_params = {'compact': True} if self.compact else None
             target = self._try('qos_stats_get', stats_params)
@@ -181,16 +182,21 @@ class QosCollector(Collector):
             up.add_metric(['initiator'], 0)
             yield up
             return
+        # Both plugins always: an alert on `nvmf_qos_up{plugin="target"} == 0` must fire when
+        # a target is restarted without the plugin, not find the series gone.
+        up.add_metric(['target'], int(target is not None))
+        up.add_metric(['initiator'], int(initiator is not None))
         if target is not None:
-            up.add_metric(['target'], 1)
             yield from self._target(target)
         if initiator is not None:
-            up.add_metric(['initiator'], 1)
             yield from self._initiator(initiator)
         yield up
+        took = time.monotonic() - started
+        log.info('scrape: target plugin %s, initiator plugin %s, %.1f ms',
+                 'answered' if target is not None else 'absent',
+                 'answered' if initiator is not None else 'absent', took * 1e3)
         yield GaugeMetricFamily(PREFIX + '_scrape_duration_seconds',
-                                'Time the exporter took to read the statistics',
-                                value=time.monotonic() - started)
+                                'Time the exporter took to read the statistics', value=took)
 
     # -- target ----------------------------------------------------------------------
 
@@ -369,12 +375,15 @@ def parse_args(argv):
                    help='address to serve /metrics on (default %(default)s)')
     p.add_argument('-p', '--port', type=int, default=DEFAULT_PORT,
                    help='port to serve /metrics on (default %(default)s)')
-    p.add_argument('-t', '--timeout', type=float, default=5.0,
-                   help='seconds to wait for an answer of the application (default %(default)s)')
+    p.add_argument('-t', '--timeout', type=float, default=3.0,
+                   help='seconds to wait for an answer of the application, below Prometheus\'s scrape '
+                        'timeout so that a hung application is stored as nvmf_qos_up 0 (default %(default)s)')
     p.add_argument('--full', action='store_true',
                    help='ask for the full statistics (with per-period history) instead of the compact form; '
                         'for targets whose plugin predates the compact form')
-    p.add_argument('-v', '--verbose', action='store_true', help='log every failed scrape')
+    p.add_argument('-v', '--verbose', action='store_true',
+                   help='log every scrape (which plugins answered, how long it took); failed scrapes are '
+                        'logged either way')
     return p.parse_args(argv)
 
 

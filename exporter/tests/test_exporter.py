@@ -47,7 +47,8 @@ def test_target_metrics_names_labels_and_histogram(stub):
     text, m = scrape(s.path)
     assert s.calls[0] == ('qos_stats_get', {'compact': True})
     assert value(m, 'nvmf_qos_up', plugin='target') == 1
-    assert 'nvmf_qos_up' in m and not any(lab.get('plugin') == 'initiator' for lab, _ in m['nvmf_qos_up'])
+    # An application without the initiator plugin: its up series is there, at 0.
+    assert value(m, 'nvmf_qos_up', plugin='initiator') == 0
     assert value(m, 'nvmf_qos_host_completed_ios_total', domain='d0', host_nqn='nqn.h1') == 1000
     assert value(m, 'nvmf_qos_host_completed_bytes_total', host_nqn='nqn.h1') == 1000 * 4096
     assert value(m, 'nvmf_qos_host_throttled_ios_total', host_nqn='nqn.h1') == 100
@@ -101,7 +102,7 @@ def test_initiator_metrics(stub, method):
     s = stub({method: [INI_BDEV]})
     _, m = scrape(s.path)
     assert value(m, 'nvmf_qos_up', plugin='initiator') == 1
-    assert not any(lab.get('plugin') == 'target' for lab, _ in m['nvmf_qos_up'])
+    assert value(m, 'nvmf_qos_up', plugin='target') == 0  # absent plugin: 0, not a missing series
     assert value(m, 'nvmf_qos_ini_chunks_total', bdev='qh1', pacer_group='default') == 160
     assert value(m, 'nvmf_qos_ini_large_whole_ios_total', bdev='qh1', pacer_group='default') == 7
     assert value(m, 'nvmf_qos_ini_throttled_ios_total', bdev='qh1') == 40
