@@ -122,29 +122,12 @@ impl<T> TargetChannel<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{BatchSize, Capacity, DomainConfig, EstimatorConfig, HostConfig, Rate};
-    use crate::config::{ExcessSharing, ReservationRelease};
+    use crate::config::{ExcessSharing, HostConfig, Rate, ReservationRelease, test_domain};
     use crate::monitor::Monitor;
 
     /// A host limited to 1,000 IOPS (1 per ms) on a domain with nothing else.
     fn limited() -> (Monitor, TargetChannel<u32>) {
-        let d = DomainConfig {
-            capacity: Capacity {
-                iops: 100_000,
-                ..Capacity::default()
-            },
-            global_batch: BatchSize::Fixed {
-                ops: 1,
-                bytes: 1 << 40,
-            },
-            estimator: EstimatorConfig {
-                enabled: false,
-                ..Default::default()
-            },
-            release: ReservationRelease::Paced,
-            sharing: ExcessSharing::FirstCome,
-            ..DomainConfig::default()
-        };
+        let d = test_domain(100_000, ReservationRelease::Paced, ExcessSharing::FirstCome);
         let mut m = Monitor::new(d, Nanos(0)).unwrap();
         let h = HostConfig::new("h").with_limit(Rate::iops(1000));
         m.add_host(h, Nanos(0)).unwrap();

@@ -326,6 +326,33 @@ pub struct DomainConfig {
 /// Default [`DomainConfig::efficiency_milli`].
 pub const DEFAULT_EFFICIENCY_MILLI: u64 = 970;
 
+/// The unit tests' domain: `iops` of capacity, global tokens one operation at a time,
+/// no estimator, the given release and sharing.
+#[cfg(test)]
+pub(crate) fn test_domain(
+    iops: u64,
+    release: ReservationRelease,
+    sharing: ExcessSharing,
+) -> DomainConfig {
+    DomainConfig {
+        capacity: Capacity {
+            iops,
+            ..Capacity::default()
+        },
+        global_batch: BatchSize::Fixed {
+            ops: 1,
+            bytes: 1 << 40,
+        },
+        estimator: EstimatorConfig {
+            enabled: false,
+            ..Default::default()
+        },
+        release,
+        sharing,
+        ..DomainConfig::default()
+    }
+}
+
 impl Default for DomainConfig {
     fn default() -> Self {
         DomainConfig {

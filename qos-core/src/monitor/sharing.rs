@@ -122,9 +122,7 @@ mod tests {
     //! A policy is one type: this one, written here as a new mode would be in its own
     //! file, gives nobody the excess (reservations only).
     use super::*;
-    use crate::config::{
-        BatchSize, Capacity, EstimatorConfig, HostConfig, Rate, ReservationRelease,
-    };
+    use crate::config::{HostConfig, Rate, ReservationRelease, test_domain};
     use crate::cost::IoKind;
     use crate::monitor::{AddGroupError, Monitor, RefusalKind};
 
@@ -141,23 +139,7 @@ mod tests {
     }
 
     fn domain(sharing: ExcessSharing) -> DomainConfig {
-        DomainConfig {
-            capacity: Capacity {
-                iops: 10_000,
-                ..Capacity::default()
-            },
-            global_batch: BatchSize::Fixed {
-                ops: 1,
-                bytes: 1 << 40,
-            },
-            estimator: EstimatorConfig {
-                enabled: false,
-                ..Default::default()
-            },
-            release: ReservationRelease::Start,
-            sharing,
-            ..DomainConfig::default()
-        }
+        test_domain(10_000, ReservationRelease::Start, sharing)
     }
 
     /// Two hosts ask for all they can get for one 1 s period; returns what each got.
