@@ -920,7 +920,8 @@ impl Sim {
                 self.ios.get_mut(io).cdw0 = c.tokens().credit_hint().encode();
             }
             let mut out = std::mem::take(&mut self.scratch);
-            c.on_completion(Nanos(self.now), |io| out.push(io));
+            let now = Nanos(self.now);
+            c.on_completion(|| now, |io| out.push(io));
             self.enqueue_released(&mut out);
             self.scratch = out;
         }

@@ -175,19 +175,18 @@ impl QosChannel {
     /// Releases held I/O while tokens allow, in order: after a completion
     /// (`completed_at`: `Some`, with the clock's reading if the completion took one; at
     /// the channel's cadence) or from the poller (`None`), which also publishes the
-    /// counters. The clock is read only when something is held.
+    /// counters. After a completion the clock is read only when the channel tries.
     fn release(&self, completed_at: Option<Option<Nanos>>) -> usize {
         let mut ready = Vec::new();
         let t = {
             let mut st = self.st.borrow_mut();
             match completed_at {
-                Some(t) => {
-                    if st.held() == 0 {
-                        return 0;
+                Some(mut at) => {
+                    st.on_completion(|| *at.get_or_insert_with(now), |io| ready.push(io));
+                    match at {
+                        Some(t) if !ready.is_empty() => t,
+                        _ => return 0,
                     }
-                    let t = t.unwrap_or_else(now);
-                    st.on_completion(t, |io| ready.push(io));
-                    t
                 }
                 None => {
                     let t = now();
