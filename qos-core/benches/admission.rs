@@ -35,7 +35,7 @@ fn monitor(limited: bool) -> Monitor {
         check_interval: Nanos::from_millis(1),
         // Enough tokens that the benchmark never runs dry within a period.
         capacity: Capacity {
-            iops: 1 << 40,
+            iops: Some(1 << 40),
             mibps: Some(1 << 26),
             ..Capacity::default()
         },

@@ -14,7 +14,7 @@ fn setup(hosts: usize) -> Monitor {
     let cfg = DomainConfig {
         period: Nanos::from_secs(60),
         capacity: Capacity {
-            iops: 100_000_000,
+            iops: Some(100_000_000),
             iops_stddev: 1_000_000,
             ..Capacity::default()
         },

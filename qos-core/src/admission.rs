@@ -243,7 +243,7 @@ mod tests {
     fn example2() -> (DomainConfig, Vec<(String, HostBudgets)>) {
         let d = DomainConfig {
             capacity: Capacity {
-                iops: 100,
+                iops: Some(100),
                 ..Capacity::default()
             },
             per_host_max: Rate::iops(50),
@@ -288,7 +288,7 @@ mod tests {
     fn aggregate_and_local_violations_are_all_listed_with_numbers() {
         let d = DomainConfig {
             capacity: Capacity {
-                iops: 1_570_000,
+                iops: Some(1_570_000),
                 ..Capacity::default()
             },
             per_host_max: Rate::iops(400_000),

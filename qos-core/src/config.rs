@@ -150,8 +150,14 @@ pub enum PriorityClass {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Capacity {
-    /// Profiled saturated throughput C_G in IOPS (Haechi's Omega_prof).
-    pub iops: u64,
+    /// Profiled saturated throughput C_G in IOPS (Haechi's Omega_prof), a starting
+    /// hint for the estimator. `None`: learned from the target (issue 26): the first
+    /// period with load runs without a budget for the excess, what it served is the
+    /// first estimate, and the start-up search takes it from there
+    /// ([`crate::estimator`]); reservations are then admitted without a domain-level
+    /// check until the estimate is known (`qos_stats_get` flags them when they do not
+    /// fit it). Needs the estimator.
+    pub iops: Option<u64>,
     /// Standard deviation of the profiled IOPS; the estimator never goes below
     /// `iops - 3 * iops_stddev`.
     pub iops_stddev: u64,
@@ -164,7 +170,7 @@ pub struct Capacity {
 impl Default for Capacity {
     fn default() -> Self {
         Capacity {
-            iops: 1_570_000,
+            iops: Some(1_570_000),
             iops_stddev: 0,
             mibps: None,
             mibps_stddev: 0,
@@ -226,6 +232,11 @@ pub struct EstimatorConfig {
     /// real target 31-34 % of the excess for a weight of 40 %, against 38 % without;
     /// docs/benchmarks.md). 30 (3 %) trades that for about four points of throughput.
     pub hold_milli: u64,
+    /// Start-up search (ours, BBR's start-up): from the first period until one does not
+    /// use its estimate, a used estimate doubles instead of growing by eta, and the first
+    /// doubling not used restarts the window at what the target served. A hint 5x too
+    /// low is then left in three periods instead of a hundred and sixty. Default on.
+    pub startup: bool,
 }
 
 impl Default for EstimatorConfig {
@@ -239,6 +250,7 @@ impl Default for EstimatorConfig {
             probe_backoff_max: 2,
             drop_threshold_milli: 50,
             hold_milli: 0,
+            startup: true,
         }
     }
 }
@@ -336,7 +348,7 @@ pub(crate) fn test_domain(
 ) -> DomainConfig {
     DomainConfig {
         capacity: Capacity {
-            iops,
+            iops: Some(iops),
             ..Capacity::default()
         },
         global_batch: BatchSize::Fixed {
@@ -538,6 +550,10 @@ pub enum ConfigError {
     )]
     ZeroCapacity(u64),
     #[error(
+        "a domain without a capacity learns it with the capacity estimator; turn the estimator on or give the target's capacity (IOPS)"
+    )]
+    NothingToLearnWith,
+    #[error(
         "capacity standard deviation {stddev} {unit} is larger than the capacity {capacity} {unit}"
     )]
     Stddev {
@@ -669,15 +685,17 @@ impl DomainConfig {
 
     fn validate_capacity(&self) -> Result<(), ConfigError> {
         let c = &self.capacity;
-        if c.iops == 0 {
-            return Err(ConfigError::ZeroCapacity(0));
-        }
-        if c.iops_stddev > c.iops {
-            return Err(ConfigError::Stddev {
-                stddev: c.iops_stddev,
-                capacity: c.iops,
-                unit: "IOPS",
-            });
+        match c.iops {
+            Some(0) => return Err(ConfigError::ZeroCapacity(0)),
+            Some(iops) if c.iops_stddev > iops => {
+                return Err(ConfigError::Stddev {
+                    stddev: c.iops_stddev,
+                    capacity: iops,
+                    unit: "IOPS",
+                });
+            }
+            None if !self.estimator.enabled => return Err(ConfigError::NothingToLearnWith),
+            _ => {}
         }
         if let Some(m) = c.mibps {
             if m == 0 {
@@ -774,10 +792,11 @@ impl DomainConfig {
         }
     }
 
-    /// Capacity per period, in cost units; `u64::MAX` bytes when bandwidth is unset.
+    /// Capacity per period, in cost units; `u64::MAX` operations when the capacity is
+    /// learned, and bytes when bandwidth is unset.
     pub fn capacity_per_period(&self) -> Amount {
         Amount::new(
-            self.per_period(self.capacity.iops),
+            self.capacity.iops.map_or(u64::MAX, |c| self.per_period(c)),
             self.capacity
                 .mibps
                 .map_or(u64::MAX, |m| self.per_period(m.saturating_mul(MIB))),
@@ -1031,7 +1050,7 @@ mod tests {
     fn domain() -> DomainConfig {
         DomainConfig {
             capacity: Capacity {
-                iops: 100_000,
+                iops: Some(100_000),
                 mibps: Some(1000),
                 ..Capacity::default()
             },
@@ -1051,7 +1070,7 @@ mod tests {
         let d = DomainConfig {
             period: Nanos::from_millis(10),
             capacity: Capacity {
-                iops: 50_000,
+                iops: Some(50_000),
                 ..Capacity::default()
             },
             ..DomainConfig::default()
@@ -1080,7 +1099,7 @@ mod tests {
         ));
         let d = DomainConfig {
             capacity: Capacity {
-                iops: 0,
+                iops: Some(0),
                 ..Capacity::default()
             },
             ..DomainConfig::default()

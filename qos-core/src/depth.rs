@@ -273,8 +273,7 @@ impl DepthCurve {
     pub fn operating_point(&self, now: Nanos, eta_milli: u64) -> Option<OperatingPoint> {
         let curve = self.curve(now);
         let max_rate = curve.last()?.rate;
-        let want = (max_rate as u128 * eta_milli.min(1000) as u128).div_ceil(1000) as u64;
-        let p = curve.iter().find(|p| p.rate >= want)?;
+        let p = point_at_efficiency(&curve, eta_milli)?;
         Some(OperatingPoint {
             in_flight_milli: p.in_flight_milli,
             rate: p.rate,
@@ -282,6 +281,39 @@ impl DepthCurve {
             latency: Nanos((p.in_flight_milli as u128 * 1_000_000 / p.rate.max(1) as u128) as u64),
         })
     }
+}
+
+/// The rate `curve` (as [`DepthCurve::curve`] reads it) gives with `q_milli` commands
+/// in flight: the most it does up to that depth (a quarter octave of slack, a bucket's
+/// width), `None` below its first point.
+pub fn rate_at(curve: &[CurvePoint], q_milli: u64) -> Option<u64> {
+    let upto = q_milli.saturating_mul(1189) / 1000;
+    curve
+        .iter()
+        .take_while(|p| p.in_flight_milli <= upto)
+        .map(|p| p.rate)
+        .max()
+}
+
+/// The operating point's depth on `curve` for efficiency `eta_milli`: the fewest
+/// commands in flight (thousandths) whose rate is at least η of the curve's most.
+pub fn operating_depth(curve: &[CurvePoint], eta_milli: u64) -> Option<u64> {
+    point_at_efficiency(curve, eta_milli).map(|p| p.in_flight_milli)
+}
+
+/// The first point of `curve` whose rate is at least `eta_milli` of its most.
+fn point_at_efficiency(curve: &[CurvePoint], eta_milli: u64) -> Option<&CurvePoint> {
+    let max_rate = curve.last()?.rate;
+    let want = (max_rate as u128 * eta_milli.min(1000) as u128).div_ceil(1000) as u64;
+    curve.iter().find(|p| p.rate >= want)
+}
+
+/// Whether a stretch that completed at `rate` with `q_milli` commands in flight on
+/// average lies on `curve` (within [`DRIFT_MILLI`] below it, or above it): `None` when
+/// the curve does not reach down to that depth.
+pub fn on_curve(curve: &[CurvePoint], q_milli: u64, rate: u64) -> Option<bool> {
+    let expected = rate_at(curve, q_milli)?;
+    Some(rate as u128 * 1000 >= expected as u128 * (1000 - DRIFT_MILLI) as u128)
 }
 
 #[cfg(test)]
@@ -318,6 +350,43 @@ mod tests {
             c.observe(now, dt, work, service);
         }
         now
+    }
+
+    #[test]
+    fn a_stretch_is_judged_against_the_curve_at_its_depth() {
+        let curve = [
+            CurvePoint {
+                in_flight_milli: 1000,
+                rate: 100,
+            },
+            CurvePoint {
+                in_flight_milli: 2000,
+                rate: 180,
+            },
+            CurvePoint {
+                in_flight_milli: 4000,
+                rate: 196,
+            },
+            CurvePoint {
+                in_flight_milli: 8000,
+                rate: 200,
+            },
+        ];
+        assert_eq!(rate_at(&curve, 500), None);
+        assert_eq!(rate_at(&curve, 1000), Some(100));
+        // A quarter octave of slack: 1.7 commands reads the point at 2.
+        assert_eq!(rate_at(&curve, 1700), Some(180));
+        assert_eq!(rate_at(&curve, 100_000), Some(200));
+        // Fewer commands in flight and the rate the curve gives there: on it.
+        assert_eq!(on_curve(&curve, 2000, 170), Some(true));
+        // The same depth and a tenth less and more: the target got slower.
+        assert_eq!(on_curve(&curve, 2000, 160), Some(false));
+        assert_eq!(on_curve(&curve, 16_000, 150), Some(false));
+        assert_eq!(on_curve(&curve, 100, 10), None);
+        // η 0.97 of 200 is 194: four commands; η 0.9: two.
+        assert_eq!(operating_depth(&curve, 970), Some(4000));
+        assert_eq!(operating_depth(&curve, 900), Some(2000));
+        assert_eq!(operating_depth(&[], 970), None);
     }
 
     #[test]

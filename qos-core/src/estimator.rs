@@ -75,6 +75,8 @@ pub struct CapacityEstimator {
     enabled: bool,
     floor: u64,
     eta: u64,
+    /// Eta in thousandths of the capacity.
+    increment_milli: u64,
     tolerance_milli: u64,
     window: VecDeque<u64>,
     window_len: usize,
@@ -106,6 +108,10 @@ pub struct CapacityEstimator {
     hold_milli: u64,
     /// The estimate before the current probe.
     before_probe: u64,
+    /// Searching from the start: used estimates double (see [`EstimatorConfig::startup`]).
+    startup: bool,
+    /// No profile and no period with work yet: the estimate is unbounded.
+    learning: bool,
 }
 
 /// Largest multiple of eta one probe adds with [`CapacityEstimator::with_fast_probes`].
@@ -118,6 +124,16 @@ pub enum Evidence {
     /// Nothing: a period below the floor may be one of low demand.
     #[default]
     None,
+    /// A host that kept commands coming missed its reservation, but the target served
+    /// what its depth curve says it does with the commands it had in flight: the
+    /// shortfall is one of depth (the pool closed for a lagging host, or queue depths),
+    /// not of capacity. The estimate is kept (a probe goes back), never dropped.
+    DepthBound,
+    /// The target had at least the operating point's commands in flight all period on
+    /// average (its depth curve is flat there: it did η of the most it can): what it
+    /// served measures its capacity whatever the floor (averaged in). An estimate far
+    /// above the target, from a hint too high, comes down this way.
+    AtOperatingPoint,
     /// The hosts claimed every slice of the unreserved capacity they were offered all
     /// period long (weighted sharing): demand exceeded what the target served, so the
     /// period measures capacity even below the floor (averaged in the window).
@@ -143,6 +159,11 @@ pub enum EstimateStep {
     Held,
     /// Below the floor: ignored.
     Ignored,
+    /// Reservations missed for lack of depth, not of capacity: kept.
+    Kept,
+    /// The start-up search's first doubling not used: the window restarted at what the
+    /// target served.
+    Found,
     /// Estimation is off.
     Fixed,
 }
@@ -154,6 +175,7 @@ impl CapacityEstimator {
             enabled: cfg.enabled,
             floor: profiled.saturating_sub(stddev.saturating_mul(3)),
             eta: mul_div(profiled, cfg.increment_milli, 1000).max(1),
+            increment_milli: cfg.increment_milli,
             tolerance_milli: cfg.saturation_tolerance_milli,
             window: VecDeque::with_capacity(cfg.history),
             window_len: cfg.history.max(1),
@@ -170,7 +192,26 @@ impl CapacityEstimator {
             climbing: false,
             hold_milli: cfg.hold_milli,
             before_probe: profiled,
+            startup: cfg.enabled && cfg.startup,
+            learning: false,
         }
+    }
+
+    /// An estimator with no profile (the capacity is learned): `unbounded` until the
+    /// first period with work, whose work becomes the estimate (and its floor: with no
+    /// profile there is no standard deviation either); the start-up search goes on
+    /// from there.
+    pub fn learning(cfg: &EstimatorConfig, unbounded: u64) -> Self {
+        CapacityEstimator {
+            learning: true,
+            startup: cfg.enabled,
+            ..Self::new(cfg, unbounded, 0)
+        }
+    }
+
+    /// Whether no period with work has been seen yet (see [`CapacityEstimator::learning`]).
+    pub fn is_learning(&self) -> bool {
+        self.learning
     }
 
     /// The estimate Omega_t for the coming period.
@@ -213,8 +254,14 @@ impl CapacityEstimator {
         if !self.enabled {
             return EstimateStep::Fixed;
         }
+        if self.learning {
+            return self.first_measurement(used);
+        }
         let tolerance = mul_div(self.current, self.tolerance_milli, 1000);
         let saturated = used.saturating_add(tolerance) >= self.current;
+        if evidence == Evidence::DepthBound {
+            return self.keep(used, reservation_missed);
+        }
         let drop = mul_div(self.current, self.drop_threshold_milli, 1000);
         if evidence == Evidence::ReservationsStarved
             && self.drop_threshold_milli > 0
@@ -237,6 +284,9 @@ impl CapacityEstimator {
                 && used.saturating_add(mul_div(level, hold_milli, 1000)) >= level
         };
         if std::mem::take(&mut self.probing) {
+            if self.startup && !saturated {
+                return self.found(used, reservation_missed);
+            }
             if !saturated && held(self.before_probe) {
                 // The probe was not used, but the period came within the hold band of
                 // the estimate before it: back to that estimate.
@@ -261,18 +311,70 @@ impl CapacityEstimator {
             // takes the estimate back to them, far below what the target just served.
             self.remember(used);
             self.before_probe = self.current;
-            self.current = self
-                .current
-                .saturating_add(self.eta.saturating_mul(self.probe_step));
+            self.current = if self.startup {
+                self.current.saturating_mul(2)
+            } else {
+                self.current
+                    .saturating_add(self.eta.saturating_mul(self.probe_step))
+            };
             self.probing = true;
             EstimateStep::Raised
         } else {
-            self.average(used)
+            let step = self.average(used);
+            // A measurement ends the search; an idle period (ignored) says nothing.
+            if step != EstimateStep::Ignored {
+                self.startup = false;
+            }
+            step
         }
+    }
+
+    /// A period short of its reservations for lack of depth: the estimate stays (a
+    /// probe goes back to the estimate before it, and counts as failed).
+    fn keep(&mut self, used: u64, reservation_missed: bool) -> EstimateStep {
+        if std::mem::take(&mut self.probing) {
+            if self.startup {
+                return self.found(used, reservation_missed);
+            }
+            self.current = self.before_probe;
+            self.after_probe(false, reservation_missed);
+        }
+        EstimateStep::Kept
+    }
+
+    /// Learning: the first period with work, served with no budget for the excess, is
+    /// the first estimate (the target did that with the hosts' own queue depths).
+    fn first_measurement(&mut self, used: u64) -> EstimateStep {
+        if used == 0 {
+            return EstimateStep::Ignored;
+        }
+        self.learning = false;
+        self.before_probe = used;
+        self.floor = used;
+        self.eta = mul_div(used, self.increment_milli, 1000).max(1);
+        self.window.clear();
+        self.window.push_back(used);
+        self.current = used;
+        EstimateStep::Found
+    }
+
+    /// The start-up search's doubling was not used: it ends, at what the target served
+    /// (at least the estimate before the doubling, which it used).
+    fn found(&mut self, used: u64, reservation_missed: bool) -> EstimateStep {
+        self.startup = false;
+        self.after_probe(false, reservation_missed);
+        let at = used.max(self.before_probe);
+        // Eta is a fraction of the capacity; the hint it was taken from was off.
+        self.eta = mul_div(at, self.increment_milli, 1000).max(1);
+        self.window.clear();
+        self.window.push_back(at);
+        self.current = at;
+        EstimateStep::Found
     }
 
     /// A sudden drop: the window restarts at what the target served.
     fn drop_to(&mut self, served: u64) -> EstimateStep {
+        self.startup = false;
         self.window.clear();
         self.window.push_back(served);
         self.current = served;
@@ -378,8 +480,10 @@ impl UnderuseCounter {
 mod tests {
     use super::*;
 
+    /// Algorithm 1's steps from the first period (no start-up search).
     fn cfg() -> EstimatorConfig {
         EstimatorConfig {
+            startup: false,
             history: 3,
             increment_milli: 10,
             saturation_tolerance_milli: 0,
@@ -393,6 +497,138 @@ mod tests {
             hold_milli: 30,
             ..cfg()
         }
+    }
+
+    /// A target that serves `capacity` a period, demand always above it, a start-up
+    /// search from `hint`: the estimates of the first `n` periods.
+    fn search(hint: u64, capacity: u64, n: usize) -> Vec<(EstimateStep, u64)> {
+        let c = EstimatorConfig {
+            startup: true,
+            ..cfg()
+        };
+        let mut e = CapacityEstimator::new(&c, hint, hint / 20);
+        (0..n)
+            .map(|_| {
+                let used = e.current().min(capacity);
+                let step = e.observe(used, false, Evidence::None);
+                (step, e.current())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_start_up_search_doubles_until_a_doubling_is_not_used() {
+        use EstimateStep::*;
+        // A hint 5x too low: 200 -> 400 -> 800 -> 1600 (not used) -> what was served.
+        assert_eq!(
+            search(200, 1000, 5),
+            [
+                (Raised, 400),
+                (Raised, 800),
+                (Raised, 1600),
+                (Found, 1000),
+                (Raised, 1010)
+            ]
+        );
+        // A good hint: one doubling, back at the capacity in the second period.
+        assert_eq!(search(950, 1000, 2), [(Raised, 1900), (Found, 1000)]);
+        // A hint too high: the first period is not saturated, the search ends, and the
+        // estimate is averaged as Algorithm 1 does from then on (above the floor).
+        assert_eq!(search(1050, 1000, 2), [(Averaged, 1000), (Raised, 1010)]);
+    }
+
+    #[test]
+    fn without_a_profile_the_first_period_with_work_is_the_estimate() {
+        let c = EstimatorConfig {
+            startup: true,
+            ..cfg()
+        };
+        let mut e = CapacityEstimator::learning(&c, u64::MAX);
+        assert!(e.is_learning());
+        assert_eq!(e.current(), u64::MAX);
+        assert_eq!(e.observe(0, false, Evidence::None), EstimateStep::Ignored);
+        assert!(e.is_learning());
+        // The load started late in the period: 300 of a target that does 1000.
+        assert_eq!(e.observe(300, false, Evidence::None), EstimateStep::Found);
+        assert!(!e.is_learning());
+        assert_eq!((e.current(), e.floor()), (300, 300));
+        let mut steps = Vec::new();
+        for _ in 0..4 {
+            let used = e.current().min(1000);
+            steps.push((e.observe(used, false, Evidence::None), e.current()));
+        }
+        use EstimateStep::*;
+        assert_eq!(
+            steps,
+            [(Raised, 600), (Raised, 1200), (Found, 1000), (Raised, 1010)]
+        );
+    }
+
+    #[test]
+    fn a_period_at_the_operating_point_measures_capacity_below_the_floor() {
+        // A hint twice the target: every period below the floor.
+        let mut e = CapacityEstimator::new(&cfg(), 2000, 0);
+        assert_eq!(
+            e.observe(1000, false, Evidence::None),
+            EstimateStep::Ignored
+        );
+        assert_eq!(
+            e.observe(1000, false, Evidence::AtOperatingPoint),
+            EstimateStep::Averaged
+        );
+        assert_eq!(e.current(), 1000);
+    }
+
+    #[test]
+    fn idle_periods_do_not_end_the_search() {
+        let c = EstimatorConfig {
+            startup: true,
+            ..cfg()
+        };
+        let mut e = CapacityEstimator::new(&c, 1000, 50);
+        assert_eq!(e.observe(0, false, Evidence::None), EstimateStep::Ignored);
+        assert_eq!(e.observe(1000, false, Evidence::None), EstimateStep::Raised);
+        assert_eq!(e.current(), 2000);
+    }
+
+    #[test]
+    fn a_search_ends_for_good_when_it_is_not_used() {
+        let c = EstimatorConfig {
+            startup: true,
+            ..cfg()
+        };
+        let mut e = CapacityEstimator::new(&c, 1000, 50);
+        assert_eq!(
+            e.observe(900, false, Evidence::None),
+            EstimateStep::Averaged
+        );
+        // Saturated afterwards: eta, not a doubling.
+        assert_eq!(e.observe(900, false, Evidence::None), EstimateStep::Raised);
+        assert_eq!(e.current(), 910);
+    }
+
+    #[test]
+    fn a_shortfall_of_depth_keeps_the_estimate_and_a_probe_goes_back() {
+        let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
+        // Far below the estimate with reservations missed: a drop if it were capacity.
+        assert_eq!(
+            e.observe(600, true, Evidence::DepthBound),
+            EstimateStep::Kept
+        );
+        assert_eq!(e.current(), 1000);
+        assert_eq!(e.observe(1000, false, Evidence::None), EstimateStep::Raised);
+        assert_eq!(e.current(), 1010);
+        assert_eq!(
+            e.observe(900, true, Evidence::DepthBound),
+            EstimateStep::Kept
+        );
+        assert_eq!(e.current(), 1000, "the probe went back");
+        // The same shortfall as capacity evidence drops.
+        assert_eq!(
+            e.observe(600, true, Evidence::ReservationsStarved),
+            EstimateStep::Dropped
+        );
+        assert_eq!(e.current(), 600);
     }
 
     #[test]

@@ -38,7 +38,7 @@ use crate::config::{
     DomainConfig, GroupConfig, HostConfig, ReservationRelease, TokenMode, UNLIMITED,
 };
 use crate::cost::{Amount, RES, Resource};
-use crate::depth::DepthCurve;
+use crate::depth::{CurvePoint, DepthCurve};
 use crate::estimator::{CapacityEstimator, EstimateStep, Evidence};
 use crate::ledger::{ChannelParams, ChannelTokens, DomainShared, HostShared, clamp_pool};
 use crate::sync::{Arc, Ordering, POOL_MAX};
@@ -100,6 +100,9 @@ pub struct Monitor {
     /// The target's depth curve (operations, cost units) and when it last had a sample.
     depth: DepthCurve,
     depth_at: Nanos,
+    /// The curve as it was when the current period started: what the period's served
+    /// work is judged against (by its end the curve has learned the period itself).
+    period_curve: Vec<CurvePoint>,
 }
 
 impl Monitor {
@@ -137,6 +140,7 @@ impl Monitor {
             records: Records::new(),
             depth: DepthCurve::new(DEPTH_HORIZON),
             depth_at: now,
+            period_curve: Vec::new(),
             cfg,
         };
         m.start_period(now);
@@ -403,16 +407,22 @@ impl Monitor {
         // some backlogged host lagged behind its schedule: the target served less than
         // it was asked, so what it served is its capacity now. Else what the policy saw
         // of demand; nothing when a host started or stopped in the period.
+        let depth = self.period_depth(start, used.ops, t.service_ns);
         let evidence: [Evidence; 2] = std::array::from_fn(|r| {
+            let by_policy = || self.policy.demand_evidence(r);
             if partial {
                 Evidence::None
+            } else if starved[r] && r == 0 && depth == PeriodDepth::OnCurve {
+                Evidence::DepthBound
             } else if starved[r] {
                 Evidence::ReservationsStarved
+            } else if r == 0 && by_policy() == Evidence::None && depth.at_operating_point() {
+                Evidence::AtOperatingPoint
             } else {
-                self.policy.demand_evidence(r)
+                by_policy()
             }
         });
-        let dropped = self.estimate(used, t.offered_unused, t.missed, evidence);
+        let dropped = self.estimate(used, t.offered_unused, t.missed, evidence, partial);
         // A host that lagged in vain is served what it can reach for a while (see
         // `host::Reach`), unless it met its reservation in the period before and the
         // estimate just dropped: then the target's drop, not its queue depth, made it
@@ -441,16 +451,39 @@ impl Monitor {
         }
     }
 
+    /// Where the period ending at `end`, which completed `work` (operations, cost
+    /// units) with `service_ns` spent at the base, lies on the depth curve as it was
+    /// when the period started (see [`PeriodDepth`]).
+    fn period_depth(&self, end: Nanos, work: u64, service_ns: u64) -> PeriodDepth {
+        let len = end.saturating_sub(self.period_start).0.max(1) as u128;
+        let q_milli = (service_ns as u128 * 1000 / len) as u64;
+        let rate = (work as u128 * 1_000_000_000 / len) as u64;
+        match crate::depth::on_curve(&self.period_curve, q_milli, rate) {
+            None => PeriodDepth::Unknown,
+            Some(false) => PeriodDepth::BelowCurve,
+            Some(true) => {
+                let q_star =
+                    crate::depth::operating_depth(&self.period_curve, self.cfg.efficiency_milli);
+                if q_star.is_some_and(|q| q_milli >= q) {
+                    PeriodDepth::AtOperatingPoint
+                } else {
+                    PeriodDepth::OnCurve
+                }
+            }
+        }
+    }
+
     /// Feeds the ended period to the capacity estimators: `used` was completed,
     /// `offered_unused` handed out and left, `missed` per resource some active host
-    /// missed its reservation, and `evidence` what the period showed. Returns whether
-    /// an estimate dropped.
+    /// missed its reservation, `evidence` what the period showed, and `partial` whether
+    /// a host started or stopped in it. Returns whether an estimate dropped.
     fn estimate(
         &mut self,
         used: Amount,
         offered_unused: Amount,
         missed: [bool; 2],
         evidence: [Evidence; 2],
+        partial: bool,
     ) -> bool {
         let budget = self.budget;
         let mut dropped = false;
@@ -463,7 +496,13 @@ impl Monitor {
                 .get(r)
                 .saturating_add(offered_unused.get(r))
                 .min(budget.get(r));
-            let step = self.estimators[i].observe_served(offered, used.get(r), missed[i], evidence);
+            // A capacity still to be learned is not learned from a period in which a
+            // host started or stopped: the load was not there all period.
+            let step = if partial && self.estimators[i].is_learning() {
+                EstimateStep::Ignored
+            } else {
+                self.estimators[i].observe_served(offered, used.get(r), missed[i], evidence)
+            };
             dropped |= step == EstimateStep::Dropped;
             let reserved = self
                 .members
@@ -494,6 +533,7 @@ impl Monitor {
     fn start_period(&mut self, start: Nanos) {
         self.epoch += 1;
         self.period_start = start;
+        self.period_curve = self.depth.curve(start);
         let tag = self.tag();
         let cap = self.cfg.capacity_per_period();
         let bytes_metered = cap.bytes != u64::MAX;
@@ -673,16 +713,45 @@ impl Monitor {
     }
 }
 
+/// Where a period lies on the depth curve learned before it: what its shortfall, if
+/// any, says about the target's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PeriodDepth {
+    /// The curve does not reach down to the period's depth: nothing.
+    Unknown,
+    /// It served less than the curve says the target does at its depth: the target got
+    /// slower (a busy CPU, a slower base).
+    BelowCurve,
+    /// On the curve, below the operating point's depth: what it served was bounded by
+    /// the commands in flight (a reservation it missed was missed for lack of depth:
+    /// the pool closed for a lagging host keeps commands from the base, and the target
+    /// runs slower with fewer), not by the target.
+    OnCurve,
+    /// On the curve at or beyond the operating point's depth: the target was
+    /// saturated, what it served is its capacity.
+    AtOperatingPoint,
+}
+
+impl PeriodDepth {
+    fn at_operating_point(self) -> bool {
+        self == PeriodDepth::AtOperatingPoint
+    }
+}
+
 /// The estimators of a domain, as its sharing policy wants them (weighted sharing's
 /// doubling probes); both keep Haechi's Algorithm 1 with the probe back-off, the
 /// "reservations starved" evidence and the sudden-drop rule.
 fn make_estimators(cfg: &DomainConfig, policy: &dyn SharingPolicy) -> [CapacityEstimator; 2] {
     let cap = cfg.capacity_per_period();
-    let ops = CapacityEstimator::new(
-        &cfg.estimator,
-        cap.ops,
-        cfg.per_period(cfg.capacity.iops_stddev),
-    );
+    let ops = if cfg.capacity.iops.is_some() {
+        CapacityEstimator::new(
+            &cfg.estimator,
+            cap.ops,
+            cfg.per_period(cfg.capacity.iops_stddev),
+        )
+    } else {
+        CapacityEstimator::learning(&cfg.estimator, POOL_MAX)
+    };
     let bytes = CapacityEstimator::new(
         &crate::config::EstimatorConfig {
             enabled: cfg.estimator.enabled && cfg.capacity.mibps.is_some(),

@@ -14,7 +14,7 @@ fn domain(capacity: u64, mode: TokenMode) -> DomainConfig {
         period: Nanos::from_millis(100),
         check_interval: Nanos::from_millis(1),
         capacity: Capacity {
-            iops: capacity,
+            iops: Some(capacity),
             ..Capacity::default()
         },
         mode,

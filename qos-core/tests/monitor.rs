@@ -17,7 +17,7 @@ fn at_ms(ms: u64) -> Nanos {
 fn domain(iops: u64) -> DomainConfig {
     DomainConfig {
         capacity: Capacity {
-            iops,
+            iops: Some(iops),
             ..Capacity::default()
         },
         global_batch: BatchSize::Fixed {
@@ -312,12 +312,46 @@ fn soft_reservations_are_granted_by_priority() {
     assert_eq!(m.shared().global_available().ops, 800);
 }
 
+/// Domain `d` with the estimator `estimator` and one host `nqn.e`, whose global tokens
+/// come ten at a time.
+fn estimating(
+    mut d: DomainConfig,
+    estimator: EstimatorConfig,
+) -> (Monitor, qos_core::ChannelTokens) {
+    d.estimator = estimator;
+    d.global_batch = BatchSize::Fixed {
+        ops: 10,
+        bytes: 1 << 40,
+    };
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(HostConfig::new("nqn.e"), T0).unwrap();
+    let ch = m.channel("nqn.e").unwrap();
+    (m, ch)
+}
+
+/// Period `p` (1 s periods from T0): `ch` completes what it is admitted, at most `ops`;
+/// then the monitor ticks at its end.
+fn serve_period(m: &mut Monitor, ch: &mut qos_core::ChannelTokens, p: u64, ops: u64) {
+    let mut n = 0;
+    while n < ops
+        && ch
+            .try_admit(IoKind::Read, 4096, at_ms(1000 * (p - 1)))
+            .is_admitted()
+    {
+        ch.record_completion(IoKind::Read, 4096);
+        n += 1;
+    }
+    ch.flush();
+    m.tick(at_ms(1000 * p));
+}
+
 #[test]
 fn estimator_raises_capacity_after_a_saturated_period() {
     let mut d = domain(1000);
     d.estimator = EstimatorConfig {
         enabled: true,
         increment_milli: 100,
+        startup: false,
         ..Default::default()
     };
     d.global_batch = BatchSize::Fixed {
@@ -338,32 +372,46 @@ fn estimator_raises_capacity_after_a_saturated_period() {
 }
 
 #[test]
+fn the_start_up_search_doubles_a_used_estimate_then_restarts_at_what_was_served() {
+    use qos_core::estimator::EstimateStep;
+    let estimator = EstimatorConfig {
+        enabled: true,
+        ..Default::default()
+    };
+    let (mut m, mut ch) = estimating(domain(1000), estimator);
+    // The target serves 3000 a period; the hint says 1000.
+    for p in 1u64..=4 {
+        serve_period(&mut m, &mut ch, p, 3000);
+    }
+    let steps: Vec<_> = m.estimator_log().map(|e| (e.step, e.next)).collect();
+    assert_eq!(
+        steps,
+        [
+            (EstimateStep::Raised, 2000),
+            (EstimateStep::Raised, 4000),
+            (EstimateStep::Found, 3000),
+            // Eta is now 1 % of what was found.
+            (EstimateStep::Raised, 3030),
+        ]
+    );
+}
+
+#[test]
 fn the_estimator_log_says_why_the_estimate_moved() {
     use qos_core::estimator::{EstimateStep, Evidence};
     let mut d = domain(1000);
     d.capacity.iops_stddev = 100; // floor 700
-    d.estimator = EstimatorConfig {
+    let estimator = EstimatorConfig {
         enabled: true,
         increment_milli: 100,
+        startup: false,
         ..Default::default()
     };
-    let mut m = Monitor::new(d, T0).unwrap();
-    m.add_host(HostConfig::new("nqn.e"), T0).unwrap();
-    let mut ch = m.channel("nqn.e").unwrap();
+    let (mut m, mut ch) = estimating(d, estimator);
     // Period 1 uses every token (a probe follows), period 2 less (above the floor:
     // averaged).
     for (p, ops) in [(1u64, u64::MAX), (2, 900)] {
-        let mut n = 0;
-        while n < ops
-            && ch
-                .try_admit(IoKind::Read, 4096, at_ms(1000 * (p - 1)))
-                .is_admitted()
-        {
-            ch.record_completion(IoKind::Read, 4096);
-            n += 1;
-        }
-        ch.flush();
-        m.tick(at_ms(1000 * p));
+        serve_period(&mut m, &mut ch, p, ops);
     }
     let log: Vec<_> = m.estimator_log().copied().collect();
     assert_eq!(log.len(), 2);
@@ -892,7 +940,7 @@ fn a_limit_beyond_what_a_pool_holds_still_admits() {
     let cfg = DomainConfig {
         period: Nanos::from_secs(60),
         capacity: Capacity {
-            iops: 1 << 40,
+            iops: Some(1 << 40),
             mibps: Some(1 << 26),
             ..Capacity::default()
         },

@@ -603,7 +603,7 @@ impl Scenario {
             period: q.period,
             check_interval: q.check_interval,
             capacity: qos_core::Capacity {
-                iops: (q.profiled_iops / scale).max(1),
+                iops: Some((q.profiled_iops / scale).max(1)),
                 iops_stddev: q.profiled_stddev_iops / scale,
                 mibps: None,
                 mibps_stddev: 0,

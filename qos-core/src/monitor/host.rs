@@ -294,6 +294,9 @@ pub(crate) struct PeriodTotals {
     pub(crate) offered_unused: Amount,
     /// As [`IntervalTotals::depth`].
     pub(crate) depth: (u64, u64),
+    /// Time the period's completed commands spent at the base, summed (Little's law:
+    /// over the period's length, the mean number in flight).
+    pub(crate) service_ns: u64,
 }
 
 /// What the end of a period needs to judge a host.
@@ -326,6 +329,9 @@ impl HostEntry {
         t.depth = (t.depth.0.saturating_add(w), t.depth.1.saturating_add(s));
         let last = &self.outcomes.at_start;
         let completed = now_c.completed.saturating_sub(last.completed);
+        t.service_ns = t
+            .service_ns
+            .saturating_add(now_c.service_ns.wrapping_sub(last.service_ns));
         let backlogged = now_c.held_events > last.held_events;
         let hard = self.budgets.reservation_total();
         if v.count_offered {

@@ -180,6 +180,13 @@ pub struct DomainStats {
     pub elapsed_ns: u64,
     /// Capacity estimate for this period (tokens per period).
     pub budget: Amount,
+    /// No capacity was given and no period with load has been seen yet: the budget is
+    /// unbounded (see [`crate::config::Capacity::iops`]).
+    pub capacity_learning: bool,
+    /// The hard reservations admitted, hosts' and groups' (per period): above `budget`
+    /// they do not fit the target as estimated (admission checked them against the
+    /// capacity given, or not at all while the capacity was being learned).
+    pub reserved: Amount,
     pub global_available: Amount,
     pub sharing: ExcessSharing,
     /// The operating point's efficiency η (thousandths) and where it lies on the depth
@@ -370,6 +377,13 @@ impl Monitor {
             period_ns: self.cfg.period.0,
             elapsed_ns: elapsed.0,
             budget: self.budget,
+            capacity_learning: self.estimators[0].is_learning(),
+            reserved: m
+                .hosts
+                .iter()
+                .map(|h| h.budgets.reservation_total())
+                .chain(m.groups.iter().map(|g| g.surplus))
+                .fold(Amount::ZERO, Amount::saturating_add),
             global_available: self.shared.global_available(),
             sharing: self.cfg.sharing,
             efficiency_milli: self.cfg.efficiency_milli,

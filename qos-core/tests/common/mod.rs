@@ -72,7 +72,11 @@ impl Sim {
         for g in groups {
             monitor.add_group(g, now).expect("admissible group");
         }
-        let per_host_max = cfg.per_host_max.iops.unwrap_or(cfg.capacity.iops);
+        let per_host_max = cfg
+            .per_host_max
+            .iops
+            .or(cfg.capacity.iops)
+            .unwrap_or(u64::MAX);
         let mut sim_hosts = Vec::new();
         for (h, demand) in hosts {
             let nqn = h.host_nqn.clone();
@@ -113,7 +117,7 @@ impl Sim {
     pub fn run_periods(&mut self, periods: usize) {
         let period = self.monitor.config().period;
         let steps_per_period = period.0 / self.step.0;
-        let cap = self.monitor.config().capacity.iops;
+        let cap = self.monitor.config().capacity.iops.unwrap_or(u64::MAX);
         let mut k = 0u64;
         let mut ended = 0;
         while ended < periods {
