@@ -150,6 +150,11 @@ def _group_name(text):
     return text
 
 
+def _group_name_or_none(text):
+    """A group name, or '' for none (qos_host_update: the host leaves its group)."""
+    return text if text == '' else _group_name(text)
+
+
 def _uuid(text):
     try:
         uuid.UUID(text)
@@ -243,9 +248,12 @@ _DOMAIN_RULES = [
           lambda us, ms: "--release-burst-us %d is above --period-ms %d (%d us)" % (us, ms, ms * 1000)),
 ]
 
-# (param, type, help, default); all optional unless added with required=True below.
+# (param, type, help, default); all optional.
 _DOMAIN_OPTIONS = [
-    ('capacity_iops', _positive, "profiled saturated IOPS of the target (C_G)", None),
+    ('capacity_iops', _positive,
+     "the target's saturated IOPS (C_G) as a starting hint for the capacity estimator; without it "
+     "the first period with load runs without a budget and the estimate is learned from there",
+     ': learned from the target'),
     ('capacity_iops_stddev', _count,
      "standard deviation of the IOPS profile; the estimator stays above capacity - 3 * stddev", '0'),
     ('capacity_mibps', _positive, "profiled bandwidth in MiB/s; needed for MiB/s reservations", ': none'),
@@ -293,8 +301,7 @@ def _add_domain_options(p, create):
     p.add_argument('-n', '--name', required=True, type=_name,
                    help='domain name' + (', unique' if create else ''))
     for dest, kind, text, default in _DOMAIN_OPTIONS:
-        required = create and dest == 'capacity_iops'
-        p.add_argument(_flag(dest), type=kind, required=required, action=_Checked,
+        p.add_argument(_flag(dest), type=kind, action=_Checked,
                        rules=_DOMAIN_RULES, metavar='N', help=_help(text, default, update))
     p.add_argument('--estimator', action=argparse.BooleanOptionalAction, default=None,
                    help=_help('adaptive capacity estimation, Haechi Algorithm 1', 'on', update))
@@ -361,8 +368,49 @@ def _rate_help(dest):
     return "limit in %s, %s" % (unit, direction)
 
 
+def _host_rules(update):
+    """A reservation is at most the limit and the soft guarantee between them; on update
+    a rate of 0 clears it, so a 0 on either side is no conflict."""
+    if not update:
+        return _HOST_RULES
+    exclusive = _HOST_RULES[:len(_TOGETHER) * len(_APART)]
+
+    def clears(r):
+        return _Rule(r.a, r.b, lambda x, y: x == 0 or y == 0 or r.ok(x, y), r.message)
+    return exclusive + [clears(r) for r in _HOST_RULES[len(exclusive):]]
+
+
+def _add_host_options(p, update):
+    p.add_argument('-d', '--domain', required=True, type=_name, help='QoS domain')
+    p.add_argument('-q', '--host-nqn', required=True, type=_nqn, help='the host NQN')
+    rules = _host_rules(update)
+    rate = _rate_or_clear if update else _rate
+
+    def rate_help(dest):
+        return _help(_rate_help(dest), update=update, extra='; 0 clears it') if update else _rate_help(dest)
+    for dest in _TOGETHER + _APART + _MAX:
+        p.add_argument(_flag(dest), type=rate, action=_Checked, rules=rules, metavar='N', help=rate_help(dest))
+    p.add_argument('-w', '--weight', type=_int_range(1, 1000), metavar='N',
+                   help=_help('share of unreserved capacity, 1 ..= 1000', '1', update))
+    p.add_argument('-p', '--priority', choices=['low', 'medium', 'high', 'urgent'],
+                   help=_help('order of soft grants', 'medium', update))
+    for dest in _SOFT:
+        p.add_argument(_flag(dest), type=rate, action=_Checked, rules=rules, metavar='N', help=rate_help(dest))
+    if update:
+        p.add_argument('--group', type=_group_name_or_none, metavar='NAME',
+                       help=_help("the host's tenant group (qos_group_create)", update=True,
+                                  extra="; '' makes it a lone host"))
+    else:
+        p.add_argument('--group', type=_group_name, metavar='NAME',
+                       help="the host's tenant group (qos_group_create); left out: a lone host")
+
+
 def qos_host_set(args):
     _print_result(args.client.call('qos_host_set', _params(args, _HOST_PARAMS)))
+
+
+def qos_host_update(args):
+    _print_result(args.client.call('qos_host_update', _params(args, _HOST_PARAMS)))
 
 
 def qos_host_remove(args):
@@ -657,6 +705,17 @@ def _ms(ns):
     return '-' if ns is None else '%g ms' % (ns / 1e6)
 
 
+def _capacity_estimate(d):
+    """The capacity estimate as the table shows it: `learning` before the target has had a
+    period with load (no capacity given), and a warning when the reservations exceed it."""
+    if d.get('capacity_learning'):
+        return 'learning (no capacity given)'
+    text = _fmt_amount(d.get('capacity_estimate'))
+    est, res = (d.get('capacity_estimate') or {}).get('ops'), (d.get('reserved') or {}).get('ops')
+    if est is not None and res is not None and res > est:
+        text += ' (reservations %s exceed it)' % _fmt_amount(d.get('reserved'))
+    return text
+
 def _print_stats_table(domains):
     if isinstance(domains, dict):
         domains = [domains]
@@ -666,7 +725,7 @@ def _print_stats_table(domains):
             print()
         print("domain %s: epoch %s, period %s (%s elapsed), capacity estimate %s per period, global available %s"
               % (d.get('name', '-'), d.get('epoch', '-'), _ms(d.get('period_ns')), _ms(d.get('elapsed_ns')),
-                 _fmt_amount(d.get('capacity_estimate')), _fmt_amount(d.get('global_available'))))
+                 _capacity_estimate(d), _fmt_amount(d.get('global_available'))))
         rows = [header] + [(h.get('host_nqn', '-'), _fmt_rates(h.get('min')), _fmt_rates(h.get('max')),
                             _fmt_amount(h.get('completed_this_period')),
                             _fmt_met(h.get('reservation_met_fraction')),
@@ -810,21 +869,14 @@ def spdk_rpc_plugin_initialize(subparsers):
     p.add_argument('-n', '--name', type=_name, help='only this domain (optional)')
 
     p = command('qos_host_set', qos_host_set,
-                "Create or replace a host's QoS settings in a domain; takes effect at once")
-    p.add_argument('-d', '--domain', required=True, type=_name, help='QoS domain')
-    p.add_argument('-q', '--host-nqn', required=True, type=_nqn, help='the host NQN')
-    for dest in _TOGETHER + _APART + _MAX:
-        p.add_argument(_flag(dest), type=_rate, action=_Checked, rules=_HOST_RULES, metavar='N',
-                       help=_rate_help(dest))
-    p.add_argument('-w', '--weight', type=_int_range(1, 1000), metavar='N',
-                   help=_help('share of unreserved capacity, 1 ..= 1000', '1'))
-    p.add_argument('-p', '--priority', choices=['low', 'medium', 'high', 'urgent'],
-                   help=_help('order of soft grants', 'medium'))
-    for dest in _SOFT:
-        p.add_argument(_flag(dest), type=_rate, action=_Checked, rules=_HOST_RULES, metavar='N',
-                       help=_rate_help(dest))
-    p.add_argument('--group', type=_group_name, metavar='NAME',
-                   help="the host's tenant group (qos_group_create); left out: a lone host")
+                "Create or replace a host's QoS settings in a domain; takes effect at once. Every "
+                "setting is replaced: options left out are removed (qos_host_update changes some)")
+    _add_host_options(p, update=False)
+
+    p = command('qos_host_update', qos_host_update,
+                "Change some of a configured host's QoS settings; options left out keep their value, "
+                "a rate of 0 clears it")
+    _add_host_options(p, update=True)
 
     p = command('qos_host_remove', qos_host_remove,
                 "Remove a host's QoS settings; its QoS bdevs carry on best-effort")

@@ -12,6 +12,8 @@ CASES = [
     # Domains
     (['qos_domain_create', '-n', 'dom0', '--capacity-iops', '400000'],
      'qos_domain_create', {'name': 'dom0', 'capacity_iops': 400000}),
+    # No capacity: learned from the target.
+    (['qos_domain_create', '-n', 'dom0'], 'qos_domain_create', {'name': 'dom0'}),
     (['qos_domain_create', '--name', 'dom0', '--capacity-iops', '400000',
       '--capacity-iops-stddev', '8000', '--capacity-mibps', '3000', '--capacity-mibps-stddev', '60',
       '--per-host-max-iops', '200000', '--per-host-max-mibps', '1500', '--period-ms', '500',
@@ -101,6 +103,23 @@ CASES = [
      'qos_host_set', {'domain': 'dom0', 'host_nqn': HOST, 'min_iops': 20000, 'weight': 3, 'group': 'tenant-a'}),
     (['qos_host_set', '-d', 'dom0', '-q', HOST, '--group', 'Ten.ant_1:a'],
      'qos_host_set', {'domain': 'dom0', 'host_nqn': HOST, 'group': 'Ten.ant_1:a'}),
+    # qos_host_update: only what is given; 0 clears a rate, '' leaves the group.
+    (['qos_host_update', '-d', 'dom0', '-q', HOST, '--max-iops', '90000'],
+     'qos_host_update', {'domain': 'dom0', 'host_nqn': HOST, 'max_iops': 90000}),
+    (['qos_host_update', '--domain', 'dom0', '--host-nqn', HOST, '--min-iops', '0', '--min-mibps', '10',
+      '--max-iops', '0', '--max-mibps', '200', '--max-read-iops', '1', '--max-read-mibps', '150',
+      '--max-write-iops', '300', '--max-write-mibps', '100', '--weight', '5', '--priority', 'high',
+      '--soft-min-iops', '0', '--soft-min-mibps', '80', '--group', ''],
+     'qos_host_update',
+     {'domain': 'dom0', 'host_nqn': HOST, 'min_iops': 0, 'min_mibps': 10, 'max_iops': 0,
+      'max_mibps': 200, 'max_read_iops': 1, 'max_read_mibps': 150, 'max_write_iops': 300,
+      'max_write_mibps': 100, 'weight': 5, 'priority': 'high', 'soft_min_iops': 0,
+      'soft_min_mibps': 80, 'group': ''}),
+    (['qos_host_update', '-d', 'dom0', '-q', HOST, '--min-read-iops', '6000', '--min-read-mibps', '0',
+      '--min-write-iops', '2000', '--min-write-mibps', '10', '-w', '2', '-p', 'low', '--group', 'tenant-b'],
+     'qos_host_update',
+     {'domain': 'dom0', 'host_nqn': HOST, 'min_read_iops': 6000, 'min_read_mibps': 0,
+      'min_write_iops': 2000, 'min_write_mibps': 10, 'weight': 2, 'priority': 'low', 'group': 'tenant-b'}),
     (['qos_host_remove', '-d', 'dom0', '-q', HOST], 'qos_host_remove', {'domain': 'dom0', 'host_nqn': HOST}),
     (['qos_host_get', '-d', 'dom0'], 'qos_host_get', {'domain': 'dom0'}),
     (['qos_host_get', '-d', 'dom0', '--host-nqn', HOST], 'qos_host_get', {'domain': 'dom0', 'host_nqn': HOST}),
@@ -217,7 +236,7 @@ def test_every_command_is_registered_with_help():
     sub = next(a for a in parser._actions if a.dest == 'called_rpc_name')
     assert sorted(sub.choices) == sorted([
         'qos_domain_create', 'qos_domain_update', 'qos_domain_delete', 'qos_domain_get',
-        'qos_host_set', 'qos_host_remove', 'qos_host_get',
+        'qos_host_set', 'qos_host_update', 'qos_host_remove', 'qos_host_get',
         'qos_group_create', 'qos_group_update', 'qos_group_delete', 'qos_group_get',
         'qos_bdev_create', 'qos_bdev_delete', 'qos_bdev_get', 'qos_bdev_expose', 'qos_stats_get',
         'qos_ini_bdev_create', 'qos_ini_bdev_delete', 'qos_ini_bdev_get', 'qos_ini_bdev_set_options',

@@ -79,6 +79,17 @@ def test_stats_table(capsys):
     assert len(lines) == 4
 
 
+def test_stats_table_says_when_the_capacity_is_learned_or_overcommitted(capsys):
+    learning = [dict(STATS[0], capacity_learning=True, hosts=[])]
+    run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': learning}))
+    assert 'capacity estimate learning (no capacity given) per period' in capsys.readouterr().out
+    over = [dict(STATS[0], capacity_learning=False, reserved={'ops': 500000, 'bytes': 0}, hosts=[])]
+    run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': over}))
+    out = capsys.readouterr().out
+    assert 'capacity estimate 400000 ops, 3000.0 MiB (reservations 500000 ops' in out
+    assert 'exceed it) per period' in out
+
+
 def test_stats_json_with_groups_is_printed_as_it_is(capsys):
     stats = [dict(STATS[0], sharing='weighted',
                   hosts=[dict(h, group='tenant-a', excess_granted_this_period={'ops': 10, 'bytes': 0})

@@ -12,6 +12,7 @@ BC = ['qos_bdev_create', '-n', 'qos0', '-b', 'Nvme0n1', '-d', 'dom0', '-q', HOST
 EX = [*BC[1:], '--nqn', 'nqn.2016-06.io.spdk:cnode1']
 GC = ['qos_group_create', '-d', 'dom0', '-n', 'tenant-a']
 GU = ['qos_group_update', '-d', 'dom0', '-n', 'tenant-a']
+HU = ['qos_host_update', '-d', 'dom0', '-q', 'nqn.2014-08.org.example:h1']
 
 BAD = [
     # negative and zero numbers
@@ -104,6 +105,10 @@ BAD = [
      "--min-mibps 200 is above --max-mibps 100: a group's reservation cannot be above its limit; "
      "lower --min-mibps or raise --max-mibps"),
     ([*GU, '--min-iops', '5', '--max-iops', '4'], "--min-iops 5 is above --max-iops 4: a group's reservation"),
+    ([*HU, '--min-iops', '5', '--max-iops', '4'], "--min-iops 5 is above --max-iops 4: a QoS reservation"),
+    ([*HU, '--min-iops', '5', '--min-read-iops', '4'], "--min-iops and --min-read-iops cannot be used together"),
+    ([*HU, '--max-iops', '-1'], "argument --max-iops: must not be negative (got -1); 0 clears the rate"),
+    ([*HU, '--group', 'a b'], "argument --group: a group name is 1 ..= 64"),
     # what the target refuses as well (rpc-scripts/schema, test_schema.py)
     (['qos_ini_bdev_set_options', '-n', 'q', '--latency-target-auto-milli', '500'],
      "argument --latency-target-auto-milli: must be 0 or 1000 ..= 100000 (got 500)"),
@@ -122,7 +127,7 @@ BAD = [
     (['qos_group_update', '-n', 'g'], "the following arguments are required: -d/--domain"),
     (['qos_group_delete', '-d', 'dom0'], "the following arguments are required: -n/--name"),
     (['qos_group_get'], "the following arguments are required: -d/--domain"),
-    (['qos_domain_create', '-n', 'dom0'], "the following arguments are required: --capacity-iops"),
+    (['qos_domain_create'], "the following arguments are required: -n/--name"),
     (['qos_host_set', '-d', 'dom0'], "the following arguments are required: -q/--host-nqn"),
     (['qos_bdev_expose', *BC[1:]], "the following arguments are required: --nqn"),
     (['qos_host_get'], "the following arguments are required: -d/--domain"),
@@ -163,6 +168,10 @@ def test_group_pairs_within_bounds_are_accepted():
     client = run([*GU, '--max-iops', '0', '--min-iops', '70000', '--min-mibps', '0'])
     assert client.calls == [('qos_group_update', {'domain': 'dom0', 'name': 'tenant-a', 'max_iops': 0,
                                                   'min_iops': 70000, 'min_mibps': 0})]
+    # a host update: 0 clears a limit or a reservation, so neither bounds the other
+    client = run([*HU, '--max-iops', '0', '--min-iops', '70000', '--soft-min-iops', '0'])
+    assert client.calls[0][1] == {'domain': 'dom0', 'host_nqn': HU[-1], 'max_iops': 0, 'min_iops': 70000,
+                                  'soft_min_iops': 0}
     # the longest name, and every kind of character
     client = run(['qos_group_create', '-d', 'dom0', '-n', 'aZ09-_.:' * 8])
     assert client.calls[0][1]['name'] == 'aZ09-_.:' * 8

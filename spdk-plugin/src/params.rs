@@ -54,7 +54,9 @@ fn default_write_weight() -> u64 {
 #[serde(deny_unknown_fields)]
 pub struct DomainParams {
     pub name: String,
-    pub capacity_iops: u64,
+    /// The target's capacity as a starting hint; absent: learned from the target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_iops: Option<u64>,
     #[serde(default)]
     pub capacity_iops_stddev: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,7 +204,6 @@ impl DomainParams {
             ($($f:ident),*) => { $( if u.$f.is_some() { p.$f = u.$f; } )* };
         }
         set!(
-            capacity_iops,
             capacity_iops_stddev,
             capacity_mibps_stddev,
             period_ms,
@@ -222,6 +223,7 @@ impl DomainParams {
             efficiency_milli
         );
         set_opt!(
+            capacity_iops,
             capacity_mibps,
             per_host_max_iops,
             per_host_max_mibps,
@@ -334,6 +336,80 @@ impl HostParams {
     }
 }
 
+/// `qos_host_update` parameters: `domain`, `host_nqn` and whatever changes (a rate of 0
+/// removes it, a `group` of `""` makes the host a lone host again). `qos_host_set`
+/// replaces every setting; this keeps what it is not given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostUpdate {
+    pub domain: String,
+    pub host_nqn: String,
+    pub min_iops: Option<u64>,
+    pub min_mibps: Option<u64>,
+    pub min_read_iops: Option<u64>,
+    pub min_read_mibps: Option<u64>,
+    pub min_write_iops: Option<u64>,
+    pub min_write_mibps: Option<u64>,
+    pub max_iops: Option<u64>,
+    pub max_mibps: Option<u64>,
+    pub max_read_iops: Option<u64>,
+    pub max_read_mibps: Option<u64>,
+    pub max_write_iops: Option<u64>,
+    pub max_write_mibps: Option<u64>,
+    pub weight: Option<u32>,
+    pub priority: Option<PriorityClass>,
+    pub soft_min_iops: Option<u64>,
+    pub soft_min_mibps: Option<u64>,
+    pub group: Option<String>,
+}
+
+/// A rate after an update: 0 clears it, a value sets it, absent keeps it.
+fn updated_rate(old: Option<u64>, new: Option<u64>) -> Option<u64> {
+    match new {
+        Some(0) => None,
+        Some(v) => Some(v),
+        None => old,
+    }
+}
+
+impl HostParams {
+    /// These parameters with `u`'s changes applied.
+    pub fn updated(&self, u: &HostUpdate) -> HostParams {
+        let mut p = self.clone();
+        macro_rules! rates {
+            ($($f:ident),*) => { $( p.$f = updated_rate(p.$f, u.$f); )* };
+        }
+        rates!(
+            min_iops,
+            min_mibps,
+            min_read_iops,
+            min_read_mibps,
+            min_write_iops,
+            min_write_mibps,
+            max_iops,
+            max_mibps,
+            max_read_iops,
+            max_read_mibps,
+            max_write_iops,
+            max_write_mibps,
+            soft_min_iops,
+            soft_min_mibps
+        );
+        if u.weight.is_some() {
+            p.weight = u.weight;
+        }
+        if u.priority.is_some() {
+            p.priority = u.priority;
+        }
+        match u.group.as_deref() {
+            Some("") => p.group = None,
+            Some(g) => p.group = Some(g.to_string()),
+            None => {}
+        }
+        p
+    }
+}
+
 /// `qos_group_create` parameters; also what `qos_group_get` and `save_config` print.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -399,15 +475,10 @@ impl GroupParams {
     /// These parameters with `u`'s changes applied (0 clears a rate).
     pub fn updated(&self, u: &GroupUpdate) -> GroupParams {
         let mut p = self.clone();
-        let set = |old: Option<u64>, new: Option<u64>| match new {
-            Some(0) => None,
-            Some(v) => Some(v),
-            None => old,
-        };
-        p.min_iops = set(p.min_iops, u.min_iops);
-        p.min_mibps = set(p.min_mibps, u.min_mibps);
-        p.max_iops = set(p.max_iops, u.max_iops);
-        p.max_mibps = set(p.max_mibps, u.max_mibps);
+        p.min_iops = updated_rate(p.min_iops, u.min_iops);
+        p.min_mibps = updated_rate(p.min_mibps, u.min_mibps);
+        p.max_iops = updated_rate(p.max_iops, u.max_iops);
+        p.max_mibps = updated_rate(p.max_mibps, u.max_mibps);
         if u.weight.is_some() {
             p.weight = u.weight;
         }
@@ -527,15 +598,35 @@ mod tests {
         assert_eq!(p.mode, TokenMode::Haechi);
         let c = p.to_config().unwrap();
         assert_eq!(c.period, Nanos::from_secs(1));
-        assert_eq!(c.capacity.iops, 400000);
+        assert_eq!(c.capacity.iops, Some(400000));
         assert_eq!(c.global_batch, BatchSize::Auto);
+        // No capacity: learned from the target, with the estimator; without it refused.
+        let p = domain(json!({"name": "d"})).unwrap();
+        assert_eq!(p.to_config().unwrap().capacity.iops, None);
+        assert!(
+            !p.to_json()
+                .as_object()
+                .unwrap()
+                .contains_key("capacity_iops")
+        );
+        let p = domain(json!({"name": "d", "estimator": false})).unwrap();
+        let e = p.to_config().unwrap_err();
+        assert_eq!(e.code, code::EINVAL);
+        assert!(e.message.contains("turn the estimator on"), "{e}");
     }
 
     #[test]
     fn domain_refusals_name_the_problem() {
-        let e = domain(json!({"name": "d"})).unwrap_err();
+        let e = domain(json!({"capacity_iops": 1000})).unwrap_err();
         assert_eq!(e.code, code::EINVAL);
-        assert!(e.message.contains("capacity_iops"), "{e}");
+        assert!(e.message.contains("name"), "{e}");
+        let e = domain(json!({"name": "d", "capacity_iops": 0})).unwrap();
+        assert!(
+            e.to_config()
+                .unwrap_err()
+                .message
+                .contains("at least 1 IOPS")
+        );
         let e = domain(json!({"name": "d", "capacity_iops": 1, "bogus": 2})).unwrap_err();
         assert!(e.message.contains("bogus"), "{e}");
         let e = domain(json!({"name": "d", "capacity_iops": -5})).unwrap_err();
@@ -557,7 +648,36 @@ mod tests {
         let q = p.updated(&u);
         assert_eq!(q.period_ms, 200);
         assert_eq!(q.capacity_mibps, Some(50));
-        assert_eq!(q.capacity_iops, 1000);
+        assert_eq!(q.capacity_iops, Some(1000));
+    }
+
+    #[test]
+    fn host_update_keeps_what_it_is_not_given() {
+        let p: HostParams = parse(
+            "qos_host_set",
+            json!({"domain": "d", "host_nqn": "h", "min_iops": 100, "max_iops": 500,
+                   "weight": 3, "group": "g"}),
+        )
+        .unwrap();
+        let u: HostUpdate = parse(
+            "qos_host_update",
+            json!({"domain": "d", "host_nqn": "h", "max_iops": 900}),
+        )
+        .unwrap();
+        let q = p.updated(&u);
+        assert_eq!(
+            (q.min_iops, q.max_iops, q.weight, q.group.as_deref()),
+            (Some(100), Some(900), Some(3), Some("g"))
+        );
+        // 0 clears a rate, "" leaves the group.
+        let u: HostUpdate = parse(
+            "qos_host_update",
+            json!({"domain": "d", "host_nqn": "h", "min_iops": 0, "group": ""}),
+        )
+        .unwrap();
+        let q = p.updated(&u);
+        assert_eq!((q.min_iops, q.group), (None, None));
+        assert!(parse::<HostUpdate>("qos_host_update", json!({"domain": "d"})).is_err());
     }
 
     #[test]
@@ -716,6 +836,28 @@ mod schema {
                 Omitted::Default(Box::new(|v| {
                     let h: HostParams = parse_as(v).expect("minimal call");
                     HostParams::from_config(&h.domain, &h.to_config()).to_json()
+                })),
+            )
+            .checking_names(),
+            Method::new::<HostUpdate>(
+                "qos_host_update",
+                "HostUpdate",
+                host.clone(),
+                |v| {
+                    let u: HostUpdate = parse_as(v)?;
+                    let mut m = domain_named(&u.domain)?;
+                    // The registry refuses a host that is not configured; here it is.
+                    let old = HostConfig::new(u.host_nqn.clone());
+                    m.add_host(old.clone(), NOW).map_err(|e| e.to_string())?;
+                    let old = HostParams::from_config(&u.domain, &old);
+                    m.update_host(old.updated(&u).to_config(), NOW)
+                        .map_err(|e| e.to_string())
+                },
+                Omitted::Keep(Box::new(|v| {
+                    let u: HostUpdate = parse_as(v).expect("minimal call");
+                    let old =
+                        HostParams::from_config(&u.domain, &HostConfig::new(u.host_nqn.clone()));
+                    old.updated(&u) == old
                 })),
             )
             .checking_names(),

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::params::{
     BdevParams, DomainParams, DomainUpdate, GroupKey, GroupParams, GroupQuery, GroupUpdate,
-    HostKey, HostParams, HostQuery, NameQuery, Refusal, StatsQuery, parse,
+    HostKey, HostParams, HostQuery, HostUpdate, NameQuery, Refusal, StatsQuery, parse,
 };
 
 fn seeds() -> Vec<Value> {
@@ -41,6 +41,11 @@ fn seeds() -> Vec<Value> {
             "qos_host_set",
             json!({"domain": "d", "host_nqn": "nqn.2014-08.org.example:h2",
                    "min_read_iops": 5000, "max_write_iops": 9000, "weight": 1}),
+        ),
+        (
+            "qos_host_update",
+            json!({"domain": "d", "host_nqn": "nqn.2014-08.org.example:h2", "max_iops": 0,
+                   "min_read_iops": 6000, "group": ""}),
         ),
         (
             "qos_host_remove",
@@ -146,6 +151,17 @@ fn call(d: &mut Domain, input: &[u8]) -> &'static str {
                     .map(|_| ())
                     .map_err(|e| Refusal::invalid(e.to_string()))
             }
+        }),
+        "qos_host_update" => parse::<HostUpdate>(&method, params).and_then(|u| {
+            let old = d
+                .monitor
+                .host_configs()
+                .find(|h| h.host_nqn == u.host_nqn)
+                .map(|h| HostParams::from_config(&u.domain, h))
+                .ok_or_else(|| Refusal::invalid(format!("no host {:?}", u.host_nqn)))?;
+            d.monitor
+                .update_host(old.updated(&u).to_config(), now)
+                .map_err(|e| Refusal::invalid(e.to_string()))
         }),
         "qos_host_remove" => parse::<HostKey>(&method, params).and_then(|k| {
             d.monitor

@@ -22,7 +22,7 @@ use spdk_sys::vbdev::Vbdevs;
 
 use crate::io::QosTgt;
 use crate::params::{
-    DomainParams, DomainUpdate, GroupParams, GroupUpdate, HostParams, Refusal, code,
+    DomainParams, DomainUpdate, GroupParams, GroupUpdate, HostParams, HostUpdate, Refusal, code,
 };
 
 /// One QoS domain.
@@ -258,6 +258,26 @@ pub fn set_host(p: &HostParams) -> Result<(), Refusal> {
         d.implicit.remove(&p.host_nqn);
         Ok(())
     })
+}
+
+/// Applies `qos_host_update`: the given fields change, the others stay (a host that
+/// `qos_host_set` did not configure is refused: it has nothing to keep).
+pub fn update_host(u: &HostUpdate) -> Result<(), Refusal> {
+    let old = with(|r| {
+        host_params(r, &u.domain)?
+            .into_iter()
+            .find(|h| h.host_nqn == u.host_nqn)
+            .ok_or_else(|| {
+                Refusal::new(
+                    code::ENOENT,
+                    format!(
+                        "host {:?} is not configured in QoS domain {:?}; configure it with qos_host_set",
+                        u.host_nqn, u.domain
+                    ),
+                )
+            })
+    })?;
+    set_host(&old.updated(u))
 }
 
 /// Applies `qos_host_remove`.

@@ -10,7 +10,7 @@ use spdk_sys::vbdev::{self, Node};
 use crate::io::QosTgt;
 use crate::params::{
     BdevParams, DomainUpdate, GroupKey, GroupParams, GroupQuery, GroupUpdate, HostKey, HostParams,
-    HostQuery, NameQuery, Refusal, StatsQuery, code, parse,
+    HostQuery, HostUpdate, NameQuery, Refusal, StatsQuery, code, parse,
 };
 use crate::{qos_bdev, registry, stats};
 
@@ -49,6 +49,12 @@ fn domain_get(p: Value) -> Result<Value, Refusal> {
 
 fn host_set(p: Value) -> Result<Value, Refusal> {
     rpc::apply("qos_host_set", p, |h: HostParams| registry::set_host(&h))
+}
+
+fn host_update(p: Value) -> Result<Value, Refusal> {
+    rpc::apply("qos_host_update", p, |u: HostUpdate| {
+        registry::update_host(&u)
+    })
 }
 
 fn host_remove(p: Value) -> Result<Value, Refusal> {
@@ -198,6 +204,7 @@ spdk_sys::rpc_methods! {
     MDomainDelete = c"qos_domain_delete", rpc::RUNTIME, |q, p| q.reply(domain_delete(p));
     MDomainGet = c"qos_domain_get", rpc::RUNTIME, |q, p| q.reply(domain_get(p));
     MHostSet = c"qos_host_set", ANY, |q, p| q.reply(host_set(p));
+    MHostUpdate = c"qos_host_update", rpc::RUNTIME, |q, p| q.reply(host_update(p));
     MHostRemove = c"qos_host_remove", rpc::RUNTIME, |q, p| q.reply(host_remove(p));
     MHostGet = c"qos_host_get", rpc::RUNTIME, |q, p| q.reply(host_get(p));
     MGroupCreate = c"qos_group_create", ANY, |q, p| q.reply(group_create(p));
