@@ -737,3 +737,281 @@ fn soft_guarantees_by_priority() {
         format_args!("low priority with the high idle: {low:.0} of {busy_total:.0}"),
     );
 }
+
+/// A capacity configuration of `capacity_is_learned_not_guessed`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Hint {
+    /// No capacity given: learned.
+    None,
+    /// This factor of the bare total, as the estimator's starting hint.
+    Factor(f64),
+    /// Ten times the bare total with the estimator off: a budget that never binds, the
+    /// plugin's own cost with the reservations' paced release (reference, not an
+    /// acceptance case).
+    NoBudget,
+    /// As `NoBudget` with no reservations: the plugin's per-command cost alone.
+    NoBudgetNoReservations,
+}
+
+impl Hint {
+    fn name(self) -> String {
+        match self {
+            Hint::None => "none".into(),
+            Hint::Factor(f) => format!("{f}x bare"),
+            Hint::NoBudget => "no budget (reference)".into(),
+            Hint::NoBudgetNoReservations => "no budget, no reservations (reference)".into(),
+        }
+    }
+}
+
+/// `QOS_IT_HINTS`: a comma list of factors of the bare total, `none`, `nobudget` or
+/// `nores`; default `nores,nobudget,none,0.2,2,0.9`.
+fn capacity_hints() -> Vec<Hint> {
+    let v =
+        std::env::var("QOS_IT_HINTS").unwrap_or_else(|_| "nores,nobudget,none,0.2,2,0.9".into());
+    v.split(',')
+        .map(|x| match x.trim() {
+            "none" => Hint::None,
+            "nobudget" => Hint::NoBudget,
+            "nores" => Hint::NoBudgetNoReservations,
+            f => Hint::Factor(
+                f.parse::<f64>()
+                    .ok()
+                    .filter(|f| *f > 0.0 && *f <= 10.0)
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "QOS_IT_HINTS={v:?}: give factors in (0, 10], `none`, `nobudget` or `nores`, e.g. none,0.2,2"
+                        )
+                    }),
+            ),
+        })
+        .collect()
+}
+
+/// One run of `capacity_is_learned_not_guessed`: the bare total before and after, the
+/// total with QoS from the 5th period, and each host's periods with its reservation met.
+struct HintRun {
+    before: f64,
+    after: f64,
+    total: f64,
+    met: Vec<(usize, usize)>,
+    failed: u64,
+}
+
+impl HintRun {
+    /// The machine's speed moved between the bare runs around it by more than 10 %:
+    /// the ratio says more about the machine than about QoS.
+    fn drifted(&self) -> bool {
+        (self.before - self.after).abs() > 0.1 * self.before.max(self.after)
+    }
+    fn ratio(&self) -> f64 {
+        self.total / ((self.before + self.after) / 2.0)
+    }
+}
+
+/// Issue 26: a capacity the operator guessed wrong (5x too low, 2x too high) or did not
+/// give costs little: from the 5th period after the load starts the total is >= 97 % of
+/// the same load without QoS (measured right before and after) and every reservation is
+/// met in >= 99 % of periods. Four hosts at queue depths 16 / 32 / 48 / 64 with the
+/// default sharing (`first_come`), reservations 8 / 10 / 10 / 5 % of the bare total (the
+/// issue's saturation case), none above 90 % of what its host does without QoS, scaled
+/// to fit a hint below them. `QOS_IT_ROUNDS` (default 3) rounds of every hint; a run
+/// whose bare totals before and after differ by more than 10 % is reported and left out
+/// of the medians (this machine's speed moves by up to 2x within a minute).
+/// `QOS_IT_SHARING` picks another sharing, `QOS_IT_HINTS` the hints.
+#[test]
+#[ignore = "acceptance on a quiet machine: make accept"]
+fn capacity_is_learned_not_guessed() {
+    let Some(s) = setup_or_skip("a capacity learned from the target") else {
+        return;
+    };
+    let qds = [16u32, 32, 48, 64];
+    let res_pct = [8u64, 10, 10, 5];
+    let secs = 16u32;
+    let rounds = env_number("QOS_IT_ROUNDS", "rounds, e.g. 3")
+        .unwrap_or(3)
+        .max(1);
+    let sharing = std::env::var("QOS_IT_SHARING").unwrap_or_else(|_| "first_come".into());
+    let hints = capacity_hints();
+    println!(
+        "capacity learned: queue depths {qds:?}, reservations {res_pct:?} % of bare, {sharing}, {rounds} rounds"
+    );
+    let mut runs: Vec<Vec<HintRun>> = hints.iter().map(|_| Vec::new()).collect();
+    for round in 1..=rounds {
+        for (k, &hint) in hints.iter().enumerate() {
+            println!("round {round}/{rounds}, hint {}:", hint.name());
+            runs[k].push(hint_run(&s, hint, &qds, &res_pct, secs, &sharing));
+        }
+    }
+    println!(
+        "hint | total / bare from the 5th period: median (quartiles) [runs left out] | reservations met (worst host, all runs)"
+    );
+    let mut checks: Vec<(bool, bool, String)> = Vec::new();
+    for (hint, r) in hints.iter().zip(&runs) {
+        let kept: Vec<f64> = r
+            .iter()
+            .filter(|x| !x.drifted())
+            .map(HintRun::ratio)
+            .collect();
+        let left_out: Vec<String> = r
+            .iter()
+            .filter(|x| x.drifted())
+            .map(|x| format!("{:.3}", x.ratio()))
+            .collect();
+        let (met, n) =
+            r.iter()
+                .flat_map(|x| x.met.iter())
+                .fold((usize::MAX, 1usize), |(m, n), &(a, b)| {
+                    if a * n < m.saturating_mul(b) {
+                        (a, b)
+                    } else {
+                        (m, n)
+                    }
+                });
+        let (q1, med, q3) = if kept.is_empty() {
+            (f64::NAN, f64::NAN, f64::NAN)
+        } else {
+            quartiles(&kept)
+        };
+        println!(
+            "{} | {med:.3} ({q1:.3} .. {q3:.3}) [{}] | {met}/{n}",
+            hint.name(),
+            left_out.join(" ")
+        );
+        let failed: u64 = r.iter().map(|x| x.failed).sum();
+        assert_eq!(failed, 0, "hint {}: failed I/O", hint.name());
+        if matches!(hint, Hint::NoBudget | Hint::NoBudgetNoReservations) {
+            continue;
+        }
+        checks.push((
+            met * 100 >= n * 99,
+            met * 10 >= n * 5,
+            format!(
+                "hint {}: a reservation met in {met}/{n} periods",
+                hint.name()
+            ),
+        ));
+        checks.push((
+            kept.is_empty() || med >= 0.97,
+            kept.is_empty() || med >= 0.5,
+            format!("hint {}: median total / bare {med:.3}", hint.name()),
+        ));
+    }
+    for (strict, loose, what) in checks {
+        check(strict, loose, format_args!("{what}"));
+    }
+}
+
+/// One run of `capacity_is_learned_not_guessed` with `hint`: bare, QoS, bare.
+fn hint_run(
+    s: &Setup,
+    hint: Hint,
+    qds: &[u32; 4],
+    res_pct: &[u64; 4],
+    secs: u32,
+    sharing: &str,
+) -> HintRun {
+    let (alone, before) = bare(s, qds, 6);
+    // Reservations that fit within the hint (the issue: "with reservations that fit
+    // within it"): scaled to 85 % of a hint below their sum. And none above 90 % of what
+    // its host did without QoS: near what it gets at full load, as in the issue (the
+    // QD-16 host's 8 % of this machine's total is about all it does without QoS).
+    let fit = match hint {
+        Hint::Factor(f) => (0.85 * f * 100.0 / res_pct.iter().sum::<u64>() as f64).min(1.0),
+        _ => 1.0,
+    };
+    let res: Vec<u64> = res_pct
+        .iter()
+        .zip(&alone)
+        .map(|(p, a)| (before * fit * *p as f64 / 100.0).min(0.9 * a) as u64)
+        .collect();
+    let mut t = target(s);
+    let mut params = json!({"name": "d", "period_ms": PERIOD_MS, "sharing": sharing});
+    let capacity = match hint {
+        Hint::None => None,
+        Hint::Factor(f) => Some((before * f) as u64),
+        Hint::NoBudget | Hint::NoBudgetNoReservations => {
+            params["estimator"] = json!(false);
+            Some((before * 10.0) as u64)
+        }
+    };
+    let res = if hint == Hint::NoBudgetNoReservations {
+        vec![0; res.len()]
+    } else {
+        res
+    };
+    if let Some(c) = capacity {
+        params["capacity_iops"] = json!(c);
+        params["capacity_iops_stddev"] = json!(c / 20);
+    }
+    t.call("qos_domain_create", params);
+    for i in 1..=4 {
+        let mut host = json!({"domain": "d", "host_nqn": host_nqn(i)});
+        if res[i - 1] > 0 {
+            host["min_iops"] = json!(res[i - 1]);
+        }
+        t.call("qos_host_set", host);
+    }
+    qos_bdevs(s, &mut t, 4);
+    let mut b = bdevperf(s, &[1, 2, 3, 4], qds, secs);
+    let (p, t0, jr) = run_polling(&mut t, &mut b, secs, |_, _| {});
+    t.stop(30);
+    let (_, after) = bare(s, qds, 6);
+    let load = p
+        .first_busy(&host_nqn(1), 0, 0)
+        .expect("host 1 did I/O through QoS");
+    let steady: Vec<u64> = p
+        .epochs(t0, t0 + Duration::from_secs(secs as u64))
+        .into_iter()
+        .filter(|&e| e >= load + 4)
+        .collect();
+    assert!(
+        steady.len() >= 10,
+        "only {} periods from the 5th",
+        steady.len()
+    );
+    let per_period: Vec<f64> = steady
+        .iter()
+        .map(|&e| (1..=4).map(|i| p.iops(&host_nqn(i), &[e])[0]).sum())
+        .collect();
+    let run = HintRun {
+        before,
+        after,
+        total: mean(&per_period),
+        met: (1..=4)
+            .map(|i| {
+                let rates = p.iops(&host_nqn(i), &steady);
+                let met = rates.iter().filter(|&&x| x >= res[i - 1] as f64).count();
+                (met, rates.len())
+            })
+            .collect(),
+        failed: (1..=4)
+            .map(|i| jr.get(&s.controller(i).bdev()).map_or(0, |r| r.io_failed))
+            .sum(),
+    };
+    println!(
+        "  from the 5th period {:.0} IOPS = {:.3} of without ({before:.0} before, {after:.0} after{}); per period {}",
+        run.total,
+        run.ratio(),
+        if run.drifted() {
+            "; the machine's speed moved: left out"
+        } else {
+            ""
+        },
+        show(&per_period)
+    );
+    println!(
+        "  estimator (offered/budget->next, K IOPS): {}",
+        p.decisions_line()
+    );
+    for i in 1..=4 {
+        let (met, n) = run.met[i - 1];
+        println!(
+            "    h{i} (QD {}, reservation {}): mean {:.0}, met in {met}/{n} periods",
+            qds[i - 1],
+            res[i - 1],
+            mean(&p.iops(&host_nqn(i), &steady)),
+        );
+    }
+    run
+}
