@@ -336,7 +336,11 @@ fn install_crash_hook() {
     let prev = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         CURRENT.with(|c| {
-            if let Ok(c) = c.try_borrow() {
+            // A panic on a thread that runs no fuzz target (another test of the same
+            // binary) is not a finding: nothing to save.
+            if let Ok(c) = c.try_borrow()
+                && !c.0.is_empty()
+            {
                 let dir = crash_dir();
                 let _ = std::fs::create_dir_all(&dir);
                 let path = dir.join(format!("{}-crash", c.0));
@@ -409,6 +413,8 @@ pub fn run(
             );
         }
     }
+    // Done: a later panic on this thread is no longer this target's.
+    CURRENT.with(|c| c.borrow_mut().0.clear());
     Report {
         target: target.into(),
         runs: done,
