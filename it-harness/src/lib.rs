@@ -10,13 +10,14 @@
 //! records a QoS domain period by period from them; [`checks`] holds the acceptance
 //! thresholds and expected refusals, [`numbers`] the small statistics the tests share;
 //! [`etcd`] runs a real etcd for the cluster test; [`profile`] runs Linux `perf` on the
-//! processes for the benchmarks.
+//! processes for the benchmarks; [`cgroup`] puts a CPU quota on the target.
 //!
 //! Nothing here links SPDK: on a machine without it the tests print a SKIPPED line.
 //! Every item is also re-exported at the crate root (`use it_harness::*`).
 
 pub mod app;
 pub mod bdevperf;
+pub mod cgroup;
 pub mod checks;
 pub mod env;
 pub mod etcd;
@@ -32,6 +33,7 @@ pub mod target;
 
 pub use app::tail;
 pub use bdevperf::*;
+pub use cgroup::*;
 pub use checks::*;
 pub use env::*;
 pub use history::*;
