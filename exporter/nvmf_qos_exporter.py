@@ -186,6 +186,7 @@ class QosCollector(Collector):
         # a target is restarted without the plugin, not find the series gone.
         up.add_metric(['target'], int(target is not None))
         up.add_metric(['initiator'], int(initiator is not None))
+        yield from self._build_info(target is not None, initiator is not None)
         if target is not None:
             yield from self._target(target)
         if initiator is not None:
@@ -197,6 +198,19 @@ class QosCollector(Collector):
                  'answered' if initiator is not None else 'absent', took * 1e3)
         yield GaugeMetricFamily(PREFIX + '_scrape_duration_seconds',
                                 'Time the exporter took to read the statistics', value=took)
+
+    def _build_info(self, target, initiator):
+        """`nvmf_qos_build_info`: 1 per loaded plugin, its version in the labels (plugins
+        older than the version methods are left out). Asked at every scrape: a restart
+        with another build changes it."""
+        info = GaugeMetricFamily(PREFIX + '_build_info', "A loaded plugin's version, token protocol version "
+                                 'and build (always 1)', labels=['plugin', 'version', 'wire_protocol', 'profile'])
+        for loaded, method in ((target, 'qos_version_get'), (initiator, 'qos_ini_version_get')):
+            v = self._try(method) if loaded else None
+            if isinstance(v, dict):
+                info.add_metric([str(v.get('plugin', '')), str(v.get('version', '')),
+                                 str(v.get('wire_protocol', '')), str(v.get('profile', ''))], 1)
+        yield info
 
     # -- target ----------------------------------------------------------------------
 

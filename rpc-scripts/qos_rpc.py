@@ -1,4 +1,4 @@
-#  SPDX-License-Identifier: BSD-3-Clause
+#  SPDX-License-Identifier: Apache-2.0
 """rpc.py plugin for nvmf-qos: one command per JSON-RPC method of docs/rpc.md.
 
     PYTHONPATH=rpc-scripts rpc.py --plugin qos_rpc qos_domain_create -n dom0 --capacity-iops 400000
@@ -577,6 +577,14 @@ def qos_ini_stats_get(args):
     _print_result(args.client.call('qos_ini_stats_get', _params(args, ['name'])))
 
 
+def qos_version_get(args):
+    _print_result(args.client.call('qos_version_get'))
+
+
+def qos_ini_version_get(args):
+    _print_result(args.client.call('qos_ini_version_get'))
+
+
 def qos_ini_bdev_set_options(args):
     _print_result(args.client.call('qos_ini_bdev_set_options', _params(args, ['name', *_INI_PARAMS])))
 
@@ -939,6 +947,11 @@ def spdk_rpc_plugin_initialize(subparsers):
     p = command('qos_ini_stats_get', qos_ini_stats_get,
                 'Initiator: show the counters of QoS bdevs (held and paced time, chunks, vendor commands)')
     p.add_argument('-n', '--name', type=_name, help='only this QoS bdev (optional)')
+
+    command('qos_version_get', qos_version_get,
+            "Show the target plugin's version, its token protocol's version and build")
+    command('qos_ini_version_get', qos_ini_version_get,
+            "Initiator: show the initiator plugin's version, its token protocol's version and build")
 
     p = command('qos_ini_bdev_set_options', qos_ini_bdev_set_options,
                 "Initiator: change a QoS bdev's options at run time (pacer options apply to its whole group)")

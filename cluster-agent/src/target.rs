@@ -129,7 +129,14 @@ pub fn parse_stats(v: &Value) -> Result<LocalState, TargetError> {
         .as_u64()
         .filter(|&p| p > 0)
         .ok_or_else(|| malformed(m, "no period_ns"))?;
-    let ops = d["capacity_estimate"]["ops"].as_u64().unwrap_or(0);
+    // A target still learning its capacity (created without one) has no estimate yet:
+    // its unbounded budget is no capacity to admit cluster reservations against.
+    let learning = d["capacity_learning"].as_bool().unwrap_or(false);
+    let ops = if learning {
+        0
+    } else {
+        d["capacity_estimate"]["ops"].as_u64().unwrap_or(0)
+    };
     let capacity = (ops as u128 * 1_000_000_000 / period_ns as u128).min(u64::MAX as u128) as u64;
     let mut counters = BTreeMap::new();
     for h in d["hosts"].as_array().into_iter().flatten() {
@@ -231,6 +238,11 @@ mod tests {
             }
         );
         assert_eq!(st.counters["h2"], HostCounters::default());
+        // Still learning: no capacity yet, whatever the budget says.
+        let mut v = v;
+        v[0]["capacity_learning"] = json!(true);
+        v[0]["capacity_estimate"]["ops"] = json!(u64::MAX / 2);
+        assert_eq!(parse_stats(&v).unwrap().capacity_iops, 0);
     }
 
     #[test]

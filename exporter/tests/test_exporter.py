@@ -86,6 +86,20 @@ def test_target_metrics_names_labels_and_histogram(stub):
     assert 'group=' not in scrape(s2.path)[0]
 
 
+def test_build_info_of_each_loaded_plugin(stub):
+    version = {'plugin': 'target', 'version': '0.1.0', 'wire_protocol': 1, 'profile': 'release'}
+    s = stub({'qos_stats_get': [domain('d0', [])], 'qos_version_get': version})
+    _, m = scrape(s.path)
+    assert value(m, 'nvmf_qos_build_info', plugin='target', version='0.1.0', wire_protocol='1',
+                 profile='release') == 1
+    assert len(m['nvmf_qos_build_info']) == 1  # no initiator plugin, no initiator series
+    # A plugin without the version method: no series, the scrape still works.
+    s = stub({'qos_stats_get': [domain('d0', [])]})
+    _, m = scrape(s.path)
+    assert 'nvmf_qos_build_info' not in m
+    assert value(m, 'nvmf_qos_up', plugin='target') == 1
+
+
 def test_group_label_when_the_target_reports_groups(stub):
     h1 = host('nqn.h1', 10, cumulative(10, 0, 0), 0, group='tenant-a')
     h2 = host('nqn.h2', 20, cumulative(20, 0, 0), 0, group=None)  # not in a group

@@ -43,6 +43,7 @@ use spdk_sys::vbdev;
 /// Registers everything with SPDK, once, when the plugin is loaded.
 fn register(loading: &Loading) {
     spdk_sys::log::install();
+    spdk_sys::rpc::VersionInfo::of("initiator").log_loaded();
     vbdev::register_module::<chan::IniPolicy>(c"qos_ini", loading);
     rpc::register_all();
 }

@@ -661,6 +661,11 @@ mod schema {
                 })),
             ),
             Method::query::<NameQuery>("qos_ini_stats_get", "NameQuery", json!({})),
+            Method::query::<spdk_sys::rpc::NoParams>(
+                "qos_ini_version_get",
+                "rpc::NoParams",
+                json!({}),
+            ),
         ]
     }
 

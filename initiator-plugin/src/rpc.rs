@@ -44,6 +44,12 @@ fn stats(p: Value) -> Result<Value, Refusal> {
     ))
 }
 
+/// `qos_ini_version_get`: the plugin's version, its token protocol's and its build.
+fn version_get(p: Value) -> Result<Value, Refusal> {
+    let _: rpc::NoParams = parse("qos_ini_version_get", p)?;
+    Ok(json!(rpc::VersionInfo::of("initiator")))
+}
+
 // `qos_ini_bdev_create` is RUNTIME only: when a JSON configuration is loaded, SPDK runs
 // the STARTUP-capable methods before the bdev layer exists (and before the base's own
 // `bdev_nvme_attach_controller`), so a STARTUP create could never find its base. In
@@ -56,4 +62,5 @@ spdk_sys::rpc_methods! {
     MGet = c"qos_ini_bdev_get", rpc::RUNTIME, |q, p| q.reply(get(p));
     MSetOptions = c"qos_ini_bdev_set_options", rpc::RUNTIME, |q, p| q.reply(set_options(p));
     MStats = c"qos_ini_stats_get", rpc::RUNTIME, |q, p| q.reply(stats(p));
+    MVersion = c"qos_ini_version_get", rpc::STARTUP | rpc::RUNTIME, |q, p| q.reply(version_get(p));
 }

@@ -121,6 +121,8 @@ CASES = [
      {'domain': 'dom0', 'host_nqn': HOST, 'min_read_iops': 6000, 'min_read_mibps': 0,
       'min_write_iops': 2000, 'min_write_mibps': 10, 'weight': 2, 'priority': 'low', 'group': 'tenant-b'}),
     (['qos_host_remove', '-d', 'dom0', '-q', HOST], 'qos_host_remove', {'domain': 'dom0', 'host_nqn': HOST}),
+    (['qos_version_get'], 'qos_version_get', {}),
+    (['qos_ini_version_get'], 'qos_ini_version_get', {}),
     (['qos_host_get', '-d', 'dom0'], 'qos_host_get', {'domain': 'dom0'}),
     (['qos_host_get', '-d', 'dom0', '--host-nqn', HOST], 'qos_host_get', {'domain': 'dom0', 'host_nqn': HOST}),
     # Tenant groups
@@ -240,7 +242,7 @@ def test_every_command_is_registered_with_help():
         'qos_group_create', 'qos_group_update', 'qos_group_delete', 'qos_group_get',
         'qos_bdev_create', 'qos_bdev_delete', 'qos_bdev_get', 'qos_bdev_expose', 'qos_stats_get',
         'qos_ini_bdev_create', 'qos_ini_bdev_delete', 'qos_ini_bdev_get', 'qos_ini_bdev_set_options',
-        'qos_ini_stats_get'])
+        'qos_ini_stats_get', 'qos_version_get', 'qos_ini_version_get'])
     for name, p in sub.choices.items():
         assert p.description, name
         for action in p._actions:

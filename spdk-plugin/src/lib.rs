@@ -59,6 +59,7 @@ impl SubsystemHooks for Shutdown {
 /// Registers everything with SPDK, once, when the plugin is loaded.
 fn register(loading: &Loading) {
     spdk_sys::log::install();
+    spdk_sys::rpc::VersionInfo::of("target").log_loaded();
     vbdev::register_module::<io::QosTgt>(c"qos", loading);
     register_subsystem::<Shutdown>(loading);
     rpc::register_all();

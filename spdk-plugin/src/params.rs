@@ -931,6 +931,7 @@ mod schema {
                     r
                 })),
             ),
+            Method::query::<spdk_sys::rpc::NoParams>("qos_version_get", "rpc::NoParams", json!({})),
         ]
     }
 

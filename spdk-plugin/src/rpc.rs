@@ -198,6 +198,12 @@ fn stats_get(p: Value) -> Result<StatsAnswer, Refusal> {
 
 const ANY: u32 = rpc::STARTUP | rpc::RUNTIME;
 
+/// `qos_version_get`: the plugin's version, its token protocol's and its build.
+fn version_get(p: Value) -> Result<Value, Refusal> {
+    let _: rpc::NoParams = parse("qos_version_get", p)?;
+    Ok(json!(rpc::VersionInfo::of("target")))
+}
+
 spdk_sys::rpc_methods! {
     MDomainCreate = c"qos_domain_create", ANY, |q, p| q.reply(domain_create(p));
     MDomainUpdate = c"qos_domain_update", rpc::RUNTIME, |q, p| q.reply(domain_update(p));
@@ -217,4 +223,5 @@ spdk_sys::rpc_methods! {
     };
     MBdevGet = c"qos_bdev_get", rpc::RUNTIME, |q, p| q.reply(bdev_get(p));
     MStatsGet = c"qos_stats_get", rpc::RUNTIME, |q, p| q.reply_with(stats_get(p));
+    MVersionGet = c"qos_version_get", ANY, |q, p| q.reply(version_get(p));
 }

@@ -75,6 +75,51 @@ pub fn apply<T: for<'de> serde::Deserialize<'de>>(
     Ok(serde_json::Value::Bool(true))
 }
 
+/// The parameters of a method that takes none (`*_version_get`): `{}` or absent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
+/// What a plugin says of itself (`qos_version_get`, `qos_ini_version_get`, its load log
+/// line and the exporter's `nvmf_qos_build_info`): the workspace's version (one for every
+/// crate), the token protocol's version, and whether it is a release build.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VersionInfo {
+    /// `target` or `initiator`.
+    pub plugin: String,
+    pub version: String,
+    pub wire_protocol: u16,
+    /// `release` or `debug`.
+    pub profile: String,
+}
+
+impl VersionInfo {
+    pub fn of(plugin: &str) -> Self {
+        VersionInfo {
+            plugin: plugin.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            wire_protocol: qos_core::wire::VERSION,
+            profile: if cfg!(debug_assertions) {
+                "debug"
+            } else {
+                "release"
+            }
+            .to_string(),
+        }
+    }
+
+    /// The line a plugin logs when it is loaded.
+    pub fn log_loaded(&self) {
+        tracing::info!(
+            "nvmf-qos {} plugin {} loaded (token protocol version {}, {} build)",
+            self.plugin,
+            self.version,
+            self.wire_protocol,
+            self.profile
+        );
+    }
+}
+
 /// Checks an object name: 1 ..= [`MAX_NAME_LEN`] printable ASCII characters, no spaces.
 /// `what` names the field in the message ("bdev name", "pacer_group").
 pub fn check_name(what: &str, name: &str) -> Result<(), RpcError> {

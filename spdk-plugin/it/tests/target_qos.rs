@@ -317,13 +317,24 @@ fn rpcs_refuse_bad_input() {
     let mut t = s.target(240);
     malloc(&mut t);
     let h1 = host_nqn(1);
+    // The plugin says which it is.
+    let v = t.call("qos_version_get", Value::Null);
+    assert_eq!(v["plugin"], "target", "{v}");
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"), "{v}");
+    assert_eq!(v["wire_protocol"], 1, "{v}");
+    t.refuse("qos_version_get", json!({"x": 1}), -22, "x");
     for p in [
-        json!({"name": "d"}),
+        // No capacity is fine (learned), but not without the estimator to learn it.
+        json!({"name": "d", "estimator": false}),
         json!({"name": "d", "capacity_iops": 1000, "typo": 1}),
         json!({"name": "d", "capacity_iops": 0}),
     ] {
         t.refuse("qos_domain_create", p, -22, "");
     }
+    t.call("qos_domain_create", json!({"name": "learned"}));
+    let st = t.call("qos_stats_get", json!({"domain": "learned"}));
+    assert_eq!(st[0]["capacity_learning"], true, "{st}");
+    t.call("qos_domain_delete", json!({"name": "learned"}));
     t.call(
         "qos_domain_create",
         json!({"name": "d", "capacity_iops": 1000}),
@@ -361,6 +372,48 @@ fn rpcs_refuse_bad_input() {
         -2,
         "",
     );
+    // qos_host_update changes what it is given and keeps the rest; a host never set is
+    // refused with the method that sets it; the result is checked like qos_host_set's.
+    t.refuse(
+        "qos_host_update",
+        json!({"domain": "d", "host_nqn": h1, "max_iops": 900}),
+        -2,
+        "qos_host_set",
+    );
+    t.call(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": h1, "min_iops": 200, "weight": 3}),
+    );
+    // Host 1's settings after an update with `changes`.
+    let updated = |t: &mut Target, changes: Value| {
+        let mut p = json!({"domain": "d", "host_nqn": host_nqn(1)});
+        p.as_object_mut()
+            .expect("an object")
+            .extend(changes.as_object().expect("an object").clone());
+        t.call("qos_host_update", p);
+        t.call(
+            "qos_host_get",
+            json!({"domain": "d", "host_nqn": host_nqn(1)}),
+        )
+    };
+    let h = updated(&mut t, json!({"max_iops": 900}));
+    assert_eq!(
+        (&h[0]["min_iops"], &h[0]["max_iops"], &h[0]["weight"]),
+        (&json!(200), &json!(900), &json!(3)),
+        "{h}"
+    );
+    t.refuse(
+        "qos_host_update",
+        json!({"domain": "d", "host_nqn": h1, "max_iops": 100}),
+        -22,
+        "200",
+    );
+    let h = updated(&mut t, json!({"min_iops": 0, "max_iops": 0}));
+    assert!(
+        h[0].get("min_iops").is_none() && h[0].get("max_iops").is_none(),
+        "{h}"
+    );
+    t.call("qos_host_remove", json!({"domain": "d", "host_nqn": h1}));
     // Unknown base bdev, duplicate bdev name, domain in use, bad NQN.
     let b = |n: &str, base: &str, host: &str| json!({"name": n, "base_bdev_name": base, "domain": "d", "host_nqn": host});
     t.refuse("qos_bdev_create", b("q1", "NoSuchBdev", &h1), -2, "");
