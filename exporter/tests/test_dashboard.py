@@ -64,7 +64,7 @@ def test_dashboard_structure():
     ids = [p['id'] for p in panels(d)]
     assert len(ids) == len(set(ids)), 'panel ids are unique'
     variables = {v['name'] for v in d['templating']['list']}
-    assert {'datasource', 'domain', 'host'} <= variables
+    assert {'datasource', 'instance', 'domain', 'host'} <= variables
     titles = ' '.join(p['title'] for p in panels(d)).lower()
     for needed in ('reservation', 'latency', 'held', 'periods', 'capacity'):
         assert needed in titles, needed
@@ -78,6 +78,12 @@ def test_dashboard_structure():
             assert t['refId'] and t['expr']
             for var in re.findall(r'\$(\w+)', t['expr']):
                 assert var in variables or var.startswith('__'), (p['title'], var)
+            # Per target: every exporter is its own instance, and domain names repeat
+            # across targets (a cluster gives every target domain `d`), so every query
+            # keeps the instance apart instead of summing over targets.
+            assert 'instance=~"$instance"' in t['expr'], (p['title'], t['expr'])
+            for by in re.findall(r'by \(([^)]*)\)', t['expr']):
+                assert 'instance' in by, (p['title'], t['expr'])
 
 
 def test_every_query_uses_metrics_the_exporter_emits(stub):
@@ -103,7 +109,8 @@ def test_prometheus_accepts_and_answers_every_query(stub):
         prom.wait_for('nvmf_qos_host_completed_ios_total', lambda r: r, timeout=20)
         time.sleep(4)  # a few scrapes, so that rates have two samples
         for title, expr in exprs(d):
-            q = (expr.replace('$__rate_interval', '10s').replace('$domain', '.*').replace('$host', '.*'))
+            q = (expr.replace('$__rate_interval', '10s').replace('$domain', '.*').replace('$host', '.*')
+                 .replace('$instance', '.*'))
             r = prom.query(q)  # asserts status success (the query parses and runs)
             assert r, '%s: no series for %s' % (title, q)
     finally:
