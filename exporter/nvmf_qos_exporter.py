@@ -199,6 +199,33 @@ class QosCollector(Collector):
         yield GaugeMetricFamily(PREFIX + '_scrape_duration_seconds',
                                 'Time the exporter took to read the statistics', value=took)
 
+    @staticmethod
+    def _groups(d, dom, period_s, gauge):
+        """Tenant groups: configured rates, and what the group's hosts completed and were
+        given beyond their own reservations in the current period (cost units)."""
+        labels = ['domain', 'group']
+        for g in d.get('groups') or []:
+            lv = [dom, g.get('name', '')]
+            gauge('group_hosts', 'Hosts in the tenant group', labels).add_metric(lv, len(g.get('hosts') or []))
+            gauge('group_weight', "The group's weight among groups and lone hosts", labels).add_metric(
+                lv, g.get('weight') or 1)
+            for setting, word in (('min', 'reservation'), ('max', 'limit')):
+                r = g.get(setting) or {}
+                if r.get('iops') is not None:
+                    gauge('group_%s_iops' % word, "The group's configured %s, I/O per second" % word,
+                          labels).add_metric(lv, r['iops'])
+                if r.get('mibps') is not None:
+                    gauge('group_%s_bytes_per_second' % word, "The group's configured %s, bytes per second"
+                          % word, labels).add_metric(lv, r['mibps'] * 1048576)
+            for key, name, text in (('completed_this_period', 'group_completed_this_period_cost_ops',
+                                     "Work the group's hosts completed in the current period (cost units)"),
+                                    ('given_this_period', 'group_given_this_period_cost_ops',
+                                     "Given to the group's hosts beyond their own reservations in the current "
+                                     "period: the group's surplus reservation and its share of the excess")):
+                a = g.get(key) or {}
+                if a.get('ops') is not None:
+                    gauge(name, text, labels).add_metric(lv, a['ops'])
+
     def _build_info(self, target, initiator):
         """`nvmf_qos_build_info`: 1 per loaded plugin, its version in the labels (plugins
         older than the version methods are left out). Asked at every scrape: a restart
@@ -240,13 +267,25 @@ class QosCollector(Collector):
         for d in domains:
             dom = d.get('name', '')
             period_s = (d.get('period_ns') or 1e9) / 1e9
+            self._groups(d, dom, period_s, gauge)
             gauge('domain_period_seconds', 'QoS period T', ['domain']).add_metric([dom], period_s)
             gauge('domain_epoch', 'Number of the current QoS period', ['domain']).add_metric(
                 [dom], d.get('epoch', 0))
             est = d.get('capacity_estimate') or {}
-            if est.get('ops') is not None:
+            if est.get('ops') is not None and not d.get('capacity_learning'):
                 gauge('domain_capacity_estimate_iops', 'Capacity estimate sizing the current period, '
-                      'operations per second', ['domain']).add_metric([dom], est['ops'] / period_s)
+                      'operations per second in the domain\'s cost units (I/O per second unless it weighs '
+                      'writes or sizes: compare with host_completed_cost_ops_total)',
+                      ['domain']).add_metric([dom], est['ops'] / period_s)
+            if 'capacity_learning' in d:
+                gauge('domain_capacity_learning', 'No capacity was given and none is learned yet: no '
+                      'estimate, no budget for the excess (1)', ['domain']).add_metric(
+                    [dom], 1 if d['capacity_learning'] else 0)
+            reserved = d.get('reserved') or {}
+            if reserved.get('ops') is not None:
+                gauge('domain_reserved_ops_per_second', 'Hard reservations admitted, hosts\' and groups\', '
+                      'operations per second in the domain\'s cost units', ['domain']).add_metric(
+                    [dom], reserved['ops'] / period_s)
             if est.get('bytes') is not None:
                 gauge('domain_capacity_estimate_bytes_per_second', 'Capacity estimate sizing the current '
                       'period, bytes per second', ['domain']).add_metric([dom], est['bytes'] / period_s)

@@ -86,6 +86,34 @@ def test_target_metrics_names_labels_and_histogram(stub):
     assert 'group=' not in scrape(s2.path)[0]
 
 
+def test_group_and_domain_capacity_metrics(stub):
+    d = domain('d0', [host('nqn.h1', 10, cumulative(10, 0, 0), 0)])
+    d['reserved'] = {'ops': 50_000, 'bytes': 0}
+    d['capacity_learning'] = False
+    d['groups'] = [{'name': 'g1', 'hosts': ['nqn.h1'], 'min': {'iops': 60000}, 'max': {'iops': 100000, 'mibps': 10},
+                    'weight': 2, 'completed_this_period': {'ops': 700, 'bytes': 0},
+                    'given_this_period': {'ops': 30, 'bytes': 0}}]
+    s = stub({'qos_stats_get': [d]})
+    _, m = scrape(s.path)
+    assert value(m, 'nvmf_qos_group_hosts', domain='d0', group='g1') == 1
+    assert value(m, 'nvmf_qos_group_weight', group='g1') == 2
+    assert value(m, 'nvmf_qos_group_reservation_iops', group='g1') == 60000
+    assert value(m, 'nvmf_qos_group_limit_iops', group='g1') == 100000
+    assert value(m, 'nvmf_qos_group_limit_bytes_per_second', group='g1') == 10 * 1048576
+    assert 'nvmf_qos_group_reservation_bytes_per_second' not in m
+    assert value(m, 'nvmf_qos_group_completed_this_period_cost_ops', group='g1') == 700
+    assert value(m, 'nvmf_qos_group_given_this_period_cost_ops', group='g1') == 30
+    period_s = d['period_ns'] / 1e9
+    assert value(m, 'nvmf_qos_domain_reserved_ops_per_second', domain='d0') == 50_000 / period_s
+    assert value(m, 'nvmf_qos_domain_capacity_learning', domain='d0') == 0
+    # While the capacity is learned there is no estimate to export (the budget is unbounded).
+    d['capacity_learning'] = True
+    s = stub({'qos_stats_get': [d]})
+    _, m = scrape(s.path)
+    assert value(m, 'nvmf_qos_domain_capacity_learning', domain='d0') == 1
+    assert 'nvmf_qos_domain_capacity_estimate_iops' not in m
+
+
 def test_build_info_of_each_loaded_plugin(stub):
     version = {'plugin': 'target', 'version': '0.1.0', 'wire_protocol': 1, 'profile': 'release'}
     s = stub({'qos_stats_get': [domain('d0', [])], 'qos_version_get': version})
