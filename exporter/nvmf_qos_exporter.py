@@ -396,6 +396,13 @@ class QosCollector(Collector):
                 ('vendor_sent', 'vendor_commands', 'Token-protocol vendor commands sent'),
                 ('vendor_errors', 'vendor_errors', 'Vendor commands that failed'),
                 ('aborted', 'aborted_ios', 'I/O completed with an error by the QoS bdev itself'),
+                ('vendor_late', 'vendor_late_replies', 'Vendor replies that came after their request timed out'),
+                ('vendor_submit_failed', 'vendor_submit_failures', 'Vendor commands the base bdev refused to '
+                 'submit'),
+                ('probes_sent', 'probes', 'State probes sent to the target'),
+                ('engine_restarts', 'engine_restarts', 'Token engine restarts (the target reset or changed)'),
+                ('acquire_deferred', 'acquires_deferred', 'Token acquisitions sent as state requests while the '
+                 "base's path was down or resetting"),
             )
             for key, name, text in counters:
                 if st.get(key) is not None:
@@ -414,6 +421,15 @@ class QosCollector(Collector):
             if pacer.get('allowed_bytes_per_sec') is not None:
                 fam('g', 'pacer_allowed_bytes_per_second', 'Rate the pacer allows large I/O (AIMD)').add_metric(
                     lv, pacer['allowed_bytes_per_sec'])
+            if pacer.get('latency_target_ns') is not None:
+                fam('g', 'pacer_latency_target_seconds', "The pacer's latency target for small I/O").add_metric(
+                    lv, pacer['latency_target_ns'] / 1e9)
+            if pacer.get('base_latency_ns') is not None:
+                fam('g', 'pacer_base_latency_seconds', 'The latency the pacer measured for small I/O on an idle '
+                    'path').add_metric(lv, pacer['base_latency_ns'] / 1e9)
+            if pacer.get('probes_lost') is not None:
+                fam('c', 'pacer_probes_lost', 'Latency probes of the pacer that did not come back').add_metric(
+                    lv, pacer['probes_lost'])
         yield from fams.values()
 
 

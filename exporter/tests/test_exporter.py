@@ -18,8 +18,10 @@ INI_BDEV = {
     'state': {'mode': 'cooperative', 'held': 2, 'held_total': 40, 'ios': 1000, 'large_ios': 10,
               'large_whole_ios': 7,
               'chunks': 160, 'vendor_sent': 55, 'vendor_errors': 1, 'aborted': 0,
-              'held_ns': 2_500_000_000, 'paced_ns': 1_000_000_000},
-    'pacer': {'name': 'default', 'allowed_bytes_per_sec': 2_000_000_000},
+              'held_ns': 2_500_000_000, 'paced_ns': 1_000_000_000, 'vendor_late': 2, 'vendor_submit_failed': 0,
+              'probes_sent': 9, 'engine_restarts': 1, 'acquire_deferred': 3},
+    'pacer': {'name': 'default', 'allowed_bytes_per_sec': 2_000_000_000, 'latency_target_ns': 200_000,
+              'base_latency_ns': 40_000, 'probes_lost': 4},
 }
 
 
@@ -152,6 +154,15 @@ def test_initiator_metrics(stub, method):
     assert value(m, 'nvmf_qos_ini_paced_seconds_total', bdev='qh1') == 1.0
     assert value(m, 'nvmf_qos_ini_mode', bdev='qh1', mode='cooperative') == 1
     assert value(m, 'nvmf_qos_ini_pacer_allowed_bytes_per_second', bdev='qh1') == 2e9
+    # Health: late and refused vendor commands, probes, engine restarts, the pacer's latencies.
+    assert value(m, 'nvmf_qos_ini_vendor_late_replies_total', bdev='qh1') == 2
+    assert value(m, 'nvmf_qos_ini_vendor_submit_failures_total', bdev='qh1') == 0
+    assert value(m, 'nvmf_qos_ini_probes_total', bdev='qh1') == 9
+    assert value(m, 'nvmf_qos_ini_engine_restarts_total', bdev='qh1') == 1
+    assert value(m, 'nvmf_qos_ini_acquires_deferred_total', bdev='qh1') == 3
+    assert value(m, 'nvmf_qos_ini_pacer_latency_target_seconds', bdev='qh1') == 200e-6
+    assert value(m, 'nvmf_qos_ini_pacer_base_latency_seconds', bdev='qh1') == 40e-6
+    assert value(m, 'nvmf_qos_ini_pacer_probes_lost_total', bdev='qh1') == 4
 
 
 def test_rpc_error_other_than_unknown_method_is_not_hidden(stub):
