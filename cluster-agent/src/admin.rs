@@ -54,7 +54,7 @@ fn require_cluster(
     let text = s
         .get(&k.config())?
         .ok_or_else(|| AdminError::NoCluster(cluster.into()))?;
-    parse(&k.config(), &text).map_err(|detail| AdminError::Corrupt {
+    ClusterRecord::read(&k.config(), &text).map_err(|detail| AdminError::Corrupt {
         key: k.config(),
         detail,
     })
@@ -76,7 +76,7 @@ pub fn cluster_create(
     if update {
         require_cluster(s, &k, cluster)?;
     }
-    let rec = ClusterRecord { divide };
+    let rec = ClusterRecord::new(divide);
     s.put(
         &k.config(),
         &serde_json::to_string(&rec).expect("record"),

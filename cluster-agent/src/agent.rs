@@ -212,7 +212,7 @@ impl Agent {
             ));
             return Ok(());
         };
-        let cluster: ClusterRecord = match parse(&self.keys.config(), &cfg_text) {
+        let cluster = match ClusterRecord::read(&self.keys.config(), &cfg_text) {
             Ok(c) => c,
             Err(e) => {
                 r.errors.push(e);

@@ -86,11 +86,49 @@ impl Keys {
     }
 }
 
+/// The layout and records of the keys this agent reads and writes; a cluster created by
+/// an agent with a larger one is refused rather than misread.
+pub const KEY_SCHEMA: u32 = 1;
+
+fn schema_before_versions() -> u32 {
+    1
+}
+
 /// The cluster's own settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterRecord {
     #[serde(flatten)]
     pub divide: DivideConfig,
+    /// The key schema the cluster was created with (absent before schemas: 1).
+    #[serde(default = "schema_before_versions")]
+    pub schema: u32,
+}
+
+impl ClusterRecord {
+    pub fn new(divide: DivideConfig) -> Self {
+        ClusterRecord {
+            divide,
+            schema: KEY_SCHEMA,
+        }
+    }
+
+    /// Parses the record at `key`, refusing one of a key schema this agent does not know.
+    pub fn read(key: &str, value: &str) -> Result<ClusterRecord, String> {
+        let rec: ClusterRecord = parse(key, value)?;
+        if rec.schema > KEY_SCHEMA {
+            return Err(format!(
+                "{key}: the cluster was created with key schema {} by a newer nvmf-qos-agent; this agent reads schema {KEY_SCHEMA}: upgrade it (nothing was read or changed)",
+                rec.schema
+            ));
+        }
+        Ok(rec)
+    }
+}
+
+impl Default for ClusterRecord {
+    fn default() -> Self {
+        ClusterRecord::new(DivideConfig::default())
+    }
 }
 
 /// A live target, as its agent last wrote it.
@@ -152,6 +190,24 @@ pub fn hosts_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_of_a_newer_key_schema_is_refused_with_the_fix() {
+        let k = Keys::new("c").config();
+        let now = serde_json::to_string(&ClusterRecord::default()).unwrap();
+        assert!(now.contains("\"schema\":1"), "{now}");
+        assert_eq!(
+            ClusterRecord::read(&k, &now).unwrap(),
+            ClusterRecord::default()
+        );
+        // Written before schemas: read as schema 1.
+        let old = now.replace(",\"schema\":1", "");
+        assert!(!old.contains("schema"), "{old}");
+        assert_eq!(ClusterRecord::read(&k, &old).unwrap().schema, 1);
+        let future = now.replace("\"schema\":1", "\"schema\":2");
+        let e = ClusterRecord::read(&k, &future).unwrap_err();
+        assert!(e.contains("schema 2") && e.contains("upgrade"), "{e}");
+    }
 
     #[test]
     fn names_are_checked() {
