@@ -13,9 +13,9 @@ VENV ?= .venv
 SPDK_PRESENT_FILES := $(addprefix $(SPDK_DIR)/,$(shell grep -v '^\#' spdk-present.list))
 SPDK_FOUND := $(if $(strip $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,missing))),,yes)
 
-.PHONY: test test-rust test-loom test-rpc test-exporter test-spdk accept soak fuzz lint lab bench exporter
+.PHONY: test test-rust test-loom test-rpc test-exporter test-spdk test-install install accept soak fuzz lint lab bench exporter
 
-test: test-rust test-loom test-rpc test-exporter test-spdk
+test: test-rust test-loom test-rpc test-exporter test-install test-spdk
 
 test-rust:
 	cargo test
@@ -145,3 +145,64 @@ ifneq ($(SPDK_FOUND),)
 else
 	@echo "SKIPPED: target-bench and initiator-bench: SPDK not present at SPDK_DIR=$(SPDK_DIR)"
 endif
+
+# Installation (docs/operations.md, "Install"): the agent, the plugins (where SPDK is
+# found), the rpc.py plugin and the exporter with a virtualenv of its pinned
+# dependencies (INSTALL_PYTHON_DEPS=0: the venv without them), the alert rules and the
+# dashboard, the docs, and systemd units for nvmf_tgt with the plugin, the exporter and
+# the agent. PREFIX and DESTDIR as usual; UNITDIR for the units.
+PREFIX ?= /usr/local
+DESTDIR ?=
+UNITDIR ?= /etc/systemd/system
+INSTALL_PYTHON_DEPS ?= 1
+BINDIR = $(PREFIX)/bin
+LIBDIR = $(PREFIX)/lib/nvmf-qos
+DATADIR = $(PREFIX)/share/nvmf-qos
+DOCDIR = $(PREFIX)/share/doc/nvmf-qos
+UNITS = spdk-plugin/systemd/nvmf-qos-target.service.in exporter/systemd/nvmf-qos-exporter.service.in \
+	cluster-agent/systemd/nvmf-qos-agent.service.in
+
+install:
+	cargo build --release -p nvmf-qos-agent
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/exporter $(DESTDIR)$(LIBDIR)/rpc-scripts \
+		$(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(UNITDIR)
+	install -m 755 target/release/nvmf-qos-agent $(DESTDIR)$(BINDIR)/
+ifneq ($(SPDK_FOUND),)
+	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin
+	install -m 755 target/release/libnvmf_qos_tgt.so target/release/libnvmf_qos_ini.so $(DESTDIR)$(LIBDIR)/
+else
+	@echo "SKIPPED: the plugins need SPDK at SPDK_DIR=$(SPDK_DIR); installed everything else"
+endif
+	install -m 644 rpc-scripts/qos_rpc.py $(DESTDIR)$(LIBDIR)/rpc-scripts/
+	install -m 644 exporter/nvmf_qos_exporter.py exporter/requirements.txt $(DESTDIR)$(LIBDIR)/exporter/
+	install -m 644 dashboards/alerts.yml dashboards/nvmf-qos.json dashboards/provisioning.yaml $(DESTDIR)$(DATADIR)/
+	install -m 644 docs/*.md CHANGELOG.md LICENSE $(DESTDIR)$(DOCDIR)/
+	for u in $(UNITS); do \
+		sed -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' $$u \
+			> $(DESTDIR)$(UNITDIR)/$$(basename $$u .in) || exit 1; \
+	done
+	$(PYTHON) -m venv --clear $(DESTDIR)$(LIBDIR)/venv
+ifeq ($(INSTALL_PYTHON_DEPS),1)
+	$(DESTDIR)$(LIBDIR)/venv/bin/pip install -q -r exporter/requirements.txt
+endif
+	@echo "installed under $(DESTDIR)$(PREFIX), units in $(DESTDIR)$(UNITDIR): see docs/operations.md, Install"
+
+# `make install` into a scratch prefix: every file in place, and systemd-analyze verify
+# (systemd's own checker: syntax, and that each ExecStart exists) on the units.
+test-install:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	$(MAKE) --no-print-directory install PREFIX=$$tmp/usr UNITDIR=$$tmp/units INSTALL_PYTHON_DEPS=0 > $$tmp/log 2>&1 \
+		|| { cat $$tmp/log; exit 1; } && \
+	for f in usr/bin/nvmf-qos-agent usr/lib/nvmf-qos/rpc-scripts/qos_rpc.py \
+		usr/lib/nvmf-qos/exporter/nvmf_qos_exporter.py usr/lib/nvmf-qos/venv/bin/python \
+		usr/share/nvmf-qos/alerts.yml usr/share/nvmf-qos/nvmf-qos.json usr/share/doc/nvmf-qos/operations.md \
+		$(if $(SPDK_FOUND),usr/lib/nvmf-qos/libnvmf_qos_tgt.so usr/lib/nvmf-qos/libnvmf_qos_ini.so); do \
+		test -e $$tmp/$$f || { echo "make install did not install $$f"; exit 1; }; \
+	done && \
+	if command -v systemd-analyze > /dev/null; then \
+		for u in $$tmp/units/*.service; do \
+			out=$$(systemd-analyze verify $$u 2>&1 | grep -v 'sysinit.target\|multi-user.target\|network-online.target'); \
+			if [ -n "$$out" ]; then echo "$$u: $$out"; exit 1; fi; \
+		done; echo "make install: files in place, $$(ls $$tmp/units | wc -l) units verified by systemd-analyze"; \
+	else echo "SKIPPED: systemd-analyze not found: the units were installed, not verified"; fi
+
