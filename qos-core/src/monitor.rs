@@ -766,3 +766,53 @@ fn make_estimators(cfg: &DomainConfig, policy: &dyn SharingPolicy) -> [CapacityE
     );
     [policy.estimator(ops), policy.estimator(bytes)]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ExcessSharing, ReservationRelease, test_domain};
+
+    /// A monitor whose period started at 0 and whose depth curve, as the period began,
+    /// was `curve` (commands in flight, operations per second).
+    fn judged_on(curve: &[(u64, u64)]) -> Monitor {
+        let cfg = test_domain(
+            1_000_000,
+            ReservationRelease::Paced,
+            ExcessSharing::FirstCome,
+        );
+        let mut m = Monitor::new(cfg, Nanos::ZERO).unwrap();
+        m.period_curve = curve
+            .iter()
+            .map(|&(q, rate)| CurvePoint {
+                in_flight_milli: q * 1000,
+                rate,
+            })
+            .collect();
+        m
+    }
+
+    /// Where a 1 s period with `q` commands in flight on average that completed `rate`
+    /// operations lies.
+    fn period(m: &Monitor, q: u64, rate: u64) -> PeriodDepth {
+        let len = Nanos::from_secs(1);
+        m.period_depth(m.period_start.saturating_add(len), rate, q * len.0)
+    }
+
+    #[test]
+    fn a_period_is_placed_on_the_curve_it_started_with() {
+        // T(1) = 100 K, T(2) = 180 K, T(4) = 196 K, T(8) = 200 K: η 0.97 -> Q* = 4.
+        let m = judged_on(&[(1, 100_000), (2, 180_000), (4, 196_000), (8, 200_000)]);
+        // Fewer commands in flight, the rate the curve gives there: a shortfall of depth.
+        assert_eq!(period(&m, 2, 175_000), PeriodDepth::OnCurve);
+        // At the operating point's depth or deeper and on the curve: saturated.
+        assert_eq!(period(&m, 4, 195_000), PeriodDepth::AtOperatingPoint);
+        assert_eq!(period(&m, 30, 200_000), PeriodDepth::AtOperatingPoint);
+        // As deep, a fifth slower: the target got slower (a drop).
+        assert_eq!(period(&m, 8, 160_000), PeriodDepth::BelowCurve);
+        assert_eq!(period(&m, 2, 150_000), PeriodDepth::BelowCurve);
+        // Shallower than anything the curve knows: no judgement.
+        assert_eq!(period(&m, 0, 1_000), PeriodDepth::Unknown);
+        // No curve yet: no judgement either.
+        assert_eq!(period(&judged_on(&[]), 4, 195_000), PeriodDepth::Unknown);
+    }
+}
