@@ -479,6 +479,8 @@ impl UnderuseCounter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prop_assert;
+    use proptest::prop_assert_eq;
 
     /// Algorithm 1's steps from the first period (no start-up search).
     fn cfg() -> EstimatorConfig {
@@ -577,6 +579,35 @@ mod tests {
             EstimateStep::Averaged
         );
         assert_eq!(e.current(), 1000);
+    }
+
+    proptest::proptest! {
+        /// Periods short for lack of depth never take the estimate below where it stood,
+        /// whatever they served and whatever probes and searches came between them.
+        #[test]
+        fn shortfalls_of_depth_never_lower_the_estimate(
+            startup in proptest::bool::ANY,
+            periods in proptest::collection::vec((0u64..3000, proptest::bool::ANY, 0u8..3), 1..40),
+        ) {
+            let c = EstimatorConfig { startup, ..cfg() };
+            let mut e = CapacityEstimator::new(&c, 1000, 50);
+            for (used, missed, kind) in periods {
+                let before = e.current();
+                let evidence = [Evidence::DepthBound, Evidence::None, Evidence::Backlogged][kind as usize];
+                let was_probing = e.probing;
+                let step = e.observe(used.min(before.saturating_mul(2)), missed, evidence);
+                if evidence == Evidence::DepthBound {
+                    // Kept, or a probe (or a search's doubling) that went back: never below
+                    // the estimate before that probe.
+                    prop_assert!(matches!(step, EstimateStep::Kept | EstimateStep::Found), "{step:?}");
+                    if !was_probing {
+                        prop_assert_eq!(e.current(), before);
+                    } else {
+                        prop_assert!(e.current() >= e.before_probe, "{} < {}", e.current(), e.before_probe);
+                    }
+                }
+            }
+        }
     }
 
     #[test]
