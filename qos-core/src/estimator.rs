@@ -65,6 +65,18 @@
 //! evidence, and the threshold leaves out the few per cent a lagging host makes the
 //! others wait.)
 
+//!
+//! The depth curve and the start are ours too (issue 26, docs/architecture.md "What the
+//! curve tells the capacity estimator"). The monitor places each period on the target's
+//! depth curve: a starved period on the curve below the operating point is
+//! [`Evidence::DepthBound`] (short of depth, not of capacity: the estimate is kept and a
+//! probe goes back), one at or beyond it [`Evidence::AtOperatingPoint`] (saturated: it
+//! measures capacity below the floor). From the first period a used estimate doubles
+//! (the start-up search, [`EstimatorConfig::startup`]) until a doubling is not used,
+//! which restarts the window at what the target served ([`EstimateStep::Found`]); and a
+//! domain without a profile starts [`CapacityEstimator::learning`]: unbounded until its
+//! first period with work.
+
 use std::collections::VecDeque;
 
 use crate::config::EstimatorConfig;
