@@ -244,6 +244,9 @@ _DOMAIN_RULES = [
     _Rule('check_interval_us', 'period_ms', lambda us, ms: us * 4 <= ms * 1000,
           lambda us, ms: "--check-interval-us %d is above a quarter of --period-ms %d (%d us)"
                          % (us, ms, ms * 250)),
+    _Rule('operating_in_flight_milli', 'operating_latency_us', lambda q, lat: False,
+          lambda q, lat: "--operating-in-flight-milli and --operating-latency-us cannot be used together: "
+                         "give the operating point one way (or by --efficiency-milli)"),
     _Rule('release_burst_us', 'period_ms', lambda us, ms: us <= ms * 1000,
           lambda us, ms: "--release-burst-us %d is above --period-ms %d (%d us)" % (us, ms, ms * 1000)),
 ]
@@ -286,6 +289,14 @@ _DOMAIN_OPTIONS = [
      "efficiency eta of the operating point, thousandths: the fewest commands in flight that give "
      "this much of the most the target's learned depth curve shows (qos_stats_get's operating_point), "
      "1 ..= 1000", '970'),
+    ('operating_in_flight_milli', _positive,
+     "the operating point by its depth instead of efficiency: Q*, commands in flight at the base in "
+     "thousandths (the deepest point of the learned curve not above it); not with --operating-latency-us",
+     ': by efficiency'),
+    ('operating_latency_us', _positive,
+     "the operating point by its latency instead of efficiency: L*, a command's time at the base in "
+     "microseconds (the deepest point of the learned curve whose latency is not above it)",
+     ': by efficiency'),
 ]
 _COST_OPTIONS = [
     ('write_weight_milli', _int_range(1, 100000), "cost of a write in thousandths of a read, 1 ..= 100000", '1000'),

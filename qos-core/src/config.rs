@@ -333,6 +333,15 @@ pub struct DomainConfig {
     /// the target runs at the fewest commands in flight that give η of the most its
     /// depth curve shows ([`crate::depth`]).
     pub efficiency_milli: u64,
+    /// The operating point by its depth instead of η: Q\*, commands in flight at the base
+    /// in thousandths (the deepest point of the curve not above it). At most one of this
+    /// and `operating_latency`; either replaces η.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operating_in_flight_milli: Option<u64>,
+    /// The operating point by its latency instead of η: L\*, a command's time at the
+    /// base (the deepest point of the curve whose latency is not above it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operating_latency: Option<Nanos>,
 }
 
 /// Default [`DomainConfig::efficiency_milli`].
@@ -380,6 +389,8 @@ impl Default for DomainConfig {
             cost: CostModel::default(),
             sharing: ExcessSharing::FirstCome,
             efficiency_milli: DEFAULT_EFFICIENCY_MILLI,
+            operating_in_flight_milli: None,
+            operating_latency: None,
         }
     }
 }
@@ -593,6 +604,14 @@ pub enum ConfigError {
         "efficiency {0} is outside 1 ..= 1000 thousandths of what the target does at most (970 is the default; lower gives shallow queues more of their share at the cost of throughput)"
     )]
     Efficiency(u64),
+    #[error(
+        "give the operating point by efficiency, by commands in flight or by latency, not by two of them"
+    )]
+    OperatingPointTwice,
+    #[error(
+        "the operating point's {0} must be above 0 (in flight: thousandths of a command, at least 1; latency: at least 1 us)"
+    )]
+    OperatingPointZero(&'static str),
     #[error("release burst {got} must be at most the period {period}")]
     ReleaseBurst { got: Nanos, period: Nanos },
     #[error("host NQN must be 1 ..= {MAX_NQN_LEN} bytes of printable ASCII (got {0:?})")]
@@ -751,6 +770,14 @@ impl DomainConfig {
         if self.efficiency_milli == 0 || self.efficiency_milli > 1000 {
             return Err(ConfigError::Efficiency(self.efficiency_milli));
         }
+        match (self.operating_in_flight_milli, self.operating_latency) {
+            (Some(_), Some(_)) => return Err(ConfigError::OperatingPointTwice),
+            (Some(0), _) => return Err(ConfigError::OperatingPointZero("in flight")),
+            (_, Some(l)) if l == Nanos::ZERO => {
+                return Err(ConfigError::OperatingPointZero("latency"));
+            }
+            _ => {}
+        }
         if let Some(b) = self.release_burst
             && b > self.period
         {
@@ -760,6 +787,16 @@ impl DomainConfig {
             });
         }
         Ok(())
+    }
+
+    /// What defines the operating point on the depth curve: η, or Q\* or L\* when given.
+    pub fn operating_target(&self) -> crate::depth::OperatingTarget {
+        use crate::depth::OperatingTarget;
+        match (self.operating_in_flight_milli, self.operating_latency) {
+            (Some(q), _) => OperatingTarget::InFlight(q),
+            (_, Some(l)) => OperatingTarget::Latency(l),
+            _ => OperatingTarget::Efficiency(self.efficiency_milli),
+        }
     }
 
     /// Turns a per-second amount into a per-period amount.

@@ -268,17 +268,16 @@ impl DepthCurve {
         out
     }
 
-    /// The operating point for efficiency `eta_milli` (thousandths, 1..=1000), once
-    /// the curve has a live bucket.
-    pub fn operating_point(&self, now: Nanos, eta_milli: u64) -> Option<OperatingPoint> {
+    /// The operating point `target` picks, once the curve has a live bucket.
+    pub fn operating_point(&self, now: Nanos, target: OperatingTarget) -> Option<OperatingPoint> {
         let curve = self.curve(now);
         let max_rate = curve.last()?.rate;
-        let p = point_at_efficiency(&curve, eta_milli)?;
+        let p = point_for(&curve, target)?;
         Some(OperatingPoint {
             in_flight_milli: p.in_flight_milli,
             rate: p.rate,
             max_rate,
-            latency: Nanos((p.in_flight_milli as u128 * 1_000_000 / p.rate.max(1) as u128) as u64),
+            latency: latency(p),
         })
     }
 }
@@ -295,17 +294,43 @@ pub fn rate_at(curve: &[CurvePoint], q_milli: u64) -> Option<u64> {
         .max()
 }
 
-/// The operating point's depth on `curve` for efficiency `eta_milli`: the fewest
-/// commands in flight (thousandths) whose rate is at least η of the curve's most.
-pub fn operating_depth(curve: &[CurvePoint], eta_milli: u64) -> Option<u64> {
-    point_at_efficiency(curve, eta_milli).map(|p| p.in_flight_milli)
+/// What places the operating point on the curve (`DomainConfig::operating_target`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperatingTarget {
+    /// Efficiency η, thousandths: the fewest commands in flight that give η of the most.
+    Efficiency(u64),
+    /// Q\*, thousandths of a command: the deepest point not above it.
+    InFlight(u64),
+    /// L\*: the deepest point whose latency (Q / T(Q)) is not above it.
+    Latency(Nanos),
 }
 
-/// The first point of `curve` whose rate is at least `eta_milli` of its most.
-fn point_at_efficiency(curve: &[CurvePoint], eta_milli: u64) -> Option<&CurvePoint> {
-    let max_rate = curve.last()?.rate;
-    let want = (max_rate as u128 * eta_milli.min(1000) as u128).div_ceil(1000) as u64;
-    curve.iter().find(|p| p.rate >= want)
+/// The operating point's depth on `curve` (commands in flight, thousandths).
+pub fn operating_depth(curve: &[CurvePoint], target: OperatingTarget) -> Option<u64> {
+    point_for(curve, target).map(|p| p.in_flight_milli)
+}
+
+/// The point of `curve` that `target` picks; the shallowest when none qualifies (a Q\*
+/// or L\* below everything the curve has seen).
+fn point_for(curve: &[CurvePoint], target: OperatingTarget) -> Option<&CurvePoint> {
+    let first = curve.first()?;
+    let deepest_with =
+        |ok: &dyn Fn(&CurvePoint) -> bool| curve.iter().filter(|p| ok(p)).last().or(Some(first));
+    match target {
+        OperatingTarget::Efficiency(eta_milli) => {
+            let max_rate = curve.last()?.rate;
+            let want = (max_rate as u128 * eta_milli.min(1000) as u128).div_ceil(1000) as u64;
+            curve.iter().find(|p| p.rate >= want)
+        }
+        OperatingTarget::InFlight(q) => deepest_with(&|p| p.in_flight_milli <= q),
+        OperatingTarget::Latency(l) => deepest_with(&|p| latency(p) <= l),
+    }
+}
+
+/// A command's latency at point `p`: Q / T(Q).
+fn latency(p: &CurvePoint) -> Nanos {
+    Nanos((p.in_flight_milli as u128 * 1_000_000 / p.rate.max(1) as u128) as u64)
 }
 
 /// Whether a stretch that completed at `rate` with `q_milli` commands in flight on
@@ -384,9 +409,24 @@ mod tests {
         assert_eq!(on_curve(&curve, 16_000, 150), Some(false));
         assert_eq!(on_curve(&curve, 100, 10), None);
         // η 0.97 of 200 is 194: four commands; η 0.9: two.
-        assert_eq!(operating_depth(&curve, 970), Some(4000));
-        assert_eq!(operating_depth(&curve, 900), Some(2000));
-        assert_eq!(operating_depth(&[], 970), None);
+        let eta = OperatingTarget::Efficiency;
+        assert_eq!(operating_depth(&curve, eta(970)), Some(4000));
+        assert_eq!(operating_depth(&curve, eta(900)), Some(2000));
+        assert_eq!(operating_depth(&[], eta(970)), None);
+        // By depth: the deepest point not above Q*; by latency: the deepest point whose
+        // Q / T(Q) is not above L* (T(4) = 196/s: 20.4 ms; T(8) = 200/s: 40 ms).
+        let q = OperatingTarget::InFlight;
+        assert_eq!(operating_depth(&curve, q(3000)), Some(2000));
+        assert_eq!(operating_depth(&curve, q(100_000)), Some(8000));
+        assert_eq!(
+            operating_depth(&curve, q(500)),
+            Some(1000),
+            "below the curve: its first"
+        );
+        let l = |us| OperatingTarget::Latency(Nanos::from_micros(us));
+        assert_eq!(operating_depth(&curve, l(25_000)), Some(4000));
+        assert_eq!(operating_depth(&curve, l(40_000)), Some(8000));
+        assert_eq!(operating_depth(&curve, l(1)), Some(1000));
     }
 
     #[test]
@@ -407,12 +447,16 @@ mod tests {
         let mut c = DepthCurve::new(Nanos::from_secs(10));
         let depths: Vec<u64> = (0..=8).map(|k| 1 << k).collect();
         let now = feed(&mut c, Nanos::ZERO, &depths, 800_000, 15, 16 * 9 * 4);
-        let op = c.operating_point(now, 970).unwrap();
+        let op = c
+            .operating_point(now, OperatingTarget::Efficiency(970))
+            .unwrap();
         // 800 K q / (q + 15): 256 -> 755.7 K (the most), 128 -> 716 K (0.947), so 256.
         assert_eq!(op.in_flight_milli, 256_000);
         // Work is counted in whole commands per 10 ms sample: 7,557 of 7,557.1.
         assert_eq!(op.max_rate, ideal(800_000, 15, 256) / 100 * 100);
-        let op80 = c.operating_point(now, 800).unwrap();
+        let op80 = c
+            .operating_point(now, OperatingTarget::Efficiency(800))
+            .unwrap();
         // 0.8 of 755.7 K = 604.6 K: 64 does 648 K, 32 does 545 K.
         assert_eq!(op80.in_flight_milli, 64_000);
         assert_eq!(op80.latency, Nanos(64_000 * 1_000_000 / op80.rate));
@@ -423,21 +467,33 @@ mod tests {
         let mut c = DepthCurve::new(Nanos::from_secs(10));
         let depths = [16, 32, 64, 128];
         let now = feed(&mut c, Nanos::ZERO, &depths, 800_000, 15, 400);
-        let before = c.operating_point(now, 970).unwrap().max_rate;
+        let before = c
+            .operating_point(now, OperatingTarget::Efficiency(970))
+            .unwrap()
+            .max_rate;
         // The target drops to 60 % while the load stays at 64 commands.
         let now = feed(&mut c, now, &[64], 480_000, 15, 3 * DRIFT_SAMPLES as usize);
-        let after = c.operating_point(now, 970).unwrap().max_rate;
+        let after = c
+            .operating_point(now, OperatingTarget::Efficiency(970))
+            .unwrap()
+            .max_rate;
         let ratio = after as f64 / before as f64;
         assert!((0.55..0.68).contains(&ratio), "{before} -> {after}");
         let now = feed(&mut c, now, &[64], 800_000, 15, 3 * DRIFT_SAMPLES as usize);
-        let back = c.operating_point(now, 970).unwrap().max_rate;
+        let back = c
+            .operating_point(now, OperatingTarget::Efficiency(970))
+            .unwrap()
+            .max_rate;
         assert!(back as f64 > 0.93 * before as f64, "{before} -> {back}");
     }
 
     #[test]
     fn an_idle_target_and_stale_buckets_say_nothing() {
         let mut c = DepthCurve::new(Nanos::from_millis(100));
-        assert!(c.operating_point(Nanos::ZERO, 970).is_none());
+        assert!(
+            c.operating_point(Nanos::ZERO, OperatingTarget::Efficiency(970))
+                .is_none()
+        );
         // Less than 1/64 of a command in flight on average: no sample.
         c.observe(MIN_WINDOW, MIN_WINDOW, 1000, Nanos(MIN_WINDOW.0 / 100));
         assert!(c.curve(MIN_WINDOW).is_empty());
@@ -487,7 +543,7 @@ mod tests {
             let last = curve.last().unwrap().rate;
             prop_assert!((last as f64 - best as f64).abs() <= 0.05 * best as f64 + 1000.0,
                 "{last} vs {best}");
-            let op = c.operating_point(now, eta).unwrap();
+            let op = c.operating_point(now, OperatingTarget::Efficiency(eta)).unwrap();
             prop_assert!(op.rate as u128 * 1000 >= op.max_rate as u128 * eta as u128);
         }
     }

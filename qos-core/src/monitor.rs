@@ -463,7 +463,7 @@ impl Monitor {
             Some(false) => PeriodDepth::BelowCurve,
             Some(true) => {
                 let q_star =
-                    crate::depth::operating_depth(&self.period_curve, self.cfg.efficiency_milli);
+                    crate::depth::operating_depth(&self.period_curve, self.cfg.operating_target());
                 if q_star.is_some_and(|q| q_milli >= q) {
                     PeriodDepth::AtOperatingPoint
                 } else {

@@ -1099,9 +1099,10 @@ impl Sim {
         let now = Nanos(self.now);
         let (depth_curve, operating_point, efficiency_milli) = match &self.monitor {
             Some(mon) => {
-                let eta = mon.config().efficiency_milli;
+                let cfg = mon.config();
                 let d = mon.depth_curve();
-                (d.curve(now), d.operating_point(now, eta), eta)
+                let op = d.operating_point(now, cfg.operating_target());
+                (d.curve(now), op, cfg.efficiency_milli)
             }
             None => (Vec::new(), None, 0),
         };

@@ -109,6 +109,14 @@ pub struct DomainParams {
     /// depth curve's point reported in `qos_stats_get`.
     #[serde(default = "default_efficiency")]
     pub efficiency_milli: u64,
+    /// The operating point by its depth instead of η: Q*, commands in flight at the base
+    /// in thousandths. At most one of this and `operating_latency_us`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operating_in_flight_milli: Option<u64>,
+    /// The operating point by its latency instead of η: L*, a command's time at the
+    /// base in microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operating_latency_us: Option<u64>,
 }
 
 /// `qos_domain_update` parameters: `name` and whatever changes.
@@ -140,6 +148,8 @@ pub struct DomainUpdate {
     pub size_unit: Option<u64>,
     pub sharing: Option<ExcessSharing>,
     pub efficiency_milli: Option<u64>,
+    pub operating_in_flight_milli: Option<u64>,
+    pub operating_latency_us: Option<u64>,
 }
 
 impl DomainParams {
@@ -188,6 +198,8 @@ impl DomainParams {
             },
             sharing: self.sharing,
             efficiency_milli: self.efficiency_milli,
+            operating_in_flight_milli: self.operating_in_flight_milli,
+            operating_latency: self.operating_latency_us.map(Nanos::from_micros),
         };
         cfg.validate()
             .map_err(|e| Refusal::invalid(format!("domain {}: {e}", self.name)))?;
@@ -222,7 +234,17 @@ impl DomainParams {
             sharing,
             efficiency_milli
         );
+        // The operating point is given one way: whichever way an update gives replaces
+        // the others (η stays as the value the others replace).
+        if u.efficiency_milli.is_some() || u.operating_in_flight_milli.is_some() {
+            p.operating_latency_us = None;
+        }
+        if u.efficiency_milli.is_some() || u.operating_latency_us.is_some() {
+            p.operating_in_flight_milli = None;
+        }
         set_opt!(
+            operating_in_flight_milli,
+            operating_latency_us,
             capacity_iops,
             capacity_mibps,
             per_host_max_iops,
@@ -678,6 +700,47 @@ mod tests {
         let q = p.updated(&u);
         assert_eq!((q.min_iops, q.group), (None, None));
         assert!(parse::<HostUpdate>("qos_host_update", json!({"domain": "d"})).is_err());
+    }
+
+    #[test]
+    fn the_operating_point_is_given_one_way() {
+        let p = domain(json!({"name": "d", "operating_in_flight_milli": 40000})).unwrap();
+        let c = p.to_config().unwrap();
+        assert_eq!(
+            c.operating_target(),
+            qos_core::depth::OperatingTarget::InFlight(40000)
+        );
+        let both =
+            domain(json!({"name": "d", "operating_in_flight_milli": 4, "operating_latency_us": 5}));
+        let e = both.unwrap().to_config().unwrap_err();
+        assert!(e.message.contains("not by two"), "{e}");
+        let e = domain(json!({"name": "d", "operating_latency_us": 0}))
+            .unwrap()
+            .to_config()
+            .unwrap_err();
+        assert!(e.message.contains("above 0"), "{e}");
+        // An update by latency replaces the depth; by η, both.
+        let u: DomainUpdate = parse(
+            "qos_domain_update",
+            json!({"name": "d", "operating_latency_us": 50}),
+        )
+        .unwrap();
+        let q = p.updated(&u);
+        assert_eq!(
+            (q.operating_in_flight_milli, q.operating_latency_us),
+            (None, Some(50))
+        );
+        let u: DomainUpdate = parse(
+            "qos_domain_update",
+            json!({"name": "d", "efficiency_milli": 800}),
+        )
+        .unwrap();
+        let q = q.updated(&u);
+        assert_eq!(
+            (q.operating_in_flight_milli, q.operating_latency_us),
+            (None, None)
+        );
+        assert_eq!(q.to_config().unwrap().efficiency_milli, 800);
     }
 
     #[test]

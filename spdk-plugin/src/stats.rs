@@ -182,16 +182,19 @@ fn operating_point(s: &DomainStats) -> Value {
         .iter()
         .map(|p| json!({"in_flight": milli(p.in_flight_milli), "ops_per_s": p.rate}))
         .collect();
+    // `by`: {"efficiency": milli}, {"in_flight": milli} or {"latency": ns}.
+    let by = json!(s.operating_target);
     match s.operating_point {
         Some(op) => json!({
             "efficiency_milli": s.efficiency_milli,
+            "by": by,
             "in_flight": milli(op.in_flight_milli),
             "ops_per_s": op.rate,
             "max_ops_per_s": op.max_rate,
             "latency_ns": op.latency.0,
             "depth_curve": curve,
         }),
-        None => json!({"efficiency_milli": s.efficiency_milli, "depth_curve": curve}),
+        None => json!({"efficiency_milli": s.efficiency_milli, "by": by, "depth_curve": curve}),
     }
 }
 

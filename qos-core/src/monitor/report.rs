@@ -193,6 +193,8 @@ pub struct DomainStats {
     /// curve learned so far (none before the curve has a sample), in operations (cost
     /// units) per second.
     pub efficiency_milli: u64,
+    /// What placed the operating point: η, or the Q\* or L\* the domain gives instead.
+    pub operating_target: crate::depth::OperatingTarget,
     pub operating_point: Option<OperatingPoint>,
     /// The depth curve: commands in flight and operations per second there.
     pub depth_curve: Vec<CurvePoint>,
@@ -355,7 +357,7 @@ impl Monitor {
     pub fn stats_of(&self, now: Nanos, only: Option<&str>) -> DomainStats {
         let elapsed = now.saturating_sub(self.period_start).min(self.cfg.period);
         let m = &self.members;
-        let op = self.depth.operating_point(now, self.cfg.efficiency_milli);
+        let op = self.depth.operating_point(now, self.cfg.operating_target());
         let hosts = m
             .hosts
             .iter()
@@ -387,6 +389,7 @@ impl Monitor {
             global_available: self.shared.global_available(),
             sharing: self.cfg.sharing,
             efficiency_milli: self.cfg.efficiency_milli,
+            operating_target: self.cfg.operating_target(),
             operating_point: op,
             depth_curve: self.depth.curve(now),
             hosts,

@@ -331,9 +331,23 @@ fn rpcs_refuse_bad_input() {
     ] {
         t.refuse("qos_domain_create", p, -22, "");
     }
-    t.call("qos_domain_create", json!({"name": "learned"}));
+    t.refuse(
+        "qos_domain_create",
+        json!({"name": "d", "operating_in_flight_milli": 4000, "operating_latency_us": 50}),
+        -22,
+        "not by two of them",
+    );
+    t.call(
+        "qos_domain_create",
+        json!({"name": "learned", "operating_latency_us": 50}),
+    );
     let st = t.call("qos_stats_get", json!({"domain": "learned"}));
     assert_eq!(st[0]["capacity_learning"], true, "{st}");
+    assert_eq!(
+        st[0]["operating_point"]["by"],
+        json!({"latency": 50_000}),
+        "{st}"
+    );
     t.call("qos_domain_delete", json!({"name": "learned"}));
     t.call(
         "qos_domain_create",
