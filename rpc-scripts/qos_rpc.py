@@ -357,12 +357,20 @@ _APART = ['min_read_iops', 'min_read_mibps', 'min_write_iops', 'min_write_mibps'
 _MAX = ['max_iops', 'max_mibps', 'max_read_iops', 'max_read_mibps', 'max_write_iops', 'max_write_mibps']
 _SOFT = ['soft_min_iops', 'soft_min_mibps']
 
-_HOST_RULES = (
-    [_exclusive(a, b) for a in _TOGETHER for b in _APART]
-    + [_at_most('min_' + m[4:], m, "a QoS reservation cannot be above its limit") for m in _MAX]
-    + [_at_most('min_' + s[9:], s, "the soft guarantee is at least the hard one") for s in _SOFT]
-    + [_at_most(s, 'max_' + s[9:], "the soft guarantee cannot be above the limit") for s in _SOFT]
-)
+def _host_rules(update):
+    """A reservation is given together or apart, is at most the limit, and the soft
+    guarantee lies between them; on update a rate of 0 clears it, so a 0 on either side
+    of a bound is no conflict."""
+    def at_most(a, b, what):
+        r = _at_most(a, b, what)
+        if update:
+            return _Rule(a, b, lambda x, y: x == 0 or y == 0 or x <= y, r.message)
+        return r
+    return ([_exclusive(a, b) for a in _TOGETHER for b in _APART]
+            + [at_most('min_' + m[4:], m, "a QoS reservation cannot be above its limit") for m in _MAX]
+            + [at_most('min_' + s[9:], s, "the soft guarantee is at least the hard one") for s in _SOFT]
+            + [at_most(s, 'max_' + s[9:], "the soft guarantee cannot be above the limit") for s in _SOFT])
+
 
 _HOST_PARAMS = ['domain', 'host_nqn', *_TOGETHER, *_APART, *_MAX, 'weight', 'priority', *_SOFT, 'group']
 
@@ -377,18 +385,6 @@ def _rate_help(dest):
     if kind == 'min':
         return "QoS reservation (guaranteed minimum) in %s, %s" % (unit, direction)
     return "limit in %s, %s" % (unit, direction)
-
-
-def _host_rules(update):
-    """A reservation is at most the limit and the soft guarantee between them; on update
-    a rate of 0 clears it, so a 0 on either side is no conflict."""
-    if not update:
-        return _HOST_RULES
-    exclusive = _HOST_RULES[:len(_TOGETHER) * len(_APART)]
-
-    def clears(r):
-        return _Rule(r.a, r.b, lambda x, y: x == 0 or y == 0 or r.ok(x, y), r.message)
-    return exclusive + [clears(r) for r in _HOST_RULES[len(exclusive):]]
 
 
 def _add_host_options(p, update):

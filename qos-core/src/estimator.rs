@@ -216,7 +216,6 @@ impl CapacityEstimator {
     pub fn learning(cfg: &EstimatorConfig, unbounded: u64) -> Self {
         CapacityEstimator {
             learning: true,
-            startup: cfg.enabled,
             ..Self::new(cfg, unbounded, 0)
         }
     }
@@ -363,11 +362,7 @@ impl CapacityEstimator {
         self.learning = false;
         self.before_probe = used;
         self.floor = used;
-        self.eta = mul_div(used, self.increment_milli, 1000).max(1);
-        self.window.clear();
-        self.window.push_back(used);
-        self.current = used;
-        EstimateStep::Found
+        self.found_at(used)
     }
 
     /// The start-up search's doubling was not used: it ends, at what the target served
@@ -375,21 +370,28 @@ impl CapacityEstimator {
     fn found(&mut self, used: u64, reservation_missed: bool) -> EstimateStep {
         self.startup = false;
         self.after_probe(false, reservation_missed);
-        let at = used.max(self.before_probe);
-        // Eta is a fraction of the capacity; the hint it was taken from was off.
+        self.found_at(used.max(self.before_probe))
+    }
+
+    /// The capacity found to be `at`: the window restarts there, and eta becomes its
+    /// share of it (the hint eta was taken from was off, or there was none).
+    fn found_at(&mut self, at: u64) -> EstimateStep {
         self.eta = mul_div(at, self.increment_milli, 1000).max(1);
+        self.restart_window(at);
+        EstimateStep::Found
+    }
+
+    /// Forgets the window: the estimate is `at`, the only value remembered.
+    fn restart_window(&mut self, at: u64) {
         self.window.clear();
         self.window.push_back(at);
         self.current = at;
-        EstimateStep::Found
     }
 
     /// A sudden drop: the window restarts at what the target served.
     fn drop_to(&mut self, served: u64) -> EstimateStep {
         self.startup = false;
-        self.window.clear();
-        self.window.push_back(served);
-        self.current = served;
+        self.restart_window(served);
         self.probing = false;
         self.probe_wait = 0;
         self.probe_step = 1;
@@ -456,9 +458,7 @@ impl CapacityEstimator {
     /// estimate takes nothing from anyone, and only slows the climb back).
     pub fn hold_at_least(&mut self, min: u64) {
         if self.current < min {
-            self.current = min;
-            self.window.clear();
-            self.window.push_back(min);
+            self.restart_window(min);
         }
     }
 

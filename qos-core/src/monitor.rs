@@ -408,18 +408,20 @@ impl Monitor {
         // it was asked, so what it served is its capacity now. Else what the policy saw
         // of demand; nothing when a host started or stopped in the period.
         let depth = self.period_depth(start, used.ops, t.service_ns);
+        // The depth curve is of operations: it speaks for that resource only.
+        let ops = Resource::Ops.index();
         let evidence: [Evidence; 2] = std::array::from_fn(|r| {
-            let by_policy = || self.policy.demand_evidence(r);
+            let by_policy = self.policy.demand_evidence(r);
             if partial {
                 Evidence::None
-            } else if starved[r] && r == 0 && depth == PeriodDepth::OnCurve {
+            } else if starved[r] && r == ops && depth == PeriodDepth::OnCurve {
                 Evidence::DepthBound
             } else if starved[r] {
                 Evidence::ReservationsStarved
-            } else if r == 0 && by_policy() == Evidence::None && depth.at_operating_point() {
+            } else if r == ops && by_policy == Evidence::None && depth.at_operating_point() {
                 Evidence::AtOperatingPoint
             } else {
-                by_policy()
+                by_policy
             }
         });
         let dropped = self.estimate(used, t.offered_unused, t.missed, evidence, partial);
