@@ -17,15 +17,17 @@
 //!   streams' rates, the virtual stream's rate (which remembers congestion signals that
 //!   arrived when no stream was active, with recovery and reset timers), and the lowest
 //!   rate of the last observation window.
-//!
-//! Default chunk size: 32 KiB. On a 25 Gb/s link a 32 KiB chunk occupies the wire for
-//! about 10 us, so a 4 KiB read queued behind it waits microseconds rather than the
-//! ~340 us of a 1 MiB transfer, while NVMe-oF still amortises a command's fixed cost
-//! over 8 pages. Justitia picked 5 KB for raw RDMA messages; NVMe-oF commands carry more
-//! fixed cost, so the chunk is larger. It was 64 KiB until 2026-11-25: on NVMe/TCP
-//! loopback a QD-1 4 KiB reader's p99 against a 1 MiB writer was 96-112 us with 64 KiB
-//! chunks and 56-72 us with 32 KiB in the same session, the writer keeping 135-146 % of
-//! its share (16 KiB gained nothing more and cost the writer; docs/benchmarks.md).
+//! - The chunk size ([`Pacer::chunk_bytes`], with `chunk_auto`, the default): the
+//!   largest chunk a small command can wait behind and still meet the latency target,
+//!   the target's slack over the probe's base latency times the link's rate, between
+//!   the link's bytes per operation (a smaller chunk cannot fill the link: Justitia's
+//!   5.1 takes the smallest chunk that still reaches the rate) and `chunk_bytes`. It
+//!   follows the path: on NVMe/TCP loopback (base 20-46 us, target 1.5x) it came to
+//!   40-92 KiB, on a 25 Gb/s RDMA path (base about 5 us) it would be 4-8 KiB, near
+//!   Justitia's 5 KB. A chunk is a command, and each costs the target: a fixed 32 KiB
+//!   was throughput lost where the path allowed more (docs/benchmarks.md, issue 30).
+//!   With no latency-sensitive traffic the chunk is `chunk_bytes`; until the first
+//!   probe has measured the path, 32 KiB (the fixed default before 2026-11-26).
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -150,6 +152,11 @@ impl TokenBucket {
     pub fn set_rate(&mut self, rate: u64, now: Nanos) {
         self.refill(now);
         self.rate = rate;
+    }
+    /// A new depth (the chunk size changed); a level above it is cut at the next refill.
+    pub fn set_depth(&mut self, depth: u64, now: Nanos) {
+        self.refill(now);
+        self.depth = depth.max(1);
     }
     /// When `n` tokens will be there (now if they are); `n` is capped at the depth.
     pub fn ready_at(&mut self, n: u64, now: Nanos) -> Nanos {
@@ -324,8 +331,14 @@ impl Dirs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PacerConfig {
-    /// Transfers above this are split into chunks of at most this. Default 32 KiB.
+    /// Transfers above the chunk size are split into chunks of at most that size. With
+    /// `chunk_auto` this is the largest chunk, else the chunk. Default 128 KiB (the
+    /// largest command capsule of SPDK's TCP transport by default: a larger chunk of a
+    /// write waits for an R2T).
     pub chunk_bytes: u64,
+    /// The chunk follows the latency target and the path ([`Pacer::chunk_bytes`]).
+    /// Default true; false: always `chunk_bytes`.
+    pub chunk_auto: bool,
     /// Link bandwidth in MiB/s (the C of Justitia). Default 2800 (about 25 Gb/s).
     pub link_mibps: u64,
     /// Link operation rate. Default 1,000,000.
@@ -362,7 +375,8 @@ pub struct PacerConfig {
 impl Default for PacerConfig {
     fn default() -> Self {
         PacerConfig {
-            chunk_bytes: 32 * 1024,
+            chunk_bytes: 128 * 1024,
+            chunk_auto: true,
             link_mibps: 2800,
             link_iops: 1_000_000,
             latency_target: Nanos::from_micros(200),
@@ -437,6 +451,38 @@ impl PacerConfig {
     fn link_bytes(&self) -> u64 {
         self.link_mibps.saturating_mul(MIB)
     }
+    /// The smallest chunk `chunk_auto` picks: the link's bytes per operation (a smaller
+    /// chunk runs out of operations before it fills the link), at least 4 KiB, at most
+    /// `chunk_bytes`.
+    pub fn chunk_floor(&self) -> u64 {
+        self.link_bytes()
+            .div_ceil(self.link_iops.max(1))
+            .next_multiple_of(CHUNK_GRAIN)
+            .max(CHUNK_GRAIN)
+            .min(self.chunk_bytes)
+    }
+}
+
+/// `chunk_auto` picks multiples of this.
+const CHUNK_GRAIN: u64 = 4096;
+
+/// The chunk `chunk_auto` uses with latency-sensitive traffic before a probe has measured
+/// the path's base latency.
+pub const CHUNK_BEFORE_PROBE: u64 = 32 * 1024;
+
+/// The largest chunk a small command can wait behind within `target` on a path of
+/// `base` latency whose link moves `link_bytes` per second: the slack `target - base`
+/// times the link's rate, in multiples of 4 KiB, within `floor ..= ceiling`.
+pub fn chunk_for_slack(
+    target: Nanos,
+    base: Nanos,
+    link_bytes: u64,
+    floor: u64,
+    ceiling: u64,
+) -> u64 {
+    let slack = target.saturating_sub(base);
+    let bytes = mul_div(slack.0, link_bytes, 1_000_000_000);
+    (bytes / CHUNK_GRAIN * CHUNK_GRAIN).clamp(floor.min(ceiling), ceiling)
 }
 
 /// Whether latency-sensitive traffic shares the path at `now`: a small command was sent
@@ -594,7 +640,25 @@ impl Pacer {
     /// and latency-sensitive traffic shares the path (Justitia's trigger; alone, a large
     /// transfer goes whole, since chunks only cost it throughput).
     pub fn should_split(&self, bytes: u64, now: Nanos) -> bool {
-        bytes > self.cfg.chunk_bytes && (self.cfg.split_always || self.latency_sensitive(now))
+        bytes > self.chunk_bytes(now) && (self.cfg.split_always || self.latency_sensitive(now))
+    }
+
+    /// The chunk size at `now`: `chunk_bytes`, or with `chunk_auto` and latency-sensitive
+    /// traffic the largest chunk that keeps a small command's wait behind it within the
+    /// latency target ([`chunk_for_slack`]; [`CHUNK_BEFORE_PROBE`] until a probe has
+    /// measured the base latency).
+    pub fn chunk_bytes(&self, now: Nanos) -> u64 {
+        let c = &self.cfg;
+        if !c.chunk_auto || !self.latency_sensitive(now) {
+            return c.chunk_bytes;
+        }
+        let floor = c.chunk_floor();
+        match self.base.min() {
+            None => CHUNK_BEFORE_PROBE.clamp(floor, c.chunk_bytes),
+            Some(base) => {
+                chunk_for_slack(self.latency_target(), base, self.link, floor, c.chunk_bytes)
+            }
+        }
     }
 
     fn stream(&self, id: StreamId) -> Option<&Stream> {
@@ -656,11 +720,19 @@ impl Pacer {
                 })
             })
             .collect();
+        // Every bucket holds one chunk (two while late): a deeper one would let a burst
+        // of chunks go at once, and the small commands wait behind all of them.
+        let chunk = self.chunk_bytes(now);
         for (s, rate) in self.streams.iter_mut().zip(rates) {
             if let Some(s) = s {
                 s.bucket.set_rate(rate, now);
+                s.bucket.set_depth(chunk, now);
             }
         }
+        self.aggregate.bytes.set_depth(chunk, now);
+        self.aggregate
+            .ops
+            .set_depth(mul_div(chunk, self.cfg.link_iops, self.link).max(1), now);
         self.aggregate.bytes.set_rate(self.allowed, now);
         self.aggregate.ops.set_rate(
             mul_div(self.allowed, self.cfg.link_iops, self.link).max(1),
@@ -681,7 +753,7 @@ impl Pacer {
             }
         };
         let generation = self.generations[index as usize];
-        let bucket = TokenBucket::new(rate, self.cfg.chunk_bytes, now);
+        let bucket = TokenBucket::new(rate, self.chunk_bytes(now), now);
         self.streams[index as usize] = Some(Stream {
             generation,
             flow,
@@ -1077,14 +1149,13 @@ mod tests {
     #[test]
     fn large_transfers_are_split_only_while_latency_sensitive_traffic_is_about() {
         let t = Nanos::from_secs(1);
-        let p0 = pacer(t);
-        let chunk = p0.config().chunk_bytes;
-        let idle = p0.config().latency_idle;
-        let mut p = p0;
+        let mut p = pacer(t);
+        let idle = p.config().latency_idle;
         // A writer alone: nothing to protect, the transfer goes whole.
         assert!(!p.should_split(MIB, t));
         // A small command was sent: from then on large transfers are chunked and paced...
         p.note_latency_sensitive(t);
+        let chunk = p.chunk_bytes(t);
         assert!(p.should_split(MIB, t));
         assert!(p.should_split(chunk + 1, t.saturating_add(Nanos(idle.0 - 1))));
         // ...but never one that fits in a chunk...
@@ -1102,7 +1173,8 @@ mod tests {
             t,
         )
         .unwrap();
-        assert!(always.should_split(MIB, t) && !always.should_split(chunk, t));
+        let whole = always.config().chunk_bytes;
+        assert!(always.should_split(MIB, t) && !always.should_split(whole, t));
     }
 
     #[test]
@@ -1198,6 +1270,139 @@ mod tests {
         let next = p.try_send(s, 64 * 1024, t0).unwrap_err();
         // 64 KiB at 64 MiB/s: about 976 us.
         assert!((900_000..1_100_000).contains(&(next.0 - t0.0)), "{next}");
+    }
+
+    #[test]
+    fn the_chunk_is_the_slack_times_the_link() {
+        let mib = MIB;
+        // NVMe/TCP loopback: base 30 us, target 1.5x = 45 us, link 4500 MiB/s: 15 us of
+        // the link is 70,778 bytes, 69,632 in 4 KiB grains.
+        let tcp = chunk_for_slack(
+            Nanos::from_micros(45),
+            Nanos::from_micros(30),
+            4500 * mib,
+            4096,
+            256 * 1024,
+        );
+        assert_eq!(tcp, 69_632);
+        // 25 Gb/s RDMA: base 5 us, target 7.5 us, 2980 MiB/s: 2.5 us is 7.8 KB.
+        let rdma = chunk_for_slack(
+            Nanos(7500),
+            Nanos::from_micros(5),
+            2980 * mib,
+            4096,
+            256 * 1024,
+        );
+        assert_eq!(rdma, 4096);
+        // No slack (the target at or below the base): the floor; a wide one: the ceiling.
+        let at = |t: u64, b: u64| {
+            chunk_for_slack(
+                Nanos::from_micros(t),
+                Nanos::from_micros(b),
+                4500 * mib,
+                8192,
+                131_072,
+            )
+        };
+        assert_eq!(at(30, 30), 8192);
+        assert_eq!(at(20, 30), 8192);
+        assert_eq!(at(1000, 30), 131_072);
+    }
+
+    #[test]
+    fn the_chunk_follows_the_path_only_while_small_commands_share_it() {
+        let mut t = Nanos::from_secs(1);
+        let cfg = PacerConfig {
+            link_mibps: 4500,
+            link_iops: 150_000,
+            ..PacerConfig::default()
+        };
+        let mut p = Pacer::new(cfg, t).unwrap();
+        // Alone, large transfers go in the largest chunk (and are not split at all
+        // unless split_always).
+        assert_eq!(p.chunk_bytes(t), 128 * 1024);
+        // A reader appears: before a probe measured the path, 32 KiB.
+        p.note_latency_sensitive(t);
+        assert_eq!(p.chunk_bytes(t), CHUNK_BEFORE_PROBE);
+        // Probes of 30 us: target 45 us, slack 15 us of 4500 MiB/s.
+        t = congest(&mut p, t, Nanos::from_micros(30), 3);
+        assert_eq!(p.latency_target(), Nanos::from_micros(45));
+        assert_eq!(p.chunk_bytes(t), 69_632);
+        assert!(p.should_split(69_632 + 4096, t) && !p.should_split(69_632, t));
+        // A slower path (base 50 us for two probe windows) takes larger chunks: 25 us.
+        for _ in 0..2 * cfg.probe_window {
+            p.on_probe(Nanos::from_micros(50), t);
+        }
+        assert_eq!(p.chunk_bytes(t), 114_688);
+        // ...up to the ceiling.
+        for _ in 0..2 * cfg.probe_window {
+            p.on_probe(Nanos::from_micros(90), t);
+        }
+        assert_eq!(p.chunk_bytes(t), 128 * 1024);
+        // The reader leaves: the largest chunk again.
+        t = t.saturating_add(cfg.latency_idle);
+        assert_eq!(p.chunk_bytes(t), 128 * 1024);
+        // chunk_auto off: the chunk is chunk_bytes whatever the path.
+        let mut fixed = Pacer::new(
+            PacerConfig {
+                chunk_auto: false,
+                chunk_bytes: 32 * 1024,
+                ..cfg
+            },
+            t,
+        )
+        .unwrap();
+        fixed.note_latency_sensitive(t);
+        congest(&mut fixed, t, Nanos::from_micros(30), 3);
+        assert_eq!(fixed.chunk_bytes(t), 32 * 1024);
+    }
+
+    #[test]
+    fn the_chunk_never_goes_below_the_links_bytes_per_operation() {
+        // 4500 MiB/s at 150,000 operations per second: 31,457 bytes per operation, so
+        // chunks of 32 KiB at least (a smaller chunk could not fill the link).
+        let cfg = PacerConfig {
+            link_mibps: 4500,
+            link_iops: 150_000,
+            ..PacerConfig::default()
+        };
+        assert_eq!(cfg.chunk_floor(), 32 * 1024);
+        let mut t = Nanos::from_secs(1);
+        let mut p = Pacer::new(cfg, t).unwrap();
+        p.note_latency_sensitive(t);
+        t = congest(&mut p, t, Nanos::from_micros(2), 3);
+        assert_eq!(p.chunk_bytes(t), 32 * 1024);
+    }
+
+    proptest! {
+        /// Whatever the path, the chunk is within the floor and the ceiling, and the
+        /// buckets hold one chunk: a stream released after a long pause sends one chunk
+        /// and waits for the next (two while it was late).
+        #[test]
+        fn the_chunk_stays_within_its_bounds(
+            base_us in 1u64..2000, auto in 1000u64..5000, link_mibps in 100u64..20_000,
+            link_kiops in 10u64..2000, ceiling_kib in 4u64..2048,
+        ) {
+            let cfg = PacerConfig {
+                chunk_bytes: ceiling_kib * 1024,
+                link_mibps,
+                link_iops: link_kiops * 1000,
+                latency_target_auto_milli: auto,
+                ..PacerConfig::default()
+            };
+            let mut t = Nanos::from_secs(1);
+            let mut p = Pacer::new(cfg, t).unwrap();
+            p.note_latency_sensitive(t);
+            t = congest(&mut p, t, Nanos::from_micros(base_us), 2);
+            let c = p.chunk_bytes(t);
+            prop_assert!(c >= cfg.chunk_floor() && c <= cfg.chunk_bytes, "{c}");
+            prop_assert!(c % 4096 == 0 || c == cfg.chunk_bytes);
+            let s = p.open_stream(1, t);
+            t = t.saturating_add(Nanos::from_secs(1));
+            p.note_latency_sensitive(t);
+            prop_assert!(p.try_send(s, c, t).is_ok());
+            prop_assert!(p.try_send(s, c, t).is_err());
+        }
     }
 
     #[test]

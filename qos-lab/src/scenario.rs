@@ -122,6 +122,7 @@ struct RawTarget {
     base_latency_us: Option<f64>,
     half_depth: Option<f64>,
     link_gbps: Option<f64>,
+    link_command_us: Option<f64>,
     channels_per_host: Option<i64>,
     #[serde(default)]
     capacity_change: Vec<RawCapChange>,
@@ -150,6 +151,7 @@ struct RawQos {
 #[serde(deny_unknown_fields)]
 struct RawPacer {
     chunk_kib: Option<i64>,
+    chunk_auto: Option<bool>,
     latency_target_us: Option<i64>,
     latency_target_auto_milli: Option<i64>,
     link_iops: Option<i64>,
@@ -425,6 +427,9 @@ pub struct TargetSpec {
     pub half_depth: f64,
     /// The target's link in bytes per second; `None` leaves bytes unconstrained.
     pub link_bytes_per_s: Option<u64>,
+    /// What one command costs the link besides its bytes (NVMe/TCP: a PDU, a copy, a
+    /// completion): a chunked transfer pays it per chunk. Zero by default.
+    pub link_command: Nanos,
     pub channels_per_host: usize,
     /// (time, factor of C_G available to the hosts from then on): background load.
     pub capacity_changes: Vec<(Nanos, f64)>,
@@ -447,7 +452,10 @@ pub struct QosSpec {
 /// Settings of the Justitia pacer at cooperative initiators.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PacerSpec {
+    /// The largest chunk with `chunk_auto`, else the chunk.
     pub chunk_bytes: u64,
+    /// The chunk follows the latency target and the path (qos-core's `PacerConfig`).
+    pub chunk_auto: bool,
     pub latency_target: Nanos,
     /// 0: the fixed `latency_target`; else that many thousandths of the probe's base
     /// latency, at most `latency_target` (qos-core's `PacerConfig`).
@@ -854,6 +862,22 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
         }
         Some(g) => Some((g * 1e9 / 8.0).round() as u64),
     };
+    let link_command = match t.link_command_us {
+        None => Nanos::ZERO,
+        Some(_) if link_bytes_per_s.is_none() => {
+            return Err(ctx.invalid(
+                &tp("link_command_us"),
+                "a command's cost on the link needs a link: set link_gbps too",
+            ));
+        }
+        Some(u) if u.is_nan() || !(0.0..=10_000.0).contains(&u) => {
+            return Err(ctx.invalid(
+                &tp("link_command_us"),
+                format!("a command's cost on the link must be 0 ..= 10000 us (got {u})"),
+            ));
+        }
+        Some(u) => Nanos((u * 1000.0).round() as u64),
+    };
     let channels = ctx
         .positive(
             t.channels_per_host,
@@ -940,6 +964,7 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
     }
     let pacer = PacerSpec {
         chunk_bytes: chunk_kib * 1024,
+        chunk_auto: pr.chunk_auto.unwrap_or(defaults.chunk_auto),
         latency_target: ctx
             .positive(
                 pr.latency_target_us,
@@ -1130,6 +1155,7 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
             base_latency: Nanos((base_latency_us * 1000.0).round() as u64),
             half_depth,
             link_bytes_per_s,
+            link_command,
             channels_per_host: channels as usize,
             capacity_changes,
         },

@@ -165,23 +165,26 @@ impl Pipe {
 }
 
 /// The target's link: FIFO, so the completion time of a transfer is known when it is
-/// queued.
+/// queued. A transfer occupies it for `per_command_ns` plus its bytes at the link's rate.
 #[derive(Debug, Clone, Copy)]
 pub struct Link {
     bytes_per_s: u64,
+    per_command_ns: u64,
     free_at: u64,
 }
 
 impl Link {
-    pub fn new(bytes_per_s: u64) -> Self {
+    pub fn new(bytes_per_s: u64, per_command_ns: u64) -> Self {
         Link {
             bytes_per_s: bytes_per_s.max(1),
+            per_command_ns,
             free_at: 0,
         }
     }
     /// Queues `bytes` at `now`; returns when the transfer ends.
     pub fn transfer(&mut self, now: u64, bytes: u64) -> u64 {
-        let dur = (bytes as u128 * 1_000_000_000).div_ceil(self.bytes_per_s as u128) as u64;
+        let dur = self.per_command_ns
+            + (bytes as u128 * 1_000_000_000).div_ceil(self.bytes_per_s as u128) as u64;
         let start = self.free_at.max(now);
         self.free_at = start + dur;
         self.free_at
@@ -199,6 +202,17 @@ mod tests {
             out.push((t, s.complete(t)));
         }
         out
+    }
+
+    #[test]
+    fn a_command_costs_the_link_its_bytes_and_its_fixed_part() {
+        // 1 GB/s and 2 us a command: 1 MiB whole takes 1048.6 + 2 us; in 32 chunks of
+        // 32 KiB, 64 us more.
+        let mut whole = Link::new(1_000_000_000, 2_000);
+        assert_eq!(whole.transfer(0, 1 << 20), 1_048_576 + 2_000);
+        let mut chunked = Link::new(1_000_000_000, 2_000);
+        let end = (0..32).fold(0, |_, _| chunked.transfer(0, 32 << 10));
+        assert_eq!(end, 1_048_576 + 64_000);
     }
 
     #[test]
@@ -260,7 +274,7 @@ mod tests {
 
     #[test]
     fn link_is_fifo() {
-        let mut l = Link::new(1_000_000_000);
+        let mut l = Link::new(1_000_000_000, 0);
         assert_eq!(l.transfer(0, 1_000_000), 1_000_000);
         assert_eq!(l.transfer(10, 4096), 1_004_096);
         assert_eq!(l.transfer(5_000_000, 1000), 5_001_000);

@@ -330,7 +330,6 @@ struct Sim {
     check_interval: u64,
     ns: Option<NsLimit>,
     policy: Policy,
-    chunk_bytes: u64,
     scratch: Vec<u32>,
     estimates: Vec<u64>,
     warnings: Vec<String>,
@@ -514,6 +513,7 @@ impl Sim {
             };
             let cfg = PacerConfig {
                 chunk_bytes: sc.pacer.chunk_bytes,
+                chunk_auto: sc.pacer.chunk_auto,
                 link_mibps: (bps >> 20).max(1),
                 link_iops: scaled(sc.pacer.link_iops, scale).max(1),
                 latency_target: sc.pacer.latency_target,
@@ -546,7 +546,8 @@ impl Sim {
             heap: BinaryHeap::with_capacity(4096),
             seq: 0,
             server: Server::new(cap as f64).with_half_depth(sc.target.half_depth),
-            link: link_bps.map(Link::new),
+            // Times stretch by the scale as rates shrink by it.
+            link: link_bps.map(|b| Link::new(b, sc.target.link_command.0.saturating_mul(scale))),
             base_latency: sc.target.base_latency.0,
             service: sc.target.service,
             svc_rng: SplitMix::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED),
@@ -565,7 +566,6 @@ impl Sim {
             check_interval: sc.qos.check_interval.0,
             ns,
             policy,
-            chunk_bytes: sc.pacer.chunk_bytes,
             scratch: Vec::new(),
             estimates,
             warnings: Vec::new(),
@@ -803,7 +803,8 @@ impl Sim {
         {
             let m = host.machine;
             let blocks = bytes.div_ceil(4096);
-            let mut plan = plan_chunks(0, blocks, 4096, self.chunk_bytes);
+            let chunk = self.machines[m].pacer.chunk_bytes(Nanos(now));
+            let mut plan = plan_chunks(0, blocks, 4096, chunk);
             let left = plan.chunk_count() as u32;
             let next_chunk = plan.next().map(|c| c.num_blocks * 4096);
             let stream = self.machines[m].pacer.open_stream(h as u64, Nanos(now));

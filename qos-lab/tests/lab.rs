@@ -499,6 +499,73 @@ fn pacing_protects_the_small_reader() {
     );
 }
 
+/// The reader-writer scenario with a cost per command on the link and a fixed chunk of
+/// `chunk_kib` (or the pacer's pick when `None`), paced only: the writer's MiB/s and the
+/// reader's p99.
+fn chunked_reader_writer(command_us: f64, chunk_kib: Option<u64>) -> (f64, f64) {
+    let text = qos_lab::shipped::find("reader-writer").expect("shipped scenario");
+    let mut text = text
+        .replace(
+            "link_gbps = 25.0",
+            &format!("link_command_us = {command_us}\nlink_gbps = 25.0"),
+        )
+        .replace(
+            "policies = [\"bare\", \"bare+pacing\", \"first_come/start\", \"first_come/start+pacing\", \"weighted\", \"weighted+pacing\"]",
+            "policies = [\"bare+pacing\"]",
+        );
+    match chunk_kib {
+        Some(k) => {
+            text = text.replacen(
+                "chunk_kib = 64",
+                &format!("chunk_kib = {k}\nchunk_auto = false"),
+                1,
+            )
+        }
+        None => text = text.replacen("chunk_kib = 64", "chunk_kib = 128", 1),
+    }
+    let s =
+        Scenario::parse(&text, &path_of("reader-writer"), "reader-writer").expect("valid scenario");
+    assert_eq!(s.policies.len(), 1, "the policy list was replaced");
+    let opts = RunOptions {
+        periods: Some(2),
+        warmup_periods: Some(1),
+        ..RunOptions::default()
+    };
+    let sum = summary(&s, opts, 1);
+    let p = policy(&sum, "bare+pacing", None);
+    (p.hosts[0].mib_per_s, p.hosts[1].latency_us.p99.unwrap())
+}
+
+/// Issue 30 in the lab: when every command costs the link a fixed time (NVMe/TCP),
+/// small chunks cost the paced writer throughput, and once the pacer's rate is more than
+/// the link carries in such chunks the queue they leave costs the reader too; large
+/// chunks cost the reader the wait behind one. The pacer's own pick (the latency
+/// target's slack times the link) does better than either on both.
+#[test]
+fn a_per_command_cost_trades_the_writers_rate_against_the_readers_latency() {
+    let (w16, r16) = chunked_reader_writer(3.0, Some(16));
+    let (w128, r128) = chunked_reader_writer(3.0, Some(128));
+    let (w16_free, r16_free) = chunked_reader_writer(0.0, Some(16));
+    let (w_auto, r_auto) = chunked_reader_writer(3.0, None);
+    println!(
+        "3 us a command: 16 KiB chunks writer {w16:.0} MiB/s reader p99 {r16:.1} us; \
+         128 KiB {w128:.0} / {r128:.1}; picked {w_auto:.0} / {r_auto:.1}; \
+         16 KiB at no cost a command {w16_free:.0} / {r16_free:.1}"
+    );
+    assert!(
+        w16 < 0.9 * w16_free,
+        "a command's cost should cost 16 KiB chunks throughput: {w16:.0} vs {w16_free:.0}"
+    );
+    assert!(
+        r128 > 1.2 * r_auto,
+        "the reader waits behind 128 KiB chunks: {r128:.1} vs {r_auto:.1} us"
+    );
+    assert!(
+        w_auto >= 0.95 * w16.max(w128) && r_auto <= 1.05 * r16.min(r128),
+        "the pick should do no worse than either: {w_auto:.0} MiB/s, {r_auto:.1} us"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Bad input.
 
@@ -596,6 +663,15 @@ fn impossible_domain_values_are_refused() {
     let e = parse_err(&format!("policies = [\"fair\"]\n{GOOD}"));
     assert_eq!(e.field(), Some("policies[0]"), "{e}");
     assert!(e.to_string().contains("unknown policy"), "{e}");
+    let e = parse_err(&GOOD.replace("[target]", "[target]\nlink_command_us = 2.0"));
+    assert_eq!(e.field(), Some("target.link_command_us"), "{e}");
+    assert!(e.to_string().contains("set link_gbps too"), "{e}");
+    let e = parse_err(&GOOD.replace(
+        "[target]",
+        "[target]\nlink_gbps = 25.0\nlink_command_us = -1.0",
+    ));
+    assert_eq!(e.field(), Some("target.link_command_us"), "{e}");
+    assert!(e.to_string().contains("0 ..= 10000 us"), "{e}");
 }
 
 #[test]
