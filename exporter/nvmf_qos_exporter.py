@@ -427,6 +427,9 @@ class QosCollector(Collector):
             if pacer.get('base_latency_ns') is not None:
                 fam('g', 'pacer_base_latency_seconds', 'The latency the pacer measured for small I/O on an idle '
                     'path').add_metric(lv, pacer['base_latency_ns'] / 1e9)
+            if pacer.get('chunk_bytes') is not None:
+                fam('g', 'pacer_chunk_bytes', 'The size large I/O is split into now (sized to the path while '
+                    'small I/O shares it)').add_metric(lv, pacer['chunk_bytes'])
             if pacer.get('probes_lost') is not None:
                 fam('c', 'pacer_probes_lost', 'Latency probes of the pacer that did not come back').add_metric(
                     lv, pacer['probes_lost'])

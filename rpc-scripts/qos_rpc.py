@@ -528,8 +528,9 @@ _INI_OPTIONS = [
     ('probe_attempts', _int_range(1, 1000),
      "unanswered state requests before the first answer that mean pass-through", '3'),
     ('chunk_bytes', _int_range(4096, 16 * _MIB),
-     "pacer group: I/O larger than this is split into chunks of at most this, 4096 ..= 16777216 (16 MiB)",
-     '32768'),
+     "pacer group: the largest chunk (with --chunk-auto) or the chunk (--no-chunk-auto); I/O larger than "
+     "the chunk is split, 4096 ..= 16777216 (16 MiB)",
+     '131072'),
     ('link_mibps', _int_range(1, 100000000), "pacer group: link bandwidth, MiB/s", '2800'),
     ('link_iops', _int_range(1, 1000000000), "pacer group: link operation rate", '1000000'),
     ('latency_target_us', _US, "pacer group: p99 target of the probe; with the automatic target, its ceiling",
@@ -554,6 +555,9 @@ _INI_FLAGS = [
     ('split_always', "pacer group: split and pace large I/O even while no small I/O is seen, for a link "
                      "shared with traffic this process does not see", 'off: large I/O alone goes whole'),
     ('dirs', "pacer group: DIRS initial rate for new streams", 'on'),
+    ('chunk_auto', "pacer group: the chunk follows the path while small I/O shares it: the latency "
+                   "target's slack over the probe's base latency times link_mibps, at least "
+                   "link_mibps / link_iops, at most chunk_bytes", 'on'),
 ]
 _INI_PARAMS = [o[0] for o in _INI_OPTIONS] + [f[0] for f in _INI_FLAGS]
 

@@ -21,7 +21,7 @@ INI_BDEV = {
               'held_ns': 2_500_000_000, 'paced_ns': 1_000_000_000, 'vendor_late': 2, 'vendor_submit_failed': 0,
               'probes_sent': 9, 'engine_restarts': 1, 'acquire_deferred': 3},
     'pacer': {'name': 'default', 'allowed_bytes_per_sec': 2_000_000_000, 'latency_target_ns': 200_000,
-              'base_latency_ns': 40_000, 'probes_lost': 4},
+              'base_latency_ns': 40_000, 'probes_lost': 4, 'chunk_bytes': 45056},
 }
 
 
@@ -162,6 +162,7 @@ def test_initiator_metrics(stub, method):
     assert value(m, 'nvmf_qos_ini_acquires_deferred_total', bdev='qh1') == 3
     assert value(m, 'nvmf_qos_ini_pacer_latency_target_seconds', bdev='qh1') == 200e-6
     assert value(m, 'nvmf_qos_ini_pacer_base_latency_seconds', bdev='qh1') == 40e-6
+    assert value(m, 'nvmf_qos_ini_pacer_chunk_bytes', bdev='qh1') == 45056
     assert value(m, 'nvmf_qos_ini_pacer_probes_lost_total', bdev='qh1') == 4
 
 

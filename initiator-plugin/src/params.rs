@@ -111,8 +111,14 @@ impl BdevOptions {
 /// The options of a pacer group, all resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PacerOptions {
-    /// Transfers above this are split into chunks of at most this. Default 32 KiB.
+    /// Transfers above the chunk size are split into chunks of at most that size. With
+    /// `chunk_auto` the largest chunk, else the chunk. Default 128 KiB.
     pub chunk_bytes: u64,
+    /// The chunk follows the latency target and the path: the target's slack over the
+    /// probe's base latency times `link_mibps`, at least the link's bytes per operation
+    /// (`link_mibps` / `link_iops`), at most `chunk_bytes` (`qos_core::pacer`). Default
+    /// true.
+    pub chunk_auto: bool,
     /// The link's bandwidth and operation rate. Defaults 2800 MiB/s, 1,000,000 IOPS.
     pub link_mibps: u64,
     pub link_iops: u64,
@@ -150,6 +156,7 @@ impl Default for PacerOptions {
         let c = PacerConfig::default();
         PacerOptions {
             chunk_bytes: c.chunk_bytes,
+            chunk_auto: c.chunk_auto,
             link_mibps: c.link_mibps,
             link_iops: c.link_iops,
             latency_target_us: c.latency_target.0 / 1000,
@@ -174,6 +181,7 @@ impl PacerOptions {
         let us = Nanos::from_micros;
         PacerConfig {
             chunk_bytes: self.chunk_bytes,
+            chunk_auto: self.chunk_auto,
             link_mibps: self.link_mibps,
             link_iops: self.link_iops,
             latency_target: us(self.latency_target_us),
@@ -343,6 +351,7 @@ patch! {
     }
     pacer {
         chunk_bytes: u64,
+        chunk_auto: bool,
         link_mibps: u64,
         link_iops: u64,
         latency_target_us: u64,
@@ -581,7 +590,8 @@ mod tests {
         let mut p = PacerOptions::default();
         o.apply_pacer(&mut p);
         assert_eq!(p.latency_target_us, 500);
-        assert_eq!(p.chunk_bytes, 32768);
+        assert_eq!(p.chunk_bytes, 128 * 1024);
+        assert!(p.chunk_auto);
         assert!(parse::<SetParams>("x", json!({"name": "q", "nope": 1})).is_err());
     }
 }

@@ -233,7 +233,8 @@ pub struct PacerGroup {
     st: Mutex<GroupState>,
     /// Time (ns) of the latest small I/O; applied to the pacer at its next tick.
     pub last_small: AtomicU64,
-    /// Fast-path copy of `chunk_bytes`.
+    /// Fast-path copy of the pacer's chunk size (`Pacer::chunk_bytes`), refreshed at
+    /// every tick: it follows the path while small I/O shares it.
     pub chunk_bytes: AtomicU64,
     /// Fast-path copies of `latency_idle` (ns) and `split_always`.
     latency_idle_ns: AtomicU64,
@@ -335,6 +336,8 @@ impl PacerGroup {
         }
         let t = g.pacer.tick(now);
         self.next_tick.store(t.next_deadline.0, Ordering::Relaxed);
+        self.chunk_bytes
+            .store(g.pacer.chunk_bytes(now), Ordering::Relaxed);
         if t.send_probe && g.probe.is_none() {
             g.probe_seq += 1;
             let seq = g.probe_seq;
@@ -415,6 +418,7 @@ impl PacerGroup {
             "active_flows": g.pacer.active_flows(),
             "dirs_virtual_mibps": g.pacer.dirs().virtual_rate() / mib,
             "latency_target_ns": g.pacer.latency_target().0,
+            "chunk_bytes": self.chunk_bytes.load(Ordering::Relaxed),
             "base_latency_ns": g.pacer.base_latency().map(|n| n.0),
             "probes_lost": g.probes_lost,
         })
