@@ -25,7 +25,7 @@ use qos_core::{IoKind, Nanos};
 use spdk_sys::bdev_io::BaseIo;
 use spdk_sys::poller::LocalPoller;
 pub(crate) use spdk_sys::time::now;
-use spdk_sys::vbdev::{BaseChannel, Io, Node, RequestId, Seg, Split};
+use spdk_sys::vbdev::{BaseChannel, Io, Node, RequestId, Split};
 
 use crate::split::{Cursor, Tracker};
 use crate::state::{PacerGroup, Shared, Stats, StreamRef};
@@ -63,8 +63,9 @@ pub(crate) enum Item {
 
 pub(crate) struct ChunkBuf {
     pub(crate) chunk: Chunk,
-    /// Where its data lies in the parent's buffers.
-    pub(crate) segs: Vec<Seg>,
+    /// Where its data starts in the parent's buffers (its segments are listed when it is
+    /// sent, into the split's own iovec array: no allocation per chunk).
+    pub(crate) start: Cursor,
 }
 
 /// Our state of a large transfer being chunked.

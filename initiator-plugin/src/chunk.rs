@@ -21,18 +21,13 @@ use crate::split::{Cursor, Failure, Stop, Tracker};
 impl Parent {
     /// Carves the scatter-gather list of `c` out of the parent's; returns its index.
     pub(crate) fn carve(&mut self, c: Chunk) -> Option<usize> {
-        let len = (c.num_blocks * self.block_len) as usize;
-        let segs = self.cursor.take(&self.lens, len).ok()?;
-        let segs = segs
-            .iter()
-            .map(|s| Seg {
-                index: s.index,
-                offset: s.offset,
-                len: s.len,
-            })
-            .collect();
-        self.chunks.push(ChunkBuf { chunk: c, segs });
+        let start = self.cursor.advance(&self.lens, self.chunk_len(c)).ok()?;
+        self.chunks.push(ChunkBuf { chunk: c, start });
         Some(self.chunks.len() - 1)
+    }
+
+    fn chunk_len(&self, c: Chunk) -> usize {
+        (c.num_blocks * self.block_len) as usize
     }
 }
 
@@ -78,7 +73,7 @@ impl IniChannel {
             track: Tracker::new(total),
             waiting_since: now.0,
         };
-        let p = match Split::new(io, RefCell::new(parent), chunk_done) {
+        let p = match Split::with_pieces(io, RefCell::new(parent), chunk_done, total as usize) {
             Ok(p) => p,
             Err(io) => {
                 tracing::error!(
@@ -222,11 +217,15 @@ impl IniChannel {
         let Some(c) = p.chunks.get(i) else {
             return -22;
         };
-        match pp.send(
-            c.chunk.offset_blocks,
-            c.chunk.num_blocks,
-            c.segs.iter().copied(),
-        ) {
+        let segs = c
+            .start
+            .segments(&p.lens, p.chunk_len(c.chunk))
+            .map(|s| Seg {
+                index: s.index,
+                offset: s.offset,
+                len: s.len,
+            });
+        match pp.send(c.chunk.offset_blocks, c.chunk.num_blocks, segs) {
             Ok(()) => 0,
             Err(PieceError::Refused(rc)) => rc,
             Err(e) => {

@@ -31,32 +31,78 @@ impl Cursor {
     /// Takes the next `len` bytes of the list whose element lengths are `lens`.
     /// Zero-length elements are skipped.
     pub fn take(&mut self, lens: &[usize], len: usize) -> Result<Vec<Segment>, ShortBuffers> {
-        let mut out = Vec::new();
+        let start = self.advance(lens, len)?;
+        Ok(start.segments(lens, len).collect())
+    }
+
+    /// Moves past the next `len` bytes without listing them; returns where they start
+    /// (list them with [`Cursor::segments`] when the chunk is sent: a chunk costs no
+    /// allocation). On error the cursor is unchanged.
+    pub fn advance(&mut self, lens: &[usize], len: usize) -> Result<Cursor, ShortBuffers> {
+        let start = *self;
+        let mut at = *self;
         let mut left = len;
         while left > 0 {
-            let Some(&elen) = lens.get(self.index) else {
+            let Some(&elen) = lens.get(at.index) else {
                 return Err(ShortBuffers { missing: left });
             };
-            let avail = elen.saturating_sub(self.offset);
-            if avail == 0 {
-                self.index += 1;
-                self.offset = 0;
-                continue;
-            }
-            let n = avail.min(left);
-            out.push(Segment {
-                index: self.index,
-                offset: self.offset,
-                len: n,
-            });
-            self.offset += n;
+            let n = elen.saturating_sub(at.offset).min(left);
             left -= n;
-            if self.offset == elen {
-                self.index += 1;
-                self.offset = 0;
+            at.offset += n;
+            if at.offset >= elen {
+                at.index += 1;
+                at.offset = 0;
             }
         }
-        Ok(out)
+        *self = at;
+        Ok(start)
+    }
+
+    /// The segments of the `len` bytes from here, in order; `len` must have been
+    /// checked with [`Cursor::advance`] (the iterator ends where the list does).
+    pub fn segments(self, lens: &[usize], len: usize) -> Segments<'_> {
+        Segments {
+            lens,
+            at: self,
+            left: len,
+        }
+    }
+}
+
+/// The segments of one chunk ([`Cursor::segments`]).
+#[derive(Debug, Clone)]
+pub struct Segments<'a> {
+    lens: &'a [usize],
+    at: Cursor,
+    left: usize,
+}
+
+impl Iterator for Segments<'_> {
+    type Item = Segment;
+    fn next(&mut self) -> Option<Segment> {
+        while self.left > 0 {
+            let elen = *self.lens.get(self.at.index)?;
+            let avail = elen.saturating_sub(self.at.offset);
+            if avail == 0 {
+                self.at.index += 1;
+                self.at.offset = 0;
+                continue;
+            }
+            let n = avail.min(self.left);
+            let seg = Segment {
+                index: self.at.index,
+                offset: self.at.offset,
+                len: n,
+            };
+            self.at.offset += n;
+            self.left -= n;
+            if self.at.offset == elen {
+                self.at.index += 1;
+                self.at.offset = 0;
+            }
+            return Some(seg);
+        }
+        None
     }
 }
 
@@ -236,6 +282,29 @@ mod tests {
             }]
         );
         assert_eq!(c.take(&lens, 8192), Err(ShortBuffers { missing: 4096 }));
+    }
+
+    #[test]
+    fn a_chunk_is_carved_by_its_start_and_listed_when_sent() {
+        let lens = [4096, 0, 8192, 4096];
+        let mut c = Cursor::default();
+        let first = c.advance(&lens, 6144).unwrap();
+        let second = c.advance(&lens, 6144).unwrap();
+        assert_eq!(first, Cursor::default());
+        let listed: Vec<Segment> = second.segments(&lens, 6144).collect();
+        assert_eq!(
+            listed,
+            vec![Segment {
+                index: 2,
+                offset: 2048,
+                len: 6144
+            }]
+        );
+        // Too long: refused, and the cursor stays where it was.
+        let before = c;
+        assert_eq!(c.advance(&lens, 8192), Err(ShortBuffers { missing: 4096 }));
+        assert_eq!(c, before);
+        assert_eq!(c.advance(&lens, 4096).map(|_| c.index), Ok(4));
     }
 
     proptest! {

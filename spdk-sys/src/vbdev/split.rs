@@ -54,7 +54,13 @@ pub struct Split<P: Vbdev, S> {
     /// Separate metadata and its bytes per block (null / 0 when none or interleaved).
     md_buf: *mut c_void,
     md_len: u64,
-    sgls: RefCell<Vec<Box<[ffi::iovec]>>>,
+    /// The pieces' iovecs, one after another. Reserved once for the pieces announced to
+    /// [`Split::with_pieces`] and never grown past that, so it never moves: the
+    /// iovecs of a piece at the base stay where SPDK was told they are.
+    iovs: RefCell<Vec<ffi::iovec>>,
+    /// The iovec arrays of pieces that did not fit (more pieces than announced, or
+    /// resent ones), each boxed on its own, kept until the split drops.
+    overflow: RefCell<Vec<Box<[ffi::iovec]>>>,
     at_base: Cell<u64>,
     done: PieceDone<P, S>,
     state: S,
@@ -74,6 +80,18 @@ impl<P: Vbdev, S> Split<P, S> {
     /// Takes charge of a READ or WRITE with its buffers; `done` gets each piece back.
     /// Any other I/O comes back.
     pub fn new(io: Io<P>, state: S, done: PieceDone<P, S>) -> Result<Rc<Self>, Io<P>> {
+        Self::with_pieces(io, state, done, 0)
+    }
+
+    /// As [`Split::new`], with room for the iovecs of `pieces` pieces reserved at once:
+    /// pieces cut in order from the I/O's buffers need at most `pieces` + the number of
+    /// its buffers iovecs together, and then sending one allocates nothing.
+    pub fn with_pieces(
+        io: Io<P>,
+        state: S,
+        done: PieceDone<P, S>,
+        pieces: usize,
+    ) -> Result<Rc<Self>, Io<P>> {
         let write = match io.io_type() {
             T::SPDK_BDEV_IO_TYPE_WRITE => true,
             T::SPDK_BDEV_IO_TYPE_READ => false,
@@ -93,6 +111,11 @@ impl<P: Vbdev, S> Split<P, S> {
             md_len as u64
         };
         let block_len = block_len as u64;
+        let room = if pieces == 0 {
+            0
+        } else {
+            pieces.saturating_add(io.iovs().len())
+        };
         Ok(Rc::new(Split {
             ch: io.raw_channel(),
             io: RefCell::new(Some(io)),
@@ -102,7 +125,8 @@ impl<P: Vbdev, S> Split<P, S> {
             num_blocks,
             md_buf,
             md_len,
-            sgls: RefCell::new(Vec::new()),
+            iovs: RefCell::new(Vec::with_capacity(room)),
+            overflow: RefCell::new(Vec::new()),
             at_base: Cell::new(0),
             done,
             state,
@@ -147,7 +171,7 @@ impl<P: Vbdev, S> Split<P, S> {
         num_blocks: u64,
         segs: impl IntoIterator<Item = Seg>,
     ) -> Result<(), PieceError> {
-        let (iovs, mut opts) = {
+        let (iov_ptr, mut opts) = {
             let g = self.io.borrow();
             let io = g.as_ref().ok_or(PieceError::Finished)?;
             let upper = io.iovs();
@@ -157,26 +181,42 @@ impl<P: Vbdev, S> Split<P, S> {
             if !in_blocks {
                 return Err(PieceError::OutOfRange);
             }
+            let mut arena = self.iovs.borrow_mut();
+            let first = arena.len();
+            // Pushed into the arena while it has room (so it never reallocates), else
+            // into a vector of their own.
+            let mut spill: Option<Vec<ffi::iovec>> = None;
             let mut total = 0usize;
-            let mut iovs = Vec::new();
             for s in segs {
                 let Some(v) = upper.get(s.index) else {
+                    arena.truncate(first);
                     return Err(PieceError::OutOfRange);
                 };
                 if s.offset
                     .checked_add(s.len)
                     .is_none_or(|end| end > v.iov_len)
                 {
+                    arena.truncate(first);
                     return Err(PieceError::OutOfRange);
                 }
                 total += s.len;
-                iovs.push(ffi::iovec {
+                let iov = ffi::iovec {
                     // Inside the upper buffer (checked above); address arithmetic only.
                     iov_base: v.iov_base.cast::<u8>().wrapping_add(s.offset).cast(),
                     iov_len: s.len,
-                });
+                };
+                match spill.as_mut() {
+                    Some(own) => own.push(iov),
+                    None if arena.len() < arena.capacity() => arena.push(iov),
+                    None => {
+                        let mut own: Vec<ffi::iovec> = arena.drain(first..).collect();
+                        own.push(iov);
+                        spill = Some(own);
+                    }
+                }
             }
             if total as u64 != num_blocks * self.block_len {
+                arena.truncate(first);
                 return Err(PieceError::OutOfRange);
             }
             let md = if self.md_len == 0 {
@@ -186,18 +226,24 @@ impl<P: Vbdev, S> Split<P, S> {
                 self.md_buf.cast::<u8>().wrapping_add(skip as usize).cast()
             };
             let b = io.block().ok_or(PieceError::Finished)?;
-            (iovs.into_boxed_slice(), ext_io_opts(b, md))
+            let iov_ptr = match spill {
+                None => {
+                    let n = arena.len() - first;
+                    (arena[first..].as_mut_ptr(), n as c_int)
+                }
+                Some(own) => {
+                    let mut own = own.into_boxed_slice();
+                    let ptr = (own.as_mut_ptr(), own.len() as c_int);
+                    self.overflow.borrow_mut().push(own);
+                    ptr
+                }
+            };
+            (iov_ptr, ext_io_opts(b, md))
         };
         // SAFETY: the upper channel is alive while its I/O (inside, checked above) is
         // outstanding; on its thread (`Split` is not `Send`).
         let c = unsafe { channel::<P>(self.ch) };
         let base = P::base_channel(c);
-        let iov_ptr = {
-            let mut sgls = self.sgls.borrow_mut();
-            sgls.push(iovs);
-            let last = sgls.last_mut().expect("just pushed");
-            (last.as_mut_ptr(), last.len() as c_int)
-        };
         let arg = Rc::into_raw(self.clone()).cast_mut().cast::<c_void>();
         self.at_base.set(self.at_base.get() + 1);
         let submit = if self.write {
@@ -207,10 +253,14 @@ impl<P: Vbdev, S> Split<P, S> {
         };
         // SAFETY: valid descriptor and channel on this thread. The iovecs lie inside
         // the upper I/O's buffers (checked above), which live until the upper I/O is
-        // completed, which `take_io` refuses while this piece is out; the iovec array is
-        // a boxed slice kept in `sgls` (never removed) until the split drops, which the
-        // `Rc` in `arg` defers past this piece's completion. `piece_done::<P, S>` takes
-        // that `Rc` back once, and only when the call returns 0.
+        // completed, which `take_io` refuses while this piece is out. The iovec array is
+        // either in `iovs`, which is only ever pushed to below its reserved capacity
+        // (so it never reallocates) and never shrunk below a sent piece (a failed piece
+        // truncates only its own entries, pushed after every sent one), or a boxed
+        // slice kept in `overflow` (never removed); both live until the split drops,
+        // which the `Rc` in `arg` defers past this piece's completion.
+        // `piece_done::<P, S>` takes that `Rc` back once, and only when the call
+        // returns 0.
         let rc = unsafe {
             submit(
                 base.desc_ptr(),
