@@ -1,4 +1,4 @@
-//! Reliability (issues 9 and 29; results in docs/reliability.md). Five tests against a
+//! Reliability (issues 9 and 29; results in docs/reliability.md). Six tests against a
 //! real `nvmf_tgt` with the target plugin:
 //!
 //! - `soak_with_churn_loses_nothing`: data-verifying hosts through QoS bdevs at
@@ -17,6 +17,8 @@
 //! - `an_impersonator_without_the_key_gets_nothing`: host 1's subsystem requires
 //!   DH-HMAC-CHAP; a host claiming host 1's NQN without the key gets no controller and
 //!   no command, while host 1 meets its reservation.
+//! - `reservations_hold_over_tls`: hosts 1 and 2 over NVMe/TCP with TLS (a PSK each);
+//!   host 1's reservation holds.
 //!
 //! Four hosts in one bdevperf process on core 1 (the target on core 0): hosts 1 and 2
 //! plain NVMe/TCP, hosts 3 and 4 through the initiator plugin (token protocol), each
@@ -1409,6 +1411,18 @@ fn base_faults_reach_the_host_and_lose_nothing() {
 /// A DH-HMAC-CHAP secret in the NVMe key format (`DHHC-1:00:<base64 of the secret and
 /// its CRC-32>:`, no transformation), from `seed`.
 fn dhchap_key(seed: u64) -> String {
+    interchange_key("DHHC-1:00", seed)
+}
+
+/// A TLS pre-shared key in the NVMe/TCP interchange format (`NVMeTLSkey-1:01:...:`,
+/// SHA-256), from `seed`.
+fn tls_psk(seed: u64) -> String {
+    interchange_key("NVMeTLSkey-1:01", seed)
+}
+
+/// `<prefix>:<base64 of 32 secret bytes from seed and their CRC-32, little-endian>:`,
+/// the interchange format of NVMe's DH-HMAC-CHAP secrets and TLS PSKs.
+fn interchange_key(prefix: &str, seed: u64) -> String {
     let mut x = seed | 1;
     let secret: Vec<u8> = (0..32)
         .map(|_| {
@@ -1445,7 +1459,18 @@ fn dhchap_key(seed: u64) -> String {
             }
         }
     }
-    format!("DHHC-1:00:{out}:")
+    format!("{prefix}:{out}:")
+}
+
+/// Writes `text` to a key file of mode 0600 in `dir` (SPDK's file keyring refuses
+/// others); returns its path.
+fn key_file(dir: &std::path::Path, name: &str, text: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir).expect("key directory");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("key file");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("key file mode");
+    path.to_string_lossy().to_string()
 }
 
 /// QoS identity bound to an authenticated host (issue 29, part 4): host 1's subsystem
@@ -1463,15 +1488,7 @@ fn an_impersonator_without_the_key_gets_nothing() {
         return;
     };
     let dir = std::env::temp_dir().join(format!("nvmf-qos-auth-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("key directory");
-    let key_path = dir.join("host1.key");
-    std::fs::write(&key_path, dhchap_key(0x5EED_0001)).expect("key file");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600))
-            .expect("key file mode");
-    }
-    let key_file = key_path.to_string_lossy().to_string();
+    let key_file = key_file(&dir, "host1.key", &dhchap_key(0x5EED_0001));
     let requiring_auth = |t: &mut Target| {
         t.call(
             "keyring_file_add_key",
@@ -1642,4 +1659,138 @@ fn an_impersonator_without_the_key_gets_nothing() {
     t.stop(30);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(bad.is_empty(), "impersonator:\n  {}", bad.join("\n  "));
+}
+
+/// QoS over NVMe/TCP with TLS (issue 29, part 4): hosts 1 and 2 reach their subsystems
+/// only through a `secure_channel` listener with a pre-shared key each (SPDK's keyring
+/// on both sides; bdevperf attaches with `psk`). Host 1 reserves 30 % of a domain at 90 %
+/// of what the two do unthrottled over TLS, host 2 loads the target beside it. Checked:
+/// host 1 meets its reservation (>= 99 % of periods under `NVMF_QOS_ACCEPTANCE=1`, else
+/// >= 90 %), no failed I/O, books and iostat balance.
+#[test]
+fn reservations_hold_over_tls() {
+    let Some(s) = setup_or_skip("TLS") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("nvmf-qos-tls-{}", std::process::id()));
+    let psks: Vec<String> = [1u64, 2]
+        .iter()
+        .map(|&i| key_file(&dir, &format!("psk{i}"), &tls_psk(0x7150_0000 + i)))
+        .collect();
+    let tls_port = s.port + 1;
+    let over_tls = |t: &mut Target| {
+        for i in [1usize, 2] {
+            t.call(
+                "keyring_file_add_key",
+                json!({"name": format!("psk{i}"), "path": psks[i - 1]}),
+            );
+            t.call(
+                "nvmf_subsystem_remove_host",
+                json!({"nqn": subsys_nqn(i), "host": host_nqn(i)}),
+            );
+            t.call(
+                "nvmf_subsystem_add_host",
+                json!({"nqn": subsys_nqn(i), "host": host_nqn(i), "psk": format!("psk{i}")}),
+            );
+            t.call(
+                "nvmf_subsystem_add_listener",
+                json!({"nqn": subsys_nqn(i), "secure_channel": true,
+                       "listen_address": {"trtype": "TCP", "adrfam": "IPv4",
+                       "traddr": "127.0.0.1", "trsvcid": tls_port.to_string()}}),
+            );
+        }
+    };
+    let config = {
+        let mut keys = Vec::new();
+        let mut cfg: Vec<Value> = Vec::new();
+        for i in [1usize, 2] {
+            keys.push(json!({"method": "keyring_file_add_key",
+                             "params": {"name": format!("psk{i}"), "path": psks[i - 1]}}));
+            let mut a = s.controller(i).attach();
+            a["params"]["psk"] = json!(format!("psk{i}"));
+            a["params"]["trsvcid"] = json!(tls_port.to_string());
+            cfg.push(a);
+        }
+        cfg.push(json!({"method": "bdev_wait_for_examine"}));
+        json!({"subsystems": [
+            {"subsystem": "keyring", "config": keys},
+            {"subsystem": "bdev", "config": cfg}]})
+    };
+    let jobs = |secs: u32| -> Bdevperf {
+        let jobs = [1, 2]
+            .iter()
+            .map(|&i| Job::new(&s.controller(i).bdev(), "randread", 4096, QDS[i - 1]))
+            .collect();
+        s.bdevperf(false, config.clone(), jobs, secs, &["-f"])
+    };
+    let unthrottled = {
+        let mut t = configured_target(&s, 100_000_000, false);
+        over_tls(&mut t);
+        jobs(5).run().total_iops()
+    };
+    let capacity = (unthrottled * 0.9) as u64;
+    let reserved = capacity * 3 / 10;
+    let mut t = configured_target(&s, capacity, false);
+    over_tls(&mut t);
+    t.call(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": reserved}),
+    );
+    println!(
+        "TLS: hosts 1 and 2 over TLS unthrottled {unthrottled:.0} IOPS; capacity {capacity}; \
+         host 1 reserves {reserved}"
+    );
+    let start_counts = io_counts(&mut t, &[1, 2]);
+    let secs = 12u32;
+    let mut b = jobs(secs);
+    let run = b.start_tests();
+    let t0 = Instant::now();
+    let mut hist = History::new("d");
+    let mut first_epoch = None;
+    while t0.elapsed() < Duration::from_secs(secs as u64) {
+        std::thread::sleep(Duration::from_millis(250));
+        hist.try_poll(&mut t);
+        if t0.elapsed() > Duration::from_secs(2) && first_epoch.is_none() {
+            first_epoch = Some(hist.epoch + 1);
+        }
+    }
+    let last = hist.epoch;
+    let out = b.finish_tests(run);
+    std::thread::sleep(Duration::from_millis(1500));
+    let (mut met, mut n) = (0, 0);
+    for e in first_epoch.unwrap_or(2)..last {
+        if let Some(p) = hist.of(&host_nqn(1)).get(&e) {
+            n += 1;
+            met += p.met as u64;
+        }
+    }
+    let mut bad = Vec::new();
+    for i in [1usize, 2] {
+        let j = out.job(&s.controller(i).bdev());
+        println!(
+            "  host {i}: {:.0} IOPS over TLS, failed {}",
+            j.iops, j.io_failed
+        );
+        if j.io_failed > 0 || j.iops <= 0.0 {
+            bad.push(format!(
+                "host {i}: {:.0} IOPS, {} failed",
+                j.iops, j.io_failed
+            ));
+        }
+    }
+    println!("  host 1: reservation met in {met} of {n} periods");
+    let frac = met as f64 / n.max(1) as f64;
+    let need = if acceptance() { 0.99 } else { 0.9 };
+    if n == 0 || frac < need {
+        bad.push(format!(
+            "host 1's reservation met in {:.1}% of periods over TLS (< {:.0}%)",
+            frac * 100.0,
+            need * 100.0
+        ));
+    }
+    bad.extend(audit(&mut t, &start_counts));
+    assert!(t.is_running(), "nvmf_tgt died; log:\n{}", t.log_tail(40));
+    t.stop(30);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(bad.is_empty(), "TLS:\n  {}", bad.join("\n  "));
 }
