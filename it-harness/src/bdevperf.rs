@@ -62,6 +62,8 @@ pub struct Job {
     pub rw: String,
     pub bs: u64,
     pub qd: u32,
+    /// The cores the job runs on (bdevperf's `cpumask`); `None`: bdevperf's choice.
+    pub cpumask: Option<String>,
 }
 
 impl Job {
@@ -71,7 +73,14 @@ impl Job {
             rw: rw.into(),
             bs,
             qd,
+            cpumask: None,
         }
+    }
+
+    /// The job on the cores of `mask` (e.g. `0x1`).
+    pub fn on_cores(mut self, mask: &str) -> Job {
+        self.cpumask = Some(mask.into());
+        self
     }
 }
 
@@ -117,6 +126,9 @@ impl Bdevperf {
                 "[job{i}]\nfilename={}\nrw={}\nbs={}\niodepth={}\n",
                 j.bdev, j.rw, j.bs, j.qd
             ));
+            if let Some(m) = &j.cpumask {
+                jobs.push_str(&format!("cpumask={m}\n"));
+            }
         }
         std::fs::write(&jobf, jobs).map_err(|e| e.to_string())?;
         let mut args: Vec<std::ffi::OsString> = vec!["--json".into(), cfg.into()];
@@ -348,24 +360,35 @@ pub struct JobResult {
 }
 
 /// Results by bdev name, from `perform_tests`'s result and bdevperf's output (`-l`).
+/// Jobs on the same bdev (e.g. one per core) add up: IOPS, MiB/s and failures are
+/// summed, the latencies are the last job's (the maximum: the largest).
 pub fn job_results(perform: &Value, output: &str) -> BTreeMap<String, JobResult> {
     let pct = latency_summary(output);
-    let mut out = BTreeMap::new();
+    let mut out: BTreeMap<String, JobResult> = BTreeMap::new();
     for r in perform["results"].as_array().into_iter().flatten() {
         let name = r["job"].as_str().unwrap_or("").to_string();
         let p = pct.get(&name);
-        out.insert(
-            name,
-            JobResult {
-                iops: r["iops"].as_f64().unwrap_or(0.0),
-                mibps: r["mibps"].as_f64().unwrap_or(0.0),
-                io_failed: r["io_failed"].as_u64().unwrap_or(0),
-                avg_us: r["avg_latency_us"].as_f64().unwrap_or(0.0),
-                max_us: r["max_latency_us"].as_f64().unwrap_or(0.0),
-                p50_us: p.and_then(|m| m.get("50.00000").copied()),
-                p99_us: p.and_then(|m| m.get("99.00000").copied()),
-            },
-        );
+        let this = JobResult {
+            iops: r["iops"].as_f64().unwrap_or(0.0),
+            mibps: r["mibps"].as_f64().unwrap_or(0.0),
+            io_failed: r["io_failed"].as_u64().unwrap_or(0),
+            avg_us: r["avg_latency_us"].as_f64().unwrap_or(0.0),
+            max_us: r["max_latency_us"].as_f64().unwrap_or(0.0),
+            p50_us: p.and_then(|m| m.get("50.00000").copied()),
+            p99_us: p.and_then(|m| m.get("99.00000").copied()),
+        };
+        match out.get_mut(&name) {
+            Some(prev) => {
+                prev.iops += this.iops;
+                prev.mibps += this.mibps;
+                prev.io_failed += this.io_failed;
+                prev.max_us = prev.max_us.max(this.max_us);
+                prev.avg_us = this.avg_us;
+            }
+            None => {
+                out.insert(name, this);
+            }
+        }
     }
     out
 }

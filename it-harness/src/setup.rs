@@ -92,6 +92,22 @@ impl Setup {
         self.start_target(true, max_secs, None)
     }
 
+    /// [`Setup::target`] on the cores of `core_mask` (e.g. `0x3`: a poll group on each
+    /// of two cores; the tests' initiators then share a core with it).
+    pub fn target_on(&self, max_secs: u64, core_mask: &str) -> Target {
+        Target::start(
+            &self.ini.spdk,
+            &TargetOpts {
+                plugin: Some(self.tgt_lib.clone()),
+                shm_id: shm_id(),
+                core_mask: core_mask.into(),
+                max_secs,
+                json_config: None,
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// `nvmf_tgt` without the plugin.
     pub fn bare_target(&self, max_secs: u64) -> Target {
         self.start_target(false, max_secs, None)
@@ -158,6 +174,20 @@ impl Setup {
         secs: u32,
         extra: &[&str],
     ) -> Bdevperf {
+        self.bdevperf_on(plugin, config, jobs, secs, extra, "0x2")
+    }
+
+    /// [`Setup::bdevperf`] on the cores of `core_mask` (a job goes to the cores of its
+    /// own `cpumask` when it has one).
+    pub fn bdevperf_on(
+        &self,
+        plugin: bool,
+        config: Value,
+        jobs: Vec<Job>,
+        secs: u32,
+        extra: &[&str],
+        core_mask: &str,
+    ) -> Bdevperf {
         Bdevperf::start(
             &self.ini,
             &BdevperfOpts {
@@ -166,7 +196,7 @@ impl Setup {
                 jobs,
                 secs,
                 shm_id: shm_id(),
-                core_mask: "0x2".into(),
+                core_mask: core_mask.into(),
                 extra: extra.iter().map(|e| e.to_string()).collect(),
             },
         )

@@ -1,4 +1,4 @@
-//! Reliability (issues 9 and 29; results in docs/reliability.md). Six tests against a
+//! Reliability (issues 9 and 29; results in docs/reliability.md). Seven tests against a
 //! real `nvmf_tgt` with the target plugin:
 //!
 //! - `soak_with_churn_loses_nothing`: data-verifying hosts through QoS bdevs at
@@ -19,6 +19,8 @@
 //!   no command, while host 1 meets its reservation.
 //! - `reservations_hold_over_tls`: hosts 1 and 2 over NVMe/TCP with TLS (a PSK each);
 //!   host 1's reservation holds.
+//! - `two_poll_groups_hold_reservations_and_limits`: the target on two cores, every
+//!   host's I/O on both poll groups; a reservation and a limit hold, the books balance.
 //!
 //! Four hosts in one bdevperf process on core 1 (the target on core 0): hosts 1 and 2
 //! plain NVMe/TCP, hosts 3 and 4 through the initiator plugin (token protocol), each
@@ -155,7 +157,19 @@ const FAULTY_BASE: &str = "EE_Malloc0p0";
 /// [`configured_target`]; with `faulty`, host 1's QoS bdev stands on SPDK's error bdev
 /// ([`FAULTY_BASE`], over host 1's split), which injects failures on request.
 fn configured_target_with(s: &Setup, capacity: u64, throttled: bool, faulty: bool) -> Target {
-    let mut t = s.target(max_secs());
+    configured_target_on(s, capacity, throttled, faulty, "0x1")
+}
+
+/// [`configured_target_with`] with `nvmf_tgt` on the cores of `cores` (a poll group on
+/// each).
+fn configured_target_on(
+    s: &Setup,
+    capacity: u64,
+    throttled: bool,
+    faulty: bool,
+    cores: &str,
+) -> Target {
+    let mut t = s.target_on(max_secs(), cores);
     t.malloc("Malloc0", 131072, 512);
     t.call(
         "bdev_split_create",
@@ -1793,4 +1807,155 @@ fn reservations_hold_over_tls() {
     t.stop(30);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(bad.is_empty(), "TLS:\n  {}", bad.join("\n  "));
+}
+
+/// Two poll groups (issue 29, part 2): `nvmf_tgt` on cores 0 and 1 (a poll group on
+/// each), bdevperf on the same two cores with two jobs per host, one on each core, so
+/// that every host has an I/O queue pair on each poll group (checked with
+/// `nvmf_subsystem_get_qpairs`) and its QoS bdev is used from two threads at once.
+/// Host 1 reserves 25 % of a domain at 90 % of what the three hosts do unthrottled,
+/// host 2 is limited to 15 %, host 3 takes the rest. This is about correctness, not
+/// rates: with both processes busy-polling on both cores the rates swing (a starved
+/// host looks idle to the target). Checked: host 2 never above its limit (+1 %) in a
+/// period; no failed I/O; books and iostat balance; every host on both poll groups.
+/// Host 1's reservation in the periods it had work waiting at the target is reported,
+/// and asserted (>= 99 %) only under `NVMF_QOS_ACCEPTANCE=1`.
+#[test]
+fn two_poll_groups_hold_reservations_and_limits() {
+    let Some(s) = setup_or_skip("two poll groups") else {
+        return;
+    };
+    let hosts = [1usize, 2, 3];
+    let config = {
+        let mut cfg: Vec<Value> = hosts.iter().map(|&i| s.controller(i).attach()).collect();
+        cfg.push(json!({"method": "bdev_wait_for_examine"}));
+        json!({"subsystems": [{"subsystem": "bdev", "config": cfg}]})
+    };
+    let jobs = |secs: u32| -> Bdevperf {
+        let jobs = hosts
+            .iter()
+            .flat_map(|&i| {
+                ["0x1", "0x2"].map(|core| {
+                    Job::new(&s.controller(i).bdev(), "randread", 4096, 8).on_cores(core)
+                })
+            })
+            .collect();
+        s.bdevperf_on(false, config.clone(), jobs, secs, &["-f"], "0x3")
+    };
+    let unthrottled = {
+        let _t = configured_target_on(&s, 100_000_000, false, false, "0x3");
+        jobs(5).run().total_iops()
+    };
+    let capacity = (unthrottled * 0.9) as u64;
+    let (reserved, limit) = (capacity / 4, capacity * 15 / 100);
+    let mut t = configured_target_on(&s, capacity, false, false, "0x3");
+    t.call(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": reserved}),
+    );
+    t.call(
+        "qos_host_set",
+        json!({"domain": "d", "host_nqn": host_nqn(2), "max_iops": limit}),
+    );
+    println!(
+        "two poll groups: unthrottled {unthrottled:.0} IOPS (3 hosts x 2 cores); capacity \
+         {capacity}; host 1 reserves {reserved}, host 2 limited to {limit}"
+    );
+    let start_counts = io_counts(&mut t, &hosts);
+    let secs = 14u32;
+    let mut b = jobs(secs);
+    let run = b.start_tests();
+    let t0 = Instant::now();
+    let mut hist = History::new("d");
+    let mut first_epoch = None;
+    let mut threads: BTreeMap<usize, std::collections::BTreeSet<String>> = BTreeMap::new();
+    while t0.elapsed() < Duration::from_secs(secs as u64) {
+        std::thread::sleep(Duration::from_millis(250));
+        hist.try_poll(&mut t);
+        if t0.elapsed() > Duration::from_secs(2) && first_epoch.is_none() {
+            first_epoch = Some(hist.epoch + 1);
+            for &i in &hosts {
+                let q = t.call("nvmf_subsystem_get_qpairs", json!({"nqn": subsys_nqn(i)}));
+                for qp in q.as_array().into_iter().flatten() {
+                    if qp["qid"].as_u64().unwrap_or(0) > 0 {
+                        threads
+                            .entry(i)
+                            .or_default()
+                            .insert(qp["thread"].as_str().unwrap_or("").to_string());
+                    }
+                }
+            }
+        }
+    }
+    let last = hist.epoch;
+    let out = b.finish_tests(run);
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut bad = Vec::new();
+    let from = first_epoch.unwrap_or(2);
+    let per_period = limit / 2; // period_ms 500
+    // Two busy-polling processes on the same two cores starve each other's threads by
+    // turns (the three hosts' rate moved from 6 K to 160 K IOPS between runs of this
+    // test), and a host starved at the initiator looks idle to the target: a period
+    // counts against the reservation only when host 1 had work waiting at the target.
+    let (mut met, mut n, mut idle, mut over, mut most) = (0, 0, 0, Vec::new(), 0u64);
+    for e in from..last {
+        if let Some(p) = hist.of(&host_nqn(1)).get(&e) {
+            if p.met || p.backlogged {
+                n += 1;
+                met += p.met as u64;
+            } else {
+                idle += 1;
+            }
+        }
+        if let Some(p) = hist.of(&host_nqn(2)).get(&e) {
+            most = most.max(p.ops);
+            if p.ops as f64 > per_period as f64 * 1.01 {
+                over.push((e, p.ops));
+            }
+        }
+    }
+    for &i in &hosts {
+        let j = out.job(&s.controller(i).bdev());
+        let on = threads.get(&i).cloned().unwrap_or_default();
+        println!(
+            "  host {i}: {:.0} IOPS, failed {}, I/O queue pairs on threads {on:?}",
+            j.iops, j.io_failed
+        );
+        if j.io_failed > 0 {
+            bad.push(format!("host {i}: {} failed I/O", j.io_failed));
+        }
+        if on.len() < 2 {
+            bad.push(format!(
+                "host {i}'s I/O queue pairs are on {on:?}: not on both poll groups"
+            ));
+        }
+    }
+    println!(
+        "  host 1: reservation met in {met} of {n} periods with work waiting ({idle} \
+         periods short without: starved at the initiator); host 2: at most {most} ops in a \
+         period for a limit of {per_period}"
+    );
+    if !over.is_empty() {
+        bad.push(format!("host 2 above its limit (+1 %) in periods {over:?}"));
+    }
+    // Reported; asserted under NVMF_QOS_ACCEPTANCE=1 (as the soak's): with both
+    // processes on both cores a host's periods also fall short when its initiator
+    // thread is descheduled with commands in flight (87 % met in one run, 100 % in
+    // another, at the same settings).
+    let frac = met as f64 / n.max(1) as f64;
+    if n < 5 {
+        println!(
+            "  host 1's reservation not judged: it had work waiting at the target in {n} \
+             periods (its initiator thread was starved)"
+        );
+    } else if acceptance() && frac < 0.99 {
+        bad.push(format!(
+            "host 1's reservation met in {:.1}% of the periods it had work waiting (< 99%)",
+            frac * 100.0
+        ));
+    }
+    bad.extend(audit(&mut t, &start_counts));
+    assert!(t.is_running(), "nvmf_tgt died; log:\n{}", t.log_tail(40));
+    t.stop(30);
+    assert!(bad.is_empty(), "two poll groups:\n  {}", bad.join("\n  "));
 }
