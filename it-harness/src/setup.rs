@@ -89,43 +89,39 @@ pub fn shm_id() -> u32 {
 impl Setup {
     /// `nvmf_tgt` with the target plugin, killed after `max_secs` whatever happens.
     pub fn target(&self, max_secs: u64) -> Target {
-        self.start_target(true, max_secs, None)
+        self.start_target(true, max_secs, None, "0x1")
     }
 
     /// [`Setup::target`] on the cores of `core_mask` (e.g. `0x3`: a poll group on each
     /// of two cores; the tests' initiators then share a core with it).
     pub fn target_on(&self, max_secs: u64, core_mask: &str) -> Target {
-        Target::start(
-            &self.ini.spdk,
-            &TargetOpts {
-                plugin: Some(self.tgt_lib.clone()),
-                shm_id: shm_id(),
-                core_mask: core_mask.into(),
-                max_secs,
-                json_config: None,
-            },
-        )
-        .unwrap_or_else(|e| panic!("{e}"))
+        self.start_target(true, max_secs, None, core_mask)
     }
 
     /// `nvmf_tgt` without the plugin.
     pub fn bare_target(&self, max_secs: u64) -> Target {
-        self.start_target(false, max_secs, None)
+        self.start_target(false, max_secs, None, "0x1")
     }
 
     /// `nvmf_tgt` with the plugin, started from a JSON configuration (`--json`, e.g. what
     /// [`Target::save_config`] gave).
     pub fn target_from(&self, config: &Path, max_secs: u64) -> Target {
-        self.start_target(true, max_secs, Some(config.to_path_buf()))
+        self.start_target(true, max_secs, Some(config.to_path_buf()), "0x1")
     }
 
-    fn start_target(&self, plugin: bool, max_secs: u64, json_config: Option<PathBuf>) -> Target {
+    fn start_target(
+        &self,
+        plugin: bool,
+        max_secs: u64,
+        json_config: Option<PathBuf>,
+        core_mask: &str,
+    ) -> Target {
         Target::start(
             &self.ini.spdk,
             &TargetOpts {
                 plugin: plugin.then(|| self.tgt_lib.clone()),
                 shm_id: shm_id(),
-                core_mask: "0x1".into(),
+                core_mask: core_mask.into(),
                 max_secs,
                 json_config: json_config.clone(),
             },
