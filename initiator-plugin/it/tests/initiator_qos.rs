@@ -453,10 +453,13 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
         without.iter().copied().fold(f64::INFINITY, f64::min),
         without.iter().copied().fold(0.0, f64::max),
     );
-    if !steady || hi > 1.25 * lo {
+    // ...and at the speed the link was measured at: a slow spell through all the paired
+    // rounds (writer without the plugin 2066 MiB/s against a link of 4474) left the writer
+    // at 0.82-0.87 of an allowance it could not reach.
+    if !steady || hi > 1.25 * lo || median(&without) < 0.75 * link as f64 {
         println!(
             "the writer's share is not judged: its rounds alone, or without the plugin \
-             ({lo:.0}-{hi:.0} MiB/s), moved by more than 25 %"
+             ({lo:.0}-{hi:.0} MiB/s against a link of {link}), moved by more than 25 %"
         );
         return;
     }
