@@ -64,6 +64,10 @@ pub struct Job {
     pub qd: u32,
     /// The cores the job runs on (bdevperf's `cpumask`); `None`: bdevperf's choice.
     pub cpumask: Option<String>,
+    /// The blocks the job uses, `(offset, length)` in the bdev's blocks; `None`: all
+    /// of it. Two `verify` jobs on one bdev need ranges of their own, or each reads
+    /// back what the other wrote.
+    pub blocks: Option<(u64, u64)>,
 }
 
 impl Job {
@@ -74,12 +78,19 @@ impl Job {
             bs,
             qd,
             cpumask: None,
+            blocks: None,
         }
     }
 
     /// The job on the cores of `mask` (e.g. `0x1`).
     pub fn on_cores(mut self, mask: &str) -> Job {
         self.cpumask = Some(mask.into());
+        self
+    }
+
+    /// The job on `length` blocks of its bdev from block `offset`.
+    pub fn on_blocks(mut self, offset: u64, length: u64) -> Job {
+        self.blocks = Some((offset, length));
         self
     }
 }
@@ -128,6 +139,9 @@ impl Bdevperf {
             ));
             if let Some(m) = &j.cpumask {
                 jobs.push_str(&format!("cpumask={m}\n"));
+            }
+            if let Some((offset, length)) = j.blocks {
+                jobs.push_str(&format!("offset={offset}\nlength={length}\n"));
             }
         }
         std::fs::write(&jobf, jobs).map_err(|e| e.to_string())?;

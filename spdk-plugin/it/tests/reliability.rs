@@ -149,36 +149,115 @@ fn max_secs() -> u64 {
 /// 5, domain `d` at `capacity` (reservations and group set when `capacity` is finite),
 /// QoS bdevs `qos1..=5`, each exposed to its host only.
 fn configured_target(s: &Setup, capacity: u64, throttled: bool) -> Target {
-    configured_target_with(s, capacity, throttled, false)
+    configured_target_on(s, capacity, throttled, Host1Base::Split, Cores::One)
 }
 
-/// Host 1's base through SPDK's error bdev, for [`FAULTY_BASE`].
-const FAULTY_BASE: &str = "EE_Malloc0p0";
+/// Blocks of each host's split of `Malloc0` (64 MiB of 512-byte blocks, in four).
+const SPLIT_BLOCKS: u64 = 131072 / HOSTS as u64;
 
-/// [`configured_target`]; with `faulty`, host 1's QoS bdev stands on SPDK's error bdev
-/// ([`FAULTY_BASE`], over host 1's split), which injects failures on request.
-fn configured_target_with(s: &Setup, capacity: u64, throttled: bool, faulty: bool) -> Target {
-    configured_target_on(s, capacity, throttled, faulty, "0x1")
+/// What stands under host 1's QoS bdev.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Host1Base {
+    /// Its split of `Malloc0`, as for every host.
+    Split,
+    /// SPDK's error bdev over the split, which fails commands on request
+    /// (`bdev_error_inject_error`).
+    Error,
+    /// SPDK's delay bdev over the split, no delay until `bdev_delay_update_latency`
+    /// makes it stall.
+    Delay,
 }
 
-/// [`configured_target_with`] with `nvmf_tgt` on the cores of `cores` (a poll group on
-/// each).
+impl Host1Base {
+    /// The bdev under host `i`'s QoS bdev.
+    fn of(self, i: usize) -> String {
+        match (self, i) {
+            (Host1Base::Error, 1) => "EE_Malloc0p0".into(),
+            (Host1Base::Delay, 1) => "Delay0".into(),
+            _ => format!("Malloc0p{}", i - 1),
+        }
+    }
+
+    fn create(self, t: &mut Target) {
+        match self {
+            Host1Base::Split => {}
+            Host1Base::Error => {
+                t.call("bdev_error_create", json!({"base_name": "Malloc0p0"}));
+            }
+            Host1Base::Delay => {
+                t.call(
+                    "bdev_delay_create",
+                    json!({"base_bdev_name": "Malloc0p0", "name": self.of(1),
+                           "avg_read_latency": 0, "p99_read_latency": 0,
+                           "avg_write_latency": 0, "p99_write_latency": 0}),
+                );
+            }
+        }
+    }
+}
+
+/// Where the target and bdevperf run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Cores {
+    /// The target on core 0, bdevperf's jobs on core 1.
+    One,
+    /// The target on both cores (a poll group on each), bdevperf on both too with each
+    /// host's job split in two (half its queue depth and half its blocks each), one per
+    /// core, so that its I/O queue pairs can land on both poll groups.
+    Two,
+}
+
+impl Cores {
+    fn target_mask(self) -> &'static str {
+        match self {
+            Cores::One => "0x1",
+            Cores::Two => "0x3",
+        }
+    }
+
+    fn bdevperf_mask(self) -> &'static str {
+        match self {
+            Cores::One => "0x2",
+            Cores::Two => "0x3",
+        }
+    }
+
+    /// Host `i`'s bdevperf jobs on `bdev`.
+    fn jobs(self, bdev: &str, rw: &str, i: usize) -> Vec<Job> {
+        let qd = QDS[i - 1];
+        match self {
+            Cores::One => vec![Job::new(bdev, rw, 4096, qd)],
+            Cores::Two => {
+                let half = SPLIT_BLOCKS / 2;
+                vec![
+                    Job::new(bdev, rw, 4096, qd / 2)
+                        .on_cores("0x1")
+                        .on_blocks(0, half),
+                    Job::new(bdev, rw, 4096, qd - qd / 2)
+                        .on_cores("0x2")
+                        .on_blocks(half, half),
+                ]
+            }
+        }
+    }
+}
+
+/// [`configured_target`] with `base1` under host 1's QoS bdev and `nvmf_tgt` on
+/// `cores`.
 fn configured_target_on(
     s: &Setup,
     capacity: u64,
     throttled: bool,
-    faulty: bool,
-    cores: &str,
+    base1: Host1Base,
+    cores: Cores,
 ) -> Target {
-    let mut t = s.target_on(max_secs(), cores);
+    let mut t = s.target_on(max_secs(), cores.target_mask());
     t.malloc("Malloc0", 131072, 512);
     t.call(
         "bdev_split_create",
         json!({"base_bdev": "Malloc0", "split_count": HOSTS}),
     );
-    if faulty {
-        t.call("bdev_error_create", json!({"base_name": "Malloc0p0"}));
-    }
+    base1.create(&mut t);
     t.malloc("Malloc1", 16384, 512);
     t.call(
         "qos_domain_create",
@@ -201,7 +280,7 @@ fn configured_target_on(
             let base = if i == CHURN_HOST {
                 "Malloc1".to_string()
             } else {
-                base_of(i, faulty)
+                base1.of(i)
             };
             t.qos_bdev_for_host(i, &base, "d")
         })
@@ -249,15 +328,6 @@ impl HostCfg {
     }
 }
 
-/// The bdev under host `i`'s QoS bdev.
-fn base_of(i: usize, faulty: bool) -> String {
-    if faulty && i == 1 {
-        FAULTY_BASE.to_string()
-    } else {
-        format!("Malloc0p{}", i - 1)
-    }
-}
-
 fn bdevperf(s: &Setup, secs: u32, rw: &str) -> Bdevperf {
     bdevperf_on(s, secs, rw, &[1, 2, 3, 4])
 }
@@ -272,8 +342,28 @@ fn bdevperf_on(s: &Setup, secs: u32, rw: &str, hosts: &[usize]) -> Bdevperf {
 /// [`bdevperf_on`] with bdev_nvme's `bdev_retry_count` (0: an error the target returns
 /// fails the I/O in bdevperf, where it is counted).
 fn bdevperf_retrying(s: &Setup, secs: u32, rw: &str, hosts: &[usize], retry: i32) -> Bdevperf {
-    let mut cfg: Vec<Value> = vec![json!({"method": "bdev_nvme_set_options",
-                                          "params": {"bdev_retry_count": retry}})];
+    bdevperf_with(
+        s,
+        secs,
+        rw,
+        hosts,
+        json!({"bdev_retry_count": retry}),
+        Cores::One,
+    )
+}
+
+/// bdevperf with a `rw` job for each of `hosts` (QD of [`QDS`]) on `cores`, bdev_nvme
+/// set up with `nvme_options` (`bdev_nvme_set_options`).
+fn bdevperf_with(
+    s: &Setup,
+    secs: u32,
+    rw: &str,
+    hosts: &[usize],
+    nvme_options: Value,
+    cores: Cores,
+) -> Bdevperf {
+    let mut cfg: Vec<Value> =
+        vec![json!({"method": "bdev_nvme_set_options", "params": nvme_options})];
     for &i in hosts {
         let mut a = s.controller(i).attach();
         a["params"]["ctrlr_loss_timeout_sec"] = json!(-1);
@@ -287,18 +377,22 @@ fn bdevperf_retrying(s: &Setup, secs: u32, rw: &str, hosts: &[usize], retry: i32
     cfg.push(json!({"method": "bdev_wait_for_examine"}));
     let jobs = hosts
         .iter()
-        .map(|&i| Job::new(&job_bdev(s, i), rw, 4096, QDS[i - 1]))
+        .flat_map(|&i| cores.jobs(&job_bdev(s, i), rw, i))
         .collect();
     let config = json!({"subsystems": [{"subsystem": "bdev", "config": cfg}]});
     // -f: a job goes on after a failed I/O (a controller reset fails what is in flight).
-    s.bdevperf(true, config, jobs, secs, &["-f"])
+    s.bdevperf_on(true, config, jobs, secs, &["-f"], cores.bdevperf_mask())
 }
 
 /// What the same four jobs do through the plugin with no throttling (IOPS).
-fn calibrate(s: &Setup, rw: &str) -> f64 {
-    let _t = configured_target(s, 100_000_000, false);
-    let total = bdevperf(s, 5, rw).run().total_iops();
-    println!("  unthrottled through the plugin: {total:.0} IOPS (4 {rw} jobs)");
+fn calibrate(s: &Setup, rw: &str, cores: Cores) -> f64 {
+    let _t = configured_target_on(s, 100_000_000, false, Host1Base::Split, cores);
+    let all = [1, 2, 3, 4];
+    let nvme = json!({"bdev_retry_count": -1});
+    let total = bdevperf_with(s, 5, rw, &all, nvme, cores)
+        .run()
+        .total_iops();
+    println!("  unthrottled through the plugin: {total:.0} IOPS (4 {rw} hosts, {cores:?} core(s))");
     total
 }
 
@@ -571,16 +665,16 @@ fn iostat(t: &mut Target, bdev: &str) -> [u64; 4] {
 type IoCounts = BTreeMap<usize, ([u64; 4], [u64; 4])>;
 
 fn io_counts(t: &mut Target, hosts: &[usize]) -> IoCounts {
-    io_counts_with(t, hosts, false)
+    io_counts_with(t, hosts, Host1Base::Split)
 }
 
-/// [`io_counts`] with host 1 on [`FAULTY_BASE`] when `faulty`.
-fn io_counts_with(t: &mut Target, hosts: &[usize], faulty: bool) -> IoCounts {
+/// [`io_counts`] with `base1` under host 1's QoS bdev.
+fn io_counts_with(t: &mut Target, hosts: &[usize], base1: Host1Base) -> IoCounts {
     hosts
         .iter()
         .map(|&i| {
             let q = iostat(t, &format!("qos{i}"));
-            (i, (q, iostat(t, &base_of(i, faulty))))
+            (i, (q, iostat(t, &base1.of(i))))
         })
         .collect()
 }
@@ -589,14 +683,14 @@ fn io_counts_with(t: &mut Target, hosts: &[usize], faulty: bool) -> IoCounts {
 /// base has its own reads, of bdev examination), each QoS bdev did as many reads and
 /// writes as its base, and every host's token books balance. Returns the failures.
 fn audit(t: &mut Target, start: &IoCounts) -> Vec<String> {
-    audit_with(t, start, false)
+    audit_with(t, start, Host1Base::Split)
 }
 
-/// [`audit`] with host 1 on [`FAULTY_BASE`] when `faulty`.
-fn audit_with(t: &mut Target, start: &IoCounts, faulty: bool) -> Vec<String> {
+/// [`audit`] with `base1` under host 1's QoS bdev.
+fn audit_with(t: &mut Target, start: &IoCounts, base1: Host1Base) -> Vec<String> {
     let mut bad = Vec::new();
     let hosts: Vec<usize> = start.keys().copied().collect();
-    let now = io_counts_with(t, &hosts, faulty);
+    let now = io_counts_with(t, &hosts, base1);
     for (&i, (q1, b1)) in &now {
         let (q0, b0) = start[&i];
         let q: Vec<u64> = q1.iter().zip(q0).map(|(a, b)| a - b).collect();
@@ -656,8 +750,8 @@ impl Polled {
 }
 
 /// Polls domain `d` every 250 ms for `secs` seconds, calling `each` after every poll
-/// with the time since the call.
-fn poll_run(t: &mut Target, secs: u32, mut each: impl FnMut(&mut Target, Duration)) -> Polled {
+/// with the time since the call and the latest period's epoch.
+fn poll_run(t: &mut Target, secs: u32, mut each: impl FnMut(&mut Target, Duration, u64)) -> Polled {
     let t0 = Instant::now();
     let mut hist = History::new("d");
     let mut from = None;
@@ -668,7 +762,7 @@ fn poll_run(t: &mut Target, secs: u32, mut each: impl FnMut(&mut Target, Duratio
         if elapsed > Duration::from_secs(2) && from.is_none() {
             from = Some(hist.epoch + 1);
         }
-        each(t, elapsed);
+        each(t, elapsed, hist.epoch);
     }
     Polled {
         last: hist.epoch,
@@ -693,17 +787,31 @@ fn judge_reservation(bad: &mut Vec<String>, who: &str, (met, n): (u64, u64)) {
 
 #[test]
 fn soak_with_churn_loses_nothing() {
-    let Some(s) = setup_or_skip("soak") else {
-        return;
-    };
+    if let Some(s) = setup_or_skip("soak") {
+        soak(&s, Cores::One);
+    }
+}
+
+/// The soak with the target on two poll groups and each host's I/O on two queue pairs
+/// (issue 29): the same churn and audit.
+#[test]
+fn soak_with_churn_on_two_poll_groups_loses_nothing() {
+    if let Some(s) = setup_or_skip("soak on two poll groups") {
+        soak(&s, Cores::Two);
+    }
+}
+
+fn soak(s: &Setup, cores: Cores) {
     let secs = soak_secs();
     let seed = soak_seed();
-    println!("soak: {secs} s, churn seed {seed}");
-    let unthrottled = calibrate(&s, "verify");
+    println!("soak: {secs} s, churn seed {seed}, {cores:?} core(s)");
+    let unthrottled = calibrate(s, "verify", cores);
     let capacity = (unthrottled * 0.9) as u64;
-    let mut t = configured_target(&s, capacity, true);
-    let start_counts = io_counts(&mut t, &[1, 2, 3, 4]);
-    let mut b = bdevperf(&s, secs as u32, "verify");
+    let mut t = configured_target_on(s, capacity, true, Host1Base::Split, cores);
+    let all = [1, 2, 3, 4];
+    let start_counts = io_counts(&mut t, &all);
+    let nvme = json!({"bdev_retry_count": -1});
+    let mut b = bdevperf_with(s, secs as u32, "verify", &all, nvme, cores);
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(ChurnHostCounts::default());
     let host5 = {
@@ -777,7 +885,7 @@ fn soak_with_churn_loses_nothing() {
     let bound = wait_bound_us();
     let mut bad = Vec::new();
     for i in 1..=HOSTS {
-        let r = jr.get(&job_bdev(&s, i)).cloned().unwrap_or_default();
+        let r = jr.get(&job_bdev(s, i)).cloned().unwrap_or_default();
         println!(
             "  host {i} ({}, QD {}): {:.0} IOPS, failed {}, max latency {:.0} us",
             if COOPERATIVE.contains(&i) {
@@ -895,7 +1003,7 @@ fn restart_after_sigkill_restores_configuration_and_reservations() {
     };
     // Reads only: a malloc bdev comes back empty, so a verify job would see the blocks it
     // wrote before the crash as zeros.
-    let unthrottled = calibrate(&s, "randread");
+    let unthrottled = calibrate(&s, "randread", Cores::One);
     let capacity = (unthrottled * 0.9) as u64;
     let mut t = configured_target(&s, capacity, true);
     let cfg_path = t.save_config_file("restart");
@@ -1242,7 +1350,7 @@ fn hostile_host_gets_no_more_than_its_limit() {
     let mut b = bdevperf_on(&s, secs, "randread", &[1]);
     let attack = Attack::start(s.port);
     let run = b.start_tests();
-    let polled = poll_run(&mut t, secs, |_, _| {});
+    let polled = poll_run(&mut t, secs, |_, _, _| {});
     let out = b.finish_tests(run);
     let counts = attack.stop();
     std::thread::sleep(Duration::from_millis(1500));
@@ -1307,23 +1415,24 @@ fn hostile_host_gets_no_more_than_its_limit() {
 /// (>= 99 % of periods under `NVMF_QOS_ACCEPTANCE=1`, else >= 90 %); nvmf_tgt lives.
 #[test]
 fn base_faults_reach_the_host_and_lose_nothing() {
+    const ERROR: Host1Base = Host1Base::Error;
     let Some(s) = setup_or_skip("base faults") else {
         return;
     };
     let rw = "randrw";
     let all = [1, 2, 3, 4];
     let total = {
-        let _t = configured_target_with(&s, 100_000_000, false, true);
+        let _t = configured_target_on(&s, 100_000_000, false, ERROR, Cores::One);
         let out = bdevperf_retrying(&s, 5, rw, &all, 0).run();
         out.total_iops()
     };
     let capacity = (total * 0.9) as u64;
-    let mut t = configured_target_with(&s, capacity, true, true);
+    let mut t = configured_target_on(&s, capacity, true, ERROR, Cores::One);
     println!("base faults: unthrottled {total:.0} IOPS, capacity {capacity} IOPS");
     let mut bad = Vec::new();
 
     // Run 1: failures, then NOMEM.
-    let start = io_counts_with(&mut t, &all, true);
+    let start = io_counts_with(&mut t, &all, ERROR);
     let secs = 14u32;
     let mut b = bdevperf_retrying(&s, secs, rw, &all, 0);
     let run = b.start_tests();
@@ -1334,13 +1443,13 @@ fn base_faults_reach_the_host_and_lose_nothing() {
         (7, "read", "nomem", 500),
         (7, "write", "nomem", 500),
     ];
-    let polled = poll_run(&mut t, secs, |t, elapsed| {
+    let polled = poll_run(&mut t, secs, |t, elapsed, _| {
         for &(at, io_type, error_type, num) in &steps {
             let key = (at, io_type, error_type);
             if elapsed >= Duration::from_secs(at) && !injected.contains(&key) {
                 t.call(
                     "bdev_error_inject_error",
-                    json!({"name": FAULTY_BASE, "io_type": io_type, "error_type": error_type,
+                    json!({"name": ERROR.of(1), "io_type": io_type, "error_type": error_type,
                            "num": num}),
                 );
                 println!(
@@ -1369,7 +1478,7 @@ fn base_faults_reach_the_host_and_lose_nothing() {
         println!("  host {i}: reservation met in {met} of {n} periods while host 1's base failed");
         judge_reservation(&mut bad, &format!("host {i}"), (met, n));
     }
-    bad.extend(audit_with(&mut t, &start, true));
+    bad.extend(audit_with(&mut t, &start, ERROR));
 
     // Run 2: the base deleted under load.
     let others = [2, 3, 4];
@@ -1378,7 +1487,7 @@ fn base_faults_reach_the_host_and_lose_nothing() {
     let mut b = bdevperf_retrying(&s, secs, rw, &all, 0);
     let run = b.start_tests();
     std::thread::sleep(Duration::from_secs(3));
-    t.call("bdev_error_delete", json!({"name": FAULTY_BASE}));
+    t.call("bdev_error_delete", json!({"name": ERROR.of(1)}));
     let gone = t.rpc("bdev_get_bdevs", json!({"name": "qos1"})).is_err();
     println!("  base deleted under load: qos1 gone with it: {gone}");
     if !gone {
@@ -1406,14 +1515,14 @@ fn base_faults_reach_the_host_and_lose_nothing() {
     t.call("bdev_error_create", json!({"base_name": "Malloc0p0"}));
     t.call(
         "qos_bdev_create",
-        json!({"name": "qos1", "base_bdev_name": FAULTY_BASE, "domain": "d",
+        json!({"name": "qos1", "base_bdev_name": ERROR.of(1), "domain": "d",
                "host_nqn": host_nqn(1)}),
     );
     t.call(
         "nvmf_subsystem_add_ns",
         json!({"nqn": subsys_nqn(1), "namespace": {"bdev_name": "qos1"}}),
     );
-    let start = io_counts_with(&mut t, &[1], true);
+    let start = io_counts_with(&mut t, &[1], ERROR);
     let out = bdevperf_retrying(&s, 3, rw, &[1], 0).run();
     std::thread::sleep(Duration::from_millis(1500));
     let h1 = out.job(&job_bdev(&s, 1));
@@ -1427,10 +1536,161 @@ fn base_faults_reach_the_host_and_lose_nothing() {
             h1.iops, h1.io_failed
         ));
     }
-    bad.extend(audit_with(&mut t, &start, true));
+    bad.extend(audit_with(&mut t, &start, ERROR));
     assert!(t.is_running(), "nvmf_tgt died; log:\n{}", t.log_tail(40));
     t.stop(30);
     assert!(bad.is_empty(), "base faults:\n  {}", bad.join("\n  "));
+}
+
+/// How long a stalled command of host 1 waits at its base.
+const STALL_US: u64 = 3_000_000;
+/// bdev_nvme's command timeout in the stall test: a stalled command times out.
+const HOST_TIMEOUT_US: u64 = 1_000_000;
+
+/// Host 1's base stalls: SPDK's delay bdev under its QoS bdev goes from no delay to
+/// [`STALL_US`] a command (`bdev_delay_update_latency`) 5 s into a run under load near
+/// saturation (4 hosts at 90 % of what they do unthrottled, reservations and limits as
+/// in the soak), and back to none 3 s later. Twice, as a host configured either way reacts to
+/// commands that do not come back: bdev_nvme's timeout ([`HOST_TIMEOUT_US`]) answered
+/// by an NVMe Abort of the command (`action_on_timeout: abort`: nvmf asks the QoS bdev,
+/// which aborts a held command itself and passes the abort to the base for one it sent
+/// there, and the delay bdev completes that as aborted), then by a controller reset
+/// (`reset`: the host drops its queue pairs and connects again; the target frees the
+/// old ones once the base has completed their commands).
+/// Checked: host 1's timed-out commands fail at host 1 (bdev_nvme does not retry here)
+/// and no abort failed (bdev_nvme resets the controller when one does); the other hosts
+/// fail nothing and meet their reservations (>= 99 % of periods under
+/// `NVMF_QOS_ACCEPTANCE=1`, else >= 90 %); host 1 does I/O again after the stall; every
+/// I/O reached the base once (iostat), the books balance with nothing held or in
+/// flight; nvmf_tgt lives.
+#[test]
+fn a_stalling_base_is_aborted_or_reset_and_loses_nothing() {
+    const DELAY: Host1Base = Host1Base::Delay;
+    let Some(s) = setup_or_skip("stalling base") else {
+        return;
+    };
+    let (rw, all) = ("randrw", [1, 2, 3, 4]);
+    let total = {
+        let _t = configured_target_on(&s, 100_000_000, false, DELAY, Cores::One);
+        bdevperf_retrying(&s, 5, rw, &all, 0).run().total_iops()
+    };
+    let capacity = (total * 0.9) as u64;
+    let mut t = configured_target_on(&s, capacity, true, DELAY, Cores::One);
+    println!("stalling base: unthrottled {total:.0} IOPS, capacity {capacity} IOPS");
+    let set_latency = |t: &mut Target, us: u64| {
+        for kind in ["p99_read", "p99_write", "avg_read", "avg_write"] {
+            t.call(
+                "bdev_delay_update_latency",
+                json!({"delay_bdev_name": DELAY.of(1), "latency_type": kind, "latency_us": us}),
+            );
+        }
+    };
+    let mut bad = Vec::new();
+    for action in ["abort", "reset"] {
+        let start = io_counts_with(&mut t, &all, DELAY);
+        let secs = 15u32;
+        // With an abort, a timed-out command fails once at the host (retry count 0); a
+        // reset fails what is in flight (bdev_nvme's "do not retry" on them) and
+        // bdev_nvme queues the rest while it connects again (retries without end: with
+        // none it fails them at once and bdevperf resubmits them in a loop).
+        let retry = if action == "abort" { 0 } else { -1 };
+        let nvme = json!({"bdev_retry_count": retry, "timeout_us": HOST_TIMEOUT_US,
+                          "action_on_timeout": action});
+        let mut b = bdevperf_with(&s, secs, rw, &all, nvme, Cores::One);
+        let run = b.start_tests();
+        let (stall_from, stall_to) = (Duration::from_secs(5), Duration::from_secs(8));
+        let (mut stalled, mut recovered_from) = (None, None);
+        let polled = poll_run(&mut t, secs, |t, elapsed, epoch| {
+            if elapsed >= stall_from && stalled.is_none() {
+                stalled = Some(epoch + 1);
+                set_latency(t, STALL_US);
+            }
+            if elapsed >= stall_to && stalled.is_some() && recovered_from.is_none() {
+                set_latency(t, 0);
+                // The last stalled command completes (or is aborted) STALL_US later.
+                recovered_from = Some(epoch + STALL_US / 500_000 + 2);
+            }
+        });
+        let out = b.finish_tests(run);
+        std::thread::sleep(Duration::from_millis(1500));
+        let log = b.log_text();
+        let timeouts = log.matches("Detected a timeout").count();
+        let failed_aborts = log.matches("Abort failed").count();
+        let resets = log.matches("Resetting controller successful").count();
+        println!(
+            "  {action} on timeout: {timeouts} commands timed out at host 1, {failed_aborts} \
+             aborts failed, {resets} controller resets"
+        );
+        for i in all {
+            let j = out.job(&job_bdev(&s, i));
+            println!(
+                "  host {i}: {:.0} IOPS, failed {}, max latency {:.0} us",
+                j.iops, j.io_failed, j.max_us
+            );
+            if i == 1 && timeouts == 0 {
+                bad.push(format!(
+                    "{action}: host 1 saw no stall (no command timed out)"
+                ));
+            }
+            // Each aborted command fails once; a reset fails at most what was in flight.
+            let may_fail = if action == "abort" {
+                timeouts as u64
+            } else {
+                resets as u64 * QDS[0] as u64
+            };
+            if i == 1 && (j.io_failed > may_fail || (action == "abort" && j.io_failed == 0)) {
+                bad.push(format!(
+                    "{action}: host 1 failed {} I/O for {timeouts} timeouts and {resets} resets",
+                    j.io_failed
+                ));
+            }
+            if i != 1 && j.io_failed != 0 {
+                bad.push(format!(
+                    "{action}: host {i}: {} failed I/O while host 1's base stalled",
+                    j.io_failed
+                ));
+            }
+        }
+        if action == "abort" && failed_aborts > 0 {
+            bad.push(format!(
+                "{failed_aborts} of host 1's aborts failed (bdev_nvme then resets the controller)"
+            ));
+        }
+        let phase = |e: u64| match (stalled, recovered_from) {
+            (Some(s), _) if e < s => 0,
+            (_, Some(r)) if e >= r => 2,
+            _ => 1,
+        };
+        for i in [2, 3, 4] {
+            let mut by_phase = [(0, 0); 3];
+            for (e, p) in polled.periods(i) {
+                let (met, n) = &mut by_phase[phase(e)];
+                *met += p.met as u64;
+                *n += 1;
+            }
+            println!(
+                "  host {i}: reservation met in {:?} (met, periods) before, during and after \
+                 the stall",
+                by_phase
+            );
+            judge_reservation(&mut bad, &format!("{action}: host {i}"), polled.met(i));
+        }
+        let after: Vec<u64> = polled
+            .periods(1)
+            .filter(|(e, _)| recovered_from.is_some_and(|r| *e >= r))
+            .map(|(_, p)| p.ops)
+            .collect();
+        println!("  host 1 after the stall: {after:?} ops a period");
+        if after.is_empty() || after.contains(&0) {
+            bad.push(format!(
+                "{action}: host 1 did not get going again after the stall: {after:?}"
+            ));
+        }
+        bad.extend(audit_with(&mut t, &start, DELAY));
+    }
+    assert!(t.is_running(), "nvmf_tgt died; log:\n{}", t.log_tail(40));
+    t.stop(30);
+    assert!(bad.is_empty(), "stalling base:\n  {}", bad.join("\n  "));
 }
 
 /// A DH-HMAC-CHAP secret in the NVMe key format (`DHHC-1:00:<base64 of the secret and
@@ -1637,7 +1897,7 @@ fn an_impersonator_without_the_key_gets_nothing() {
             }
         })
     };
-    let polled = poll_run(&mut t, secs, |_, _| {});
+    let polled = poll_run(&mut t, secs, |_, _, _| {});
     let out = b.finish_tests(run);
     stop.store(true, Ordering::Relaxed);
     let _ = imp.join();
@@ -1745,7 +2005,7 @@ fn reservations_hold_over_tls() {
     let secs = 12u32;
     let mut b = two_readers(&s, &config, secs);
     let run = b.start_tests();
-    let polled = poll_run(&mut t, secs, |_, _| {});
+    let polled = poll_run(&mut t, secs, |_, _, _| {});
     let out = b.finish_tests(run);
     std::thread::sleep(Duration::from_millis(1500));
     let (met, n) = polled.met(1);
@@ -1807,12 +2067,12 @@ fn two_poll_groups_hold_reservations_and_limits() {
         s.bdevperf_on(false, config.clone(), jobs, secs, &["-f"], "0x3")
     };
     let unthrottled = {
-        let _t = configured_target_on(&s, 100_000_000, false, false, "0x3");
+        let _t = configured_target_on(&s, 100_000_000, false, Host1Base::Split, Cores::Two);
         jobs(5).run().total_iops()
     };
     let capacity = (unthrottled * 0.9) as u64;
     let (reserved, limit) = (capacity / 4, capacity * 15 / 100);
-    let mut t = configured_target_on(&s, capacity, false, false, "0x3");
+    let mut t = configured_target_on(&s, capacity, false, Host1Base::Split, Cores::Two);
     t.call(
         "qos_host_set",
         json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": reserved}),
@@ -1831,7 +2091,7 @@ fn two_poll_groups_hold_reservations_and_limits() {
     let run = b.start_tests();
     let mut threads: BTreeMap<usize, std::collections::BTreeSet<String>> = BTreeMap::new();
     let mut looked = false;
-    let polled = poll_run(&mut t, secs, |t, elapsed| {
+    let polled = poll_run(&mut t, secs, |t, elapsed, _| {
         if elapsed > Duration::from_secs(2) && !looked {
             looked = true;
             for &i in &hosts {
