@@ -330,6 +330,23 @@ class QosCollector(Collector):
                     gauge('host_reservation_depth_needed', 'Commands the host needs in flight at the base to '
                           'complete its reservation at the operating point (reservation x L*)',
                           host_labels).add_metric(lv, h['reservation_depth_needed'])
+                e = h.get('entitlement')
+                if e:
+                    gauge('host_contending', '1 when QoS held the host\'s commands in at least half of the '
+                          'last period (it gets its entitlement), 0 when self-limited (never held back)',
+                          host_labels).add_metric(lv, 1 if e.get('contending') else 0)
+                    for key, name, text in (
+                            ('entitled', 'host_entitled_ops_per_second', 'What the host is entitled to at the '
+                             'operating point: reservation first, the rest by weight, capped at its limit and '
+                             'at what it can take (operations, cost units, per second; last period)'),
+                            ('achieved', 'host_achieved_ops_per_second', 'What the host completed in the last '
+                             'period (operations, cost units, per second)'),
+                            ('shortfall', 'host_entitlement_shortfall_ops_per_second', 'Entitled minus achieved '
+                             'where the host got less (operations, cost units, per second)'),
+                            ('queue_depth_needed', 'host_queue_depth_needed', 'Commands the host needs '
+                             'outstanding at the target to get its entitlement at the operating point '
+                             '(entitled x L*)')):
+                        gauge(name, text, host_labels).add_metric(lv, e.get(key, 0))
                 periods = counter('host_periods', 'Ended QoS periods by outcome: reservation met or missed, '
                                   'while backlogged (I/O was held) or not', [*host_labels, 'outcome', 'backlogged'])
                 pt = h.get('periods_total') or {}

@@ -724,6 +724,17 @@ def _ms(ns):
     return '-' if ns is None else '%g ms' % (ns / 1e6)
 
 
+def _fmt_entitlement(host):
+    """What the host is entitled to at the operating point, whether QoS held it
+    (contending) or not (self-limited), and the queue depth its entitlement takes."""
+    e = host.get('entitlement')
+    if not e:
+        return '-'
+    return '%d/s %s, QD %.1f' % (e.get('entitled', 0),
+                                 'contending' if e.get('contending') else 'self-limited',
+                                 e.get('queue_depth_needed', 0.0))
+
+
 def _capacity_estimate(d):
     """The capacity estimate as the table shows it: `learning` before the target has had a
     period with load (no capacity given), and a warning when the reservations exceed it."""
@@ -738,7 +749,7 @@ def _capacity_estimate(d):
 def _print_stats_table(domains):
     if isinstance(domains, dict):
         domains = [domains]
-    header = ('HOST', 'MIN', 'MAX', 'COMPLETED THIS PERIOD', 'MET', 'HELD', 'FLAGS')
+    header = ('HOST', 'MIN', 'MAX', 'COMPLETED THIS PERIOD', 'MET', 'HELD', 'ENTITLED', 'FLAGS')
     for i, d in enumerate(domains or []):
         if i:
             print()
@@ -748,7 +759,8 @@ def _print_stats_table(domains):
         rows = [header] + [(h.get('host_nqn', '-'), _fmt_rates(h.get('min')), _fmt_rates(h.get('max')),
                             _fmt_amount(h.get('completed_this_period')),
                             _fmt_met(h.get('reservation_met_fraction')),
-                            '-' if h.get('held') is None else str(h['held']), _fmt_flags(h))
+                            '-' if h.get('held') is None else str(h['held']), _fmt_entitlement(h),
+                            _fmt_flags(h))
                            for h in d.get('hosts') or []]
         widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
         for r in rows:

@@ -70,6 +70,13 @@ def test_target_metrics_names_labels_and_histogram(stub):
     assert value(m, 'nvmf_qos_host_in_flight_at_base', host_nqn='nqn.h1') == 2.5
     assert value(m, 'nvmf_qos_host_reservation_depth_needed', host_nqn='nqn.h1') == 0.75
     assert not [lab for lab, _ in m.get('nvmf_qos_host_reservation_depth_needed', []) if lab['host_nqn'] == 'nqn.h2']
+    assert value(m, 'nvmf_qos_host_contending', host_nqn='nqn.h1') == 1
+    assert value(m, 'nvmf_qos_host_entitled_ops_per_second', host_nqn='nqn.h1') == 40000
+    assert value(m, 'nvmf_qos_host_achieved_ops_per_second', host_nqn='nqn.h1') == 39000
+    assert value(m, 'nvmf_qos_host_entitlement_shortfall_ops_per_second', host_nqn='nqn.h1') == 1000
+    assert value(m, 'nvmf_qos_host_queue_depth_needed', host_nqn='nqn.h1') == 6.5
+    # No entitlement before the depth curve has a sample: no series.
+    assert not [lab for lab, _ in m.get('nvmf_qos_host_entitled_ops_per_second', []) if lab['host_nqn'] == 'nqn.h2']
     assert value(m, 'nvmf_qos_domain_operating_point_ops_per_second', domain='d0') == 640_000
     assert value(m, 'nvmf_qos_domain_depth_curve_max_ops_per_second', domain='d0') == 655_000
     assert value(m, 'nvmf_qos_domain_operating_point_latency_seconds', domain='d0') == 150e-6

@@ -59,6 +59,20 @@ pub struct PeriodRec {
     pub backlogged: bool,
 }
 
+/// A host's entitlement at the operating point (docs/rpc.md, `qos_stats_get`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Entitlement {
+    pub contending: bool,
+    pub held_fraction: f64,
+    pub at_target: f64,
+    /// None: no bound.
+    pub cap: Option<u64>,
+    pub entitled: u64,
+    pub achieved: u64,
+    pub shortfall: u64,
+    pub queue_depth_needed: f64,
+}
+
 /// One host of a domain.
 #[derive(Debug, Clone, Deserialize)]
 pub struct HostStats {
@@ -95,6 +109,10 @@ pub struct HostStats {
     pub in_flight_at_base: f64,
     /// Commands it needs at the base for its reservation at the operating point.
     pub reservation_depth_needed: Option<f64>,
+    /// Its entitlement at the operating point over the last ended period (none before
+    /// the depth curve has a sample).
+    #[serde(default)]
+    pub entitlement: Option<Entitlement>,
     /// Full form: operations in the last periods, newest first.
     #[serde(default)]
     pub last_periods: Vec<u64>,

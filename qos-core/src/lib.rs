@@ -26,6 +26,7 @@ pub mod cluster;
 pub mod config;
 pub mod cost;
 pub mod depth;
+pub mod entitlement;
 pub mod estimator;
 pub mod histogram;
 pub mod hold;

@@ -30,8 +30,8 @@ pub use membership::{
     UpdateDomainError, UpdateGroupError, UpdateHostError,
 };
 pub use report::{
-    DomainStats, ESTIMATOR_LOG_PERIODS, EstimatorRecord, GroupStats, HISTORY_PERIODS, HostStats,
-    PeriodCounts, PeriodRecord, PeriodReport,
+    DomainStats, ESTIMATOR_LOG_PERIODS, Entitlement, EstimatorRecord, GroupStats, HISTORY_PERIODS,
+    HostStats, PeriodCounts, PeriodRecord, PeriodReport,
 };
 
 use crate::config::{

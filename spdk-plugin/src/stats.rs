@@ -7,7 +7,7 @@
 
 use qos_core::Amount;
 use qos_core::histogram::HELD_BUCKETS_NS;
-use qos_core::monitor::{DomainStats, HostStats, PeriodCounts, PeriodRecord};
+use qos_core::monitor::{DomainStats, Entitlement, HostStats, PeriodCounts, PeriodRecord};
 use qos_core::sync::POOL_MAX;
 use qos_core::{PriorityClass, RateSet};
 use serde::Serialize;
@@ -85,6 +85,34 @@ struct CompactHost<'a> {
     reservation_unreachable: bool,
     in_flight_at_base: f64,
     reservation_depth_needed: Option<f64>,
+    entitlement: Option<EntitlementOut>,
+}
+
+/// A host's entitlement at the operating point, as the stats RPC shows it (rates in
+/// operations per second, commands as decimals, `cap` null without a bound).
+#[derive(Debug, Serialize)]
+struct EntitlementOut {
+    contending: bool,
+    held_fraction: f64,
+    at_target: f64,
+    cap: Option<u64>,
+    entitled: u64,
+    achieved: u64,
+    shortfall: u64,
+    queue_depth_needed: f64,
+}
+
+fn entitlement_out(e: &Option<Entitlement>) -> Option<EntitlementOut> {
+    e.map(|e| EntitlementOut {
+        contending: e.contending,
+        held_fraction: milli(e.held_fraction_milli),
+        at_target: milli(e.at_target_milli),
+        cap: (e.cap != u64::MAX).then_some(e.cap),
+        entitled: e.entitled,
+        achieved: e.achieved,
+        shortfall: e.shortfall,
+        queue_depth_needed: milli(e.queue_depth_needed_milli),
+    })
 }
 
 fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
@@ -128,6 +156,7 @@ fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
         reservation_unreachable: h.reservation_unreachable,
         in_flight_at_base: milli(h.in_flight_at_base_milli),
         reservation_depth_needed: h.reservation_depth_needed_milli.map(milli),
+        entitlement: entitlement_out(&h.entitlement),
     }
 }
 
@@ -278,6 +307,7 @@ fn host_common(d: &Domain, h: &HostStats) -> Value {
         "reservation_unreachable": h.reservation_unreachable,
         "in_flight_at_base": milli(h.in_flight_at_base_milli),
         "reservation_depth_needed": h.reservation_depth_needed_milli.map(milli),
+        "entitlement": entitlement_out(&h.entitlement),
     })
 }
 

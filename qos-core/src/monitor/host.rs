@@ -29,6 +29,32 @@ pub(crate) struct HostEntry {
     pub(crate) reach: Reach,
     pub(crate) outcomes: Outcomes,
     pub(crate) share: HostShare,
+    /// The last ended period as the entitlement report reads it.
+    pub(crate) window: Window,
+}
+
+/// What a host did in the last ended period, for the entitlement report (issue 26):
+/// whether QoS held its commands for at least half of it (contending) or not
+/// (self-limited), and how many commands it had at the target.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    /// Check intervals of the period, and those in which it had commands held.
+    pub(crate) ticks: u32,
+    pub(crate) held_ticks: u32,
+    /// Commands held, summed over the check intervals.
+    pub(crate) held_sum: u64,
+    /// Time its completed commands spent at the base (ns): over the period's length,
+    /// their mean number in flight there.
+    pub(crate) service_ns: u64,
+    /// Work completed (operations, cost units).
+    pub(crate) completed_ops: u64,
+}
+
+impl Window {
+    /// QoS held its commands in at least half of the check intervals.
+    pub(crate) fn contending(&self) -> bool {
+        self.ticks > 0 && self.held_ticks * 2 >= self.ticks
+    }
 }
 
 /// What a host is given in the current period.
@@ -68,6 +94,11 @@ pub(crate) struct Activity {
     /// behind its reservation schedule.
     pub(crate) ticks_active: u32,
     pub(crate) lag_ticks: u32,
+    /// Check intervals of this period, those with commands held, and the commands held
+    /// summed over them.
+    ticks: u32,
+    held_ticks: u32,
+    held_sum: u64,
     /// Commands admitted and not completed: the most seen lately (decaying), and
     /// whether it had (nearly) that many out at the last check interval with none
     /// held: a closed loop at its queue depth, bounded by the target's latency.
@@ -190,6 +221,7 @@ impl HostEntry {
                 soft_idle: UnderuseCounter::default(),
             },
             share: HostShare::default(),
+            window: Window::default(),
         }
     }
 
@@ -329,9 +361,8 @@ impl HostEntry {
         t.depth = (t.depth.0.saturating_add(w), t.depth.1.saturating_add(s));
         let last = &self.outcomes.at_start;
         let completed = now_c.completed.saturating_sub(last.completed);
-        t.service_ns = t
-            .service_ns
-            .saturating_add(now_c.service_ns.wrapping_sub(last.service_ns));
+        let service_ns = now_c.service_ns.wrapping_sub(last.service_ns);
+        t.service_ns = t.service_ns.saturating_add(service_ns);
         let backlogged = now_c.held_events > last.held_events;
         let hard = self.budgets.reservation_total();
         if v.count_offered {
@@ -399,6 +430,14 @@ impl HostEntry {
             .observe(backlogged || completed.ops.saturating_mul(2) >= soft_total.ops);
         o.counts.count(met, backlogged);
         o.at_start = now_c;
+        let a = &self.activity;
+        self.window = Window {
+            ticks: a.ticks,
+            held_ticks: a.held_ticks,
+            held_sum: a.held_sum,
+            service_ns,
+            completed_ops: completed.ops,
+        };
         in_vain
     }
 
@@ -490,6 +529,9 @@ impl Activity {
             idle: false,
             ticks_active: 0,
             lag_ticks: 0,
+            ticks: 0,
+            held_ticks: 0,
+            held_sum: 0,
             peak_in_flight: 0,
             window_bound: false,
             seen_work: 0,
@@ -524,6 +566,9 @@ impl Activity {
         let idle = now.saturating_sub(self.last_active) >= idle_after;
         self.idle = idle;
         self.ticks_active += !idle as u32;
+        self.ticks += 1;
+        self.held_ticks += (c.held_now > 0) as u32;
+        self.held_sum = self.held_sum.saturating_add(c.held_now);
         let in_flight_ios = c.admitted_ios.saturating_sub(c.completed_ios);
         self.peak_in_flight = in_flight_ios.max(self.peak_in_flight - self.peak_in_flight / 256);
         self.window_bound = !idle
@@ -537,6 +582,9 @@ impl Activity {
     pub(crate) fn start_period(&mut self) {
         self.ticks_active = 0;
         self.lag_ticks = 0;
+        self.ticks = 0;
+        self.held_ticks = 0;
+        self.held_sum = 0;
     }
 }
 

@@ -10,12 +10,13 @@ use crate::admission::local_shortfall;
 use crate::config::{BudgetClass, DomainConfig, ExcessSharing, GroupConfig, HostConfig};
 use crate::cost::{Amount, Resource};
 use crate::depth::{CurvePoint, OperatingPoint};
+use crate::entitlement::{Claimant, entitle};
 use crate::estimator::{EstimateStep, Evidence};
 use crate::time::Nanos;
 
 use super::Monitor;
 use super::host::HostEntry;
-use super::membership::GroupEntry;
+use super::membership::{GroupEntry, Members};
 
 /// How many past periods each host's history keeps for statistics.
 pub const HISTORY_PERIODS: usize = 128;
@@ -272,6 +273,42 @@ pub struct HostStats {
     /// curve has a sample, or without a reservation. A host that keeps fewer cannot
     /// reach its reservation at this target's latency, whatever QoS does.
     pub reservation_depth_needed_milli: Option<u64>,
+    /// What it is entitled to at the operating point, over the last ended period;
+    /// none before the depth curve has a sample or a period has ended.
+    pub entitlement: Option<Entitlement>,
+}
+
+/// A host's entitlement at the operating point (issue 26), over the last ended period.
+/// Rates are operations (cost units) per second.
+///
+/// Entitlements split C\* (the operating point's rate) by
+/// [`crate::entitlement::entitle`]: reservations first, the rest by weight, each host
+/// capped at its limit and at what it can take. A contending host (QoS held its
+/// commands in at least half of the period's check intervals) can take what its
+/// commands at the target give at the operating point's latency (`N / L*`, Little's
+/// law); a self-limited host takes what it took. Tenant groups nest: a group is one
+/// claimant at the domain's level (its reservation, limit and weight, capped at what
+/// its hosts can take), its entitlement split among its hosts the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Entitlement {
+    /// QoS held its commands in at least half of the period: it gets its entitlement;
+    /// a self-limited host is never held back by QoS.
+    pub contending: bool,
+    /// Check intervals with commands held, in thousandths of the period's.
+    pub held_fraction_milli: u64,
+    /// Commands it had at the target on average (held and at the base), thousandths.
+    pub at_target_milli: u64,
+    /// The most it can take (`u64::MAX`: no bound).
+    pub cap: u64,
+    /// e_i.
+    pub entitled: u64,
+    /// What it completed.
+    pub achieved: u64,
+    /// `entitled - achieved` where it got less.
+    pub shortfall: u64,
+    /// Commands it needs at the target to get its entitlement at the operating point
+    /// (e_i x L\*, thousandths): "keep at least this many outstanding".
+    pub queue_depth_needed_milli: u64,
 }
 
 impl HostStats {
@@ -281,6 +318,7 @@ impl HostStats {
         records: impl DoubleEndedIterator<Item = &'a PeriodRecord> + Clone,
         cfg: &DomainConfig,
         (elapsed, op): (Nanos, Option<&OperatingPoint>),
+        entitlement: Option<Entitlement>,
     ) -> Self {
         let c = h.shared.counters();
         let start = &h.outcomes.at_start;
@@ -323,8 +361,116 @@ impl HostStats {
             reservation_unreachable: h.reach.periods > 0,
             in_flight_at_base_milli: (at_base / elapsed.0.max(1) as u128) as u64,
             reservation_depth_needed_milli: needed,
+            entitlement,
         }
     }
+}
+
+/// Operations per period as a rate per second.
+fn per_second(ops_per_period: u64, period: Nanos) -> u64 {
+    if ops_per_period == u64::MAX {
+        return u64::MAX;
+    }
+    (ops_per_period as u128 * 1_000_000_000 / period.0.max(1) as u128).min(u64::MAX as u128) as u64
+}
+
+/// Every host's [`Entitlement`] at `op` (in the order of `m.hosts`), from the last
+/// ended period of each; none before a period has ended.
+fn entitlements(m: &Members, op: &OperatingPoint, period: Nanos) -> Vec<Option<Entitlement>> {
+    let latency = op.latency.0.max(1) as u128;
+    let reports: Vec<(Claimant, Entitlement)> = m
+        .hosts
+        .iter()
+        .map(|h| {
+            let w = &h.window;
+            let ticks = w.ticks.max(1) as u128;
+            let at_base = w.service_ns as u128 * 1000 / period.0.max(1) as u128;
+            let at_target = at_base + w.held_sum as u128 * 1000 / ticks;
+            let achieved = per_second(w.completed_ops, period);
+            let limit = per_second(h.budgets.limit[BudgetClass::Total as usize].ops, period);
+            let cap = if w.contending() {
+                let by_depth = at_target * 1_000_000 / latency;
+                limit.min(by_depth.min(u64::MAX as u128) as u64)
+            } else {
+                achieved
+            };
+            let claim = Claimant {
+                weight: h.budgets.weight as u64,
+                reservation: per_second(h.budgets.reservation_total().ops, period),
+                cap,
+            };
+            let report = Entitlement {
+                contending: w.contending(),
+                held_fraction_milli: w.held_ticks as u64 * 1000 / ticks as u64,
+                at_target_milli: at_target.min(u64::MAX as u128) as u64,
+                cap,
+                entitled: 0,
+                achieved,
+                shortfall: 0,
+                queue_depth_needed_milli: 0,
+            };
+            (claim, report)
+        })
+        .collect();
+    // The domain's claimants: hosts without a group, then the groups.
+    let mut top: Vec<Claimant> = Vec::new();
+    let mut top_of_host = vec![usize::MAX; m.hosts.len()];
+    for (i, h) in m.hosts.iter().enumerate() {
+        if h.group.is_none() {
+            top_of_host[i] = top.len();
+            top.push(reports[i].0);
+        }
+    }
+    let group_base = top.len();
+    for (g, ge) in m.groups.iter().enumerate() {
+        let members_cap: u128 = m
+            .hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.group == Some(g))
+            .map(|(i, _)| reports[i].0.cap as u128)
+            .sum();
+        let limit = per_second(ge.budgets.limit.ops, period);
+        top.push(Claimant {
+            weight: ge.budgets.weight as u64,
+            reservation: per_second(ge.budgets.reservation.ops, period),
+            cap: limit.min(members_cap.min(u64::MAX as u128) as u64),
+        });
+    }
+    let mut top_out = vec![0; top.len()];
+    entitle(op.rate, &top, &mut top_out);
+    let mut entitled = vec![0u64; m.hosts.len()];
+    for (i, &t) in top_of_host.iter().enumerate() {
+        if t != usize::MAX {
+            entitled[i] = top_out[t];
+        }
+    }
+    for g in 0..m.groups.len() {
+        let members: Vec<usize> = (0..m.hosts.len())
+            .filter(|&i| m.hosts[i].group == Some(g))
+            .collect();
+        let claims: Vec<Claimant> = members.iter().map(|&i| reports[i].0).collect();
+        let mut out = vec![0; claims.len()];
+        entitle(top_out[group_base + g], &claims, &mut out);
+        for (k, &i) in members.iter().enumerate() {
+            entitled[i] = out[k];
+        }
+    }
+    reports
+        .into_iter()
+        .zip(&m.hosts)
+        .zip(entitled)
+        .map(|(((_, mut r), h), e)| {
+            if h.window.ticks == 0 {
+                return None;
+            }
+            r.entitled = e;
+            r.shortfall = e.saturating_sub(r.achieved);
+            r.queue_depth_needed_milli =
+                (e as u128 * latency / 1_000_000).min(u64::MAX as u128) as u64;
+            Some(r)
+        })
+        .collect()
 }
 
 impl GroupStats {
@@ -358,6 +504,7 @@ impl Monitor {
         let elapsed = now.saturating_sub(self.period_start).min(self.cfg.period);
         let m = &self.members;
         let op = self.depth.operating_point(now, self.cfg.operating_target());
+        let entitled = op.as_ref().map(|op| entitlements(m, op, self.cfg.period));
         let hosts = m
             .hosts
             .iter()
@@ -365,7 +512,8 @@ impl Monitor {
             .filter(|(_, h)| only.is_none_or(|n| n == h.cfg.host_nqn))
             .map(|(i, h)| {
                 let at = (elapsed, op.as_ref());
-                HostStats::of(h, self.records.of(i, h), &self.cfg, at)
+                let e = entitled.as_ref().and_then(|e| e[i]);
+                HostStats::of(h, self.records.of(i, h), &self.cfg, at, e)
             })
             .collect();
         let groups = m

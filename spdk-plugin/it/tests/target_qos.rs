@@ -779,6 +779,29 @@ fn the_target_learns_its_depth_curve() {
         op.latency_ns.unwrap_or(0)
     );
     assert!(rate * 1000 >= max * op.efficiency_milli);
+    // The entitlement report over a period of load: QoS holds nothing here (no limit,
+    // a budget far above the target), so the host is self-limited, entitled to what it
+    // took, and needs what it had at the target for it.
+    let run = s.perf(&s.perf_job(1, "randread", 4096, 32, 3));
+    std::thread::sleep(Duration::from_millis(2200));
+    let st = t.stats("d", 1);
+    let e = st.hosts.first().and_then(|h| h.entitlement.clone());
+    let c_star = st.operating_point.ops_per_s.unwrap_or(0);
+    let r = run.wait();
+    println!(
+        "entitlement during a QD 32 load of {:.0} IOPS (C* {c_star}): {e:?}",
+        r.iops
+    );
+    let e = e.expect("an entitlement once the curve has samples and a period has ended");
+    assert!(!e.contending && e.held_fraction == 0.0, "{e:?}");
+    // Entitled to what it took, or to C* if it took more (the operating point is where
+    // the domain's entitlements add up to).
+    assert_eq!(
+        (e.entitled, e.shortfall),
+        (e.achieved.min(c_star), 0),
+        "{e:?}"
+    );
+    assert!(e.achieved > 0, "{e:?}");
     if judged < 4 {
         println!("{judged} of 4 steps steady: the curve's most against perf's best is not judged");
         return;

@@ -1,0 +1,137 @@
+//! The entitlement report (issue 26) of a monitor serving hosts on a fluid target with
+//! a depth curve: who is contending, what each is entitled to at the operating point,
+//! and the queue depth that takes.
+
+use qos_core::{
+    Capacity, DomainConfig, EstimatorConfig, ExcessSharing, HostConfig, IoKind, Monitor, Nanos,
+    Rate, TargetChannel,
+};
+
+/// The target's depth curve: T(Q) = T_MAX Q / (Q + HALF_DEPTH) operations per second.
+const T_MAX: f64 = 200_000.0;
+const HALF_DEPTH: f64 = 4.0;
+
+/// A closed-loop host: `depth` commands outstanding, each at the base or held.
+struct Host {
+    ch: TargetChannel<()>,
+    depth: u32,
+    at_base: u32,
+    /// Completions owed from fractions of earlier milliseconds.
+    carry: f64,
+}
+
+/// Step of the simulation: well under a command's latency, so that the target is
+/// not limited to one completion per command and step.
+const STEP: Nanos = Nanos(10_000);
+
+/// Serves `hosts` for `secs` seconds in steps of [`STEP`]: the target completes T(Q)
+/// per second over the Q commands at its base, in proportion to each host's; a host
+/// sends a new command for each completed one, which QoS admits or holds. Channels
+/// poll every 100 µs and the monitor ticks every millisecond, as in the plugin.
+fn serve(m: &mut Monitor, hosts: &mut [Host], secs: u64) {
+    let t0 = Nanos::from_secs(1);
+    let steps_per_ms = 1_000_000 / STEP.0;
+    for step in 1..=secs * 1000 * steps_per_ms {
+        let now = t0.saturating_add(Nanos(step * STEP.0));
+        let q: u32 = hosts.iter().map(|h| h.at_base).sum();
+        let rate = T_MAX * q as f64 / (q as f64 + HALF_DEPTH);
+        for h in hosts.iter_mut() {
+            if h.at_base == 0 {
+                continue;
+            }
+            h.carry += rate * STEP.0 as f64 / 1e9 * h.at_base as f64 / q as f64;
+            // Every command at the base spent this step there.
+            h.ch.tokens()
+                .record_service(Nanos(h.at_base as u64 * STEP.0));
+            let done = (h.carry as u32).min(h.at_base);
+            h.carry -= done as f64;
+            h.at_base -= done;
+            let mut sent = 0;
+            for _ in 0..done {
+                h.ch.record_completion(IoKind::Read, 4096, Nanos::ZERO);
+                sent += h.ch.on_completion(|| now, |_| ()) as u32;
+            }
+            h.at_base += sent;
+        }
+        for h in hosts.iter_mut() {
+            let outstanding = h.at_base + h.ch.held() as u32;
+            for _ in outstanding..h.depth {
+                if h.ch.admit(IoKind::Read, 4096, now, ()).is_some() {
+                    h.at_base += 1;
+                }
+            }
+            if step % 10 == 0 {
+                h.at_base += h.ch.poll(now, |_| ()) as u32;
+            }
+        }
+        if step % steps_per_ms == 0 {
+            m.tick(now);
+        }
+    }
+}
+
+#[test]
+fn a_saturated_target_reports_who_contends_and_what_each_is_entitled_to() {
+    let cfg = DomainConfig {
+        capacity: Capacity {
+            iops: Some(400_000),
+            ..Capacity::default()
+        },
+        estimator: EstimatorConfig {
+            enabled: false,
+            ..Default::default()
+        },
+        sharing: ExcessSharing::FirstCome,
+        ..DomainConfig::default()
+    };
+    let mut m = Monitor::new(cfg, Nanos::from_secs(1)).unwrap();
+    let limited = HostConfig::new("limited").with_limit(Rate::iops(40_000));
+    let reserved = HostConfig::new("reserved").with_reservation(Rate::iops(20_000));
+    for c in [limited, HostConfig::new("shallow"), reserved] {
+        m.add_host(c, Nanos::from_secs(1)).unwrap();
+    }
+    let mut hosts: Vec<Host> = [("limited", 32), ("shallow", 1), ("reserved", 32)]
+        .into_iter()
+        .map(|(nqn, depth)| Host {
+            ch: TargetChannel::new(m.channel(nqn).unwrap()),
+            depth,
+            at_base: 0,
+            carry: 0.0,
+        })
+        .collect();
+    serve(&mut m, &mut hosts, 5);
+    let now = Nanos::from_secs(6).saturating_add(Nanos::from_millis(500));
+    let s = m.stats(now);
+    let op = s.operating_point.expect("the curve has samples");
+    let by = |nqn: &str| {
+        let h = s.hosts.iter().find(|h| h.host_nqn == nqn).unwrap();
+        h.entitlement.expect("a period has ended")
+    };
+    let (limited, shallow, reserved) = (by("limited"), by("shallow"), by("reserved"));
+    println!("operating point {op:?}\n{limited:?}\n{shallow:?}\n{reserved:?}");
+    // QoS holds the limited host all the time; the others never wait for tokens (the
+    // domain's budget is above what the target does).
+    assert!(limited.contending && limited.held_fraction_milli > 900);
+    assert!(!shallow.contending && shallow.held_fraction_milli == 0);
+    assert!(!reserved.contending);
+    // The limited host can take its limit (its 32 commands would give more); the
+    // self-limited ones what they took.
+    assert_eq!(limited.cap, 40_000);
+    assert_eq!(shallow.cap, shallow.achieved);
+    assert_eq!(reserved.cap, reserved.achieved);
+    // The target was saturated: what they can take adds up to about C*, so each is
+    // entitled to all of it, and the limited host gets what it is entitled to.
+    let caps = limited.cap + shallow.cap + reserved.cap;
+    assert!(
+        caps.abs_diff(op.rate) * 100 < op.rate * 5,
+        "caps {caps} vs C* {}",
+        op.rate
+    );
+    let total = limited.entitled + shallow.entitled + reserved.entitled;
+    assert!(total <= op.rate.max(caps));
+    assert!(limited.entitled.abs_diff(40_000) <= 400);
+    assert!(limited.shortfall * 100 <= limited.entitled, "{limited:?}");
+    // The promise: keep e x L* commands outstanding.
+    let want = limited.entitled as u128 * op.latency.0 as u128 / 1_000_000;
+    assert_eq!(limited.queue_depth_needed_milli as u128, want);
+}
