@@ -1681,6 +1681,10 @@ fn a_stalling_base_is_aborted_or_reset_and_loses_nothing() {
             .map(|(_, p)| p.ops)
             .collect();
         println!("  host 1 after the stall: {after:?} ops a period");
+        println!(
+            "  estimator (stall from epoch {stalled:?}, over from {recovered_from:?}): {}",
+            polled.hist.decisions_line()
+        );
         if after.is_empty() || after.contains(&0) {
             bad.push(format!(
                 "{action}: host 1 did not get going again after the stall: {after:?}"
