@@ -45,6 +45,10 @@ pub struct TickReport {
     pub removed: usize,
     /// The shares record applied (its `seq`), if this target is in it.
     pub shares_seq: Option<u64>,
+    /// This target's part of that record: per host, the share it should hold.
+    pub shares: BTreeMap<String, LocalShare>,
+    /// The cluster's hosts and their cluster-wide contracts, as read this interval.
+    pub contracts: BTreeMap<String, ClusterHost>,
     pub errors: Vec<String>,
 }
 
@@ -149,6 +153,12 @@ impl Agent {
         &self.cfg
     }
 
+    /// The agent holds a lease (granted or renewed by its last successful interval;
+    /// etcd may have let it expire since).
+    pub fn holds_lease(&self) -> bool {
+        self.lease.is_some()
+    }
+
     /// One interval, at `now_ms` (any monotonic clock in milliseconds).
     pub fn tick(
         &mut self,
@@ -220,6 +230,7 @@ impl Agent {
             }
         };
         let hosts = hosts_of(&self.keys, store.list(&self.keys.hosts())?, &mut r.errors);
+        r.contracts = hosts.clone();
 
         let demand = DemandRecord {
             hosts: measured
@@ -271,8 +282,9 @@ impl Agent {
             }
         };
         let mine = shares.plan.get(&self.cfg.target);
-        if mine.is_some() {
+        if let Some(m) = mine {
             r.shares_seq = Some(shares.seq);
+            r.shares = m.clone();
         }
         self.apply(
             reconcile(mine, &hosts, &local.settings, &self.managed),

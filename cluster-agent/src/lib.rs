@@ -3,6 +3,7 @@
 //! (docs/cluster.md). The agent talks to etcd on one side and to its target's JSON-RPC
 //! socket on the other, so no SPDK reactor ever waits on the network.
 //!
+//! - [`connect`]: the etcd URL, TLS files and credentials, checked at start-up.
 //! - [`store`]: the etcd operations the agent needs, over etcd's JSON gateway; an
 //!   in-memory store for tests.
 //! - [`keys`]: the key layout and the records stored at each key.
@@ -10,10 +11,13 @@
 //! - [`demand`]: the hosts' demand at the target, over a sliding window.
 //! - [`agent`]: one interval of an agent (report, lead, apply).
 //! - [`admin`]: the operator's commands (create a cluster, set hosts, show).
+//! - [`metrics`]: the agent's own metrics and health, served for Prometheus.
 
 pub mod admin;
 pub mod agent;
+pub mod connect;
 pub mod demand;
 pub mod keys;
+pub mod metrics;
 pub mod store;
 pub mod target;

@@ -1,16 +1,19 @@
 //! `nvmf-qos-agent`: the cluster agent (`run`) and the operator's commands on a
-//! cluster (`cluster`, `host`, `show`). docs/cluster.md has a walkthrough.
+//! cluster (`cluster`, `host`, `show`), logging through `tracing` to stderr.
+//! docs/cluster.md has a walkthrough.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
-use clap::{Parser, Subcommand};
+use clap::{ArgAction, Parser, Subcommand};
 use nvmf_qos_agent::admin::{self, AdminError};
 use nvmf_qos_agent::agent::{Agent, AgentConfig, TickReport};
+use nvmf_qos_agent::connect::EtcdOptions;
 use nvmf_qos_agent::keys::check_name;
+use nvmf_qos_agent::metrics::{self, AgentStatus};
 use nvmf_qos_agent::store::EtcdGateway;
 use nvmf_qos_agent::target::SocketTarget;
 use qos_core::cluster::{ClusterHost, DivideConfig};
@@ -33,6 +36,27 @@ struct Cli {
     /// Timeout of each etcd call, milliseconds.
     #[arg(long, global = true, default_value_t = 500)]
     etcd_timeout_ms: u64,
+    /// PEM certificate of the CA that signed etcd's server certificate (needed with an
+    /// https:// URL).
+    #[arg(long, global = true, env = "NVMF_QOS_ETCD_CA")]
+    etcd_ca: Option<PathBuf>,
+    /// PEM client certificate, for an etcd started with --client-cert-auth.
+    #[arg(long, global = true, env = "NVMF_QOS_ETCD_CERT")]
+    etcd_cert: Option<PathBuf>,
+    /// PEM private key of --etcd-cert.
+    #[arg(long, global = true, env = "NVMF_QOS_ETCD_KEY")]
+    etcd_key: Option<PathBuf>,
+    /// etcd user, for an etcd with authentication enabled.
+    #[arg(long, global = true, env = "NVMF_QOS_ETCD_USER")]
+    etcd_user: Option<String>,
+    /// File whose first line is the password of --etcd-user (not on the command line,
+    /// where every user of the machine could read it).
+    #[arg(long, global = true, env = "NVMF_QOS_ETCD_PASSWORD_FILE")]
+    etcd_password_file: Option<PathBuf>,
+    /// More log: -v debug (a line every interval), -vv trace. RUST_LOG, when set,
+    /// decides instead (e.g. RUST_LOG=nvmf_qos_agent=debug).
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -65,9 +89,10 @@ enum Cmd {
         /// the domain's period).
         #[arg(long)]
         window_ms: Option<u64>,
-        /// Print a line every interval, not only when something changes.
-        #[arg(long)]
-        verbose: bool,
+        /// Serve /metrics (Prometheus) and /healthz on this address:port
+        /// (127.0.0.1:9635, or 0.0.0.0:9635 for a remote Prometheus); off when not given.
+        #[arg(long, env = "NVMF_QOS_AGENT_LISTEN")]
+        listen: Option<String>,
     },
     /// Create, update or delete a cluster.
     Cluster {
@@ -137,9 +162,46 @@ enum HostOp {
     },
 }
 
+/// Logs to stderr at info (`-v`: debug, `-vv`: trace), or as RUST_LOG says.
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::filter::LevelFilter;
+    let level = match verbose {
+        0 => LevelFilter::INFO,
+        1 => LevelFilter::DEBUG,
+        _ => LevelFilter::TRACE,
+    };
+    let filter = EnvFilter::builder()
+        .with_default_directive(level.into())
+        .from_env_lossy();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colours for a person at a terminal, none in journald or a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut etcd = EtcdGateway::new(&cli.etcd, Duration::from_millis(cli.etcd_timeout_ms));
+    init_logging(cli.verbose);
+    let opts = EtcdOptions {
+        endpoint: cli.etcd.clone(),
+        timeout: Duration::from_millis(cli.etcd_timeout_ms),
+        ca: cli.etcd_ca.clone(),
+        cert: cli.etcd_cert.clone(),
+        key: cli.etcd_key.clone(),
+        user: cli.etcd_user.clone(),
+        password_file: cli.etcd_password_file.clone(),
+    };
+    let mut etcd = match EtcdGateway::connect(&opts) {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
     let res: Result<(), AdminError> = match cli.cmd {
         Cmd::Run {
             cluster,
@@ -149,7 +211,7 @@ fn main() -> ExitCode {
             interval_ms,
             lease_ttl_s,
             window_ms,
-            verbose,
+            listen,
         } => {
             return run(
                 &mut etcd,
@@ -162,7 +224,7 @@ fn main() -> ExitCode {
                 },
                 rpc_socket,
                 Duration::from_millis(interval_ms.max(10)),
-                verbose,
+                listen.as_deref(),
             );
         }
         Cmd::Cluster { op } => match op {
@@ -216,7 +278,7 @@ fn main() -> ExitCode {
     match res {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("nvmf-qos-agent: {e}");
+            tracing::error!("{e}");
             ExitCode::from(2)
         }
     }
@@ -239,26 +301,36 @@ fn run(
     cfg: AgentConfig,
     sock: PathBuf,
     interval: Duration,
-    verbose: bool,
+    listen: Option<&str>,
 ) -> ExitCode {
     for (what, name) in [("cluster", &cfg.cluster), ("target", &cfg.target)] {
         if let Err(e) = check_name(what, name) {
-            eprintln!("nvmf-qos-agent: {e}");
+            tracing::error!("{e}");
             return ExitCode::from(2);
         }
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
-            eprintln!("nvmf-qos-agent: cannot watch signal {sig}: {e}");
+            tracing::error!("cannot watch signal {sig}: {e}");
             return ExitCode::from(2);
         }
     }
-    eprintln!(
-        "nvmf-qos-agent: cluster {} target {} domain {} via {} and etcd {}, every {} ms",
-        cfg.cluster,
-        cfg.target,
-        cfg.domain,
+    let status = Arc::new(Mutex::new(AgentStatus::new(&cfg)));
+    if let Some(addr) = listen {
+        match metrics::serve(addr, Arc::clone(&status)) {
+            Ok(bound) => tracing::info!("serving /metrics and /healthz on http://{bound}"),
+            Err(e) => {
+                tracing::error!("{e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    tracing::info!(
+        cluster = cfg.cluster,
+        target = cfg.target,
+        domain = cfg.domain,
+        "agent started: target socket {}, etcd {}, every {} ms",
         sock.display(),
         etcd.endpoint(),
         interval.as_millis()
@@ -270,8 +342,15 @@ fn run(
     let mut next = started;
     while !stop.load(Ordering::Relaxed) {
         let r = agent.tick(started.elapsed().as_millis() as u64, etcd, &mut tgt);
+        status.lock().unwrap_or_else(|p| p.into_inner()).record(
+            &r,
+            agent.holds_lease(),
+            Instant::now(),
+            SystemTime::now(),
+        );
         let line = summary(&r);
-        // The shares number moves every division: report changes of state and errors.
+        // The shares number moves every division: report changes of state and errors
+        // at info (warn when something is down), every interval at debug.
         let state = format!(
             "{} {} {} {}",
             r.target_ok,
@@ -279,14 +358,17 @@ fn run(
             r.leader,
             r.errors.join("; ")
         );
-        if verbose || state != last || r.set + r.removed > 0 {
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis());
-            eprintln!("[{t}] {line}");
-            for e in &r.errors {
-                eprintln!("[{t}]   {e}");
+        if state != last || r.set + r.removed > 0 {
+            if r.target_ok && r.etcd_ok {
+                tracing::info!("{line}");
+            } else {
+                tracing::warn!("{line}");
             }
+            for e in &r.errors {
+                tracing::warn!("  {e}");
+            }
+        } else {
+            tracing::debug!("{line}");
         }
         last = state;
         next += interval;
@@ -298,8 +380,8 @@ fn run(
         }
     }
     match agent.leave(etcd) {
-        Ok(()) => eprintln!("nvmf-qos-agent: left the cluster (lease revoked)"),
-        Err(e) => eprintln!("nvmf-qos-agent: leaving: {e}; the lease expires on its own"),
+        Ok(()) => tracing::info!("left the cluster (lease revoked)"),
+        Err(e) => tracing::warn!("leaving: {e}; the lease expires on its own"),
     }
     ExitCode::SUCCESS
 }

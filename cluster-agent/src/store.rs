@@ -1,7 +1,10 @@
 //! The agent's view of etcd: the few key-value and lease operations it needs
 //! ([`Store`]), spoken over etcd's v3 JSON gateway (`/v3/kv/*`, `/v3/lease/*`, part of
 //! every etcd server since 3.3) with a blocking HTTP client and short timeouts, so a
-//! slow or absent etcd costs the agent a timeout per call and never more.
+//! slow or absent etcd costs the agent a timeout per call and never more. Over TLS and
+//! with etcd's user authentication when [`EtcdOptions`] say so (`connect`); a refusal
+//! that a person can fix (wrong CA, no client certificate, http against https, wrong
+//! password, no permission) comes back as its own [`StoreError`] saying what to do.
 
 use std::time::Duration;
 
@@ -9,6 +12,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
 use thiserror::Error;
+
+use crate::connect::{self, ConnectError, Credentials, EtcdOptions};
 
 /// An etcd lease id.
 pub type LeaseId = i64;
@@ -31,6 +36,46 @@ pub enum StoreError {
         path: String,
         detail: String,
     },
+    #[error("TLS with etcd at {endpoint} failed: {detail}; {fix}")]
+    Tls {
+        endpoint: String,
+        detail: String,
+        fix: &'static str,
+    },
+    #[error(
+        "etcd at {endpoint} closed the connection without an answer ({answer}), as an etcd that serves TLS does to plain HTTP: use --etcd https://... with --etcd-ca (and --etcd-cert/--etcd-key if it checks client certificates)"
+    )]
+    NeedsTls { endpoint: String, answer: String },
+    #[error(
+        "etcd at {endpoint} requires authentication ({detail}): give --etcd-user and --etcd-password-file"
+    )]
+    NeedsAuth { endpoint: String, detail: String },
+    #[error(
+        "etcd at {endpoint} refused {path} to user {user:?}: {detail}; grant the user's role readwrite on the cluster's prefix (/nvmf-qos/) and the lease permissions"
+    )]
+    PermissionDenied {
+        endpoint: String,
+        path: String,
+        user: String,
+        detail: String,
+    },
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+}
+
+/// Authenticating to etcd (`/v3/auth/authenticate`) did not succeed.
+#[derive(Debug, Error)]
+pub enum AuthError {
+    #[error(
+        "etcd at {endpoint} refused user {user:?}: wrong user name or password ({detail}); check --etcd-user and the file of --etcd-password-file"
+    )]
+    Rejected {
+        endpoint: String,
+        user: String,
+        detail: String,
+    },
+    #[error("etcd at {endpoint} answered authenticate without a token: {answer}")]
+    NoToken { endpoint: String, answer: String },
 }
 
 /// The operations the agent and the admin commands need. Values are UTF-8 JSON.
@@ -61,42 +106,328 @@ pub trait Store {
     fn delete(&mut self, key: &str) -> Result<(), StoreError>;
 }
 
-/// etcd through its JSON gateway at `endpoint` (`http://127.0.0.1:2379`).
+/// etcd through its JSON gateway at `endpoint` (`http://127.0.0.1:2379`, or
+/// `https://...` with the TLS files of [`EtcdOptions`]), authenticated when given a
+/// user: the token of `/v3/auth/authenticate` goes in each call's `Authorization`
+/// header and is fetched again when etcd no longer accepts it (simple tokens expire
+/// after etcd's `--auth-token-ttl` without use, default 300 s; a restart of etcd
+/// forgets them all).
 #[derive(Debug)]
 pub struct EtcdGateway {
     endpoint: String,
     http: ureq::Agent,
+    credentials: Option<Credentials>,
+    token: Option<String>,
+    /// Successful authentications so far (the first, then each refresh).
+    authentications: u64,
+    /// A client certificate is presented (to tell which refusal a closed connection is).
+    client_cert: bool,
+}
+
+/// What a refusal of etcd's gateway says about authentication.
+#[derive(Debug, PartialEq, Eq)]
+enum AuthRefusal {
+    /// No token, or one etcd no longer knows: authenticate (again) and retry.
+    TokenMissingOrStale,
+    PermissionDenied,
+    WrongCredentials,
+    NotEnabled,
+}
+
+fn auth_refusal(body: &str) -> Option<AuthRefusal> {
+    // etcd's messages (etcdserver/api/v3rpc/rpctypes), as the gateway passes them on.
+    if body.contains("invalid auth token") || body.contains("user name is empty") {
+        Some(AuthRefusal::TokenMissingOrStale)
+    } else if body.contains("permission denied") {
+        Some(AuthRefusal::PermissionDenied)
+    } else if body.contains("authentication failed") {
+        Some(AuthRefusal::WrongCredentials)
+    } else if body.contains("authentication is not enabled") {
+        Some(AuthRefusal::NotEnabled)
+    } else {
+        None
+    }
+}
+
+/// The rustls error somewhere in `e`'s chain of sources (through `std::io::Error`s,
+/// which is how ureq passes TLS failures on).
+fn tls_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(t) = err.downcast_ref::<rustls::Error>() {
+            return Some(t);
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && let Some(inner) = io.get_ref()
+            && let Some(t) = tls_cause(inner)
+        {
+            return Some(t);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// The body of an error answer, also when reading it ends in an error: the gateway
+/// sends its errors chunked with HTTP trailers, which ureq's reader refuses after the
+/// JSON it needs.
+fn error_body(r: ureq::Response) -> String {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let _ = r.into_reader().take(64 * 1024).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// The server closed the connection before answering anything (TLS-only etcd to a plain
+/// request, plain etcd to a TLS handshake).
+fn closed_without_answer(t: &ureq::Transport) -> bool {
+    // ureq says so in a message of its own when the status line never came.
+    if t.kind() == ureq::ErrorKind::Io && t.to_string().contains("Unexpected EOF") {
+        return true;
+    }
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(t);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::UnexpectedEof
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+            )
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
+
+/// What to do about a failed TLS handshake with etcd.
+/// `client_cert`: a client certificate was presented (Go's etcd answers a missing one
+/// and an untrusted one with the same alert).
+fn tls_fix(e: &rustls::Error, client_cert: bool) -> &'static str {
+    use rustls::{AlertDescription as A, CertificateError as C, Error as E};
+    match e {
+        E::InvalidCertificate(C::UnknownIssuer | C::BadSignature) => {
+            "etcd's certificate is not signed by the CA of --etcd-ca: give the CA that signed it (etcd's --cert-file)"
+        }
+        E::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => {
+            "etcd's certificate is not for the host name of --etcd: use a name or address its certificate lists, or reissue it with that one"
+        }
+        E::InvalidCertificate(C::Expired | C::ExpiredContext { .. } | C::NotValidYet) => {
+            "etcd's certificate is outside its validity dates: renew it (or check this machine's clock)"
+        }
+        E::AlertReceived(
+            A::CertificateRequired | A::BadCertificate | A::UnknownCA | A::CertificateUnknown,
+        ) if !client_cert => {
+            "etcd requires a client certificate (--client-cert-auth): give --etcd-cert and --etcd-key"
+        }
+        E::AlertReceived(A::BadCertificate | A::UnknownCA | A::CertificateUnknown) => {
+            "etcd refused the client certificate: give one signed by etcd's --trusted-ca-file (--etcd-cert and --etcd-key)"
+        }
+        E::InvalidMessage(_) => {
+            "etcd does not speak TLS at this address: use --etcd http://... (and drop the TLS files), or start etcd with --cert-file and --key-file"
+        }
+        _ => "check --etcd-ca, --etcd-cert and --etcd-key against etcd's TLS settings",
+    }
 }
 
 impl EtcdGateway {
-    /// Calls time out after `timeout`.
+    /// Plain HTTP, no authentication; calls time out after `timeout`.
     pub fn new(endpoint: &str, timeout: Duration) -> EtcdGateway {
         EtcdGateway {
             endpoint: endpoint.trim_end_matches('/').to_string(),
             http: ureq::AgentBuilder::new().timeout(timeout).build(),
+            credentials: None,
+            token: None,
+            authentications: 0,
+            client_cert: false,
         }
+    }
+
+    /// The gateway `opts` describe, its files read and checked now; no call is made
+    /// (the first call authenticates, when a user is given).
+    pub fn connect(opts: &EtcdOptions) -> Result<EtcdGateway, ConnectError> {
+        let http = connect::http_agent(opts)?;
+        let credentials = connect::credentials(opts)?;
+        if credentials.is_some() && !connect::is_tls(&opts.endpoint)? {
+            tracing::warn!(
+                endpoint = opts.endpoint,
+                "the etcd password goes over plain http: use https:// outside a test"
+            );
+        }
+        Ok(EtcdGateway {
+            endpoint: opts.endpoint.trim_end_matches('/').to_string(),
+            http,
+            credentials,
+            token: None,
+            authentications: 0,
+            client_cert: opts.cert.is_some(),
+        })
     }
 
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
 
-    fn call(&self, path: &str, body: Value) -> Result<Value, StoreError> {
+    /// How many times this gateway authenticated (0 without a user).
+    pub fn authentications(&self) -> u64 {
+        self.authentications
+    }
+
+    /// Fetches a token for the credentials; `None` when etcd has authentication off
+    /// (calls then go without one, and authenticate again once etcd asks for one).
+    fn authenticate(&mut self) -> Result<Option<String>, StoreError> {
+        let Some(c) = &self.credentials else {
+            return Ok(None);
+        };
+        let (user, body) = (
+            c.user.clone(),
+            json!({ "name": c.user, "password": c.password }),
+        );
+        let path = "/v3/auth/authenticate";
+        let r = match self.post(path, body, None) {
+            Ok(r) => r,
+            Err(StoreError::Refused { body, .. }) => {
+                return match auth_refusal(&body) {
+                    Some(AuthRefusal::NotEnabled) => {
+                        tracing::warn!(
+                            endpoint = self.endpoint,
+                            "etcd has authentication off: calls go without a token"
+                        );
+                        Ok(None)
+                    }
+                    _ => Err(AuthError::Rejected {
+                        endpoint: self.endpoint.clone(),
+                        user,
+                        detail: body,
+                    }
+                    .into()),
+                };
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(token) = r["token"].as_str() else {
+            return Err(AuthError::NoToken {
+                endpoint: self.endpoint.clone(),
+                answer: r.to_string(),
+            }
+            .into());
+        };
+        self.authentications += 1;
+        tracing::debug!(endpoint = self.endpoint, user, "authenticated to etcd");
+        Ok(Some(token.to_string()))
+    }
+
+    fn call(&mut self, path: &str, body: Value) -> Result<Value, StoreError> {
+        if self.credentials.is_some() && self.token.is_none() {
+            self.token = self.authenticate()?;
+        }
+        let first = self.post(path, body.clone(), self.token.as_deref());
+        let refusal = match &first {
+            Err(StoreError::Refused { body, .. }) => auth_refusal(body),
+            _ => None,
+        };
+        match refusal {
+            Some(AuthRefusal::TokenMissingOrStale) if self.credentials.is_some() => {
+                tracing::debug!(
+                    endpoint = self.endpoint,
+                    path,
+                    "etcd no longer accepts the token: authenticating again"
+                );
+                self.token = self.authenticate()?;
+                let again = self.post(path, body, self.token.as_deref());
+                self.explain(path, again)
+            }
+            _ => self.explain(path, first),
+        }
+    }
+
+    /// Turns a refusal about authentication into the error that says what to do.
+    fn explain(&self, path: &str, r: Result<Value, StoreError>) -> Result<Value, StoreError> {
+        let Err(StoreError::Refused { body, .. }) = &r else {
+            return r;
+        };
+        match auth_refusal(body) {
+            Some(AuthRefusal::TokenMissingOrStale) => Err(StoreError::NeedsAuth {
+                endpoint: self.endpoint.clone(),
+                detail: body.clone(),
+            }),
+            Some(AuthRefusal::PermissionDenied) => Err(StoreError::PermissionDenied {
+                endpoint: self.endpoint.clone(),
+                path: path.into(),
+                user: self
+                    .credentials
+                    .as_ref()
+                    .map_or_else(String::new, |c| c.user.clone()),
+                detail: body.clone(),
+            }),
+            _ => r,
+        }
+    }
+
+    /// One POST to the gateway.
+    fn post(&self, path: &str, body: Value, token: Option<&str>) -> Result<Value, StoreError> {
         let url = format!("{}{}", self.endpoint, path);
-        let resp = match self.http.post(&url).send_json(body) {
+        let mut req = self.http.post(&url);
+        if let Some(t) = token {
+            req = req.set("Authorization", t);
+        }
+        let resp = match req.send_json(body) {
             Ok(r) => r,
             Err(ureq::Error::Status(status, r)) => {
+                let body = error_body(r);
+                // Go's TLS server answers a plain HTTP request with this 400.
+                if body.contains("HTTP request to an HTTPS server") {
+                    return Err(StoreError::NeedsTls {
+                        endpoint: self.endpoint.clone(),
+                        answer: body.trim().to_string(),
+                    });
+                }
                 return Err(StoreError::Refused {
                     endpoint: self.endpoint.clone(),
                     path: path.into(),
                     status,
-                    body: r.into_string().unwrap_or_default(),
+                    body,
                 });
             }
-            Err(e) => {
+            Err(ureq::Error::Transport(t)) => {
+                if let Some(tls) = tls_cause(&t) {
+                    return Err(StoreError::Tls {
+                        endpoint: self.endpoint.clone(),
+                        detail: tls.to_string(),
+                        fix: tls_fix(tls, self.client_cert),
+                    });
+                }
+                if closed_without_answer(&t) {
+                    let tls = self.endpoint.starts_with("https://");
+                    // In TLS 1.3 the client's handshake ends before the server checks
+                    // the client's certificate: a refusal shows as a connection the
+                    // server closes once the request is sent.
+                    let in_handshake = t.kind() == ureq::ErrorKind::ConnectionFailed;
+                    let fix = if in_handshake {
+                        "etcd closed the connection in the TLS handshake, as a plain-HTTP etcd does: if it does not serve TLS, use --etcd http://... (and drop the TLS files)"
+                    } else if self.client_cert {
+                        "etcd closed the connection after the TLS handshake, as it does to a client certificate it does not trust: give one signed by etcd's --trusted-ca-file (--etcd-cert and --etcd-key)"
+                    } else {
+                        "etcd closed the connection after the TLS handshake, as it does when it requires a client certificate (--client-cert-auth): give --etcd-cert and --etcd-key"
+                    };
+                    return Err(if tls {
+                        StoreError::Tls {
+                            endpoint: self.endpoint.clone(),
+                            detail: t.to_string(),
+                            fix,
+                        }
+                    } else {
+                        StoreError::NeedsTls {
+                            endpoint: self.endpoint.clone(),
+                            answer: t.to_string(),
+                        }
+                    });
+                }
                 return Err(StoreError::Unreachable {
                     endpoint: self.endpoint.clone(),
-                    detail: e.to_string(),
+                    detail: t.to_string(),
                 });
             }
         };

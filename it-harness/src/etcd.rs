@@ -1,7 +1,9 @@
 //! A real etcd server (Debian's `etcd-server`) for the cluster tests: started on
 //! 127.0.0.1 on ports of its own with a fresh data directory, stopped (and its
 //! directory removed) when dropped, also when the test fails. It can be stopped and
-//! started again on the same ports and data, as the etcd-outage test needs.
+//! started again on the same ports and data, as the etcd-outage test needs. With
+//! [`EtcdTls`] it serves its clients over TLS (`https://`), checking their certificates
+//! when asked to, and [`Etcd::start_with`] passes further flags (`--auth-token-ttl`).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -27,6 +29,15 @@ pub fn etcd_or_skip(what: &str) -> Option<PathBuf> {
     )
 }
 
+/// The TLS files of an etcd that serves its clients over TLS (PEM files).
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// With `--client-cert-auth`: only clients with a certificate signed by this CA.
+    pub client_ca: Option<PathBuf>,
+}
+
 /// A running (or stopped) etcd.
 #[derive(Debug)]
 pub struct Etcd {
@@ -35,11 +46,23 @@ pub struct Etcd {
     peer_port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    tls: Option<EtcdTls>,
+    extra_args: Vec<String>,
 }
 
 impl Etcd {
     /// Starts etcd and waits until it answers (at most 20 s).
     pub fn start(bin: PathBuf) -> Result<Etcd, String> {
+        Etcd::start_with(bin, None, &[])
+    }
+
+    /// Starts etcd serving its clients over `tls` (when given) with `extra_args` added
+    /// to its command line.
+    pub fn start_with(
+        bin: PathBuf,
+        tls: Option<EtcdTls>,
+        extra_args: &[&str],
+    ) -> Result<Etcd, String> {
         let dir = std::env::temp_dir().join(format!(
             "nvmf-qos-it-etcd-{}-{}",
             std::process::id(),
@@ -51,23 +74,39 @@ impl Etcd {
             peer_port: free_port(),
             dir,
             child: None,
+            tls,
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
         };
         e.restart()?;
         Ok(e)
     }
 
-    /// The client URL.
+    /// The client URL (`https://` when it serves TLS).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.with_extension("log")
     }
 
     /// Starts it again (after [`Etcd::stop`]) on the same ports and data.
     pub fn restart(&mut self) -> Result<(), String> {
         let client = self.url();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let log =
-            std::fs::File::create(self.dir.with_extension("log")).map_err(|e| e.to_string())?;
-        let child = Command::new(&self.bin)
+        let log = std::fs::File::create(self.log_path()).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(&self.bin);
+        if let Some(t) = &self.tls {
+            cmd.arg("--cert-file").arg(&t.cert);
+            cmd.arg("--key-file").arg(&t.key);
+            if let Some(ca) = &t.client_ca {
+                cmd.arg("--client-cert-auth")
+                    .arg("--trusted-ca-file")
+                    .arg(ca);
+            }
+        }
+        let child = cmd
             .args(["--name", "it", "--data-dir"])
             .arg(&self.dir)
             .args([
@@ -83,6 +122,7 @@ impl Etcd {
                 &peer,
             ])
             .args(["--initial-cluster", &format!("it={peer}")])
+            .args(&self.extra_args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -98,9 +138,14 @@ impl Etcd {
         Err(format!("etcd did not answer on {} within 20 s", self.url()))
     }
 
-    /// `GET /version` answers.
+    /// `GET /version` answers; over TLS (which this harness does not speak), etcd's log
+    /// says it serves its clients.
     pub fn answers(&self) -> bool {
         use std::io::{Read, Write};
+        if self.tls.is_some() {
+            return std::fs::read_to_string(self.log_path())
+                .is_ok_and(|l| l.contains("serving client requests"));
+        }
         let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.client_port)) else {
             return false;
         };
@@ -135,6 +180,6 @@ impl Drop for Etcd {
     fn drop(&mut self) {
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
-        let _ = std::fs::remove_file(self.dir.with_extension("log"));
+        let _ = std::fs::remove_file(self.log_path());
     }
 }
