@@ -170,13 +170,19 @@ fn stats_get(p: Value) -> Result<StatsAnswer, Refusal> {
         return registry::with(|r| match &q.domain {
             Some(n) => Ok(StatsAnswer::Compact(vec![raw(stats::domain_compact(
                 n,
-                r.domain(n)?,
+                &stats::Source::of(r.domain(n)?),
                 shape.host_nqn,
             ))?])),
             None => r
                 .domains
                 .iter()
-                .map(|(n, d)| raw(stats::domain_compact(n, d, shape.host_nqn)))
+                .map(|(n, d)| {
+                    raw(stats::domain_compact(
+                        n,
+                        &stats::Source::of(d),
+                        shape.host_nqn,
+                    ))
+                })
                 .collect::<Result<_, _>>()
                 .map(StatsAnswer::Compact),
         });
@@ -184,13 +190,13 @@ fn stats_get(p: Value) -> Result<StatsAnswer, Refusal> {
     registry::with(|r| match &q.domain {
         Some(n) => Ok(StatsAnswer::Full(json!([stats::domain(
             n,
-            r.domain(n)?,
+            &stats::Source::of(r.domain(n)?),
             shape
         )]))),
         None => Ok(StatsAnswer::Full(Value::Array(
             r.domains
                 .iter()
-                .map(|(n, d)| stats::domain(n, d, shape))
+                .map(|(n, d)| stats::domain(n, &stats::Source::of(d), shape))
                 .collect(),
         ))),
     })

@@ -10,10 +10,34 @@ use qos_core::histogram::HELD_BUCKETS_NS;
 use qos_core::monitor::{DomainStats, Entitlement, HostStats, PeriodCounts, PeriodRecord};
 use qos_core::sync::POOL_MAX;
 use qos_core::{PriorityClass, RateSet};
+use std::collections::BTreeSet;
+
+use qos_core::{Monitor, Nanos};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::registry::{Domain, now};
+
+/// What a domain's statistics are built from: its monitor, which of its hosts no
+/// `qos_host_set` configured, and the time (an argument, so that the forms can be
+/// built and checked outside SPDK).
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    pub monitor: &'a Monitor,
+    pub implicit: &'a BTreeSet<String>,
+    pub now: Nanos,
+}
+
+impl<'a> Source<'a> {
+    /// Domain `d` now.
+    pub fn of(d: &'a Domain) -> Self {
+        Source {
+            monitor: &d.monitor,
+            implicit: &d.implicit,
+            now: now(),
+        }
+    }
+}
 
 /// A count, or `null` where the core's value stands for "unlimited".
 fn count(v: u64) -> Value {
@@ -115,7 +139,7 @@ fn entitlement_out(e: &Option<Entitlement>) -> Option<EntitlementOut> {
     })
 }
 
-fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
+fn compact_host<'a>(d: &Source<'_>, h: &'a HostStats) -> CompactHost<'a> {
     CompactHost {
         host_nqn: &h.host_nqn,
         configured: !d.implicit.contains(&h.host_nqn),
@@ -161,8 +185,8 @@ fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
 }
 
 /// A domain's statistics in the compact form, ready to serialise.
-pub fn domain_compact(name: &str, d: &Domain, host_nqn: Option<&str>) -> String {
-    let s = d.monitor.stats_of(now(), host_nqn);
+pub fn domain_compact(name: &str, d: &Source<'_>, host_nqn: Option<&str>) -> String {
+    let s = d.monitor.stats_of(d.now, host_nqn);
     let hosts: Vec<CompactHost<'_>> = s.hosts.iter().map(|h| compact_host(d, h)).collect();
     #[derive(Serialize)]
     struct Out<'a> {
@@ -260,7 +284,7 @@ pub struct Shape<'a> {
 }
 
 /// The counters every form carries.
-fn host_common(d: &Domain, h: &HostStats) -> Value {
+fn host_common(d: &Source<'_>, h: &HostStats) -> Value {
     let p = &h.period_counts;
     json!({
         "host_nqn": h.host_nqn,
@@ -347,8 +371,8 @@ fn add_history(v: &mut Value, h: &HostStats, hist: Option<&[PeriodRecord]>, n: u
 }
 
 /// Statistics of domain `name`.
-pub fn domain(name: &str, d: &Domain, shape: Shape<'_>) -> Value {
-    let s = d.monitor.stats_of(now(), shape.host_nqn);
+pub fn domain(name: &str, d: &Source<'_>, shape: Shape<'_>) -> Value {
+    let s = d.monitor.stats_of(d.now, shape.host_nqn);
     let hosts: Vec<Value> = if shape.compact {
         s.hosts.iter().map(|h| host_common(d, h)).collect()
     } else if shape.host_nqn.is_some() {
