@@ -1,10 +1,12 @@
 #  SPDX-License-Identifier: Apache-2.0
 """What a scrape costs the target: starts nvmf_tgt with the target plugin, configures
-one domain with N hosts (qos_host_set, timed), and times qos_stats_get in its full
-form, its compact form (what the exporter asks for) and for one host, printing the
-mean wall time per call seen by the client and the size of the answer.
+one domain with N + 1 hosts and times qos_host_set (adding the last hosts, updating
+some) and qos_stats_get in its full form, its compact form (what the exporter asks
+for) and for one host, printing the app thread's busy time per call (from
+thread_get_stats, less its idle load), the mean wall time per call seen by the client
+and the size of the answer.
 
-    flock /tmp/nvmf-qos-spdk.lock .venv/bin/python exporter/tools/stats_cost.py --hosts 1024
+    flock /tmp/nvmf-qos-target.lock .venv/bin/python exporter/tools/stats_cost.py --hosts 1024
 
 SPDK_DIR (default /opt/spdk) and NVMF_QOS_TGT_LIB (default target/release/) choose the
 builds. The calls run on nvmf_tgt's app thread, the thread of the QoS monitor, so the
@@ -50,46 +52,60 @@ def main():
                 time.sleep(0.3)
         assert c is not None, 'nvmf_tgt did not start'
         c.call('qos_domain_create', {'name': 'd0', 'capacity_iops': 4_000_000, 'estimator': False})
+
+        def app_busy():
+            st = c.call('thread_get_stats')
+            app = next(t for t in st['threads'] if t['name'] == 'app_thread')
+            return app['busy'], st['tick_rate']
+
+        def host(i, max_iops=2000):
+            return {'domain': 'd0', 'host_nqn': 'nqn.2014-08.io.example:host-%04d' % i,
+                    'min_iops': 1000, 'max_iops': max_iops}
+
+        first = max(args.hosts - args.calls, 0)
         t0 = time.monotonic()
-        for i in range(args.hosts):
-            c.call('qos_host_set', {'domain': 'd0', 'host_nqn': 'nqn.2014-08.io.example:host-%04d' % i,
-                                    'min_iops': 1000, 'max_iops': 2000})
-        set_ms = (time.monotonic() - t0) * 1000 / args.hosts
-        t0 = time.monotonic()
-        c.call('qos_host_set', {'domain': 'd0', 'host_nqn': 'nqn.2014-08.io.example:host-%04d' % args.hosts,
-                                'min_iops': 1000})
-        last_set_ms = (time.monotonic() - t0) * 1000
+        for i in range(first):
+            c.call('qos_host_set', host(i))
+        set_ms = (time.monotonic() - t0) * 1000 / max(first, 1)
+        # The app thread's own load (monitor ticks, pollers) over an idle second, with
+        # all but the last hosts configured.
+        b0, rate = app_busy()
+        time.sleep(1.0)
+        b1, _ = app_busy()
+        idle_ms = (b1 - b0) * 1000 / rate
+
+        def busy_per_call(calls):
+            """App-thread time per call of `calls` (a list of (method, params)), ms."""
+            b0, _ = app_busy()
+            t0 = time.monotonic()
+            for method, params in calls:
+                r = c.call(method, params)
+            wall = time.monotonic() - t0
+            b1, _ = app_busy()
+            busy = (b1 - b0) / rate - idle_ms / 1000 * wall
+            return busy * 1000 / len(calls), wall * 1000 / len(calls), r
+
+        add_ms, add_wall, _ = busy_per_call([('qos_host_set', host(i)) for i in range(first, args.hosts + 1)])
+        upd_ms, upd_wall, _ = busy_per_call([('qos_host_set', host(i % args.hosts, 3000 + i))
+                                             for i in range(args.calls)])
         time.sleep(2.5)  # a few periods of history
         forms = [('full', {})]
         if not args.old:
             forms += [('compact', {'compact': True}),
                       ('one host', {'compact': True, 'host_nqn': 'nqn.2014-08.io.example:host-0007'})]
         print('nvmf_tgt with %d hosts in one domain (%s)' % (args.hosts + 1, args.lib))
-        print('  qos_host_set: %.2f ms per call on average while adding them, %.2f ms for the last'
-              % (set_ms, last_set_ms))
-        def app_busy():
-            st = c.call('thread_get_stats')
-            app = next(t for t in st['threads'] if t['name'] == 'app_thread')
-            return app['busy'], st['tick_rate']
-
-        # The app thread's own load (monitor ticks, pollers) over an idle second.
-        b0, rate = app_busy()
-        time.sleep(1.0)
-        b1, _ = app_busy()
-        idle_ms = (b1 - b0) * 1000 / rate
+        print('  qos_host_set: %.2f ms wall per call on average while adding them' % set_ms)
         print('  app thread busy without calls: %.1f ms per second' % idle_ms)
+        print('  qos_host_set add:     %8.2f ms of app thread per call (%7.2f ms wall), the last %d hosts'
+              % (add_ms, add_wall, args.hosts + 1 - first))
+        print('  qos_host_set update:  %8.2f ms of app thread per call (%7.2f ms wall), %d calls'
+              % (upd_ms, upd_wall, args.calls))
         for name, params in forms:
             c.call('qos_stats_get', params)  # warm
-            b0, _ = app_busy()
-            t0 = time.monotonic()
-            for _ in range(args.calls):
-                r = c.call('qos_stats_get', params)
-            wall = time.monotonic() - t0
-            b1, _ = app_busy()
-            busy = (b1 - b0) / rate - idle_ms / 1000 * wall
+            ms, wall, r = busy_per_call([('qos_stats_get', params)] * args.calls)
             size = len(json.dumps(r))
             print('  qos_stats_get %-9s %8.2f ms of app thread per call (%7.2f ms wall), %9d bytes of JSON'
-                  % (name + ':', busy * 1000 / args.calls, wall * 1000 / args.calls, size))
+                  % (name + ':', ms, wall, size))
     finally:
         try:
             os.killpg(tgt.pid, 15)

@@ -677,34 +677,53 @@ impl Monitor {
         self.refresh_params(false);
     }
 
+    /// The largest weight of the hosts (1 without hosts): the first-come policy scales
+    /// every host's batch by its weight over this one.
+    fn max_weight(&self) -> u64 {
+        self.members
+            .hosts
+            .iter()
+            .map(|h| h.budgets.weight)
+            .max()
+            .unwrap_or(1)
+            .max(1) as u64
+    }
+
+    /// Publishes what a change of one host needs: host `changed`'s params (none for a
+    /// removal), or every host's when the largest weight is no longer
+    /// `max_weight_before`. A host's params depend on the domain's settings, its own
+    /// budgets and the largest weight only, so at a thousand hosts a `qos_host_set`
+    /// does not rewrite a thousand hosts' params.
+    fn refresh_params_after_host_change(&mut self, changed: Option<usize>, max_weight_before: u64) {
+        let max_w = self.max_weight();
+        if max_w != max_weight_before {
+            return self.refresh_all_params();
+        }
+        let (batch, capacity, four_intervals) = self.params_inputs();
+        if let Some(h) = changed.and_then(|i| self.members.hosts.get_mut(i)) {
+            let w = h.budgets.weight as u64;
+            let batches = self.policy.host_batches(batch, w, max_w, four_intervals);
+            h.publish_params(batch, capacity, batches);
+        }
+    }
+
+    /// What every host's params are computed from besides its own budgets and the
+    /// largest weight: the global batch, the capacity and four check intervals of it.
+    fn params_inputs(&self) -> (Amount, Amount, Amount) {
+        let capacity = self.clamp_capacity();
+        let four = |c: u64| mul_div(c, 4 * self.cfg.check_interval.0, self.cfg.period.0);
+        let four_intervals = Amount::new(four(capacity.ops), four(capacity.bytes));
+        (self.cfg.batch(), capacity, four_intervals)
+    }
+
     /// Recomputes every host's params and publishes them, or with `only_changed` only
     /// those of hosts whose reservation of the period changed since they were last
     /// published (the rest depends on the configuration and the host set, whose
     /// changes publish everything).
     fn refresh_params(&mut self, only_changed: bool) {
-        let batch = self.cfg.batch();
-        let capacity = self.clamp_capacity();
-        let hosts = &mut self.members.hosts;
-        let max_w = hosts
-            .iter()
-            .map(|h| h.budgets.weight)
-            .max()
-            .unwrap_or(1)
-            .max(1) as u64;
-        // Four check intervals of the whole capacity.
-        let four_intervals = Amount::new(
-            mul_div(
-                capacity.ops,
-                4 * self.cfg.check_interval.0,
-                self.cfg.period.0,
-            ),
-            mul_div(
-                capacity.bytes,
-                4 * self.cfg.check_interval.0,
-                self.cfg.period.0,
-            ),
-        );
-        for h in hosts.iter_mut() {
+        let (batch, capacity, four_intervals) = self.params_inputs();
+        let max_w = self.max_weight();
+        for h in self.members.hosts.iter_mut() {
             if only_changed && h.period.published_res == h.period.res {
                 continue;
             }
@@ -798,6 +817,49 @@ mod tests {
     fn period(m: &Monitor, q: u64, rate: u64) -> PeriodDepth {
         let len = Nanos::from_secs(1);
         m.period_depth(m.period_start.saturating_add(len), rate, q * len.0)
+    }
+
+    #[test]
+    fn a_host_change_republishes_the_others_only_when_the_largest_weight_moves() {
+        let cfg = DomainConfig {
+            global_batch: crate::config::BatchSize::Fixed {
+                ops: 64,
+                bytes: 1 << 20,
+            },
+            ..test_domain(
+                1_000_000,
+                ReservationRelease::Paced,
+                ExcessSharing::FirstCome,
+            )
+        };
+        let mut m = Monitor::new(cfg, Nanos::ZERO).unwrap();
+        let host = |n: &str, weight: u32| HostConfig {
+            weight,
+            ..HostConfig::new(n)
+        };
+        m.add_host(host("a", 1), Nanos::ZERO).unwrap();
+        m.add_host(host("b", 2), Nanos::ZERO).unwrap();
+        let batch_of = |m: &Monitor, n: &str| m.host(n).unwrap().read_params().global_batch.ops;
+        // First come scales a host's batch by its weight over the largest.
+        assert_eq!((batch_of(&m, "a"), batch_of(&m, "b")), (32, 64));
+        // A heavier host: every batch is rescaled.
+        m.add_host(host("c", 4), Nanos::ZERO).unwrap();
+        assert_eq!(
+            (batch_of(&m, "a"), batch_of(&m, "b"), batch_of(&m, "c")),
+            (16, 32, 64)
+        );
+        // The heaviest made lighter, then removed: back each time.
+        m.update_host(host("c", 1), Nanos::ZERO).unwrap();
+        assert_eq!(
+            (batch_of(&m, "a"), batch_of(&m, "b"), batch_of(&m, "c")),
+            (32, 64, 32)
+        );
+        m.update_host(host("c", 4), Nanos::ZERO).unwrap();
+        m.remove_host("c", Nanos::ZERO).unwrap();
+        assert_eq!((batch_of(&m, "a"), batch_of(&m, "b")), (32, 64));
+        // A change below the largest weight touches that host only, and is published.
+        m.update_host(host("a", 2), Nanos::ZERO).unwrap();
+        assert_eq!((batch_of(&m, "a"), batch_of(&m, "b")), (64, 64));
     }
 
     #[test]

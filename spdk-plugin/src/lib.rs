@@ -24,6 +24,8 @@
 // builds leave out (tests must not register with SPDK).
 #![cfg_attr(test, allow(dead_code))]
 
+#[cfg(test)]
+mod control_plane_tests;
 pub mod io;
 pub mod params;
 #[cfg(test)]

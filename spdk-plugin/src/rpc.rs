@@ -143,16 +143,8 @@ fn bdev_get(p: Value) -> Result<Value, Refusal> {
     })
 }
 
-/// `qos_stats_get`'s answer: the full form as a `Value`, the compact form already
-/// serialised (typed, without a `Value` tree).
-#[derive(Debug, serde::Serialize)]
-#[serde(untagged)]
-enum StatsAnswer {
-    Full(Value),
-    Compact(Vec<Box<serde_json::value::RawValue>>),
-}
-
-fn stats_get(p: Value) -> Result<StatsAnswer, Refusal> {
+/// `qos_stats_get`: every form is serialised typed, per domain (no `Value` tree).
+fn stats_get(p: Value) -> Result<Vec<Box<serde_json::value::RawValue>>, Refusal> {
     let q: StatsQuery = parse("qos_stats_get", p)?;
     let periods = q
         .periods_or_default()
@@ -162,37 +154,13 @@ fn stats_get(p: Value) -> Result<StatsAnswer, Refusal> {
         compact: q.compact,
         host_nqn: q.host_nqn.as_deref(),
     };
-    if q.compact {
-        let raw = |s: String| {
-            serde_json::value::RawValue::from_string(s)
-                .map_err(|e| Refusal::new(code::EINVAL, format!("qos_stats_get: {e}")))
-        };
-        return registry::with(|r| match &q.domain {
-            Some(n) => Ok(StatsAnswer::Compact(vec![raw(stats::domain_compact(
-                n,
-                r.domain(n)?,
-                shape.host_nqn,
-            ))?])),
-            None => r
-                .domains
-                .iter()
-                .map(|(n, d)| raw(stats::domain_compact(n, d, shape.host_nqn)))
-                .collect::<Result<_, _>>()
-                .map(StatsAnswer::Compact),
-        });
-    }
+    let raw = |n: &str, d: &registry::Domain| {
+        serde_json::value::RawValue::from_string(stats::domain(n, &stats::Source::of(d), shape))
+            .map_err(|e| Refusal::new(code::EINVAL, format!("qos_stats_get: {e}")))
+    };
     registry::with(|r| match &q.domain {
-        Some(n) => Ok(StatsAnswer::Full(json!([stats::domain(
-            n,
-            r.domain(n)?,
-            shape
-        )]))),
-        None => Ok(StatsAnswer::Full(Value::Array(
-            r.domains
-                .iter()
-                .map(|(n, d)| stats::domain(n, d, shape))
-                .collect(),
-        ))),
+        Some(n) => Ok(vec![raw(n, r.domain(n)?)?]),
+        None => r.domains.iter().map(|(n, d)| raw(n, d)).collect(),
     })
 }
 

@@ -7,13 +7,39 @@
 
 use qos_core::Amount;
 use qos_core::histogram::HELD_BUCKETS_NS;
-use qos_core::monitor::{DomainStats, Entitlement, HostStats, PeriodCounts, PeriodRecord};
+use qos_core::monitor::{
+    DomainStats, Entitlement, EstimatorRecord, HostStats, PeriodCounts, PeriodRecord,
+};
 use qos_core::sync::POOL_MAX;
 use qos_core::{PriorityClass, RateSet};
+use std::collections::BTreeSet;
+
+use qos_core::{Monitor, Nanos};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::registry::{Domain, now};
+
+/// What a domain's statistics are built from: its monitor, which of its hosts no
+/// `qos_host_set` configured, and the time (an argument, so that the forms can be
+/// built and checked outside SPDK).
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    pub monitor: &'a Monitor,
+    pub implicit: &'a BTreeSet<String>,
+    pub now: Nanos,
+}
+
+impl<'a> Source<'a> {
+    /// Domain `d` now.
+    pub fn of(d: &'a Domain) -> Self {
+        Source {
+            monitor: &d.monitor,
+            implicit: &d.implicit,
+            now: now(),
+        }
+    }
+}
 
 /// A count, or `null` where the core's value stands for "unlimited".
 fn count(v: u64) -> Value {
@@ -115,7 +141,7 @@ fn entitlement_out(e: &Option<Entitlement>) -> Option<EntitlementOut> {
     })
 }
 
-fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
+fn compact_host<'a>(d: &Source<'_>, h: &'a HostStats) -> CompactHost<'a> {
     CompactHost {
         host_nqn: &h.host_nqn,
         configured: !d.implicit.contains(&h.host_nqn),
@@ -160,10 +186,100 @@ fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
     }
 }
 
-/// A domain's statistics in the compact form, ready to serialise.
-pub fn domain_compact(name: &str, d: &Domain, host_nqn: Option<&str>) -> String {
-    let s = d.monitor.stats_of(now(), host_nqn);
-    let hosts: Vec<CompactHost<'_>> = s.hosts.iter().map(|h| compact_host(d, h)).collect();
+/// One past period of a host in the full form (newest first).
+#[derive(Debug, Serialize)]
+struct PeriodOut {
+    epoch: u64,
+    ops: u64,
+    bytes: u64,
+    ios: u64,
+    met: bool,
+    backlogged: bool,
+}
+
+/// One host of the full form: the compact form's fields and its history, serialised
+/// straight from the core's statistics like the compact form (building it as a
+/// `Value` tree cost 111 ms of the app thread at a thousand hosts).
+#[derive(Debug, Serialize)]
+struct FullHost<'a> {
+    #[serde(flatten)]
+    common: CompactHost<'a>,
+    /// Completed operations of the last periods, newest first.
+    last_periods: Vec<u64>,
+    periods: Vec<PeriodOut>,
+    /// Null when the host was never backlogged in the kept history.
+    reservation_met_fraction_backlogged: Option<f64>,
+    soft_granted: Amt,
+}
+
+/// Host `h` of the full form, `hist` its history (oldest first), `n` past periods.
+fn full_host<'a>(
+    d: &Source<'_>,
+    h: &'a HostStats,
+    hist: &[PeriodRecord],
+    n: usize,
+) -> FullHost<'a> {
+    let periods = hist
+        .iter()
+        .rev()
+        .take(n)
+        .map(|p| PeriodOut {
+            epoch: p.epoch,
+            ops: p.completed.ops,
+            bytes: p.completed.bytes,
+            ios: p.completed_ios,
+            met: p.met,
+            backlogged: p.backlogged,
+        })
+        .collect();
+    let (backlogged, met_backlogged) = hist
+        .iter()
+        .filter(|p| p.backlogged)
+        .fold((0u64, 0u64), |(b, m), p| (b + 1, m + p.met as u64));
+    FullHost {
+        common: compact_host(d, h),
+        last_periods: h.last_periods.iter().map(|a| a.ops).collect(),
+        periods,
+        reservation_met_fraction_backlogged: (backlogged > 0)
+            .then(|| met_backlogged as f64 / backlogged as f64),
+        soft_granted: amt(h.soft_granted),
+    }
+}
+
+/// A domain's statistics in the shape asked for, serialised.
+pub fn domain(name: &str, d: &Source<'_>, shape: Shape<'_>) -> String {
+    let s = d.monitor.stats_of(d.now, shape.host_nqn);
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    enum Hosts<'a> {
+        Compact(Vec<CompactHost<'a>>),
+        Full(Vec<FullHost<'a>>),
+    }
+    let hosts = if shape.compact {
+        Hosts::Compact(s.hosts.iter().map(|h| compact_host(d, h)).collect())
+    } else if shape.host_nqn.is_some() {
+        Hosts::Full(
+            s.hosts
+                .iter()
+                .map(|h| {
+                    let hist = d.monitor.history(&h.host_nqn).unwrap_or_default();
+                    full_host(d, h, &hist, shape.periods)
+                })
+                .collect(),
+        )
+    } else {
+        // Same order as the stats: no lookup per host.
+        Hosts::Full(
+            s.hosts
+                .iter()
+                .zip(d.monitor.histories())
+                .map(|(h, (nqn, hist))| {
+                    debug_assert_eq!(nqn, h.host_nqn);
+                    full_host(d, h, &hist, shape.periods)
+                })
+                .collect(),
+        )
+    };
     #[derive(Serialize)]
     struct Out<'a> {
         name: &'a str,
@@ -177,8 +293,12 @@ pub fn domain_compact(name: &str, d: &Domain, host_nqn: Option<&str>) -> String 
         sharing: Value,
         operating_point: Value,
         held_time_bounds_ns: &'a [u64],
-        hosts: Vec<CompactHost<'a>>,
+        hosts: Hosts<'a>,
         groups: Value,
+        /// What the estimator did in the last periods (newest first), as many as
+        /// asked; the full form only.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        estimator_periods: Option<Vec<&'a EstimatorRecord>>,
     }
     let out = Out {
         name,
@@ -194,6 +314,13 @@ pub fn domain_compact(name: &str, d: &Domain, host_nqn: Option<&str>) -> String 
         held_time_bounds_ns: &HELD_BUCKETS_NS,
         hosts,
         groups: groups(&s),
+        estimator_periods: (!shape.compact).then(|| {
+            d.monitor
+                .estimator_log()
+                .rev()
+                .take(shape.periods)
+                .collect()
+        }),
     };
     serde_json::to_string(&out).unwrap_or_else(|_| "null".into())
 }
@@ -257,149 +384,4 @@ pub struct Shape<'a> {
     pub compact: bool,
     /// One host only.
     pub host_nqn: Option<&'a str>,
-}
-
-/// The counters every form carries.
-fn host_common(d: &Domain, h: &HostStats) -> Value {
-    let p = &h.period_counts;
-    json!({
-        "host_nqn": h.host_nqn,
-        "configured": !d.implicit.contains(&h.host_nqn),
-        "min": h.config.reservation,
-        "max": h.config.limit,
-        "weight": h.config.weight,
-        "priority": h.config.priority,
-        "reservation_per_period": amount(h.reservation_per_period),
-        "completed_this_period": {
-            "ops": h.completed_this_period.ops,
-            "bytes": h.completed_this_period.bytes,
-            "ios": h.completed_ios_this_period,
-        },
-        "completed_total": {
-            "ops": h.completed_total.ops,
-            "bytes": h.completed_total.bytes,
-            "ios": h.completed_ios_total,
-        },
-        "admitted_ios_total": h.admitted_ios_total,
-        "in_flight": amount(h.in_flight),
-        "held": h.held_now,
-        "group": h.group,
-        "excess_granted_this_period": amount(h.excess_granted),
-        "throttled_ios": h.held_time.held_ios,
-        "hold_events": h.hold_events_total,
-        "held_time": {
-            "cumulative": h.held_time.cumulative,
-            "count": h.held_time.count(),
-            "sum_ns": h.held_time.sum_ns,
-        },
-        "periods_total": {
-            "met": p.met,
-            "missed": p.missed,
-            "met_backlogged": p.met_backlogged,
-            "missed_backlogged": p.missed_backlogged,
-        },
-        "reservation_met_fraction": h.reservation_met_fraction,
-        "reservation_tokens": amount(h.reservation_tokens),
-        "credit_tokens": amount(h.credit_tokens),
-        "limit_left": amount(h.limit_left),
-        "underuse_flag": h.underuse_flag,
-        "reservation_at_risk": h.reservation_at_risk,
-        "reservation_unreachable": h.reservation_unreachable,
-        "in_flight_at_base": milli(h.in_flight_at_base_milli),
-        "reservation_depth_needed": h.reservation_depth_needed_milli.map(milli),
-        "entitlement": entitlement_out(&h.entitlement),
-    })
-}
-
-/// The history part of the full form.
-fn add_history(v: &mut Value, h: &HostStats, hist: Option<&[PeriodRecord]>, n: usize) {
-    let recs: Vec<Value> = hist
-        .map(|hist| {
-            hist.iter()
-                .rev()
-                .take(n)
-                .map(|p| {
-                    json!({
-                        "epoch": p.epoch,
-                        "ops": p.completed.ops,
-                        "bytes": p.completed.bytes,
-                        "ios": p.completed_ios,
-                        "met": p.met,
-                        "backlogged": p.backlogged,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let (backlogged, met_backlogged) = hist.map_or((0, 0), |hist| {
-        hist.iter()
-            .filter(|p| p.backlogged)
-            .fold((0u64, 0u64), |(b, m), p| (b + 1, m + p.met as u64))
-    });
-    v["last_periods"] = json!(h.last_periods.iter().map(|a| a.ops).collect::<Vec<_>>());
-    v["periods"] = Value::Array(recs);
-    v["reservation_met_fraction_backlogged"] = if backlogged == 0 {
-        Value::Null
-    } else {
-        json!(met_backlogged as f64 / backlogged as f64)
-    };
-    v["soft_granted"] = amount(h.soft_granted);
-}
-
-/// Statistics of domain `name`.
-pub fn domain(name: &str, d: &Domain, shape: Shape<'_>) -> Value {
-    let s = d.monitor.stats_of(now(), shape.host_nqn);
-    let hosts: Vec<Value> = if shape.compact {
-        s.hosts.iter().map(|h| host_common(d, h)).collect()
-    } else if shape.host_nqn.is_some() {
-        s.hosts
-            .iter()
-            .map(|h| {
-                let mut v = host_common(d, h);
-                add_history(
-                    &mut v,
-                    h,
-                    d.monitor.history(&h.host_nqn).as_deref(),
-                    shape.periods,
-                );
-                v
-            })
-            .collect()
-    } else {
-        // Same order as the stats: no lookup per host.
-        s.hosts
-            .iter()
-            .zip(d.monitor.histories())
-            .map(|(h, (nqn, hist))| {
-                debug_assert_eq!(nqn, h.host_nqn);
-                let mut v = host_common(d, h);
-                add_history(&mut v, h, Some(&hist), shape.periods);
-                v
-            })
-            .collect()
-    };
-    // What the estimator did in the last periods (newest first), as many as asked.
-    let estimator: Vec<Value> = d
-        .monitor
-        .estimator_log()
-        .rev()
-        .take(shape.periods)
-        .map(|e| json!(e))
-        .collect();
-    json!({
-        "name": name,
-        "epoch": s.epoch,
-        "period_ns": s.period_ns,
-        "elapsed_ns": s.elapsed_ns,
-        "capacity_estimate": amount(s.budget),
-        "capacity_learning": s.capacity_learning,
-        "reserved": amount(s.reserved),
-        "global_available": amount(s.global_available),
-        "sharing": s.sharing,
-        "operating_point": operating_point(&s),
-        "held_time_bounds_ns": HELD_BUCKETS_NS,
-        "hosts": hosts,
-        "groups": groups(&s),
-        "estimator_periods": estimator,
-    })
 }

@@ -408,6 +408,7 @@ impl Monitor {
             self.tag(),
         ));
         let entry = HostEntry::new(cfg, budgets, shared.clone(), now, self.epoch);
+        let max_weight_before = self.max_weight();
         self.members.hosts.push(entry);
         self.members.nqns_cache = None;
         self.members.refresh_groups();
@@ -421,7 +422,10 @@ impl Monitor {
             self.books
                 .move_global(&self.shared, self.epoch as u16, r, -(v as i128));
         }
-        self.refresh_all_params();
+        self.refresh_params_after_host_change(
+            Some(self.members.hosts.len() - 1),
+            max_weight_before,
+        );
         Ok(shared)
     }
 
@@ -444,6 +448,7 @@ impl Monitor {
             Some((&cfg.host_nqn, &budgets, cfg.group.as_deref())),
             None,
         )?;
+        let max_weight_before = self.max_weight();
         let (num, den) = self.left_fraction(now);
         let tag = self.tag();
         let audit = &mut self.books.audit;
@@ -491,7 +496,7 @@ impl Monitor {
             self.books.move_global(&self.shared, tag, r, d);
         }
         self.members.refresh_groups();
-        self.refresh_all_params();
+        self.refresh_params_after_host_change(Some(i), max_weight_before);
         Ok(())
     }
 
@@ -503,6 +508,7 @@ impl Monitor {
             .members
             .find(nqn)
             .ok_or_else(|| RemoveHostError(nqn.to_string()))?;
+        let max_weight_before = self.max_weight();
         let h = self.members.hosts.remove(i);
         self.members.nqns_cache = None;
         let tag = self.tag();
@@ -532,7 +538,7 @@ impl Monitor {
         h.shared.write_params(&self.best_effort_params());
         self.members.detached.push(h.shared);
         self.members.refresh_groups();
-        self.refresh_all_params();
+        self.refresh_params_after_host_change(None, max_weight_before);
         Ok(())
     }
 
