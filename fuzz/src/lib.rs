@@ -1,6 +1,8 @@
-//! A fuzzing harness for stable Rust (these machines have no nightly, so no cargo-fuzz
-//! sanitizers): inputs are generated from a seeded PRNG by structure-aware mutation of
-//! seed corpora (bytes, JSON values, text lines and numbers), not guided by coverage.
+//! A fuzzing harness for stable Rust, which `make test` runs: inputs are generated from
+//! a seeded PRNG by structure-aware mutation of seed corpora (bytes, JSON values, text
+//! lines and numbers), not guided by coverage. The coverage-guided fuzzing (libFuzzer,
+//! nightly: `fuzz/libfuzzer`, `make fuzz-cov`) runs the same [`targets`], and replays
+//! its crash inputs through [`replay_regressions`].
 //! [`run`] drives one target for a number of inputs, reports inputs per second, and on
 //! a panic writes the input that caused it to `FUZZ_CRASH_DIR` (default
 //! `target/fuzz-crashes`) before the process aborts, so every crash is reproducible.
