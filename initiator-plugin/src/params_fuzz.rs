@@ -5,6 +5,9 @@
 //! Findings are panics: a crash, a refusal without a message, options that pass the
 //! checks but that the core refuses, or parameters that do not survive their own
 //! `save_config` form.
+//!
+//! [`rpc_session`] and [`saved_config`] are the coverage-guided targets
+//! `ini_rpc_params` and `saved_config` (`fuzz/libfuzzer`, feature `fuzzing`).
 
 use qos_core::Nanos;
 use qos_core::initiator::InitiatorEngine;

@@ -4,6 +4,9 @@
 //! domain kept across calls, without SPDK running. Findings are panics: a parser or a
 //! check that crashes, a refusal without a message, a refused call that changed the
 //! state, or parameters that do not survive their own `save_config` form.
+//!
+//! [`rpc_session`] and [`saved_config`] are the coverage-guided targets
+//! `target_rpc_params` and `saved_config` (`fuzz/libfuzzer`, feature `fuzzing`).
 
 use qos_core::{Monitor, Nanos};
 use qos_fuzz::{check_refusal, rpc_seeds, saved_config_calls, session_calls};
