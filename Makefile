@@ -13,7 +13,7 @@ VENV ?= .venv
 SPDK_PRESENT_FILES := $(addprefix $(SPDK_DIR)/,$(shell grep -v '^\#' spdk-present.list))
 SPDK_FOUND := $(if $(strip $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,missing))),,yes)
 
-.PHONY: test test-rust test-loom test-rpc test-exporter test-spdk test-install install accept soak fuzz lint lab bench exporter
+.PHONY: test test-rust test-loom test-rpc test-exporter test-spdk test-install install accept soak fuzz fuzz-cov lint lab bench exporter
 
 test: test-rust test-loom test-rpc test-exporter test-install test-spdk
 
@@ -107,6 +107,15 @@ else
 	@echo "SKIPPED: the RPC-parameter fuzz targets need SPDK at SPDK_DIR=$(SPDK_DIR)"
 endif
 
+# Coverage-guided fuzzing (docs/reliability.md): each libFuzzer target of fuzz/libfuzzer
+# (cargo-fuzz, nightly) for FUZZ_SECONDS, one at a time; the plugins' targets where SPDK
+# is. Says SKIPPED where the nightly toolchain or cargo-fuzz is missing. Crash inputs go
+# to fuzz/regressions/<target>/, which `cargo test -p qos-fuzz` and the plugins' tests
+# replay.
+FUZZ_SECONDS ?= 60
+fuzz-cov:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SPDK=$(if $(SPDK_FOUND),1,0) SPDK_DIR="$(SPDK_DIR)" fuzz/libfuzzer/run
+
 # The issue-12 acceptance thresholds on a real nvmf_tgt (weighted shares within 10%,
 # reservations in 99% of periods, ...): run on a quiet machine, where SPDK is present.
 accept:
@@ -120,10 +129,13 @@ endif
 
 lint:
 	cargo fmt --all --check
+	cargo fmt --manifest-path fuzz/libfuzzer/Cargo.toml --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy -p it-harness -p target-it -p initiator-it -p qos-fuzz --all-targets -- -D warnings
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo clippy -p spdk-sys -p spdk-plugin -p initiator-plugin --all-targets -- -D warnings
+# The plugins as the coverage-guided fuzz binary links them (fuzz/libfuzzer).
+	SPDK_DIR="$(SPDK_DIR)" cargo clippy -p spdk-plugin -p initiator-plugin --features fuzzing -- -D warnings
 endif
 
 lab:

@@ -1,6 +1,8 @@
-//! A fuzzing harness for stable Rust (these machines have no nightly, so no cargo-fuzz
-//! sanitizers): inputs are generated from a seeded PRNG by structure-aware mutation of
-//! seed corpora (bytes, JSON values, text lines and numbers), not guided by coverage.
+//! A fuzzing harness for stable Rust, which `make test` runs: inputs are generated from
+//! a seeded PRNG by structure-aware mutation of seed corpora (bytes, JSON values, text
+//! lines and numbers), not guided by coverage. The coverage-guided fuzzing (libFuzzer,
+//! nightly: `fuzz/libfuzzer`, `make fuzz-cov`) runs the same [`targets`], and replays
+//! its crash inputs through [`replay_regressions`].
 //! [`run`] drives one target for a number of inputs, reports inputs per second, and on
 //! a panic writes the input that caused it to `FUZZ_CRASH_DIR` (default
 //! `target/fuzz-crashes`) before the process aborts, so every crash is reproducible.
@@ -11,7 +13,7 @@
 pub mod targets;
 
 use std::cell::RefCell;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
@@ -308,6 +310,81 @@ pub fn rpc_seeds(calls: &[(&str, Value)]) -> Vec<Value> {
             Value::Object(o)
         })
         .collect()
+}
+
+/// The JSON values of an RPC session: a stream of `{"method", "params"}` calls
+/// separated by white space (one per line in the seeds), up to the first text that is
+/// not JSON. The coverage-guided RPC targets replay each input as one session on a
+/// fresh state, so that a finding reproduces from its input alone.
+pub fn session_calls(input: &[u8]) -> Vec<Value> {
+    serde_json::Deserializer::from_slice(input)
+        .into_iter::<Value>()
+        .map_while(Result::ok)
+        .collect()
+}
+
+/// The calls of an SPDK `save_config` document (what `nvmf_tgt --json` and
+/// `load_config` replay): every entry of every subsystem's `config`, in order. Anything
+/// that is not such a document has no calls.
+pub fn saved_config_calls(input: &[u8]) -> Vec<Value> {
+    let Ok(doc) = serde_json::from_slice::<Value>(input) else {
+        return Vec::new();
+    };
+    let subsystems = doc["subsystems"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    subsystems
+        .iter()
+        .filter_map(|s| s["config"].as_array())
+        .flatten()
+        .cloned()
+        .collect()
+}
+
+/// The calls of the saved configuration seed (`fuzz/corpus/saved_config/
+/// both_plugins.json`: a domain, a group, hosts and a QoS bdev of the target, a QoS
+/// bdev of the initiator), which the plugins' tests check are accepted.
+pub fn saved_config_seed() -> Vec<Value> {
+    let path = corpus_dir("saved_config").join("both_plugins.json");
+    let doc = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    saved_config_calls(&doc)
+}
+
+/// The seed corpus of the coverage-guided target `target` (`fuzz/corpus/<target>/`).
+pub fn corpus_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("corpus")
+        .join(target)
+}
+
+/// The inputs that once crashed `target` (`fuzz/regressions/<target>/`, where `make
+/// fuzz-cov` puts libFuzzer's crash, timeout and out-of-memory inputs), each given to
+/// `check` so that what was fixed stays fixed. Returns how many there were; a missing
+/// directory is a target that never crashed.
+pub fn replay_regressions(target: &str, mut check: impl FnMut(&[u8])) -> usize {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("regressions")
+        .join(target);
+    let inputs = corpus(&dir);
+    for input in &inputs {
+        check(input);
+    }
+    inputs.len()
+}
+
+/// Checks that `fuzz/corpus/<target>/session.jsonl`, the coverage-guided target's seed
+/// session, holds `seeds` (one per line), as the mutation fuzzer starts from them: a
+/// seed added to one must reach the other.
+pub fn check_session_seed(target: &str, seeds: &[Value]) {
+    let path = corpus_dir(target).join("session.jsonl");
+    let have = session_calls(&std::fs::read(&path).unwrap_or_default());
+    let want: String = seeds.iter().map(|v| format!("{v}\n")).collect();
+    assert!(
+        have == seeds,
+        "{} is not the seeds of {target} one per line; write it as:\n{want}",
+        path.display()
+    );
 }
 
 thread_local! {

@@ -1,11 +1,32 @@
 //! The fuzz targets that build without SPDK, each a function of the raw input that
 //! panics on a finding: the token protocol as the target decodes it (vendor commands)
 //! and as the initiator decodes it (state replies, completion credits), and the lab's
-//! scenario files (parsed, then built into a monitor with their groups and hosts).
+//! scenario files (parsed, then built into a monitor with their groups and hosts), the
+//! lab's cluster scenarios and what the cluster agent reads from outside. The stable
+//! harness (`qos-fuzz`) and the coverage-guided targets (`fuzz/libfuzzer`) both run
+//! these functions; [`TARGETS`] names them.
 
 use qos_core::wire::{self, Credit, Request, StateReply, VendorCmd};
 use qos_core::{ExcessSharing, Monitor, Nanos, ReservationRelease, TokenMode};
 use qos_lab::scenario::Scenario;
+
+/// A fuzz target: a function of the raw input that panics on a finding.
+pub type Target = fn(&[u8]);
+
+/// Every target here by name (the name of its seed corpus, of its libFuzzer target and
+/// of its folder of crash inputs in `fuzz/regressions/`).
+pub const TARGETS: &[(&str, Target)] = &[
+    ("vendor_command", vendor_command),
+    ("state_reply", state_reply),
+    ("credit", credit),
+    ("scenario", scenario),
+    ("cluster_scenario", cluster_scenario),
+    ("agent_input", agent_input),
+];
+
+/// The targets that link SPDK, in the plugins' `params_fuzz` (their tests replay these
+/// targets' crash inputs).
+pub const SPDK_TARGETS: &[&str] = &["target_rpc_params", "ini_rpc_params", "saved_config"];
 
 fn u32_at(b: &[u8], i: usize) -> u32 {
     let mut w = [0u8; 4];

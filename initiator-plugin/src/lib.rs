@@ -21,8 +21,8 @@
 //! `spdk_sys`, `qos_core`.
 
 // The registration entry points are only reachable from the constructor, which unit-test
-// builds leave out (tests must not register with SPDK).
-#![cfg_attr(test, allow(dead_code))]
+// and fuzz builds leave out (tests and fuzz binaries must not register with SPDK).
+#![cfg_attr(any(test, fuzzing), allow(dead_code))]
 
 pub mod chan;
 pub mod chunk;
@@ -30,8 +30,10 @@ pub mod held;
 pub mod io;
 pub mod node;
 pub mod params;
-#[cfg(test)]
-mod params_fuzz;
+/// The RPC-parameter fuzz targets: the mutation fuzzer's test, and with the feature
+/// `fuzzing` the coverage-guided targets of `fuzz/libfuzzer` (docs/reliability.md).
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod params_fuzz;
 pub mod rpc;
 pub mod split;
 pub mod state;

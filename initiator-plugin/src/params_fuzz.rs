@@ -5,18 +5,22 @@
 //! Findings are panics: a crash, a refusal without a message, options that pass the
 //! checks but that the core refuses, or parameters that do not survive their own
 //! `save_config` form.
+//!
+//! [`rpc_session`] and [`saved_config`] are the coverage-guided targets
+//! `ini_rpc_params` and `saved_config` (`fuzz/libfuzzer`, feature `fuzzing`).
 
 use qos_core::Nanos;
 use qos_core::initiator::InitiatorEngine;
 use qos_core::pacer::Pacer;
-use qos_fuzz::{check_refusal, fuzz_rpc, rpc_seeds};
+use qos_fuzz::{check_refusal, rpc_seeds, saved_config_calls, session_calls};
 use serde_json::{Value, json};
 
 use crate::params::{
     BdevOptions, CreateParams, NameParams, NameQuery, PacerOptions, Refusal, SetParams, parse,
 };
 
-fn seeds() -> Vec<Value> {
+/// The calls the fuzzers start from: every method, with every parameter somewhere.
+pub fn seeds() -> Vec<Value> {
     rpc_seeds(&[
         (
             "qos_ini_bdev_create",
@@ -55,10 +59,8 @@ fn build(b: &BdevOptions, p: &PacerOptions) {
     }
 }
 
-fn call(input: &[u8]) -> &'static str {
-    let Ok(v) = serde_json::from_slice::<Value>(input) else {
-        return "not JSON";
-    };
+/// One call `{"method", "params"}`, as the handler would run it.
+fn call_value(v: &Value) -> &'static str {
     let method = v["method"].as_str().unwrap_or_default().to_string();
     let params = v.get("params").cloned().unwrap_or(Value::Null);
     let outcome: Result<(), Refusal> = match method.as_str() {
@@ -99,7 +101,63 @@ fn call(input: &[u8]) -> &'static str {
     }
 }
 
-#[test]
-fn fuzz_ini_rpc_params() {
-    fuzz_rpc("ini_rpc_params", &seeds(), call);
+/// The coverage-guided target `ini_rpc_params`: `input` as one session of calls (see
+/// [`qos_fuzz::session_calls`]); each call stands alone, as the initiator's checks keep
+/// no state between calls.
+pub fn rpc_session(input: &[u8]) {
+    for v in session_calls(input) {
+        call_value(&v);
+    }
+}
+
+/// The initiator plugin's part of the coverage-guided target `saved_config`: every call
+/// of an SPDK `save_config` document (the target's and the bdev layer's methods pass
+/// through as unknown).
+pub fn saved_config(input: &[u8]) {
+    for v in saved_config_calls(input) {
+        call_value(&v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qos_fuzz::{check_session_seed, fuzz_rpc, replay_regressions};
+
+    /// One call as the mutation fuzzer makes it (JSON text), as the handler would run it.
+    fn call(input: &[u8]) -> &'static str {
+        match serde_json::from_slice::<Value>(input) {
+            Ok(v) => call_value(&v),
+            Err(_) => "not JSON",
+        }
+    }
+
+    #[test]
+    fn the_session_seed_is_the_mutation_seeds() {
+        check_session_seed("ini_rpc_params", &seeds());
+    }
+
+    #[test]
+    fn fuzz_regressions_stay_fixed() {
+        let sessions = replay_regressions("ini_rpc_params", rpc_session);
+        let configs = replay_regressions("saved_config", saved_config);
+        println!("replayed {sessions} RPC sessions and {configs} saved configs that once crashed");
+    }
+
+    /// The saved configuration seed starts the fuzzer deep: its QoS bdev accepted.
+    #[test]
+    fn the_saved_config_seed_creates_its_qos_bdev() {
+        let calls = qos_fuzz::saved_config_seed();
+        let created: Vec<&str> = calls
+            .iter()
+            .filter(|v| v["method"] == "qos_ini_bdev_create")
+            .map(call_value)
+            .collect();
+        assert_eq!(created, ["accepted"]);
+    }
+
+    #[test]
+    fn fuzz_ini_rpc_params() {
+        fuzz_rpc("ini_rpc_params", &seeds(), call);
+    }
 }

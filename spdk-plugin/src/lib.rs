@@ -21,15 +21,17 @@
 //! `qos_core`; `stats` (used by `rpc`) reads `registry`; `params` imports nothing of ours.
 
 // The registration entry points are only reachable from the constructor, which unit-test
-// builds leave out (tests must not register with SPDK).
-#![cfg_attr(test, allow(dead_code))]
+// and fuzz builds leave out (tests and fuzz binaries must not register with SPDK).
+#![cfg_attr(any(test, fuzzing), allow(dead_code))]
 
 #[cfg(test)]
 mod control_plane_tests;
 pub mod io;
 pub mod params;
-#[cfg(test)]
-mod params_fuzz;
+/// The RPC-parameter fuzz targets: the mutation fuzzer's test, and with the feature
+/// `fuzzing` the coverage-guided targets of `fuzz/libfuzzer` (docs/reliability.md).
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod params_fuzz;
 pub mod qos_bdev;
 pub mod registry;
 pub mod rpc;

@@ -4,9 +4,12 @@
 //! domain kept across calls, without SPDK running. Findings are panics: a parser or a
 //! check that crashes, a refusal without a message, a refused call that changed the
 //! state, or parameters that do not survive their own `save_config` form.
+//!
+//! [`rpc_session`] and [`saved_config`] are the coverage-guided targets
+//! `target_rpc_params` and `saved_config` (`fuzz/libfuzzer`, feature `fuzzing`).
 
 use qos_core::{Monitor, Nanos};
-use qos_fuzz::{check_refusal, fuzz_rpc, rpc_seeds};
+use qos_fuzz::{check_refusal, rpc_seeds, saved_config_calls, session_calls};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -16,14 +19,15 @@ use crate::params::{
     HostKey, HostParams, HostQuery, HostUpdate, NameQuery, Refusal, StatsQuery, parse,
 };
 
-fn seeds() -> Vec<Value> {
+/// The calls the fuzzers start from: every method, with every parameter somewhere.
+pub fn seeds() -> Vec<Value> {
     rpc_seeds(&[
         (
             "qos_domain_create",
             json!({"name": "d", "capacity_iops": 100000, "capacity_iops_stddev": 5000,
                    "capacity_mibps": 2000, "per_host_max_iops": 60000, "period_ms": 500,
-                   "check_interval_us": 1000, "batch_ops": 64, "estimator": true,
-                   "mode": "haechi", "release": "paced", "release_burst_us": 2000,
+                   "check_interval_us": 1000, "batch_ops": 64, "batch_bytes": 262144,
+                   "estimator": true, "mode": "haechi", "release": "paced", "release_burst_us": 2000,
                    "write_weight_milli": 1500, "size_unit": 4096, "sharing": "weighted"}),
         ),
         (
@@ -35,7 +39,7 @@ fn seeds() -> Vec<Value> {
             "qos_host_set",
             json!({"domain": "d", "host_nqn": "nqn.2014-08.org.example:h1", "min_iops": 20000,
                    "max_iops": 40000, "min_mibps": 100, "weight": 3, "priority": "high",
-                   "soft_min_iops": 1000, "group": "g"}),
+                   "soft_min_iops": 25000, "group": "g"}),
         ),
         (
             "qos_host_set",
@@ -53,7 +57,7 @@ fn seeds() -> Vec<Value> {
         ),
         (
             "qos_group_create",
-            json!({"domain": "d", "name": "g", "min_iops": 30000, "max_iops": 50000,
+            json!({"domain": "d", "name": "g", "min_iops": 30000, "max_iops": 50000, "min_mibps": 200,
                    "weight": 2}),
         ),
         (
@@ -111,11 +115,10 @@ fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(met
     );
 }
 
-/// One call, as the handler would run it.
-fn call(d: &mut Domain, input: &[u8]) -> &'static str {
-    let Ok(v) = serde_json::from_slice::<Value>(input) else {
-        return "not JSON";
-    };
+/// One call `{"method", "params"}`, as the handler would run it. An accepted
+/// `qos_domain_create` replaces the model's one domain (the calls after it act on the
+/// domain created last, as a saved configuration's hosts follow their domain).
+fn call_value(d: &mut Domain, v: &Value) -> &'static str {
     let method = v["method"].as_str().unwrap_or_default().to_string();
     let params = v.get("params").cloned().unwrap_or(Value::Null);
     let before = state(d);
@@ -125,9 +128,13 @@ fn call(d: &mut Domain, input: &[u8]) -> &'static str {
         "qos_domain_create" => parse::<DomainParams>(&method, params).and_then(|p| {
             round_trip(&method, &p);
             let cfg = p.to_config()?;
-            Monitor::new(cfg, now)
-                .map(|_| ())
-                .map_err(|e| Refusal::invalid(e.to_string()))
+            let monitor = Monitor::new(cfg, now).map_err(|e| Refusal::invalid(e.to_string()))?;
+            *d = Domain {
+                params: p,
+                monitor,
+                now,
+            };
+            Ok(())
         }),
         "qos_domain_update" => parse::<DomainUpdate>(&method, params).and_then(|u| {
             let p = d.params.updated(&u);
@@ -231,17 +238,77 @@ fn fresh() -> Domain {
     }
 }
 
-#[test]
-fn fuzz_rpc_params() {
+/// The coverage-guided target `target_rpc_params`: `input` as one session of calls
+/// (see [`qos_fuzz::session_calls`]) on a fresh domain.
+pub fn rpc_session(input: &[u8]) {
     let mut d = fresh();
-    let mut n = 0u64;
-    fuzz_rpc("target_rpc_params", &seeds(), |input| {
-        n += 1;
-        // A fresh domain now and then, so states far from the seed are reached from
-        // many starting points.
-        if n % 512 == 0 {
-            d = fresh();
+    for v in session_calls(input) {
+        call_value(&mut d, &v);
+    }
+}
+
+/// The target plugin's part of the coverage-guided target `saved_config`: the calls of
+/// an SPDK `save_config` document replayed in order on a fresh domain (the bdev layer's
+/// own methods, and the initiator's, pass through as unknown).
+pub fn saved_config(input: &[u8]) {
+    let mut d = fresh();
+    for v in saved_config_calls(input) {
+        call_value(&mut d, &v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use qos_fuzz::{check_session_seed, fuzz_rpc, replay_regressions};
+
+    /// One call as the mutation fuzzer makes it (JSON text), as the handler would run it.
+    fn call(d: &mut Domain, input: &[u8]) -> &'static str {
+        match serde_json::from_slice::<Value>(input) {
+            Ok(v) => call_value(d, &v),
+            Err(_) => "not JSON",
         }
-        call(&mut d, input)
-    });
+    }
+
+    #[test]
+    fn the_session_seed_is_the_mutation_seeds() {
+        check_session_seed("target_rpc_params", &seeds());
+    }
+
+    #[test]
+    fn fuzz_regressions_stay_fixed() {
+        let sessions = replay_regressions("target_rpc_params", rpc_session);
+        let configs = replay_regressions("saved_config", saved_config);
+        println!("replayed {sessions} RPC sessions and {configs} saved configs that once crashed");
+    }
+
+    /// The saved configuration seed starts the fuzzer deep: every call in it accepted.
+    #[test]
+    fn the_saved_config_seed_replays_its_domain_hosts_and_bdev() {
+        let calls = qos_fuzz::saved_config_seed();
+        let mut d = fresh();
+        let refused: Vec<&Value> = calls
+            .iter()
+            .filter(|v| call_value(&mut d, v) != "accepted")
+            .collect();
+        assert!(refused.is_empty(), "refused: {refused:?}");
+        assert_eq!(d.params.name, "d");
+        assert!(d.monitor.host("nqn.2014-08.org.example:h1").is_some());
+        assert!(calls.iter().any(|v| v["method"] == "qos_bdev_create"));
+    }
+
+    #[test]
+    fn fuzz_rpc_params() {
+        let mut d = fresh();
+        let mut n = 0u64;
+        fuzz_rpc("target_rpc_params", &seeds(), |input| {
+            n += 1;
+            // A fresh domain now and then, so states far from the seed are reached from
+            // many starting points.
+            if n % 512 == 0 {
+                d = fresh();
+            }
+            call(&mut d, input)
+        });
+    }
 }

@@ -30,11 +30,12 @@ impl Loading {
 }
 
 /// Runs `$f(&Loading)` once when the plugin is loaded, as an ELF constructor (not in
-/// the crate's unit-test builds: tests must not register with SPDK).
+/// the crate's unit-test builds, nor in fuzz builds, where cargo-fuzz sets `--cfg
+/// fuzzing`: tests and fuzz binaries must not register with SPDK).
 #[macro_export]
 macro_rules! at_load {
     ($f:path) => {
-        #[cfg(not(test))]
+        #[cfg(not(any(test, fuzzing)))]
         #[used]
         #[unsafe(link_section = ".init_array")]
         static __SPDK_SYS_AT_LOAD: extern "C" fn() = {

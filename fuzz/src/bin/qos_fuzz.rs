@@ -8,14 +8,10 @@ use std::process::ExitCode;
 
 use qos_fuzz::{Rng, corpus, mutate_bytes, mutate_text, run, targets};
 
-const TARGETS: &[&str] = &[
-    "vendor_command",
-    "state_reply",
-    "credit",
-    "scenario",
-    "cluster_scenario",
-    "agent_input",
-];
+/// The names of [`targets::TARGETS`].
+fn target_names() -> Vec<&'static str> {
+    targets::TARGETS.iter().map(|(name, _)| *name).collect()
+}
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
@@ -57,18 +53,24 @@ fn main() -> ExitCode {
             "--runs" => runs = it.next().and_then(|v| v.parse().ok()).unwrap_or(runs),
             "--seed" => seed = it.next().and_then(|v| v.parse().ok()).unwrap_or(seed),
             "-h" | "--help" => {
-                println!("usage: qos-fuzz [TARGET...] [--runs N] [--seed S]; targets: {TARGETS:?}");
+                println!(
+                    "usage: qos-fuzz [TARGET...] [--runs N] [--seed S]; targets: {:?}",
+                    target_names()
+                );
                 return ExitCode::SUCCESS;
             }
-            t if TARGETS.contains(&t) => chosen.push(t.to_string()),
+            t if target_names().contains(&t) => chosen.push(t.to_string()),
             other => {
-                eprintln!("unknown target or option {other:?}; targets: {TARGETS:?}");
+                eprintln!(
+                    "unknown target or option {other:?}; targets: {:?}",
+                    target_names()
+                );
                 return ExitCode::from(2);
             }
         }
     }
     if chosen.is_empty() {
-        chosen = TARGETS.iter().map(|t| t.to_string()).collect();
+        chosen = target_names().iter().map(|t| t.to_string()).collect();
     }
     for t in &chosen {
         let s = match seeds(t) {
@@ -78,13 +80,8 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let check: fn(&[u8]) = match t.as_str() {
-            "vendor_command" => targets::vendor_command,
-            "state_reply" => targets::state_reply,
-            "credit" => targets::credit,
-            "cluster_scenario" => targets::cluster_scenario,
-            "agent_input" => targets::agent_input,
-            _ => targets::scenario,
+        let Some(&(_, check)) = targets::TARGETS.iter().find(|(name, _)| name == t) else {
+            unreachable!("{t} was checked against the targets' names");
         };
         let texts: Vec<String> = s
             .iter()
@@ -123,7 +120,7 @@ mod tests {
 
     #[test]
     fn every_target_has_seeds() {
-        for t in TARGETS {
+        for t in target_names() {
             let s = seeds(t).unwrap_or_else(|e| panic!("{e}"));
             assert!(!s.is_empty(), "{t}");
         }
