@@ -510,6 +510,7 @@ impl GroupSpec {
             reservation: Rate::iops_opt(s(self.reservation_iops)),
             limit: Rate::iops_opt(s(self.limit_iops)),
             weight: self.weight,
+            burst: qos_core::burst::Burst::NONE,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use serde::Serialize;
 
 use crate::admission::local_shortfall;
+use crate::burst::{BurstBucket, BurstBudget};
 use crate::config::{BudgetClass, DomainConfig, ExcessSharing, GroupConfig, HostConfig};
 use crate::cost::{Amount, Resource};
 use crate::depth::{CurvePoint, OperatingPoint};
@@ -216,6 +217,33 @@ pub struct GroupStats {
     /// Given to its hosts this period beyond their own reservations (its surplus
     /// reservation and its share of the excess).
     pub given_this_period: Amount,
+    /// Its burst (issue 28); `None` without one.
+    pub burst: Option<BurstStats>,
+}
+
+/// A host's or group's burst credit now (issue 28).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BurstStats {
+    /// Seconds at the burst rate the credit left lasts (the least over the resources
+    /// with a burst); from 0 to the bucket's seconds.
+    pub credit_seconds: f64,
+    /// Credit left, in cost units.
+    pub credit: Amount,
+    /// Its limit is at its burst rate now.
+    pub bursting: bool,
+    /// Ended periods in which it burst (monotonic).
+    pub bursting_periods: u64,
+}
+
+impl BurstStats {
+    fn of(bucket: &BurstBucket, b: &BurstBudget, period: Nanos) -> Option<Self> {
+        Some(BurstStats {
+            credit_seconds: bucket.credit_seconds(b)?,
+            credit: bucket.credit(period),
+            bursting: bucket.bursting(),
+            bursting_periods: bucket.bursting_periods(),
+        })
+    }
 }
 
 /// Statistics of one host.
@@ -272,6 +300,8 @@ pub struct HostStats {
     /// curve has a sample, or without a reservation. A host that keeps fewer cannot
     /// reach its reservation at this target's latency, whatever QoS does.
     pub reservation_depth_needed_milli: Option<u64>,
+    /// Its burst (issue 28); `None` without one.
+    pub burst: Option<BurstStats>,
 }
 
 impl HostStats {
@@ -323,13 +353,14 @@ impl HostStats {
             reservation_unreachable: h.reach.periods > 0,
             in_flight_at_base_milli: (at_base / elapsed.0.max(1) as u128) as u64,
             reservation_depth_needed_milli: needed,
+            burst: BurstStats::of(&h.burst, &h.budgets.burst, cfg.period),
         }
     }
 }
 
 impl GroupStats {
     /// Group `g`'s statistics; `hosts` are all the domain's hosts.
-    pub(crate) fn of(g: usize, ge: &GroupEntry, hosts: &[HostEntry]) -> Self {
+    pub(crate) fn of(g: usize, ge: &GroupEntry, hosts: &[HostEntry], period: Nanos) -> Self {
         let members: Vec<&HostEntry> = hosts.iter().filter(|h| h.group == Some(g)).collect();
         GroupStats {
             name: ge.cfg.name.clone(),
@@ -342,6 +373,7 @@ impl GroupStats {
             reservation_per_period: ge.budgets.reservation,
             limit_per_period: ge.budgets.limit,
             given_this_period: Amount::new(ge.given[0], ge.given[1]),
+            burst: BurstStats::of(&ge.burst, &ge.budgets.burst, period),
         }
     }
 }
@@ -372,7 +404,7 @@ impl Monitor {
             .groups
             .iter()
             .enumerate()
-            .map(|(g, ge)| GroupStats::of(g, ge, &m.hosts))
+            .map(|(g, ge)| GroupStats::of(g, ge, &m.hosts, self.cfg.period))
             .collect();
         DomainStats {
             epoch: self.epoch,
