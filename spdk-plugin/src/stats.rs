@@ -6,8 +6,9 @@
 //! only, so a scrape of a target with a thousand hosts stays cheap on the app thread.
 
 use qos_core::Amount;
+use qos_core::burst::Burst;
 use qos_core::histogram::HELD_BUCKETS_NS;
-use qos_core::monitor::{DomainStats, HostStats, PeriodCounts, PeriodRecord};
+use qos_core::monitor::{BurstStats, DomainStats, HostStats, PeriodCounts, PeriodRecord};
 use qos_core::sync::POOL_MAX;
 use qos_core::{PriorityClass, RateSet};
 use serde::Serialize;
@@ -85,6 +86,7 @@ struct CompactHost<'a> {
     reservation_unreachable: bool,
     in_flight_at_base: f64,
     reservation_depth_needed: Option<f64>,
+    burst: Value,
 }
 
 fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
@@ -128,6 +130,22 @@ fn compact_host<'a>(d: &Domain, h: &'a HostStats) -> CompactHost<'a> {
         reservation_unreachable: h.reservation_unreachable,
         in_flight_at_base: milli(h.in_flight_at_base_milli),
         reservation_depth_needed: h.reservation_depth_needed_milli.map(milli),
+        burst: burst(&h.config.burst, h.burst.as_ref()),
+    }
+}
+
+/// A burst's configuration and its credit now; `null` without a burst.
+fn burst(cfg: &Burst, now: Option<&BurstStats>) -> Value {
+    match now {
+        None => Value::Null,
+        Some(b) => json!({
+            "iops": cfg.iops,
+            "mibps": cfg.mibps,
+            "seconds": cfg.seconds,
+            "credit_seconds": b.credit_seconds,
+            "bursting": b.bursting,
+            "bursting_periods": b.bursting_periods,
+        }),
     }
 }
 
@@ -213,6 +231,7 @@ fn groups(s: &DomainStats) -> Value {
                     "limit_per_period": amount(g.limit_per_period),
                     "completed_this_period": amount(g.completed_this_period),
                     "given_this_period": amount(g.given_this_period),
+                    "burst": burst(&g.config.burst, g.burst.as_ref()),
                 })
             })
             .collect(),
@@ -278,6 +297,7 @@ fn host_common(d: &Domain, h: &HostStats) -> Value {
         "reservation_unreachable": h.reservation_unreachable,
         "in_flight_at_base": milli(h.in_flight_at_base_milli),
         "reservation_depth_needed": h.reservation_depth_needed_milli.map(milli),
+        "burst": burst(&h.config.burst, h.burst.as_ref()),
     })
 }
 
