@@ -183,9 +183,12 @@ pub struct BurstStep {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BurstBucket {
     credit: [i128; 2],
-    bursting: [bool; 2],
+    /// Per resource: the limit in effect is the burst rate.
+    raised: [bool; 2],
+    /// In the last step it was admitted more than its limit allows (spending credit).
+    spending: bool,
     burst_this_period: bool,
-    /// Ended periods in which it burst at some check interval (monotonic).
+    /// Ended periods in which it burst in some check interval (monotonic).
     bursting_periods: u64,
 }
 
@@ -211,7 +214,7 @@ impl BurstBucket {
         new: &BurstBudget,
         periods: (Nanos, Nanos),
     ) -> bool {
-        let before = self.bursting;
+        let before = self.raised;
         let (was, now) = (periods.0.0.max(1) as i128, periods.1.0.max(1) as i128);
         for r in Resource::ALL {
             let i = r.index();
@@ -224,10 +227,10 @@ impl BurstBucket {
                 (self.credit[i] / was * now).min(bucket)
             };
             if !new.is_on(r) {
-                self.bursting[i] = false;
+                self.raised[i] = false;
             }
         }
-        before != self.bursting || old != new
+        before != self.raised || old != new
     }
 
     /// One step: the bucket earns the limit over `s.dt` (unless commands were held)
@@ -237,28 +240,28 @@ impl BurstBucket {
     pub fn advance(&mut self, b: &BurstBudget, s: BurstStep) -> bool {
         let mut changed = false;
         let p = s.period.0.max(1) as i128;
+        self.spending = false;
         for r in Resource::ALL {
             let i = r.index();
             if !b.is_on(r) {
                 continue;
             }
             let paid = s.used.get(r) as i128 * p;
-            let earned = match b.limit.get(r) as i128 * s.dt.0 as i128 {
-                e if s.held => e.min(paid),
-                e => e,
-            };
+            let allowed = b.limit.get(r) as i128 * s.dt.0 as i128;
+            self.spending |= self.raised[i] && paid > allowed;
+            let earned = if s.held { allowed.min(paid) } else { allowed };
             let floor = -(b.debt_floor(r, s.period, s.check_interval) as i128);
             self.credit[i] = (self.credit[i] + earned - paid).clamp(floor, b.bucket(r) as i128);
             let interval = (b.excess(r) * s.check_interval.0 as u128) as i128;
-            let bursting = if self.bursting[i] {
+            let raised = if self.raised[i] {
                 self.credit[i] >= interval
             } else {
                 b.excess(r) > 0 && self.credit[i] >= 2 * interval
             };
-            changed |= bursting != self.bursting[i];
-            self.bursting[i] = bursting;
+            changed |= raised != self.raised[i];
+            self.raised[i] = raised;
         }
-        self.burst_this_period |= self.bursting.iter().any(|&x| x);
+        self.burst_this_period |= self.spending;
         changed
     }
 
@@ -266,16 +269,18 @@ impl BurstBucket {
     pub fn effective_limit(&self, b: &BurstBudget, limit: Amount) -> Amount {
         let mut out = limit;
         for r in Resource::ALL {
-            if self.bursting[r.index()] {
+            if self.raised[r.index()] {
                 out.set(r, b.rate.get(r));
             }
         }
         out
     }
 
-    /// Whether it bursts now in some resource.
+    /// Whether it bursts now: its limit is raised and in the last step it was admitted
+    /// more than the limit allows (an idle host with credit has its limit raised but
+    /// does not burst).
     pub fn bursting(&self) -> bool {
-        self.bursting.iter().any(|&x| x)
+        self.spending
     }
 
     /// Credit left, in cost units (never negative).
@@ -301,7 +306,7 @@ impl BurstBucket {
     /// Ends a period: counts it if it burst in it.
     pub fn end_period(&mut self) {
         self.bursting_periods += self.burst_this_period as u64;
-        self.burst_this_period = self.bursting();
+        self.burst_this_period = false;
     }
 
     /// Ended periods in which it burst (monotonic).
@@ -370,6 +375,23 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_host_with_credit_has_its_limit_raised_but_does_not_burst() {
+        let b = budget(1000, 3000, 2);
+        let mut k = BurstBucket::full(&b);
+        k.advance(&b, step(0));
+        assert_eq!(k.effective_limit(&b, b.limit).ops, 3000);
+        assert!(!k.bursting());
+        k.advance(&b, step(1));
+        assert!(!k.bursting(), "at its limit it spends nothing");
+        k.advance(&b, step(2));
+        assert!(k.bursting());
+        k.end_period();
+        k.advance(&b, step(0));
+        k.end_period();
+        assert_eq!(k.bursting_periods(), 1);
+    }
+
+    #[test]
     fn jitter_at_the_limit_earns_no_credit() {
         // A host held at its limit takes its allowance in batches: 0 then a batch.
         let b = budget(64_000, 128_000, 10);
@@ -378,7 +400,7 @@ mod tests {
             // It fetches a batch of allowance ahead of its schedule (at most one batch).
             let used = if i % 16 == 0 { 64 * 16 } else { 0 };
             k.advance(&b, step(used));
-            assert!(!k.bursting(), "burst at {i}");
+            assert_eq!(k.effective_limit(&b, b.limit), b.limit, "raised at {i}");
         }
     }
 
