@@ -249,7 +249,14 @@ impl BurstBucket {
             let paid = s.used.get(r) as i128 * p;
             let allowed = b.limit.get(r) as i128 * s.dt.0 as i128;
             self.spending |= self.raised[i] && paid > allowed;
-            let earned = if s.held { allowed.min(paid) } else { allowed };
+            // Held at its own limit, a host earns nothing (see `BurstStep::held`); while
+            // its limit is raised it earns and pays step by step, so that what it was
+            // refused in one step (held for tokens) and took in the next nets out.
+            let earned = if s.held && !self.raised[i] {
+                allowed.min(paid)
+            } else {
+                allowed
+            };
             let floor = -(b.debt_floor(r, s.period, s.check_interval) as i128);
             self.credit[i] = (self.credit[i] + earned - paid).clamp(floor, b.bucket(r) as i128);
             let interval = (b.excess(r) * s.check_interval.0 as u128) as i128;
