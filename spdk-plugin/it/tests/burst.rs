@@ -17,11 +17,11 @@
 //! starts full.
 //!
 //! What holds whatever the machine does (tokens) is asserted always: host 1 never above
-//! its burst rate (+1 %), and the work it did above its limit never more than its bucket
-//! (+1 period at the burst's excess). The issue's acceptance figures (burst rate +-2 %
-//! for the bucket's seconds +-1 period, then the limit +-1 %, reservations met in >= 99 %
-//! of the burst's periods) need the machine to serve C all along: asserted with
-//! `NVMF_QOS_ACCEPTANCE=1`, printed otherwise. Prints `SKIPPED: ...` and passes when
+//! its burst rate (+1 %), and the work it did above its limit, net of what it left under
+//! it, never more than its bucket (+1 period at the burst's excess). The issue's
+//! acceptance figures (burst rate +-2 % for the bucket's seconds +-1 period, then the
+//! limit +-1 %, reservations met in >= 99 % of the burst's periods) need the machine to
+//! serve C all along: asserted with `NVMF_QOS_ACCEPTANCE=1`, printed otherwise. Prints `SKIPPED: ...` and passes when
 //! SPDK, bdevperf or the plugins are not found.
 
 use std::time::{Duration, Instant};
@@ -115,7 +115,8 @@ fn run(s: &Setup, t: &mut Target, p: &mut History) -> Vec<u64> {
         assert_eq!(r.io_failed, 0, "{name}: failed I/O");
     }
     println!("  bdevperf: {:.0} IOPS in all", out.total_iops());
-    p.epochs(t0, Instant::now())
+    // The periods the jobs ran through (not the one they stopped in).
+    p.epochs(t0, t0 + Duration::from_secs(RUN_SECS as u64))
 }
 
 #[test]
@@ -195,23 +196,39 @@ fn a_full_bucket_bursts_for_its_seconds_then_the_limit_holds_and_reservations_ar
                 "run {round} period {k}: {o} above the burst rate {burst_pp}"
             );
         }
-        let above: u64 = h1_ops.iter().map(|&o| o.saturating_sub(limit_pp)).sum();
+        // Net of the periods under the limit: a host starved under its limit while its
+        // limit is raised (the lag rule closing the pool for a reserved host) earns
+        // credit back and may burst again once it is let through.
+        let net: i64 = h1_ops.iter().map(|&o| o as i64 - limit_pp as i64).sum();
         let slack = per_period(burst - limit);
         assert!(
-            above <= bucket_ops + slack,
-            "run {round}: {above} operations above the limit, bucket {bucket_ops}"
+            net <= (bucket_ops + slack) as i64,
+            "run {round}: {net} operations above the limit net, bucket {bucket_ops}"
         );
-        // Acceptance: the bucket's periods at the burst rate, then the limit.
-        let at_burst = h1_ops
+        // Acceptance. The burst phase: the periods before the first one at the limit
+        // (+-1 %); in it, the periods at the burst rate (+-2 %: the first period may be
+        // the jobs' ramp and the last the change-over, so the bucket's 8 periods are
+        // judged +-1); after it, every period at the limit.
+        let near = |o: u64, rate: u64, pct: u64| o.abs_diff(rate) * 100 <= rate * pct;
+        let phase = h1_ops
             .iter()
-            .take_while(|&&o| o.abs_diff(burst_pp) * 100 <= burst_pp * 2)
-            .count();
-        let after: Vec<u64> = h1_ops.iter().skip(at_burst + 1).copied().collect();
-        let at_limit = after
+            .position(|&o| near(o, limit_pp, 1))
+            .unwrap_or(h1_ops.len());
+        let at_burst = h1_ops[..phase]
             .iter()
-            .filter(|&&o| o.abs_diff(limit_pp) * 100 <= limit_pp)
+            .filter(|&&o| near(o, burst_pp, 2))
             .count();
-        let burst_epochs = &epochs[..at_burst.max(1).min(epochs.len())];
+        // Inside the phase (without its first and last period) every period at the rate.
+        let interior = phase.saturating_sub(2);
+        let interior_at_burst = h1_ops[..phase]
+            .iter()
+            .skip(1)
+            .take(interior)
+            .filter(|&&o| near(o, burst_pp, 2))
+            .count();
+        let after: Vec<u64> = h1_ops[phase..].to_vec();
+        let at_limit = after.iter().filter(|&&o| near(o, limit_pp, 1)).count();
+        let burst_epochs = &epochs[..phase.max(1)];
         let met: usize = (2..=3)
             .map(|i| {
                 p.ops(&host_nqn(i), burst_epochs)
@@ -222,15 +239,18 @@ fn a_full_bucket_bursts_for_its_seconds_then_the_limit_holds_and_reservations_ar
             .sum();
         let periods = 2 * burst_epochs.len();
         println!(
-            "  run {round}: {at_burst} periods at the burst rate {burst_pp} +-2 % (bucket: \
-             {expected_periods}), then {at_limit}/{} at the limit {limit_pp} +-1 %; \
-             reservations met in {met}/{periods} burst periods",
+            "  run {round}: {at_burst} of {phase} periods of the burst at the burst rate \
+             {burst_pp} +-2 % (bucket: {expected_periods}), then {at_limit}/{} at the limit \
+             {limit_pp} +-1 %; reservations met in {met}/{periods} burst periods",
             after.len()
         );
         check(
-            at_burst.abs_diff(expected_periods) <= 1,
+            phase.abs_diff(expected_periods) <= 1 && interior_at_burst == interior,
             true,
-            format_args!("run {round}: {at_burst} periods at the burst rate"),
+            format_args!(
+                "run {round}: a burst of {phase} periods, {interior_at_burst} of its \
+                 {interior} inner ones at the burst rate"
+            ),
         );
         check(
             !after.is_empty() && at_limit == after.len(),
