@@ -200,7 +200,31 @@ class QosCollector(Collector):
                                 'Time the exporter took to read the statistics', value=took)
 
     @staticmethod
-    def _groups(d, dom, period_s, gauge):
+    def _burst(who, burst, lv, labels, gauge, counter):
+        """A host's or group's burst (issue 28): its configured rate and bucket, the credit
+        left in seconds at the burst rate, whether it bursts now, and the periods it burst."""
+        if not isinstance(burst, dict):
+            return
+        the = 'the host' if who == 'host' else 'the group'
+        if burst.get('iops') is not None:
+            gauge('%s_burst_iops' % who, 'Configured burst above %s\'s limit, I/O per second' % the,
+                  labels).add_metric(lv, burst['iops'])
+        if burst.get('mibps') is not None:
+            gauge('%s_burst_bytes_per_second' % who, 'Configured burst above %s\'s limit, bytes per second'
+                  % the, labels).add_metric(lv, burst['mibps'] * 1048576)
+        if burst.get('seconds') is not None:
+            gauge('%s_burst_bucket_seconds' % who, 'How long a full burst bucket lasts at the burst rate',
+                  labels).add_metric(lv, burst['seconds'])
+        gauge('%s_burst_credit_seconds' % who, 'Burst credit left: seconds at the burst rate (0 ..= the '
+              'bucket); earned under the limit, spent above it', labels).add_metric(
+            lv, burst.get('credit_seconds') or 0)
+        gauge('%s_bursting' % who, '%s is above its limit on burst credit now (1)' % the.capitalize(),
+              labels).add_metric(lv, 1 if burst.get('bursting') else 0)
+        counter('%s_bursting_periods' % who, 'Ended QoS periods in which %s burst above its limit' % the,
+                labels).add_metric(lv, burst.get('bursting_periods') or 0)
+
+    @classmethod
+    def _groups(cls, d, dom, period_s, gauge, counter):
         """Tenant groups: configured rates, and what the group's hosts completed and were
         given beyond their own reservations in the current period (cost units)."""
         labels = ['domain', 'group']
@@ -225,6 +249,7 @@ class QosCollector(Collector):
                 a = g.get(key) or {}
                 if a.get('ops') is not None:
                     gauge(name, text, labels).add_metric(lv, a['ops'])
+            cls._burst('group', g.get('burst'), lv, labels, gauge, counter)
 
     def _build_info(self, target, initiator):
         """`nvmf_qos_build_info`: 1 per loaded plugin, its version in the labels (plugins
@@ -267,7 +292,7 @@ class QosCollector(Collector):
         for d in domains:
             dom = d.get('name', '')
             period_s = (d.get('period_ns') or 1e9) / 1e9
-            self._groups(d, dom, period_s, gauge)
+            self._groups(d, dom, period_s, gauge, counter)
             gauge('domain_period_seconds', 'QoS period T', ['domain']).add_metric([dom], period_s)
             gauge('domain_epoch', 'Number of the current QoS period', ['domain']).add_metric(
                 [dom], d.get('epoch', 0))
@@ -378,6 +403,7 @@ class QosCollector(Collector):
                             gauge('host_%s_bytes_per_second' % word, 'Configured %s, bytes per second' % word,
                                   [*host_labels, 'direction']).add_metric([*lv, direction],
                                                                           r['mibps'] * 1048576)
+                self._burst('host', h.get('burst'), lv, host_labels, gauge, counter)
                 ht = h.get('held_time')
                 if ht and bounds and len(ht.get('cumulative') or []) == len(bounds) + 1:
                     cum = ht['cumulative']

@@ -356,6 +356,33 @@ _TOGETHER = ['min_iops', 'min_mibps']
 _APART = ['min_read_iops', 'min_read_mibps', 'min_write_iops', 'min_write_mibps']
 _MAX = ['max_iops', 'max_mibps', 'max_read_iops', 'max_read_mibps', 'max_write_iops', 'max_write_mibps']
 _SOFT = ['soft_min_iops', 'soft_min_mibps']
+_BURST = ['burst_iops', 'burst_mibps']
+MAX_BURST_SECONDS = 86400  # qos-core's burst::MAX_BURST_SECONDS
+
+
+def _burst_rules(update):
+    """A burst is at least the limit it bursts above (on update 0 clears either)."""
+    def rule(m):
+        a, b = 'max_' + m, 'burst_' + m
+        return _Rule(a, b, lambda x, y: (update and (x == 0 or y == 0)) or x <= y,
+                     lambda x, y: "%s %d is below %s %d: a burst is above the limit; raise %s or lower %s"
+                                  % (_flag(b), y, _flag(a), x, _flag(b), _flag(a)))
+    return [rule('iops'), rule('mibps')]
+
+
+def _add_burst_options(p, rules, update, whose):
+    """--burst-iops, --burst-mibps and --burst-seconds (issue 28), for hosts and groups."""
+    rate = _rate_or_clear if update else _rate
+    for dest in _BURST:
+        unit = 'MiB/s' if dest.endswith('mibps') else 'IOPS'
+        text = ("burst in %s above %s limit, on credit earned under it; needs --max-%s and --burst-seconds"
+                % (unit, whose, dest[6:]))
+        p.add_argument(_flag(dest), type=rate, action=_Checked, rules=rules, metavar='N',
+                       help=_help(text, update=update, extra='; 0 clears it'))
+    p.add_argument('--burst-seconds', type=_int_range(1, MAX_BURST_SECONDS), metavar='S',
+                   help=_help('how long a full burst bucket lasts at the burst rate, 1 ..= %d s '
+                              '(at least one QoS period); credit starts full' % MAX_BURST_SECONDS,
+                              update=update, extra='; clearing both burst rates clears it'))
 
 def _host_rules(update):
     """A reservation is given together or apart, is at most the limit, and the soft
@@ -369,10 +396,12 @@ def _host_rules(update):
     return ([_exclusive(a, b) for a in _TOGETHER for b in _APART]
             + [at_most('min_' + m[4:], m, "a QoS reservation cannot be above its limit") for m in _MAX]
             + [at_most('min_' + s[9:], s, "the soft guarantee is at least the hard one") for s in _SOFT]
-            + [at_most(s, 'max_' + s[9:], "the soft guarantee cannot be above the limit") for s in _SOFT])
+            + [at_most(s, 'max_' + s[9:], "the soft guarantee cannot be above the limit") for s in _SOFT]
+            + _burst_rules(update))
 
 
-_HOST_PARAMS = ['domain', 'host_nqn', *_TOGETHER, *_APART, *_MAX, 'weight', 'priority', *_SOFT, 'group']
+_HOST_PARAMS = ['domain', 'host_nqn', *_TOGETHER, *_APART, *_MAX, 'weight', 'priority', *_SOFT, 'group',
+                *_BURST, 'burst_seconds']
 
 
 def _rate_help(dest):
@@ -403,6 +432,7 @@ def _add_host_options(p, update):
                    help=_help('order of soft grants', 'medium', update))
     for dest in _SOFT:
         p.add_argument(_flag(dest), type=rate, action=_Checked, rules=rules, metavar='N', help=rate_help(dest))
+    _add_burst_options(p, rules, update, 'its')
     if update:
         p.add_argument('--group', type=_group_name_or_none, metavar='NAME',
                        help=_help("the host's tenant group (qos_group_create)", update=True,
@@ -432,7 +462,7 @@ def qos_host_get(args):
 # reads and writes together.
 
 _GROUP_RATES = ['min_iops', 'min_mibps', 'max_iops', 'max_mibps']
-_GROUP_PARAMS = ['domain', 'name', *_GROUP_RATES, 'weight']
+_GROUP_PARAMS = ['domain', 'name', *_GROUP_RATES, 'weight', *_BURST, 'burst_seconds']
 
 
 def _group_rules(update):
@@ -442,7 +472,7 @@ def _group_rules(update):
         return _Rule(a, b, lambda x, y: (update and y == 0) or x <= y,
                      lambda x, y: "%s %d is above %s %d: a group's reservation cannot be above its limit; "
                                   "lower %s or raise %s" % (_flag(a), x, _flag(b), y, _flag(a), _flag(b)))
-    return [rule('iops'), rule('mibps')]
+    return [rule('iops'), rule('mibps')] + _burst_rules(update)
 
 
 def _group_rate_help(dest, update):
@@ -465,6 +495,7 @@ def _add_group_options(p, update):
                        metavar='N', help=_group_rate_help(dest, update))
     p.add_argument('-w', '--weight', type=_int_range(1, 1000), metavar='N',
                    help=_help('share of unreserved capacity among groups and lone hosts, 1 ..= 1000', '1', update))
+    _add_burst_options(p, rules, update, "the group's")
 
 
 def qos_group_create(args):
@@ -720,6 +751,15 @@ def _fmt_flags(host):
     return ','.join(flags) or '-'
 
 
+def _fmt_burst(host):
+    """Burst credit left in seconds at the burst rate, and whether the host bursts now."""
+    burst = host.get('burst')
+    if not isinstance(burst, dict):
+        return '-'
+    text = '%.1fs' % burst.get('credit_seconds', 0.0)
+    return text + ' bursting' if burst.get('bursting') else text
+
+
 def _ms(ns):
     return '-' if ns is None else '%g ms' % (ns / 1e6)
 
@@ -749,7 +789,7 @@ def _capacity_estimate(d):
 def _print_stats_table(domains):
     if isinstance(domains, dict):
         domains = [domains]
-    header = ('HOST', 'MIN', 'MAX', 'COMPLETED THIS PERIOD', 'MET', 'HELD', 'ENTITLED', 'FLAGS')
+    header = ('HOST', 'MIN', 'MAX', 'COMPLETED THIS PERIOD', 'MET', 'HELD', 'BURST', 'ENTITLED', 'FLAGS')
     for i, d in enumerate(domains or []):
         if i:
             print()
@@ -759,8 +799,8 @@ def _print_stats_table(domains):
         rows = [header] + [(h.get('host_nqn', '-'), _fmt_rates(h.get('min')), _fmt_rates(h.get('max')),
                             _fmt_amount(h.get('completed_this_period')),
                             _fmt_met(h.get('reservation_met_fraction')),
-                            '-' if h.get('held') is None else str(h['held']), _fmt_entitlement(h),
-                            _fmt_flags(h))
+                            '-' if h.get('held') is None else str(h['held']), _fmt_burst(h),
+                            _fmt_entitlement(h), _fmt_flags(h))
                            for h in d.get('hosts') or []]
         widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
         for r in rows:
@@ -984,7 +1024,7 @@ def spdk_rpc_plugin_initialize(subparsers):
     p = command('qos_stats_get', qos_stats_get, 'Show QoS statistics per domain and host')
     p.add_argument('-d', '--domain', type=_name, help='only this domain (optional)')
     p.add_argument('--table', action='store_true',
-                   help='print a table per domain (host, min, max, completed this period, met %%, held, flags) '
+                   help='print a table per domain (host, min, max, completed this period, met %%, held, burst credit, flags) '
                         'instead of JSON')
     p.add_argument('--periods', type=_count, metavar='N',
                    help=_help('past periods listed per host (the target keeps 128)', '16'))

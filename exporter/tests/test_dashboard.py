@@ -34,6 +34,8 @@ def answers(t0=[None]):  # noqa: B006 - a clock shared by the callables
         h = host('nqn.h1', n, cumulative(n - n // 10, n // 10, 5), n // 10 * 200_000, res_iops=500, max_iops=2000)
         h['min']['total']['mibps'] = 1
         h['max']['total']['mibps'] = 10
+        h['burst'] = {'iops': 6000, 'mibps': None, 'seconds': 30, 'credit_seconds': 30 - n % 30,
+                      'bursting': n % 2 == 0, 'bursting_periods': n // 100}
         return [domain('d0', [h])]
     return {'qos_stats_get': stats, 'qos_ini_stats_get': INI}
 
@@ -66,7 +68,7 @@ def test_dashboard_structure():
     variables = {v['name'] for v in d['templating']['list']}
     assert {'datasource', 'instance', 'domain', 'host'} <= variables
     titles = ' '.join(p['title'] for p in panels(d)).lower()
-    for needed in ('reservation', 'latency', 'held', 'periods', 'capacity'):
+    for needed in ('reservation', 'latency', 'held', 'periods', 'capacity', 'burst'):
         assert needed in titles, needed
     for p in panels(d):
         g = p['gridPos']

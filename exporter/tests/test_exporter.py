@@ -123,6 +123,30 @@ def test_group_and_domain_capacity_metrics(stub):
     assert 'nvmf_qos_domain_capacity_estimate_iops' not in m
 
 
+def test_burst_credit_metrics_of_hosts_and_groups(stub):
+    burst = {'iops': 30000, 'mibps': None, 'seconds': 20, 'credit_seconds': 12.5, 'bursting': True,
+             'bursting_periods': 7}
+    h1 = dict(host('nqn.h1', 10, cumulative(10, 0, 0), 0, max_iops=10000), burst=burst, group='g1')
+    h2 = host('nqn.h2', 10, cumulative(10, 0, 0), 0)
+    d = domain('d0', [h1, h2])
+    d['groups'] = [{'name': 'g1', 'hosts': ['nqn.h1'], 'max': {'mibps': 100}, 'weight': 1,
+                    'burst': {'iops': None, 'mibps': 400, 'seconds': 60, 'credit_seconds': 0.0,
+                              'bursting': False, 'bursting_periods': 0}}]
+    _, m = scrape(stub({'qos_stats_get': [d]}).path)
+    assert value(m, 'nvmf_qos_host_burst_credit_seconds', host_nqn='nqn.h1', group='g1') == 12.5
+    assert value(m, 'nvmf_qos_host_bursting', host_nqn='nqn.h1') == 1
+    assert value(m, 'nvmf_qos_host_bursting_periods_total', host_nqn='nqn.h1') == 7
+    assert value(m, 'nvmf_qos_host_burst_iops', host_nqn='nqn.h1') == 30000
+    assert value(m, 'nvmf_qos_host_burst_bucket_seconds', host_nqn='nqn.h1') == 20
+    assert 'nvmf_qos_host_burst_bytes_per_second' not in m
+    # A host without a burst has no burst series.
+    assert not [lab for lab, _ in m['nvmf_qos_host_burst_credit_seconds'] if lab['host_nqn'] == 'nqn.h2']
+    assert value(m, 'nvmf_qos_group_burst_bytes_per_second', group='g1') == 400 * 1048576
+    assert value(m, 'nvmf_qos_group_burst_credit_seconds', group='g1') == 0
+    assert value(m, 'nvmf_qos_group_bursting', group='g1') == 0
+    assert value(m, 'nvmf_qos_group_bursting_periods_total', group='g1') == 0
+
+
 def test_build_info_of_each_loaded_plugin(stub):
     version = {'plugin': 'target', 'version': '0.1.0', 'wire_protocol': 1, 'profile': 'release'}
     s = stub({'qos_stats_get': [domain('d0', [])], 'qos_version_get': version})

@@ -123,6 +123,22 @@ pub struct HostStats {
     pub reservation_met_fraction_backlogged: Option<f64>,
     #[serde(default)]
     pub soft_granted: Option<Amount>,
+    /// Its burst and the credit left (issue 28); none without a burst.
+    #[serde(default)]
+    pub burst: Option<Burst>,
+}
+
+/// A host's or group's burst as `qos_stats_get` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+pub struct Burst {
+    pub iops: Option<u64>,
+    pub mibps: Option<u64>,
+    pub seconds: Option<u64>,
+    /// Seconds at the burst rate the credit left lasts.
+    pub credit_seconds: f64,
+    pub bursting: bool,
+    /// Ended periods in which it burst.
+    pub bursting_periods: u64,
 }
 
 /// A tenant group of a domain.
@@ -137,6 +153,8 @@ pub struct GroupStats {
     pub limit_per_period: Amount,
     pub completed_this_period: Amount,
     pub given_this_period: Amount,
+    #[serde(default)]
+    pub burst: Option<Burst>,
 }
 
 /// What the capacity estimator did at the end of a period (full form).

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+pub use crate::burst::{Burst, BurstBudget};
 use crate::cost::{Amount, CostModel, Direction, Resource, WEIGHT_ONE};
 use crate::time::{Nanos, mul_div};
 
@@ -51,7 +52,7 @@ impl Rate {
     pub fn is_none(&self) -> bool {
         self.iops.is_none() && self.mibps.is_none()
     }
-    fn get(&self, r: Resource) -> Option<u64> {
+    pub(crate) fn get(&self, r: Resource) -> Option<u64> {
         match r {
             Resource::Ops => self.iops,
             Resource::Bytes => self.mibps,
@@ -419,6 +420,9 @@ pub struct HostConfig {
     /// Tenant group the host belongs to (at most one); `None`: the host stands alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// Burst above the total limit on credit earned under it (issue 28).
+    #[serde(default, skip_serializing_if = "Burst::is_none")]
+    pub burst: Burst,
 }
 
 /// A tenant group: hosts with an aggregate reservation, limit and weight (the hierarchy
@@ -439,6 +443,9 @@ pub struct GroupConfig {
     /// Share of the unreserved pool relative to other groups and lone hosts. 1 ..= 1000.
     #[serde(default = "default_weight")]
     pub weight: u32,
+    /// Burst above the limit on credit the group earned under it (issue 28).
+    #[serde(default, skip_serializing_if = "Burst::is_none")]
+    pub burst: Burst,
 }
 
 /// A group's validated budgets, per period, in cost units.
@@ -448,6 +455,7 @@ pub struct GroupBudgets {
     /// `u64::MAX` per resource where no limit is set.
     pub limit: Amount,
     pub weight: u32,
+    pub burst: BurstBudget,
 }
 
 /// Most bytes of a group name (it is a label in metrics and a key in RPCs).
@@ -460,6 +468,7 @@ impl GroupConfig {
             reservation: Rate::NONE,
             limit: Rate::NONE,
             weight: 1,
+            burst: Burst::NONE,
         }
     }
 
@@ -515,10 +524,14 @@ impl GroupConfig {
                 limit.set(r, v);
             }
         }
+        let burst = self
+            .burst
+            .budget(&format!("group {}", self.name), &self.limit, domain)?;
         Ok(GroupBudgets {
             reservation,
             limit,
             weight: self.weight,
+            burst,
         })
     }
 }
@@ -537,6 +550,7 @@ impl HostConfig {
             priority: PriorityClass::Medium,
             soft_reservation: Rate::NONE,
             group: None,
+            burst: Burst::NONE,
         }
     }
     pub fn with_reservation(mut self, r: Rate) -> Self {
@@ -670,9 +684,44 @@ pub enum ConfigError {
         limit: u64,
         unit: &'static str,
     },
+    #[error(
+        "{who}: a burst of {burst} {unit} needs a limit to burst above; set {field} (the rate it holds to without credit) or drop the burst"
+    )]
+    BurstWithoutLimit {
+        who: String,
+        burst: u64,
+        unit: &'static str,
+        field: &'static str,
+    },
+    #[error(
+        "{who}: burst {burst} {unit} is below its limit {limit} {unit}; give a burst at or above the limit, or lower the limit"
+    )]
+    BurstBelowLimit {
+        who: String,
+        burst: u64,
+        limit: u64,
+        unit: &'static str,
+    },
+    #[error(
+        "{who}: a burst bucket of {got} s is outside {min} ..= 86400 s (at least one QoS period of {period}, at most a day); give burst_seconds in that range"
+    )]
+    BurstSeconds {
+        who: String,
+        got: u64,
+        min: u64,
+        period: Nanos,
+    },
+    #[error(
+        "{who}: a burst rate needs burst_seconds, how long a full bucket lasts at that rate (1 ..= 86400)"
+    )]
+    BurstWithoutSeconds { who: String },
+    #[error(
+        "{who}: burst_seconds is given without a burst rate; give burst_iops or burst_mibps above the limit, or drop burst_seconds"
+    )]
+    BurstSecondsAlone { who: String },
 }
 
-fn unit(r: Resource) -> &'static str {
+pub(crate) fn unit(r: Resource) -> &'static str {
     match r {
         Resource::Ops => "IOPS",
         Resource::Bytes => "MiB/s",
@@ -807,7 +856,7 @@ impl DomainConfig {
     /// The per-period amount of a rate a user gave (`rate`'s `r`), refused when it
     /// rounds down to nothing: a limit would have to become one command per period,
     /// more than was asked, and a reservation would silently vanish.
-    fn per_period_of(
+    pub(crate) fn per_period_of(
         &self,
         rate: &Rate,
         r: Resource,
@@ -890,6 +939,8 @@ pub struct HostBudgets {
     pub soft_extra: Amount,
     pub weight: u32,
     pub priority: PriorityClass,
+    /// Burst above the total limit (rate 0 where none).
+    pub burst: BurstBudget,
 }
 
 pub const UNLIMITED: u64 = u64::MAX;
@@ -1069,6 +1120,11 @@ impl HostConfig {
         }
         let hard = reservation[0].saturating_add(reservation[1]);
         let soft_extra = amount(&self.soft_reservation, "soft reservation")?.saturating_sub(hard);
+        let burst = self.burst.budget(
+            &format!("host {}", self.host_nqn),
+            &self.limit.total,
+            domain,
+        )?;
         Ok(HostBudgets {
             reservation,
             together: !apart,
@@ -1076,6 +1132,7 @@ impl HostConfig {
             soft_extra,
             weight: self.weight,
             priority: self.priority,
+            burst,
         })
     }
 }

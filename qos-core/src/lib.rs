@@ -2,6 +2,7 @@
 //! plugin and the lab. Sans-IO: no clock, no threads, no randomness of its own; time
 //! ([`Nanos`]) and seeds are arguments and functions return deadlines instead of sleeping.
 //!
+//! - [`burst`]: burst credits, a bucket that lets a host or group exceed its limit.
 //! - [`config`]: domain and host settings, validated into per-period budgets.
 //! - [`admission`]: Haechi's aggregate and local capacity constraints.
 //! - [`depth`]: the target's depth curve learned online, and the operating point on it.
@@ -21,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod burst;
 pub mod channel;
 pub mod cluster;
 pub mod config;
@@ -54,6 +56,7 @@ pub use estimator::CapacityEstimator;
 pub use hold::HoldQueue;
 pub use ledger::{Admission, ChannelTokens, DomainShared, HoldReason, HostShared, PeriodState};
 pub use monitor::{
-    DomainStats, EstimatorRecord, GroupStats, HostStats, Monitor, PeriodRecord, PeriodReport, Tick,
+    BurstStats, DomainStats, EstimatorRecord, GroupStats, HostStats, Monitor, PeriodRecord,
+    PeriodReport, Tick,
 };
 pub use time::Nanos;

@@ -30,10 +30,11 @@ pub use membership::{
     UpdateDomainError, UpdateGroupError, UpdateHostError,
 };
 pub use report::{
-    DomainStats, ESTIMATOR_LOG_PERIODS, Entitlement, EstimatorRecord, GroupStats, HISTORY_PERIODS,
-    HostStats, PeriodCounts, PeriodRecord, PeriodReport,
+    BurstStats, DomainStats, ESTIMATOR_LOG_PERIODS, Entitlement, EstimatorRecord, GroupStats,
+    HISTORY_PERIODS, HostStats, PeriodCounts, PeriodRecord, PeriodReport,
 };
 
+use crate::burst::BurstStep;
 use crate::config::{
     DomainConfig, GroupConfig, HostConfig, ReservationRelease, TokenMode, UNLIMITED,
 };
@@ -103,6 +104,8 @@ pub struct Monitor {
     /// The curve as it was when the current period started: what the period's served
     /// work is judged against (by its end the curve has learned the period itself).
     period_curve: Vec<CurvePoint>,
+    /// When the burst buckets were last stepped.
+    burst_at: Nanos,
 }
 
 impl Monitor {
@@ -141,6 +144,7 @@ impl Monitor {
             depth: DepthCurve::new(DEPTH_HORIZON),
             depth_at: now,
             period_curve: Vec::new(),
+            burst_at: now,
             cfg,
         };
         m.start_period(now);
@@ -199,10 +203,65 @@ impl Monitor {
             self.arm_ahead();
             None
         };
+        self.step_bursts(now);
         let end = self.period_start.saturating_add(self.cfg.period);
         Tick {
             next_deadline: now.saturating_add(self.cfg.check_interval).min(end),
             ended,
+        }
+    }
+
+    /// Steps every burst bucket with what its host (or group) was admitted since the
+    /// last step, and moves the limits of the hosts whose burst started or ended.
+    fn step_bursts(&mut self, now: Nanos) {
+        let dt = now.saturating_sub(self.burst_at);
+        self.burst_at = now;
+        if !self.members.bursts || dt == Nanos::ZERO {
+            return;
+        }
+        let step = |(used, held)| BurstStep {
+            dt,
+            used,
+            held,
+            period: self.cfg.period,
+            check_interval: self.cfg.check_interval,
+        };
+        let (left, tag) = (self.left_fraction(now), self.tag());
+        let m = &mut self.members;
+        let mut group_used = vec![(Amount::ZERO, false); m.groups.len()];
+        let mut moved = false;
+        for h in &mut m.hosts {
+            let group = h.group.filter(|&g| m.groups[g].budgets.burst.any());
+            if !h.budgets.burst.any() && group.is_none() {
+                continue;
+            }
+            let used = h.admitted_since_last();
+            if let Some(g) = group {
+                let (sum, held) = &mut group_used[g];
+                *sum = sum.saturating_add(used.0);
+                *held |= used.1;
+            }
+            if h.budgets.burst.any() {
+                let before = h.limit();
+                if h.burst.advance(&h.budgets.burst, step(used)) {
+                    h.retarget_limits(&before, &h.limit(), left, tag);
+                    moved = true;
+                }
+            }
+        }
+        for (g, used) in m.groups.iter_mut().zip(group_used) {
+            if g.budgets.burst.any() {
+                g.burst.advance(&g.budgets.burst, step(used));
+                let limit = g.burst.effective_limit(&g.budgets.burst, g.budgets.limit);
+                for r in 0..2 {
+                    if limit.get(RES[r]) != g.budgets.limit.get(RES[r]) {
+                        g.burst_ns[r] = g.burst_ns[r].saturating_add(dt.0);
+                    }
+                }
+            }
+        }
+        if moved {
+            self.refresh_params(true);
         }
     }
 
@@ -565,10 +624,13 @@ impl Monitor {
         for g in &mut m.groups {
             g.given = [0; 2];
             g.surplus_released = [0; 2];
+            g.burst_ns = [0; 2];
+            g.burst.end_period();
         }
         for h in &mut m.hosts {
             h.share.excess_granted = Amount::ZERO;
             h.activity.start_period();
+            h.burst.end_period();
         }
         self.policy.start_period(start);
         self.period_ticks = 0;
@@ -724,7 +786,10 @@ impl Monitor {
         let (batch, capacity, four_intervals) = self.params_inputs();
         let max_w = self.max_weight();
         for h in self.members.hosts.iter_mut() {
-            if only_changed && h.period.published_res == h.period.res {
+            if only_changed
+                && h.period.published_res == h.period.res
+                && h.period.published_limit == h.limit()
+            {
                 continue;
             }
             let w = h.budgets.weight as u64;

@@ -274,6 +274,7 @@ proptest! {
             reservation: Rate::iops(cap * 10 / 100),
             limit: Rate::iops(cap * limit_pct / 100),
             weight: weights[0],
+            burst: qos_core::burst::Burst::NONE,
         }];
         let hosts: Vec<_> = (0..4)
             .map(|i| {

@@ -111,6 +111,8 @@ struct RawGroup {
     reservation_iops: Option<i64>,
     limit_iops: Option<i64>,
     weight: Option<i64>,
+    burst_iops: Option<i64>,
+    burst_seconds: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -207,6 +209,8 @@ struct RawHost {
     group: Option<String>,
     priority: Option<String>,
     soft_reservation_iops: Option<i64>,
+    burst_iops: Option<i64>,
+    burst_seconds: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -216,6 +220,8 @@ struct RawVariant {
     pattern: Option<String>,
     reserved_fraction: Option<f64>,
     distribution: Option<String>,
+    /// `false`: the hosts' bursts are left out in this variant.
+    burst: Option<bool>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -490,6 +496,9 @@ pub struct HostSpec {
     pub priority: qos_core::PriorityClass,
     /// Soft guarantee (seed 002), IOPS; at least the hard reservation.
     pub soft_reservation_iops: Option<u64>,
+    /// Burst above `limit_iops` on credit (issue 28), IOPS, and the bucket in seconds.
+    pub burst_iops: Option<u64>,
+    pub burst_seconds: Option<u64>,
 }
 
 /// A tenant group of the scenario (real figures, before `scale`).
@@ -499,6 +508,17 @@ pub struct GroupSpec {
     pub reservation_iops: Option<u64>,
     pub limit_iops: Option<u64>,
     pub weight: u32,
+    pub burst_iops: Option<u64>,
+    pub burst_seconds: Option<u64>,
+}
+
+/// A burst of `iops` (divided by `scale`) for `seconds` (not scaled: time is not).
+fn burst_of(iops: Option<u64>, seconds: Option<u64>, scale: u64) -> qos_core::burst::Burst {
+    qos_core::burst::Burst {
+        iops: iops.map(|v| (v / scale).max(1)),
+        mibps: None,
+        seconds,
+    }
 }
 
 impl GroupSpec {
@@ -510,6 +530,7 @@ impl GroupSpec {
             reservation: Rate::iops_opt(s(self.reservation_iops)),
             limit: Rate::iops_opt(s(self.limit_iops)),
             weight: self.weight,
+            burst: burst_of(self.burst_iops, self.burst_seconds, scale),
         }
     }
 }
@@ -534,6 +555,7 @@ impl HostSpec {
             iops: s(self.soft_reservation_iops),
             mibps: None,
         };
+        h.burst = burst_of(self.burst_iops, self.burst_seconds, scale);
         h
     }
     /// The host NQN the lab gives this host.
@@ -1111,6 +1133,8 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
             )?,
             limit_iops: ctx.positive(g.limit_iops, &gp("limit_iops"), "a limit")?,
             weight: weight as u32,
+            burst_iops: ctx.positive(g.burst_iops, &gp("burst_iops"), "a burst")?,
+            burst_seconds: ctx.positive(g.burst_seconds, &gp("burst_seconds"), "a burst bucket")?,
         });
     }
     let group_names: Vec<String> = groups.iter().map(|g| g.name.clone()).collect();
@@ -1183,6 +1207,8 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
         if let Err(e) = g.group_config(1).budgets(&domain) {
             let key = match e {
                 qos_core::ConfigError::GroupReservationAboveLimit { .. } => "reservation_iops",
+                qos_core::ConfigError::BurstSeconds { .. } => "burst_seconds",
+                ref e if is_burst_error(e) => "burst_iops",
                 _ => "name",
             };
             return Err(ctx.invalid(&top("group").index(gi).key(key), e.to_string()));
@@ -1197,6 +1223,8 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
                     qos_core::ConfigError::Weight { .. } => "weight",
                     qos_core::ConfigError::SoftBelowHard { .. }
                     | qos_core::ConfigError::SoftAboveLimit { .. } => "soft_reservation_iops",
+                    qos_core::ConfigError::BurstSeconds { .. } => "burst_seconds",
+                    ref e if is_burst_error(e) => "burst_iops",
                     _ => "name",
                 };
                 let mut msg = e.to_string();
@@ -1208,6 +1236,18 @@ fn resolve(raw: RawScenario, ctx: &Ctx<'_>, default_name: &str) -> Result<Scenar
         }
     }
     Ok(scenario)
+}
+
+/// A refusal of a burst's rate (its bucket's has its own key).
+fn is_burst_error(e: &qos_core::ConfigError) -> bool {
+    use qos_core::ConfigError as E;
+    matches!(
+        e,
+        E::BurstWithoutLimit { .. }
+            | E::BurstBelowLimit { .. }
+            | E::BurstWithoutSeconds { .. }
+            | E::BurstSecondsAlone { .. }
+    )
 }
 
 fn merge(d: &RawHost, h: &RawHost) -> RawHost {
@@ -1232,6 +1272,8 @@ fn merge(d: &RawHost, h: &RawHost) -> RawHost {
         group: h.group.clone().or_else(|| d.group.clone()),
         priority: h.priority.clone().or_else(|| d.priority.clone()),
         soft_reservation_iops: h.soft_reservation_iops.or(d.soft_reservation_iops),
+        burst_iops: h.burst_iops.or(d.burst_iops),
+        burst_seconds: h.burst_seconds.or(d.burst_seconds),
     }
 }
 
@@ -1244,6 +1286,7 @@ fn resolve_hosts(
     group_names: &[String],
 ) -> Result<Vec<HostSpec>, ScenarioError> {
     let n = templates.len();
+    let bursts = variant.is_none_or(|(_, v)| v.burst != Some(false));
     let rp = |k: &str| top("reservations").key(k);
     // Reservations first: demands may depend on them.
     let mut res: Vec<Option<u64>> = vec![None; n];
@@ -1548,6 +1591,12 @@ fn resolve_hosts(
             group: h.group.clone(),
             priority,
             soft_reservation_iops,
+            burst_iops: ctx
+                .positive(h.burst_iops, &p("burst_iops"), "a burst")?
+                .filter(|_| bursts),
+            burst_seconds: ctx
+                .positive(h.burst_seconds, &p("burst_seconds"), "a burst bucket")?
+                .filter(|_| bursts),
         });
     }
     Ok(hosts)

@@ -65,6 +65,7 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "priority-soft",
         include_str!("../scenarios/priority-soft.toml"),
     ),
+    ("boot-storm", include_str!("../scenarios/boot-storm.toml")),
 ];
 
 /// The text of the shipped scenario `name`.

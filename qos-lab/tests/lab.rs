@@ -780,3 +780,49 @@ fn cli_list_check_and_run() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad.toml:2:17: target.capacity_iops"), "{err}");
 }
+
+/// Issue 28, scenario `boot-storm`: ten VMs idle for 5 s, then all read at once next to
+/// a database reserving 40,000 IOPS. With burst credits each VM runs above its 10,000
+/// limit until its full bucket (5 s x 20,000 excess = 100,000 operations) is spent, then
+/// at its limit; without, at its limit from the start. The database meets its
+/// reservation in every period either way: bursts come from unreserved capacity only.
+#[test]
+fn a_boot_storm_bursts_on_credit_then_holds_the_limit_and_the_reservation_stands() {
+    let s = shipped("boot-storm");
+    let sum = summary(&s, RunOptions::default(), 2);
+    for sharing in ["first_come", "weighted"] {
+        let with = policy(&sum, sharing, Some("burst"));
+        let without = policy(&sum, sharing, Some("no-burst"));
+        for p in [with, without] {
+            assert!(
+                p.hosts[0].periods.iter().all(|&v| v >= 40_000),
+                "{sharing}: the database missed its reservation: {:?}",
+                p.hosts[0].periods
+            );
+        }
+        for vm in &with.hosts[1..] {
+            // Periods 0-3 idle, then above the limit until the bucket is spent.
+            let storm = &vm.periods[4..];
+            let above: Vec<u64> = storm.iter().map(|&v| v.saturating_sub(10_000)).collect();
+            let spent: u64 = above.iter().sum();
+            assert!(
+                (99_000..=101_000).contains(&spent),
+                "{sharing} {}: {spent} above the limit for a bucket of 100,000: {storm:?}",
+                vm.host
+            );
+            let bursting = above.iter().take_while(|&&a| a > 5_000).count();
+            assert!(bursting >= 8, "{sharing} {}: {storm:?}", vm.host);
+            assert!(
+                storm[bursting + 1..]
+                    .iter()
+                    .all(|&v| v.abs_diff(10_000) <= 100),
+                "{sharing} {}: after the burst {storm:?}",
+                vm.host
+            );
+        }
+        for vm in &without.hosts[1..] {
+            assert!(vm.periods[4..].iter().all(|&v| v.abs_diff(10_000) <= 100));
+        }
+        assert!(with.total_iops > 1.15 * without.total_iops);
+    }
+}

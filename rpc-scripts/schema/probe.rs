@@ -242,6 +242,9 @@ pub struct Method {
     /// are string constraints recorded.
     pub checks_names: bool,
     pub omitted: Omitted,
+    /// Parameters that only mean something with others (a burst needs a limit and a
+    /// bucket): what is added to the context while each is probed (`with` in the file).
+    pub companions: BTreeMap<&'static str, Value>,
     /// Parses a call as the parameter struct (serde alone).
     parse: Check,
 }
@@ -262,8 +265,25 @@ impl Method {
             accept: Box::new(accept),
             checks_names: false,
             omitted,
+            companions: BTreeMap::new(),
             parse: Box::new(|v| parse_as::<T>(v).map(|_| ())),
         }
+    }
+
+    /// Probes `name` with `companions` (an object of parameters) added to the context.
+    pub fn probing_with(mut self, name: &'static str, companions: Value) -> Self {
+        self.companions.insert(name, companions);
+        self
+    }
+
+    /// The call `name` is probed in: the context and its companions.
+    fn context_for(&self, name: &str) -> Value {
+        let mut v = self.context.clone();
+        if let (Value::Object(o), Some(Value::Object(extra))) = (&mut v, self.companions.get(name))
+        {
+            o.extend(extra.clone());
+        }
+        v
     }
 
     /// A method that only parses short of SPDK (lookups, bdevs), whose omitted
@@ -346,7 +366,8 @@ const SEEDS: [u64; 12] = [
 /// The accepted values of an integer field: `{0} ∪ [lo, hi]` or `[lo, hi]`, checked to
 /// be that shape. None when it accepts a single value (it cannot change).
 fn integer_range(m: &Method, name: &str, max: u64, default: Option<u64>) -> Value {
-    let ok = |v: u64| (m.accept)(&with(&m.context, name, json!(v))).is_ok();
+    let context = m.context_for(name);
+    let ok = |v: u64| (m.accept)(&with(&context, name, json!(v))).is_ok();
     let seed = default
         .into_iter()
         .chain(m.context.get(name).and_then(Value::as_u64))
@@ -402,7 +423,8 @@ const LONGEST: usize = 4096;
 /// characters of [`NAME_CHARS`] it refuses. None for a name that must be an existing
 /// object's or that the method does not check short of SPDK.
 fn name_constraints(m: &Method, name: &str) -> Option<Value> {
-    let ok = |s: &str| (m.accept)(&with(&m.context, name, json!(s))).is_ok();
+    let context = m.context_for(name);
+    let ok = |s: &str| (m.accept)(&with(&context, name, json!(s))).is_ok();
     if !(ok("qa") && ok("qb")) {
         return None; // a reference to an object
     }
@@ -460,6 +482,9 @@ pub fn describe(m: &Method) -> Value {
         p.insert("name".into(), json!(f.name));
         let is_required = required.iter().any(|r| r == f.name);
         p.insert("required".into(), json!(is_required));
+        if let Some(with) = m.companions.get(f.name) {
+            p.insert("with".into(), with.clone());
+        }
         let default = resolved
             .as_ref()
             .map(|r| r.get(f.name).cloned().unwrap_or(Value::Null));

@@ -19,7 +19,9 @@ STATS = [{
          'underuse_flag': False, 'reservation_at_risk': False,
          'entitlement': {'contending': True, 'held_fraction': 0.9, 'at_target': 31.4, 'cap': 50000,
                          'entitled': 40000, 'achieved': 39800, 'shortfall': 200,
-                         'queue_depth_needed': 9.2}},
+                         'queue_depth_needed': 9.2},
+         'burst': {'iops': 150000, 'mibps': None, 'seconds': 30, 'credit_seconds': 12.345, 'bursting': True,
+                   'bursting_periods': 18}},
         {'host_nqn': HOST2, 'min': {'read': {'iops': 2000}, 'write': {'iops': 1000}}, 'max': {},
          'completed_this_period': {'ops': 100, 'bytes': 409600}, 'last_periods': [],
          'reservation_met_fraction': 0.875, 'held': 12, 'underuse_flag': True, 'reservation_at_risk': True,
@@ -72,13 +74,13 @@ def test_stats_table(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == ('domain dom0: epoch 42, period 1000 ms (350 ms elapsed), capacity estimate '
                         '400000 ops, 3000.0 MiB per period, global available 120000 ops, 1000.0 MiB')
-    assert lines[1].split() == ['HOST', 'MIN', 'MAX', 'COMPLETED', 'THIS', 'PERIOD', 'MET', 'HELD', 'ENTITLED',
-                                'FLAGS']
+    assert lines[1].split() == ['HOST', 'MIN', 'MAX', 'COMPLETED', 'THIS', 'PERIOD', 'MET', 'HELD', 'BURST',
+                                'ENTITLED', 'FLAGS']
     assert lines[2].split() == [HOST1, 'iops=10000', 'iops=50000,read_mibps=100', '3500', 'ops,', '13.7', 'MiB',
-                                '100.0%', '0', '40000/s', 'contending,', 'QD', '9.2', '-']
-    # No entitlement before the target's depth curve has a sample.
+                                '100.0%', '0', '12.3s', 'bursting', '40000/s', 'contending,', 'QD', '9.2', '-']
+    # No burst and no entitlement (before the target's depth curve has a sample).
     assert lines[3].split() == [HOST2, 'read_iops=2000,write_iops=1000', '-', '100', 'ops,', '0.4', 'MiB',
-                                '87.5%', '12', '-', 'underuse,at-risk,unreachable']
+                                '87.5%', '12', '-', '-', 'underuse,at-risk,unreachable']
     # columns line up
     assert lines[1].index('MAX') == lines[2].index('iops=50000') == lines[3].index('- ')
     assert len(lines) == 4
@@ -114,7 +116,7 @@ def test_stats_table_tolerates_missing_fields_and_several_domains(capsys):
     run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': stats}))
     out = capsys.readouterr().out
     assert 'domain a: epoch -, period - (- elapsed), capacity estimate - per period, global available -' in out
-    assert out.splitlines()[-1].split() == [HOST1, '-', '-', '-', '-', '-', '-', '-']
+    assert out.splitlines()[-1].split() == [HOST1, '-', '-', '-', '-', '-', '-', '-', '-']
     assert '\n\ndomain b' in out
 
 

@@ -111,7 +111,10 @@ def _run(argv):
 
 
 def _with(command, name, value):
-    return dict(_schema(command)[0]['context'], **{name: value})
+    """The target's probing call for `name`: the context, the parameters it is probed
+    with (`with`: a burst needs a limit and a bucket), and `value`."""
+    companions = _params(command).get(name, {}).get('with', {})
+    return dict(_schema(command)[0]['context'], **companions, **{name: value})
 
 
 def _accepts(command, name, value):

@@ -112,6 +112,15 @@ BAD = [
     ([*HU, '--min-iops', '5', '--min-read-iops', '4'], "--min-iops and --min-read-iops cannot be used together"),
     ([*HU, '--max-iops', '-1'], "argument --max-iops: must not be negative (got -1); 0 clears the rate"),
     ([*HU, '--group', 'a b'], "argument --group: a group name is 1 ..= 64"),
+    # a burst below its limit, in either order; a bucket of 0 s or above a day (issue 28)
+    ([*HS, '--max-iops', '10000', '--burst-iops', '5000'],
+     "--burst-iops 5000 is below --max-iops 10000: a burst is above the limit; raise --burst-iops or lower --max-iops"),
+    ([*GC, '--burst-mibps', '100', '--max-mibps', '200'],
+     "--burst-mibps 100 is below --max-mibps 200: a burst is above the limit"),
+    ([*HS, '--burst-seconds', '0'], "argument --burst-seconds: must be 1 ..= 86400 (got 0)"),
+    ([*GC, '--burst-seconds', '86401'], "argument --burst-seconds: must be 1 ..= 86400 (got 86401)"),
+    ([*HU, '--burst-seconds', '0'], "argument --burst-seconds: must be 1 ..= 86400 (got 0)"),
+    ([*HS, '--burst-iops', '0'], "argument --burst-iops: must be at least 1 (got 0)"),
     # what the target refuses as well (rpc-scripts/schema, test_schema.py)
     (['qos_ini_bdev_set_options', '-n', 'q', '--latency-target-auto-milli', '500'],
      "argument --latency-target-auto-milli: must be 0 or 1000 ..= 100000 (got 500)"),
@@ -178,3 +187,15 @@ def test_group_pairs_within_bounds_are_accepted():
     # the longest name, and every kind of character
     client = run(['qos_group_create', '-d', 'dom0', '-n', 'aZ09-_.:' * 8])
     assert client.calls[0][1]['name'] == 'aZ09-_.:' * 8
+
+
+def test_burst_options_are_sent_and_clear_with_0_on_update():
+    client = run([*HS, '--max-iops', '10000', '--burst-iops', '30000', '--burst-seconds', '20'])
+    assert client.calls[0][1] == {'domain': 'dom0', 'host_nqn': HOST, 'max_iops': 10000, 'burst_iops': 30000,
+                                  'burst_seconds': 20}
+    client = run([*GC, '--max-mibps', '100', '--burst-mibps', '100', '--burst-seconds', '86400'])
+    assert client.calls[0][1]['burst_mibps'] == 100
+    # on update, 0 clears the limit or the burst, so neither bounds the other (clearing
+    # both burst rates clears the bucket at the target)
+    client = run([*GU, '--max-iops', '20000', '--burst-iops', '0'])
+    assert client.calls[0][1] == {'domain': 'dom0', 'name': 'tenant-a', 'max_iops': 20000, 'burst_iops': 0}

@@ -4,7 +4,7 @@
 //! Unknown parameters are refused (`deny_unknown_fields`), so a typo is an error, not a
 //! silently ignored setting.
 
-use qos_core::config::{BatchSize, Capacity, EstimatorConfig};
+use qos_core::config::{BatchSize, Burst, Capacity, EstimatorConfig};
 use qos_core::{
     CostModel, DomainConfig, ExcessSharing, GroupConfig, HostConfig, Nanos, PriorityClass, Rate,
     RateSet, ReservationRelease, TokenMode,
@@ -302,6 +302,14 @@ pub struct HostParams {
     /// Tenant group (created by `qos_group_create`); none: a lone host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// Burst above `max_iops` / `max_mibps` on credit earned under them (issue 28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_mibps: Option<u64>,
+    /// How long a full bucket lasts at the burst rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_seconds: Option<u64>,
 }
 
 impl HostParams {
@@ -324,6 +332,11 @@ impl HostParams {
             priority: self.priority.unwrap_or_default(),
             soft_reservation: rate(self.soft_min_iops, self.soft_min_mibps),
             group: self.group.clone(),
+            burst: Burst {
+                iops: self.burst_iops,
+                mibps: self.burst_mibps,
+                seconds: self.burst_seconds,
+            },
         }
     }
 
@@ -350,6 +363,9 @@ impl HostParams {
             soft_min_iops: cfg.soft_reservation.iops,
             soft_min_mibps: cfg.soft_reservation.mibps,
             group: cfg.group.clone(),
+            burst_iops: cfg.burst.iops,
+            burst_mibps: cfg.burst.mibps,
+            burst_seconds: cfg.burst.seconds,
         }
     }
 
@@ -383,6 +399,9 @@ pub struct HostUpdate {
     pub soft_min_iops: Option<u64>,
     pub soft_min_mibps: Option<u64>,
     pub group: Option<String>,
+    pub burst_iops: Option<u64>,
+    pub burst_mibps: Option<u64>,
+    pub burst_seconds: Option<u64>,
 }
 
 /// A rate after an update: 0 clears it, a value sets it, absent keeps it.
@@ -391,6 +410,14 @@ fn updated_rate(old: Option<u64>, new: Option<u64>) -> Option<u64> {
         Some(0) => None,
         Some(v) => Some(v),
         None => old,
+    }
+}
+
+/// An update that clears both burst rates (0) clears the bucket with them, rather than
+/// leaving a `burst_seconds` the next validation refuses.
+fn clear_bucket_without_burst(seconds: &mut Option<u64>, iops: Option<u64>, mibps: Option<u64>) {
+    if iops.is_none() && mibps.is_none() {
+        *seconds = None;
     }
 }
 
@@ -415,8 +442,12 @@ impl HostParams {
             max_write_iops,
             max_write_mibps,
             soft_min_iops,
-            soft_min_mibps
+            soft_min_mibps,
+            burst_iops,
+            burst_mibps,
+            burst_seconds
         );
+        clear_bucket_without_burst(&mut p.burst_seconds, p.burst_iops, p.burst_mibps);
         if u.weight.is_some() {
             p.weight = u.weight;
         }
@@ -448,6 +479,13 @@ pub struct GroupParams {
     pub max_mibps: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<u32>,
+    /// Burst above the group's limit on credit it earned under it (issue 28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_mibps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_seconds: Option<u64>,
 }
 
 /// `qos_group_update` parameters: `domain`, `name` and whatever changes (a rate of 0
@@ -462,6 +500,9 @@ pub struct GroupUpdate {
     pub max_iops: Option<u64>,
     pub max_mibps: Option<u64>,
     pub weight: Option<u32>,
+    pub burst_iops: Option<u64>,
+    pub burst_mibps: Option<u64>,
+    pub burst_seconds: Option<u64>,
 }
 
 impl GroupParams {
@@ -478,6 +519,11 @@ impl GroupParams {
                 mibps: self.max_mibps,
             },
             weight: self.weight.unwrap_or(1),
+            burst: Burst {
+                iops: self.burst_iops,
+                mibps: self.burst_mibps,
+                seconds: self.burst_seconds,
+            },
         }
     }
 
@@ -491,6 +537,9 @@ impl GroupParams {
             max_iops: cfg.limit.iops,
             max_mibps: cfg.limit.mibps,
             weight: Some(cfg.weight),
+            burst_iops: cfg.burst.iops,
+            burst_mibps: cfg.burst.mibps,
+            burst_seconds: cfg.burst.seconds,
         }
     }
 
@@ -501,6 +550,10 @@ impl GroupParams {
         p.min_mibps = updated_rate(p.min_mibps, u.min_mibps);
         p.max_iops = updated_rate(p.max_iops, u.max_iops);
         p.max_mibps = updated_rate(p.max_mibps, u.max_mibps);
+        p.burst_iops = updated_rate(p.burst_iops, u.burst_iops);
+        p.burst_mibps = updated_rate(p.burst_mibps, u.burst_mibps);
+        p.burst_seconds = updated_rate(p.burst_seconds, u.burst_seconds);
+        clear_bucket_without_burst(&mut p.burst_seconds, p.burst_iops, p.burst_mibps);
         if u.weight.is_some() {
             p.weight = u.weight;
         }
@@ -703,6 +756,41 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_survives_save_config_and_clearing_its_rates_clears_its_bucket() {
+        let set = json!({"domain": "d", "host_nqn": "h", "max_iops": 1000, "burst_iops": 3000,
+                         "burst_seconds": 20});
+        let p: HostParams = parse("qos_host_set", set.clone()).unwrap();
+        // save_config prints from_config of the running configuration; replayed, it is
+        // the same call.
+        let printed = HostParams::from_config("d", &p.to_config()).to_json();
+        assert_eq!(printed["burst_iops"], 3000);
+        assert_eq!(printed["burst_seconds"], 20);
+        let replayed: HostParams = parse("qos_host_set", printed).unwrap();
+        assert_eq!(replayed.to_config().burst, p.to_config().burst);
+        let u: HostUpdate = parse(
+            "qos_host_update",
+            json!({"domain": "d", "host_nqn": "h", "burst_iops": 0}),
+        )
+        .unwrap();
+        let q = p.updated(&u);
+        assert_eq!((q.burst_iops, q.burst_seconds), (None, None));
+        let g: GroupParams = parse(
+            "qos_group_create",
+            json!({"domain": "d", "name": "g", "max_mibps": 10, "burst_mibps": 40,
+                   "burst_seconds": 5}),
+        )
+        .unwrap();
+        let printed = GroupParams::from_config("d", &g.to_config());
+        assert_eq!(
+            printed,
+            GroupParams {
+                weight: Some(1),
+                ..g
+            }
+        );
+    }
+
+    #[test]
     fn the_operating_point_is_given_one_way() {
         let p = domain(json!({"name": "d", "operating_in_flight_milli": 40000})).unwrap();
         let c = p.to_config().unwrap();
@@ -827,7 +915,18 @@ mod schema {
     /// The domain `d` hosts and groups are probed in: the probing context with
     /// weighted sharing, and a group `g` without rates.
     fn base() -> (DomainParams, Monitor) {
+        base_with(domain_context())
+    }
+
+    /// [`base`] at a period of 1 s (the default), where hosts and groups are probed:
+    /// a burst's bucket is at least one period, and rpc.py's bound is the default's.
+    fn base_of_hosts() -> (DomainParams, Monitor) {
         let mut v = domain_context();
+        v["period_ms"] = json!(1000);
+        base_with(v)
+    }
+
+    fn base_with(mut v: Value) -> (DomainParams, Monitor) {
         v["sharing"] = json!("weighted");
         let p: DomainParams = parse_as(&v).expect("base domain");
         let mut m = monitor(&p).expect("base domain");
@@ -843,8 +942,22 @@ mod schema {
     /// The domain `d` the registry would find, or its refusal.
     fn domain_named(name: &str) -> Result<Monitor, String> {
         match name {
-            "d" => Ok(base().1),
+            "d" => Ok(base_of_hosts().1),
             _ => Err(format!("unknown QoS domain {name:?}")),
+        }
+    }
+
+    /// A burst needs a limit and a bucket, and the bucket a burst rate: each is probed
+    /// with the others (1 IOPS or MiB/s limits, a 1 s bucket, a 1 IOPS burst).
+    trait ProbingBursts {
+        fn probing_bursts(self) -> Self;
+    }
+
+    impl ProbingBursts for Method {
+        fn probing_bursts(self) -> Self {
+            self.probing_with("burst_iops", json!({"max_iops": 1, "burst_seconds": 1}))
+                .probing_with("burst_mibps", json!({"max_mibps": 1, "burst_seconds": 1}))
+                .probing_with("burst_seconds", json!({"max_iops": 1, "burst_iops": 1}))
         }
     }
 
@@ -901,7 +1014,8 @@ mod schema {
                     HostParams::from_config(&h.domain, &h.to_config()).to_json()
                 })),
             )
-            .checking_names(),
+            .checking_names()
+            .probing_bursts(),
             Method::new::<HostUpdate>(
                 "qos_host_update",
                 "HostUpdate",
@@ -923,7 +1037,8 @@ mod schema {
                     old.updated(&u) == old
                 })),
             )
-            .checking_names(),
+            .checking_names()
+            .probing_bursts(),
             Method::query::<HostKey>("qos_host_remove", "HostKey", host),
             Method::query::<HostQuery>("qos_host_get", "HostQuery", json!({"domain": "d"})),
             Method::new::<GroupParams>(
@@ -940,7 +1055,8 @@ mod schema {
                     GroupParams::from_config(&g.domain, &g.to_config()).to_json()
                 })),
             )
-            .checking_names(),
+            .checking_names()
+            .probing_bursts(),
             Method::new::<GroupUpdate>(
                 "qos_group_update",
                 "GroupUpdate",
@@ -963,7 +1079,8 @@ mod schema {
                     let old = GroupParams::from_config(&u.domain, old);
                     old.updated(&u) == old
                 })),
-            ),
+            )
+            .probing_bursts(),
             Method::query::<GroupKey>(
                 "qos_group_delete",
                 "GroupKey",

@@ -6,9 +6,10 @@
 //! only, so a scrape of a target with a thousand hosts stays cheap on the app thread.
 
 use qos_core::Amount;
+use qos_core::burst::Burst;
 use qos_core::histogram::HELD_BUCKETS_NS;
 use qos_core::monitor::{
-    DomainStats, Entitlement, EstimatorRecord, HostStats, PeriodCounts, PeriodRecord,
+    BurstStats, DomainStats, Entitlement, EstimatorRecord, HostStats, PeriodCounts, PeriodRecord,
 };
 use qos_core::sync::POOL_MAX;
 use qos_core::{PriorityClass, RateSet};
@@ -112,6 +113,7 @@ struct CompactHost<'a> {
     in_flight_at_base: f64,
     reservation_depth_needed: Option<f64>,
     entitlement: Option<EntitlementOut>,
+    burst: Value,
 }
 
 /// A host's entitlement at the operating point, as the stats RPC shows it (rates in
@@ -183,6 +185,22 @@ fn compact_host<'a>(d: &Source<'_>, h: &'a HostStats) -> CompactHost<'a> {
         in_flight_at_base: milli(h.in_flight_at_base_milli),
         reservation_depth_needed: h.reservation_depth_needed_milli.map(milli),
         entitlement: entitlement_out(&h.entitlement),
+        burst: burst(&h.config.burst, h.burst.as_ref()),
+    }
+}
+
+/// A burst's configuration and its credit now; `null` without a burst.
+fn burst(cfg: &Burst, now: Option<&BurstStats>) -> Value {
+    match now {
+        None => Value::Null,
+        Some(b) => json!({
+            "iops": cfg.iops,
+            "mibps": cfg.mibps,
+            "seconds": cfg.seconds,
+            "credit_seconds": b.credit_seconds,
+            "bursting": b.bursting,
+            "bursting_periods": b.bursting_periods,
+        }),
     }
 }
 
@@ -369,6 +387,7 @@ fn groups(s: &DomainStats) -> Value {
                     "limit_per_period": amount(g.limit_per_period),
                     "completed_this_period": amount(g.completed_this_period),
                     "given_this_period": amount(g.given_this_period),
+                    "burst": burst(&g.config.burst, g.burst.as_ref()),
                 })
             })
             .collect(),

@@ -3,6 +3,7 @@
 //! ([`Activity`]), whether its reservation is within reach ([`Reach`]), how its
 //! periods ended ([`Outcomes`]) and its part in sharing the excess ([`HostShare`]).
 
+use crate::burst::BurstBucket;
 use crate::config::{BudgetClass, HostBudgets, HostConfig, UNLIMITED};
 use crate::cost::{Amount, RES, Resource};
 use crate::estimator::UnderuseCounter;
@@ -29,6 +30,11 @@ pub(crate) struct HostEntry {
     pub(crate) reach: Reach,
     pub(crate) outcomes: Outcomes,
     pub(crate) share: HostShare,
+    /// Its burst credit, and the work it was admitted (cost units) as of the bucket's
+    /// last step.
+    pub(crate) burst: BurstBucket,
+    pub(crate) burst_seen: Amount,
+    pub(crate) burst_seen_held: u64,
     /// The last ended period as the entitlement report reads it.
     pub(crate) window: Window,
 }
@@ -65,6 +71,8 @@ pub(crate) struct PeriodBudget {
     pub(crate) soft_granted: Amount,
     /// `res` as last published in its params.
     pub(crate) published_res: [Amount; 2],
+    /// The limits in effect as last published (they move while it bursts).
+    pub(crate) published_limit: [Amount; 3],
     /// Unused reservation its channels may hold in caches: not counted as lag.
     pub(crate) res_slack: Amount,
     /// What its pools of the next period were armed with ahead of the roll-over, if
@@ -200,6 +208,10 @@ impl HostEntry {
         epoch: u64,
     ) -> Self {
         let at_start = shared.counters();
+        let burst_seen = at_start
+            .consumed_res
+            .saturating_add(at_start.consumed_global);
+        let burst = BurstBucket::full(&budgets.burst);
         let mut activity = Activity::new(now);
         activity.depth_sample(shared.completed_work_and_service());
         HostEntry {
@@ -222,6 +234,60 @@ impl HostEntry {
             },
             share: HostShare::default(),
             window: Window::default(),
+            burst,
+            burst_seen,
+            burst_seen_held: at_start.held_events,
+        }
+    }
+
+    /// The limits in effect now: its limits, the total one at its burst rate while it
+    /// bursts.
+    pub(crate) fn limit(&self) -> [Amount; 3] {
+        let mut l = self.budgets.limit;
+        let total = BudgetClass::Total as usize;
+        l[total] = self.burst.effective_limit(&self.budgets.burst, l[total]);
+        l
+    }
+
+    /// Work it was admitted since the last call (cost units), and whether it had
+    /// commands held meanwhile (it was not under its limit by choice).
+    pub(crate) fn admitted_since_last(&mut self) -> (Amount, bool) {
+        let c = self.shared.counters_hot();
+        let spent = c.consumed_res.saturating_add(c.consumed_global);
+        let used = spent.saturating_sub(self.burst_seen);
+        let held = c.held_now > 0 || c.held_events != self.burst_seen_held;
+        self.burst_seen = spent;
+        self.burst_seen_held = c.held_events;
+        (used, held)
+    }
+
+    /// Moves its live limit pools from limits `old` to `new` for the rest of the
+    /// period (`left` is `(T - t, T)`): a limit switched on starts prorated, a changed
+    /// one moves by the prorated difference, never below zero. Limits are not tokens
+    /// of the books.
+    pub(crate) fn retarget_limits(
+        &self,
+        old: &[Amount; 3],
+        new: &[Amount; 3],
+        (num, den): (u64, u64),
+        tag: u16,
+    ) {
+        for c in BudgetClass::ALL {
+            for r in Resource::ALL {
+                let pool = &self.shared.limit[c as usize][r.index()];
+                let new_l = new[c as usize].get(r);
+                let old_l = old[c as usize].get(r);
+                if new_l == UNLIMITED {
+                    continue;
+                }
+                let prorated = mul_div(new_l, num, den);
+                if old_l == UNLIMITED {
+                    pool.replace(tag, clamp_pool(prorated));
+                } else {
+                    let delta = prorated as i128 - mul_div(old_l, num, den) as i128;
+                    Audit::default().adjust(pool, r.index(), tag, delta);
+                }
+            }
         }
     }
 
@@ -231,7 +297,7 @@ impl HostEntry {
         ArmedPools {
             epoch,
             res: self.period.res,
-            limit: self.budgets.limit,
+            limit: self.limit(),
         }
     }
 
@@ -456,8 +522,9 @@ impl HostEntry {
             }
             let (t, old) = shared.credit[r].replace(tag, 0);
             audit.rearmed(r, tag, t, old);
+            let limit = self.limit();
             for c in 0..3 {
-                let l = self.budgets.limit[c].get(RES[r]);
+                let l = limit[c].get(RES[r]);
                 // Channels never touch the pool of a limit that is not enforced, and
                 // update_host arms it when the limit is switched on.
                 if l != UNLIMITED {
@@ -476,12 +543,14 @@ impl HostEntry {
         (global_batch, credit_cap): (Amount, Amount),
     ) {
         self.period.published_res = self.period.res;
+        let limit = self.limit();
+        self.period.published_limit = limit;
         let b = &self.budgets;
         let mut mask = 0u8;
         let mut limit_batch = Amount::ZERO;
         for c in BudgetClass::ALL {
             for r in Resource::ALL {
-                let l = b.limit[c as usize].get(r);
+                let l = limit[c as usize].get(r);
                 if l != UNLIMITED {
                     mask |= 1 << (c as usize * 2 + r.index());
                     let lb = (l / 64).clamp(1, batch.get(r));
@@ -508,7 +577,7 @@ impl HostEntry {
         self.shared.write_params(&ChannelParams {
             together: b.together,
             limit_mask: mask,
-            limit: b.limit,
+            limit,
             res_batch,
             global_batch,
             limit_batch,
@@ -707,6 +776,7 @@ mod tests {
             soft_extra: Amount::new(400, 0),
             weight: 1,
             priority: crate::config::PriorityClass::default(),
+            burst: crate::burst::BurstBudget::default(),
         };
         let pr = with_soft(&b, Amount::new(400, 0));
         assert_eq!([pr[0].ops, pr[1].ops], [600, 200]);

@@ -5,16 +5,15 @@
 use thiserror::Error;
 
 use crate::admission::{AdmissionError, AdmissionReport, check_grouped_admission};
+use crate::burst::BurstBucket;
 use crate::config::{
-    BudgetClass, ConfigError, DomainConfig, GroupBudgets, GroupConfig, HostBudgets, HostConfig,
-    TokenMode, UNLIMITED,
+    ConfigError, DomainConfig, GroupBudgets, GroupConfig, HostBudgets, HostConfig, TokenMode,
 };
-use crate::cost::{Amount, RES, Resource};
-use crate::ledger::{ChannelParams, HostShared, clamp_pool};
+use crate::cost::{Amount, RES};
+use crate::ledger::{ChannelParams, HostShared};
 use crate::sync::{Arc, Ordering};
 use crate::time::{Nanos, mul_div};
 
-use super::books::Audit;
 use super::host::{HostEntry, with_soft};
 use super::sharing;
 use super::{Monitor, make_estimators};
@@ -192,6 +191,10 @@ pub(crate) struct GroupEntry {
     /// Tokens given to its hosts this period beyond their own reservations: counted
     /// against the group's limit.
     pub(crate) given: [u64; 2],
+    /// Its burst credit, and how long it burst this period per resource (its limit
+    /// allows the burst's excess over that time on top of the limit's).
+    pub(crate) burst: BurstBucket,
+    pub(crate) burst_ns: [u64; 2],
 }
 
 /// The domain's hosts and groups.
@@ -205,6 +208,8 @@ pub(crate) struct Members {
     next_host_id: u32,
     /// NQNs for period reports; dropped when hosts are added or removed.
     nqns_cache: Option<std::sync::Arc<[String]>>,
+    /// Some host or group has a burst: the monitor steps burst buckets.
+    pub(crate) bursts: bool,
 }
 
 impl Members {
@@ -254,6 +259,8 @@ impl Members {
         for g in &mut self.groups {
             g.surplus = g.budgets.reservation;
         }
+        self.bursts = self.hosts.iter().any(|h| h.budgets.burst.any())
+            || self.groups.iter().any(|g| g.budgets.burst.any());
         for h in &mut self.hosts {
             h.group = h
                 .cfg
@@ -327,10 +334,12 @@ impl Monitor {
             .admit(&self.cfg, None, Some((&cfg.name, &budgets)))?;
         self.members.groups.push(GroupEntry {
             cfg,
+            burst: BurstBucket::full(&budgets.burst),
             budgets,
             surplus: Amount::ZERO,
             surplus_released: [0; 2],
             given: [0; 2],
+            burst_ns: [0; 2],
         });
         self.members.refresh_groups();
         Ok(())
@@ -346,8 +355,18 @@ impl Monitor {
         let budgets = cfg.budgets(&self.cfg)?;
         self.members
             .admit(&self.cfg, None, Some((&cfg.name, &budgets)))?;
-        self.members.groups[g].cfg = cfg;
-        self.members.groups[g].budgets = budgets;
+        let period = self.cfg.period;
+        let ge = &mut self.members.groups[g];
+        ge.burst
+            .rebudget(&ge.budgets.burst, &budgets.burst, (period, period));
+        ge.cfg = cfg;
+        ge.budgets = budgets;
+        // What its hosts were admitted before its burst was switched on is not paid for.
+        for h in &mut self.members.hosts {
+            if h.group == Some(g) {
+                h.admitted_since_last();
+            }
+        }
         self.members.refresh_groups();
         Ok(())
     }
@@ -469,28 +488,17 @@ impl Monitor {
                 global_delta[r] -= audit.issued[r] - before;
             }
         }
-        for c in BudgetClass::ALL {
-            for r in Resource::ALL {
-                let pool = &h.shared.limit[c as usize][r.index()];
-                let new_l = budgets.limit[c as usize].get(r);
-                let old_l = h.budgets.limit[c as usize].get(r);
-                if new_l == UNLIMITED {
-                    continue;
-                }
-                let prorated = mul_div(new_l, num, den);
-                if old_l == UNLIMITED {
-                    pool.replace(tag, clamp_pool(prorated));
-                } else {
-                    // Limits are not tokens of the books.
-                    let delta = prorated as i128 - mul_div(old_l, num, den) as i128;
-                    Audit::default().adjust(pool, r.index(), tag, delta);
-                }
-            }
-        }
+        let old_limit = h.limit();
+        let period = self.cfg.period;
+        h.burst
+            .rebudget(&h.budgets.burst, &budgets.burst, (period, period));
+        // What it was admitted before its burst was switched on is not paid for.
+        h.admitted_since_last();
         h.period.res = new_pr;
         h.period.soft_granted = soft;
         h.budgets = budgets;
         h.cfg = cfg;
+        h.retarget_limits(&old_limit, &h.limit(), (num, den), tag);
         // What the reservation gained comes out of the unreserved pool, and the reverse.
         for (r, d) in global_delta.into_iter().enumerate() {
             self.books.move_global(&self.shared, tag, r, d);
@@ -565,14 +573,17 @@ impl Monitor {
         if cfg.sharing != self.cfg.sharing {
             self.policy = policy;
         }
+        let periods = (self.cfg.period, cfg.period);
         self.cfg = cfg;
         if capacity_changed {
             self.estimators = make_estimators(&self.cfg, self.policy.as_ref());
         }
         for (h, b) in self.members.hosts.iter_mut().zip(host_budgets) {
+            h.burst.rebudget(&h.budgets.burst, &b.burst, periods);
             h.budgets = b;
         }
         for (g, b) in self.members.groups.iter_mut().zip(group_budgets) {
+            g.burst.rebudget(&g.budgets.burst, &b.burst, periods);
             g.budgets = b;
         }
         self.members.refresh_groups();

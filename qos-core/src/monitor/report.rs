@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 use serde::Serialize;
 
 use crate::admission::local_shortfall;
+use crate::burst::{BurstBucket, BurstBudget};
 use crate::config::{BudgetClass, DomainConfig, ExcessSharing, GroupConfig, HostConfig};
 use crate::cost::{Amount, Resource};
 use crate::depth::{CurvePoint, OperatingPoint};
@@ -217,6 +218,33 @@ pub struct GroupStats {
     /// Given to its hosts this period beyond their own reservations (its surplus
     /// reservation and its share of the excess).
     pub given_this_period: Amount,
+    /// Its burst (issue 28); `None` without one.
+    pub burst: Option<BurstStats>,
+}
+
+/// A host's or group's burst credit now (issue 28).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BurstStats {
+    /// Seconds at the burst rate the credit left lasts (the least over the resources
+    /// with a burst); from 0 to the bucket's seconds.
+    pub credit_seconds: f64,
+    /// Credit left, in cost units.
+    pub credit: Amount,
+    /// Its limit is at its burst rate now.
+    pub bursting: bool,
+    /// Ended periods in which it burst (monotonic).
+    pub bursting_periods: u64,
+}
+
+impl BurstStats {
+    fn of(bucket: &BurstBucket, b: &BurstBudget, period: Nanos) -> Option<Self> {
+        Some(BurstStats {
+            credit_seconds: bucket.credit_seconds(b)?,
+            credit: bucket.credit(period),
+            bursting: bucket.bursting(),
+            bursting_periods: bucket.bursting_periods(),
+        })
+    }
 }
 
 /// Statistics of one host.
@@ -273,6 +301,8 @@ pub struct HostStats {
     /// curve has a sample, or without a reservation. A host that keeps fewer cannot
     /// reach its reservation at this target's latency, whatever QoS does.
     pub reservation_depth_needed_milli: Option<u64>,
+    /// Its burst (issue 28); `None` without one.
+    pub burst: Option<BurstStats>,
     /// What it is entitled to at the operating point, over the last ended period;
     /// none before the depth curve has a sample or a period has ended.
     pub entitlement: Option<Entitlement>,
@@ -362,6 +392,7 @@ impl HostStats {
             in_flight_at_base_milli: (at_base / elapsed.0.max(1) as u128) as u64,
             reservation_depth_needed_milli: needed,
             entitlement,
+            burst: BurstStats::of(&h.burst, &h.budgets.burst, cfg.period),
         }
     }
 }
@@ -387,7 +418,8 @@ fn entitlements(m: &Members, op: &OperatingPoint, period: Nanos) -> Vec<Option<E
             let at_base = w.service_ns as u128 * 1000 / period.0.max(1) as u128;
             let at_target = at_base + w.held_sum as u128 * 1000 / ticks;
             let achieved = per_second(w.completed_ops, period);
-            let limit = per_second(h.budgets.limit[BudgetClass::Total as usize].ops, period);
+            // The limit in effect: the burst rate while the host bursts.
+            let limit = per_second(h.limit()[BudgetClass::Total as usize].ops, period);
             let cap = if w.contending() {
                 let by_depth = at_target * 1_000_000 / latency;
                 limit.min(by_depth.min(u64::MAX as u128) as u64)
@@ -475,7 +507,7 @@ fn entitlements(m: &Members, op: &OperatingPoint, period: Nanos) -> Vec<Option<E
 
 impl GroupStats {
     /// Group `g`'s statistics; `hosts` are all the domain's hosts.
-    pub(crate) fn of(g: usize, ge: &GroupEntry, hosts: &[HostEntry]) -> Self {
+    pub(crate) fn of(g: usize, ge: &GroupEntry, hosts: &[HostEntry], period: Nanos) -> Self {
         let members: Vec<&HostEntry> = hosts.iter().filter(|h| h.group == Some(g)).collect();
         GroupStats {
             name: ge.cfg.name.clone(),
@@ -488,6 +520,7 @@ impl GroupStats {
             reservation_per_period: ge.budgets.reservation,
             limit_per_period: ge.budgets.limit,
             given_this_period: Amount::new(ge.given[0], ge.given[1]),
+            burst: BurstStats::of(&ge.burst, &ge.budgets.burst, period),
         }
     }
 }
@@ -520,7 +553,7 @@ impl Monitor {
             .groups
             .iter()
             .enumerate()
-            .map(|(g, ge)| GroupStats::of(g, ge, &m.hosts))
+            .map(|(g, ge)| GroupStats::of(g, ge, &m.hosts, self.cfg.period))
             .collect();
         DomainStats {
             epoch: self.epoch,

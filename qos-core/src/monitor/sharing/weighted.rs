@@ -201,7 +201,8 @@ impl Weighted {
             let room = h.share.cap.get(RES[r]).saturating_sub(have);
             // Its limit, beyond its reservation, bounds what it can use.
             let headroom = if h.budgets.is_limited(BudgetClass::Total, RES[r]) {
-                let l = h.budgets.limit[BudgetClass::Total as usize].get(RES[r]);
+                // The limit in effect: its burst rate while it bursts.
+                let l = h.limit()[BudgetClass::Total as usize].get(RES[r]);
                 mul_div(l.saturating_sub(h.reserved().get(RES[r])), 2 * s.dt, den)
                     .saturating_add(h.share.batch.get(RES[r]))
             } else {
@@ -293,7 +294,10 @@ fn top_level_claims(iv: &Interval<'_>, s: Slice, sc: &mut Scratch) {
                 .filter(|h| h.group == Some(g))
                 .map(|h| h.reserved().get(RES[r]))
                 .sum();
-            let allowed = mul_div(lim.saturating_sub(own), s.released, den);
+            // While it bursts, the burst's excess over the time it burst comes on top.
+            let excess = ge.budgets.burst.rate.get(RES[r]).saturating_sub(lim);
+            let allowed = mul_div(lim.saturating_sub(own), s.released, den)
+                .saturating_add(mul_div(excess, ge.burst_ns[r], den));
             allowed.saturating_sub(ge.given[r])
         };
         let want = hosts
