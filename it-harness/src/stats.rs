@@ -376,9 +376,9 @@ mod tests {
         fn keys(v: &Value, out: &mut Vec<String>) {
             if let Some(o) = v.as_object() {
                 for (k, v) in o {
-                    // The configured rates and the estimator's records are the core's
-                    // own serialisations.
-                    if !["min", "max", "estimator_periods"].contains(&k.as_str()) {
+                    // The configured rates, the estimator's records and the periods
+                    // by outcome are the core's own serialisations.
+                    if !["min", "max", "estimator_periods", "periods_total"].contains(&k.as_str()) {
                         out.push(k.clone());
                         keys(v, out);
                     }
