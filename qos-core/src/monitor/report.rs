@@ -444,48 +444,38 @@ fn entitlements(m: &Members, op: &OperatingPoint, period: Nanos) -> Vec<Option<E
             (claim, report)
         })
         .collect();
-    // The domain's claimants: hosts without a group, then the groups.
-    let mut top: Vec<Claimant> = Vec::new();
-    let mut top_of_host = vec![usize::MAX; m.hosts.len()];
+    // The domain's claimants: hosts without a group, then the groups (each capped at
+    // what its hosts can take together).
+    let mut lone: Vec<usize> = Vec::new();
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); m.groups.len()];
     for (i, h) in m.hosts.iter().enumerate() {
-        if h.group.is_none() {
-            top_of_host[i] = top.len();
-            top.push(reports[i].0);
+        match h.group {
+            Some(g) => members[g].push(i),
+            None => lone.push(i),
         }
     }
-    let group_base = top.len();
-    for (g, ge) in m.groups.iter().enumerate() {
-        let members_cap: u128 = m
-            .hosts
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| h.group == Some(g))
-            .map(|(i, _)| reports[i].0.cap as u128)
-            .sum();
+    let mut top: Vec<Claimant> = lone.iter().map(|&i| reports[i].0).collect();
+    for (ge, hosts) in m.groups.iter().zip(&members) {
+        let hosts_cap: u128 = hosts.iter().map(|&i| reports[i].0.cap as u128).sum();
         let limit = per_second(ge.budgets.limit.ops, period);
         top.push(Claimant {
             weight: ge.budgets.weight as u64,
             reservation: per_second(ge.budgets.reservation.ops, period),
-            cap: limit.min(members_cap.min(u64::MAX as u128) as u64),
+            cap: limit.min(hosts_cap.min(u64::MAX as u128) as u64),
         });
     }
     let mut top_out = vec![0; top.len()];
     entitle(op.rate, &top, &mut top_out);
     let mut entitled = vec![0u64; m.hosts.len()];
-    for (i, &t) in top_of_host.iter().enumerate() {
-        if t != usize::MAX {
-            entitled[i] = top_out[t];
-        }
+    for (&i, &e) in lone.iter().zip(&top_out) {
+        entitled[i] = e;
     }
-    for g in 0..m.groups.len() {
-        let members: Vec<usize> = (0..m.hosts.len())
-            .filter(|&i| m.hosts[i].group == Some(g))
-            .collect();
-        let claims: Vec<Claimant> = members.iter().map(|&i| reports[i].0).collect();
+    for (hosts, &pot) in members.iter().zip(&top_out[lone.len()..]) {
+        let claims: Vec<Claimant> = hosts.iter().map(|&i| reports[i].0).collect();
         let mut out = vec![0; claims.len()];
-        entitle(top_out[group_base + g], &claims, &mut out);
-        for (k, &i) in members.iter().enumerate() {
-            entitled[i] = out[k];
+        entitle(pot, &claims, &mut out);
+        for (&i, e) in hosts.iter().zip(out) {
+            entitled[i] = e;
         }
     }
     reports
