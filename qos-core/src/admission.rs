@@ -10,6 +10,7 @@ use thiserror::Error;
 
 use crate::config::{DomainConfig, GroupBudgets, HostBudgets};
 use crate::cost::{Amount, Resource};
+use crate::depth::OperatingPoint;
 use crate::time::{Nanos, mul_div};
 
 /// One failed constraint, in per-second figures as the operator configured them.
@@ -40,6 +41,16 @@ pub enum Violation {
         resource: Resource,
         hosts_reserved_per_sec: u64,
         group_limit_per_sec: u64,
+    },
+    /// The reservations would exceed what the target does at its operating point, C\*,
+    /// on the depth curve it has learned (issue 26). Checked only once the curve has
+    /// flattened (it was seen deeper than Q\*, so C\* is what the target can do, not
+    /// what a light load has shown so far), and only against a change that reserves
+    /// more.
+    OperatingPoint {
+        reserved_per_sec: u64,
+        operating_per_sec: u64,
+        max_per_sec: u64,
     },
 }
 
@@ -88,6 +99,14 @@ impl std::fmt::Display for Violation {
                 "group level: the hosts of group {group} reserve {} which exceeds the group's limit {}; raise the group's limit or lower a host's reservation",
                 show(*resource, *hosts_reserved_per_sec),
                 show(*resource, *group_limit_per_sec)
+            ),
+            Violation::OperatingPoint {
+                reserved_per_sec,
+                operating_per_sec,
+                max_per_sec,
+            } => write!(
+                f,
+                "operating point: the reservations add up to {reserved_per_sec} IOPS (cost units) which exceeds C* = {operating_per_sec}, what the target does at its operating point on the depth curve it learned (the most it was seen to do: {max_per_sec}; qos_stats_get's operating_point); lower a reservation, or raise the domain's efficiency_milli (up to 1000: C* = the most)"
             ),
         }
     }
@@ -196,6 +215,31 @@ pub fn check_grouped_admission<'a>(
     }
 }
 
+/// The operating-point check of issue 26: a change that raises the hard reservations
+/// (per period, operations in cost units) from `before` to `after` is refused when
+/// `after` exceeds `op`'s rate C\* and the curve has flattened (its deepest point,
+/// `deepest_milli` commands in flight, lies beyond Q\*: more commands in flight gave
+/// less than 1/η more). Before that the curve's maximum is only what the load so far
+/// has shown, and the configured capacity (if any) is the check.
+pub fn check_operating_point(
+    domain: &DomainConfig,
+    (before, after): (u64, u64),
+    op: &OperatingPoint,
+    deepest_milli: u64,
+) -> Result<(), AdmissionError> {
+    let reserved_per_sec = per_second(domain, after);
+    if after <= before || op.in_flight_milli >= deepest_milli || reserved_per_sec <= op.rate {
+        return Ok(());
+    }
+    Err(AdmissionError {
+        violations: vec![Violation::OperatingPoint {
+            reserved_per_sec,
+            operating_per_sec: op.rate,
+            max_per_sec: op.max_rate,
+        }],
+    })
+}
+
 fn check_local(
     domain: &DomainConfig,
     nqn: &str,
@@ -262,6 +306,33 @@ mod tests {
             })
             .collect();
         (d, hosts)
+    }
+
+    #[test]
+    fn the_operating_point_refuses_more_reserved_only_once_the_curve_is_flat() {
+        // 1 s periods: per period = per second.
+        let d = DomainConfig::default();
+        let op = OperatingPoint {
+            in_flight_milli: 40_000,
+            rate: 100_000,
+            max_rate: 103_000,
+            latency: Nanos::from_micros(400),
+        };
+        let per = |v: u64| d.per_period(v);
+        // Flat (seen at 80 commands): more than C* is refused, with the numbers.
+        let e = check_operating_point(&d, (per(50_000), per(100_001)), &op, 80_000).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("100001 IOPS") && msg.contains("C* = 100000"),
+            "{msg}"
+        );
+        assert!(msg.contains("103000"), "{msg}");
+        // Up to C*, or a change that reserves less or the same, passes.
+        check_operating_point(&d, (per(50_000), per(100_000)), &op, 80_000).unwrap();
+        check_operating_point(&d, (per(120_000), per(110_000)), &op, 80_000).unwrap();
+        check_operating_point(&d, (per(120_000), per(120_000)), &op, 80_000).unwrap();
+        // Not flat (Q* is the deepest point seen): no check.
+        check_operating_point(&d, (0, per(500_000)), &op, 40_000).unwrap();
     }
 
     #[test]

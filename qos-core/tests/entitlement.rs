@@ -28,8 +28,8 @@ const STEP: Nanos = Nanos(10_000);
 /// per second over the Q commands at its base, in proportion to each host's; a host
 /// sends a new command for each completed one, which QoS admits or holds. Channels
 /// poll every 100 µs and the monitor ticks every millisecond, as in the plugin.
-fn serve(m: &mut Monitor, hosts: &mut [Host], secs: u64) {
-    let t0 = Nanos::from_secs(1);
+fn serve(m: &mut Monitor, hosts: &mut [Host], (from, secs): (u64, u64)) {
+    let t0 = Nanos::from_secs(from);
     let steps_per_ms = 1_000_000 / STEP.0;
     for step in 1..=secs * 1000 * steps_per_ms {
         let now = t0.saturating_add(Nanos(step * STEP.0));
@@ -99,7 +99,7 @@ fn a_saturated_target_reports_who_contends_and_what_each_is_entitled_to() {
             carry: 0.0,
         })
         .collect();
-    serve(&mut m, &mut hosts, 5);
+    serve(&mut m, &mut hosts, (1, 5));
     let now = Nanos::from_secs(6).saturating_add(Nanos::from_millis(500));
     let s = m.stats(now);
     let op = s.operating_point.expect("the curve has samples");
@@ -134,4 +134,94 @@ fn a_saturated_target_reports_who_contends_and_what_each_is_entitled_to() {
     // The promise: keep e x L* commands outstanding.
     let want = limited.entitled as u128 * op.latency.0 as u128 / 1_000_000;
     assert_eq!(limited.queue_depth_needed_milli as u128, want);
+}
+
+/// A domain on the fluid target whose capacity hint (400 K) is twice what it does,
+/// served by two closed-loop hosts at each queue depth of `stages` (per host, seconds)
+/// in turn; returns it and the time the load ended.
+fn served(stages: &[(u32, u64)]) -> (Monitor, Nanos) {
+    let cfg = DomainConfig {
+        capacity: Capacity {
+            iops: Some(400_000),
+            ..Capacity::default()
+        },
+        estimator: EstimatorConfig {
+            enabled: false,
+            ..Default::default()
+        },
+        ..DomainConfig::default()
+    };
+    let mut m = Monitor::new(cfg, Nanos::from_secs(1)).unwrap();
+    let mut hosts: Vec<Host> = (0..2)
+        .map(|i| {
+            let nqn = format!("h{i}");
+            m.add_host(HostConfig::new(&nqn), Nanos::from_secs(1))
+                .unwrap();
+            Host {
+                ch: TargetChannel::new(m.channel(&nqn).unwrap()),
+                depth: 0,
+                at_base: 0,
+                carry: 0.0,
+            }
+        })
+        .collect();
+    let mut at = 1;
+    for &(depth, secs) in stages {
+        for h in &mut hosts {
+            h.depth = depth;
+        }
+        serve(&mut m, &mut hosts, (at, secs));
+        at += secs;
+    }
+    (m, Nanos::from_secs(at))
+}
+
+#[test]
+fn reservations_above_the_operating_point_are_refused_once_the_curve_has_flattened() {
+    // 2 to 128 commands in flight: the curve flattens (T(64) = 0.94 T_MAX, T(128) =
+    // 0.97 T_MAX), and C* at eta 0.97 lies below its deepest point.
+    let (mut m, now) = served(&[(1, 1), (4, 1), (16, 1), (32, 1), (64, 1)]);
+    let s = m.stats(now);
+    let op = s.operating_point.expect("the curve has samples");
+    println!("operating point {op:?}\ncurve {:?}", s.depth_curve);
+    let deepest = s.depth_curve.last().unwrap().in_flight_milli;
+    assert!(op.in_flight_milli < deepest, "{op:?}");
+    assert!(op.rate < 190_000 && op.rate > 150_000, "{op:?}");
+    let over = HostConfig::new("over").with_reservation(Rate::iops(op.rate + 1_000));
+    let e = m.add_host(over, now).unwrap_err();
+    let msg = e.to_string();
+    assert_eq!(e.kind(), qos_core::monitor::RefusalKind::NoRoom);
+    assert!(
+        msg.contains("operating point") && msg.contains(&format!("C* = {}", op.rate)),
+        "{msg}"
+    );
+    assert!(msg.contains("efficiency_milli"), "names the fix: {msg}");
+    // Within C*: admitted; then raising it past C* is refused, lowering it is not.
+    let fits = HostConfig::new("fits").with_reservation(Rate::iops(op.rate * 3 / 4));
+    m.add_host(fits, now).unwrap();
+    let raised = HostConfig::new("fits").with_reservation(Rate::iops(op.rate * 2));
+    assert!(m.update_host(raised, now).is_err());
+    let lowered = HostConfig::new("fits").with_reservation(Rate::iops(op.rate / 2));
+    m.update_host(lowered, now).unwrap();
+    // An operating point that would not hold them is refused: at eta 0.3 C* is the
+    // curve's first point at or above 30 % of the most (2 commands: 67 K, below the
+    // 94 K reserved).
+    let mut strict = m.config().clone();
+    strict.efficiency_milli = 300;
+    let e = m.update_domain(strict, now).unwrap_err();
+    assert!(e.to_string().contains("operating point"), "{e}");
+    let mut loose = m.config().clone();
+    loose.efficiency_milli = 1000;
+    m.update_domain(loose, now).unwrap();
+}
+
+#[test]
+fn a_curve_seen_only_at_light_load_does_not_limit_reservations() {
+    // One command per host in flight: T(2) = 67 K, far from flat; C* is what the load
+    // showed, not what the target can do.
+    let (mut m, now) = served(&[(1, 3)]);
+    let op = m.stats(now).operating_point.expect("the curve has samples");
+    assert!(op.rate < 80_000, "{op:?}");
+    let big = HostConfig::new("big").with_reservation(Rate::iops(150_000));
+    m.add_host(big, now).unwrap();
 }

@@ -4,7 +4,9 @@
 
 use thiserror::Error;
 
-use crate::admission::{AdmissionError, AdmissionReport, check_grouped_admission};
+use crate::admission::{
+    AdmissionError, AdmissionReport, check_grouped_admission, check_operating_point,
+};
 use crate::burst::BurstBucket;
 use crate::config::{
     ConfigError, DomainConfig, GroupBudgets, GroupConfig, HostBudgets, HostConfig, TokenMode,
@@ -279,7 +281,7 @@ impl Members {
     fn budgets_under(
         &self,
         cfg: &DomainConfig,
-    ) -> Result<(Vec<HostBudgets>, Vec<GroupBudgets>), UpdateDomainError> {
+    ) -> Result<(Vec<HostBudgets>, Vec<GroupBudgets>, AdmissionReport), UpdateDomainError> {
         let refused = |who: String| move |source| UpdateDomainError::Host { host: who, source };
         let hosts = self
             .hosts
@@ -301,7 +303,7 @@ impl Members {
             .zip(&groups)
             .map(|(g, b)| (g.cfg.name.as_str(), b))
             .collect();
-        check_grouped_admission(
+        let report = check_grouped_admission(
             cfg,
             self.hosts
                 .iter()
@@ -309,7 +311,7 @@ impl Members {
                 .map(|(h, b)| (h.cfg.host_nqn.as_str(), b, h.cfg.group.as_deref())),
             &named,
         )?;
-        Ok((hosts, groups))
+        Ok((hosts, groups, report))
     }
 }
 
@@ -317,6 +319,36 @@ impl Monitor {
     /// Admission report of the current host set.
     pub fn admission(&self) -> Result<AdmissionReport, AdmissionError> {
         self.members.admit(&self.cfg, None, None)
+    }
+
+    /// [`Members::admit`] under domain settings `cfg`, and, for a change that reserves
+    /// more, the operating point's C\* on the curve learned by `now`
+    /// ([`check_operating_point`]).
+    fn admit_change(
+        &self,
+        cfg: &DomainConfig,
+        now: Nanos,
+        host: Option<(&str, &HostBudgets, Option<&str>)>,
+        group: Option<(&str, &GroupBudgets)>,
+    ) -> Result<AdmissionReport, AdmissionError> {
+        let report = self.members.admit(cfg, host, group)?;
+        let before = self
+            .members
+            .admit(&self.cfg, None, None)
+            .map_or(u64::MAX, |r| r.reserved.ops);
+        let curve = self.depth.curve(now);
+        if let (Some(op), Some(deepest)) = (
+            self.depth.operating_point(now, cfg.operating_target()),
+            curve.last(),
+        ) {
+            check_operating_point(
+                cfg,
+                (before, report.reserved.ops),
+                &op,
+                deepest.in_flight_milli,
+            )?;
+        }
+        Ok(report)
     }
 
     /// Creates a tenant group. Its reservation is set aside from the next check
@@ -330,8 +362,7 @@ impl Monitor {
             return Err(AddGroupError::Duplicate(cfg.name));
         }
         let budgets = cfg.budgets(&self.cfg)?;
-        self.members
-            .admit(&self.cfg, None, Some((&cfg.name, &budgets)))?;
+        self.admit_change(&self.cfg, now, None, Some((&cfg.name, &budgets)))?;
         self.members.groups.push(GroupEntry {
             cfg,
             burst: BurstBucket::full(&budgets.burst),
@@ -353,8 +384,7 @@ impl Monitor {
             .find_group(&cfg.name)
             .ok_or_else(|| UpdateGroupError::Unknown(cfg.name.clone()))?;
         let budgets = cfg.budgets(&self.cfg)?;
-        self.members
-            .admit(&self.cfg, None, Some((&cfg.name, &budgets)))?;
+        self.admit_change(&self.cfg, now, None, Some((&cfg.name, &budgets)))?;
         let period = self.cfg.period;
         let ge = &mut self.members.groups[g];
         ge.burst
@@ -412,8 +442,9 @@ impl Monitor {
         {
             return Err(AddHostError::UnknownGroup(g.to_string()));
         }
-        self.members.admit(
+        self.admit_change(
             &self.cfg,
+            now,
             Some((&cfg.host_nqn, &budgets, cfg.group.as_deref())),
             None,
         )?;
@@ -462,8 +493,9 @@ impl Monitor {
         {
             return Err(UpdateHostError::UnknownGroup(g.to_string()));
         }
-        self.members.admit(
+        self.admit_change(
             &self.cfg,
+            now,
             Some((&cfg.host_nqn, &budgets, cfg.group.as_deref())),
             None,
         )?;
@@ -566,7 +598,29 @@ impl Monitor {
         if !policy.supports_groups() && !self.members.groups.is_empty() {
             return Err(UpdateDomainError::GroupsNeedWeightedSharing);
         }
-        let (host_budgets, group_budgets) = self.members.budgets_under(&cfg)?;
+        let (host_budgets, group_budgets, report) = self.members.budgets_under(&cfg)?;
+        // The operating point: a new one (or more reserved) must still hold the
+        // reservations. Compared per second (the period may change).
+        let curve = self.depth.curve(now);
+        if let (Some(op), Some(deepest)) = (
+            self.depth.operating_point(now, cfg.operating_target()),
+            curve.last(),
+        ) {
+            let per_sec = |c: &DomainConfig, v: u64| mul_div(v, Nanos::from_secs(1).0, c.period.0);
+            let before = if cfg.operating_target() != self.cfg.operating_target() {
+                0
+            } else {
+                self.admission()
+                    .map_or(u64::MAX, |r| per_sec(&self.cfg, r.reserved.ops))
+            };
+            let after = per_sec(&cfg, report.reserved.ops);
+            check_operating_point(
+                &cfg,
+                (cfg.per_period(before), cfg.per_period(after)),
+                &op,
+                deepest.in_flight_milli,
+            )?;
+        }
         let capacity_changed = cfg.capacity != self.cfg.capacity
             || cfg.period != self.cfg.period
             || cfg.sharing != self.cfg.sharing;

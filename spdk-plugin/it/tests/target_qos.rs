@@ -779,6 +779,21 @@ fn the_target_learns_its_depth_curve() {
         op.latency_ns.unwrap_or(0)
     );
     assert!(rate * 1000 >= max * op.efficiency_milli);
+    // Admission at the operating point: the curve has flattened (seen deeper than Q*),
+    // so a reservation above C* is refused although the capacity given (1 M) has room.
+    let deepest = op.depth_curve.last().map_or(0.0, |p| p.in_flight);
+    if q < deepest {
+        let over = rate + rate / 5;
+        let e = t
+            .rpc(
+                "qos_host_set",
+                json!({"domain": "d", "host_nqn": "nqn.2014-08.io.nvmf-qos:over", "min_iops": over}),
+            )
+            .expect_err("a reservation above C* on a flat curve is refused");
+        println!("reservation of {over} IOPS above C* {rate}: {e}");
+        assert_eq!(e.code, -28, "{e}");
+        assert!(e.message.contains("operating point"), "{e}");
+    }
     // The entitlement report over a period of load: QoS holds nothing here (no limit,
     // a budget far above the target), so the host is self-limited, entitled to what it
     // took, and needs what it had at the target for it.
