@@ -858,12 +858,22 @@ def _watch_rows(domains, before, seconds):
             met = '-' if not ended else '%d/%d' % (pt.get('met', 0) + pt.get('met_backlogged', 0), ended)
             rows.append((d.get('name', '-'), h.get('host_nqn', '-'), _fmt_rates(h.get('min')),
                          _fmt_rates(h.get('max')), iops, mibps, met, str(h.get('held', '-')), thr, held_p99,
-                         _fmt_flags(h)))
+                         *_watch_entitlement(h), _fmt_flags(h)))
     return rows
 
 
+def _watch_entitlement(host):
+    """The watch table's ENTITLED (e_i per second at the operating point, and whether QoS
+    held the host: contending, or self-limited) and SHORT/s (e_i - achieved) cells."""
+    e = host.get('entitlement')
+    if not e:
+        return '-', '-'
+    kind = 'contending' if e.get('contending') else 'self-limited'
+    return '%d/s:%s' % (e.get('entitled', 0), kind), str(e.get('shortfall', 0))
+
+
 _WATCH_HEADER = ('DOMAIN', 'HOST', 'MIN', 'MAX', 'IOPS', 'MiB/s', 'MET', 'HELD', 'THROTTLED/s',
-                 'HELD p99', 'FLAGS')
+                 'HELD p99', 'ENTITLED', 'SHORT/s', 'FLAGS')
 
 
 def _print_rows(header, rows):
@@ -893,7 +903,8 @@ def _watch(args, params):
             if clear:
                 print('\x1b[H\x1b[2J', end='')
             print('%s  every %gs  (rates over the last interval; MET: periods met / ended; HELD p99: '
-                  'bucket bound of the time QoS held I/O; Ctrl-C stops)' % (time.strftime('%H:%M:%S'), args.watch))
+                  'bucket bound of the time QoS held I/O; ENTITLED, SHORT/s: entitlement at the operating '
+                  'point and shortfall over the last period; Ctrl-C stops)' % (time.strftime('%H:%M:%S'), args.watch))
             _print_rows(_WATCH_HEADER, rows)
             sys.stdout.flush()
             before = {(d.get('name'), h.get('host_nqn')): h for d in stats for h in d.get('hosts') or []}
