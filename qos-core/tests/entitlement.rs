@@ -225,3 +225,72 @@ fn a_curve_seen_only_at_light_load_does_not_limit_reservations() {
     let big = HostConfig::new("big").with_reservation(Rate::iops(150_000));
     m.add_host(big, now).unwrap();
 }
+
+#[test]
+fn a_host_that_changes_its_queue_depth_is_entitled_to_what_its_new_depth_gives() {
+    let cfg = DomainConfig {
+        capacity: Capacity {
+            iops: Some(400_000),
+            ..Capacity::default()
+        },
+        estimator: EstimatorConfig {
+            enabled: false,
+            ..Default::default()
+        },
+        ..DomainConfig::default()
+    };
+    let t0 = Nanos::from_secs(1);
+    let mut m = Monitor::new(cfg, t0).unwrap();
+    let limited = HostConfig::new("limited").with_limit(Rate::iops(40_000));
+    m.add_host(limited, t0).unwrap();
+    m.add_host(HostConfig::new("other"), t0).unwrap();
+    let mut hosts: Vec<Host> = ["limited", "other"]
+        .into_iter()
+        .map(|nqn| Host {
+            ch: TargetChannel::new(m.channel(nqn).unwrap()),
+            depth: 32,
+            at_base: 0,
+            carry: 0.0,
+        })
+        .collect();
+    let report = |m: &Monitor, at: u64| {
+        let s = m.stats(Nanos::from_secs(at));
+        s.hosts[0].entitlement.expect("a period has ended")
+    };
+    serve(&mut m, &mut hosts, (1, 3));
+    let deep = report(&m, 4);
+    println!("at queue depth 32: {deep:?}");
+    assert!(
+        deep.contending && deep.entitled.abs_diff(40_000) <= 400,
+        "{deep:?}"
+    );
+    // Two commands cannot reach the limit here: QoS no longer holds the host, and by
+    // the first whole period at the new depth (the window) it is self-limited and
+    // entitled to what it takes.
+    hosts[0].depth = 2;
+    serve(&mut m, &mut hosts, (4, 2));
+    let shallow = report(&m, 6);
+    println!("at queue depth 2: {shallow:?}");
+    assert!(
+        !shallow.contending && shallow.held_fraction_milli == 0,
+        "{shallow:?}"
+    );
+    assert!(shallow.achieved < 20_000, "{shallow:?}");
+    assert_eq!((shallow.entitled, shallow.shortfall), (shallow.achieved, 0));
+    // Back to 32: contending and entitled to its limit again within a window.
+    hosts[0].depth = 32;
+    serve(&mut m, &mut hosts, (6, 2));
+    let again = report(&m, 8);
+    assert!(
+        again.contending && again.entitled.abs_diff(40_000) <= 400,
+        "{again:?}"
+    );
+    // Nothing lost or completed twice across the changes: every host's commands were
+    // admitted once and are completed, at the base or held (its queue depth).
+    for h in &mut hosts {
+        h.ch.tokens().flush();
+        let c = h.ch.tokens().host().counters();
+        assert_eq!(c.admitted_ios, c.completed_ios + h.at_base as u64, "{c:?}");
+        assert_eq!(h.at_base as usize + h.ch.held(), h.depth as usize);
+    }
+}
