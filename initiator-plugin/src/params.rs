@@ -199,6 +199,7 @@ impl PacerOptions {
                 reset: us(self.dirs_reset_us),
                 window: us(self.dirs_window_us),
             },
+            ..PacerConfig::default()
         }
     }
 

@@ -419,6 +419,7 @@ impl PacerGroup {
             "dirs_virtual_mibps": g.pacer.dirs().virtual_rate() / mib,
             "latency_target_ns": g.pacer.latency_target().0,
             "chunk_bytes": self.chunk_bytes.load(Ordering::Relaxed),
+            "floor_boost_milli": g.pacer.floor_boost_milli(),
             "base_latency_ns": g.pacer.base_latency().map(|n| n.0),
             "probes_lost": g.probes_lost,
         })
