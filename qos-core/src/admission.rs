@@ -10,7 +10,7 @@ use thiserror::Error;
 
 use crate::config::{DomainConfig, GroupBudgets, HostBudgets};
 use crate::cost::{Amount, Resource};
-use crate::depth::OperatingPoint;
+use crate::depth::{CurvePoint, OperatingPoint, saturated};
 use crate::time::{Nanos, mul_div};
 
 /// One failed constraint, in per-second figures as the operator configured them.
@@ -217,18 +217,18 @@ pub fn check_grouped_admission<'a>(
 
 /// The operating-point check of issue 26: a change that raises the hard reservations
 /// (per period, operations in cost units) from `before` to `after` is refused when
-/// `after` exceeds `op`'s rate C\* and the curve has flattened (its deepest point,
-/// `deepest_milli` commands in flight, lies beyond Q\*: more commands in flight gave
-/// less than 1/η more). Before that the curve's maximum is only what the load so far
-/// has shown, and the configured capacity (if any) is the check.
+/// `after` exceeds `op`'s rate C\* and `curve` shows the target saturated
+/// ([`crate::depth::saturated`]: seen at least twice as deep as Q\*). Before that the
+/// curve's maximum is only what the load so far has shown, and the configured capacity
+/// (if any) is the check.
 pub fn check_operating_point(
     domain: &DomainConfig,
     (before, after): (u64, u64),
     op: &OperatingPoint,
-    deepest_milli: u64,
+    curve: &[CurvePoint],
 ) -> Result<(), AdmissionError> {
     let reserved_per_sec = per_second(domain, after);
-    if after <= before || op.in_flight_milli >= deepest_milli || reserved_per_sec <= op.rate {
+    if after <= before || !saturated(curve, op) || reserved_per_sec <= op.rate {
         return Ok(());
     }
     Err(AdmissionError {
@@ -309,7 +309,7 @@ mod tests {
     }
 
     #[test]
-    fn the_operating_point_refuses_more_reserved_only_once_the_curve_is_flat() {
+    fn the_operating_point_refuses_more_reserved_only_once_the_target_was_saturated() {
         // 1 s periods: per period = per second.
         let d = DomainConfig::default();
         let op = OperatingPoint {
@@ -318,9 +318,15 @@ mod tests {
             max_rate: 103_000,
             latency: Nanos::from_micros(400),
         };
+        let point = |q: u64| CurvePoint {
+            in_flight_milli: q,
+            rate: 100_000,
+        };
+        let seen_deep = [point(40_000), point(80_000)];
         let per = |v: u64| d.per_period(v);
-        // Flat (seen at 80 commands): more than C* is refused, with the numbers.
-        let e = check_operating_point(&d, (per(50_000), per(100_001)), &op, 80_000).unwrap_err();
+        // Seen twice as deep as Q*: more than C* is refused, with the numbers.
+        let e =
+            check_operating_point(&d, (per(50_000), per(100_001)), &op, &seen_deep).unwrap_err();
         let msg = e.to_string();
         assert!(
             msg.contains("100001 IOPS") && msg.contains("C* = 100000"),
@@ -328,11 +334,12 @@ mod tests {
         );
         assert!(msg.contains("103000"), "{msg}");
         // Up to C*, or a change that reserves less or the same, passes.
-        check_operating_point(&d, (per(50_000), per(100_000)), &op, 80_000).unwrap();
-        check_operating_point(&d, (per(120_000), per(110_000)), &op, 80_000).unwrap();
-        check_operating_point(&d, (per(120_000), per(120_000)), &op, 80_000).unwrap();
-        // Not flat (Q* is the deepest point seen): no check.
-        check_operating_point(&d, (0, per(500_000)), &op, 40_000).unwrap();
+        check_operating_point(&d, (per(50_000), per(100_000)), &op, &seen_deep).unwrap();
+        check_operating_point(&d, (per(120_000), per(110_000)), &op, &seen_deep).unwrap();
+        check_operating_point(&d, (per(120_000), per(120_000)), &op, &seen_deep).unwrap();
+        // Seen only up to 1.5 Q* (a paced load's depth moving with its latency): no check.
+        let near = [point(40_000), point(60_000)];
+        check_operating_point(&d, (0, per(500_000)), &op, &near).unwrap();
     }
 
     #[test]

@@ -282,6 +282,22 @@ impl DepthCurve {
     }
 }
 
+/// How much deeper than Q\* the curve must have been seen for C\* to count as what the
+/// target can do ([`saturated`]).
+pub const SATURATION_DEPTH_FACTOR: u64 = 2;
+
+/// Whether `curve` shows the target saturated at `op`: it was seen at least
+/// [`SATURATION_DEPTH_FACTOR`] times deeper than Q\* (more commands in flight gave less
+/// than 1/η more). A curve seen only near one depth is flat too, but says nothing:
+/// a load paced by QoS or by its hosts' queue depths keeps its rate while its depth at
+/// the base moves with the latency (samples a bucket or two apart at the same rate), so
+/// its "Q\*" lies just below its deepest point.
+pub fn saturated(curve: &[CurvePoint], op: &OperatingPoint) -> bool {
+    curve.last().is_some_and(|p| {
+        p.in_flight_milli >= op.in_flight_milli.saturating_mul(SATURATION_DEPTH_FACTOR)
+    })
+}
+
 /// The rate `curve` (as [`DepthCurve::curve`] reads it) gives with `q_milli` commands
 /// in flight: the most it does up to that depth (a quarter octave of slack, a bucket's
 /// width), `None` below its first point.

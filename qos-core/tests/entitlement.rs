@@ -29,12 +29,18 @@ const STEP: Nanos = Nanos(10_000);
 /// sends a new command for each completed one, which QoS admits or holds. Channels
 /// poll every 100 µs and the monitor ticks every millisecond, as in the plugin.
 fn serve(m: &mut Monitor, hosts: &mut [Host], (from, secs): (u64, u64)) {
+    serve_at(m, hosts, (from, secs), 1.0);
+}
+
+/// [`serve`] on a target `speed` times as fast (a CPU quota, a slower base: the same
+/// rate takes more commands in flight).
+fn serve_at(m: &mut Monitor, hosts: &mut [Host], (from, secs): (u64, u64), speed: f64) {
     let t0 = Nanos::from_secs(from);
     let steps_per_ms = 1_000_000 / STEP.0;
     for step in 1..=secs * 1000 * steps_per_ms {
         let now = t0.saturating_add(Nanos(step * STEP.0));
         let q: u32 = hosts.iter().map(|h| h.at_base).sum();
-        let rate = T_MAX * q as f64 / (q as f64 + HALF_DEPTH);
+        let rate = speed * T_MAX * q as f64 / (q as f64 + HALF_DEPTH);
         for h in hosts.iter_mut() {
             if h.at_base == 0 {
                 continue;
@@ -293,4 +299,53 @@ fn a_host_that_changes_its_queue_depth_is_entitled_to_what_its_new_depth_gives()
         assert_eq!(c.admitted_ios, c.completed_ios + h.at_base as u64, "{c:?}");
         assert_eq!(h.at_base as usize + h.ch.held(), h.depth as usize);
     }
+}
+
+#[test]
+fn a_paced_load_does_not_make_the_curve_look_saturated() {
+    // One host held at its limit: the target only sees the commands the limit lets
+    // through. Its latency moves (the target slows to 0.6) and the limit is raised a
+    // little: the curve has two points of nearly the same rate, 1.7x apart in depth,
+    // which look flat (Q* at the shallower one, C* below the new limit) but are no
+    // measure of the target (it does 200 K). The host is entitled to its limit, and a
+    // reservation above C* is admitted.
+    let cfg = DomainConfig {
+        capacity: Capacity {
+            iops: Some(400_000),
+            ..Capacity::default()
+        },
+        estimator: EstimatorConfig {
+            enabled: false,
+            ..Default::default()
+        },
+        ..DomainConfig::default()
+    };
+    let t0 = Nanos::from_secs(1);
+    let mut m = Monitor::new(cfg, t0).unwrap();
+    let limited = |l| HostConfig::new("limited").with_limit(Rate::iops(l));
+    m.add_host(limited(20_000), t0).unwrap();
+    let mut hosts = vec![Host {
+        ch: TargetChannel::new(m.channel("limited").unwrap()),
+        depth: 16,
+        at_base: 0,
+        carry: 0.0,
+    }];
+    serve(&mut m, &mut hosts, (1, 3));
+    m.update_host(limited(20_500), Nanos::from_secs(4)).unwrap();
+    serve_at(&mut m, &mut hosts, (4, 3), 0.6);
+    let now = Nanos::from_secs(7);
+    let s = m.stats(now);
+    let op = s.operating_point.expect("the curve has samples");
+    let e = s.hosts[0].entitlement.expect("a period has ended");
+    println!("{op:?} curve {:?}: {e:?}", s.depth_curve);
+    assert!(
+        op.rate < 20_500,
+        "C* {} below the new limit: {op:?}",
+        op.rate
+    );
+    assert!(!qos_core::depth::saturated(&s.depth_curve, &op));
+    assert!(e.contending, "{e:?}");
+    assert_eq!(e.entitled, 20_500, "{e:?}");
+    let other = HostConfig::new("other").with_reservation(Rate::iops(30_000));
+    m.add_host(other, now).unwrap();
 }

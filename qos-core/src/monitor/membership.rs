@@ -336,17 +336,9 @@ impl Monitor {
             .members
             .admit(&self.cfg, None, None)
             .map_or(u64::MAX, |r| r.reserved.ops);
-        let curve = self.depth.curve(now);
-        if let (Some(op), Some(deepest)) = (
-            self.depth.operating_point(now, cfg.operating_target()),
-            curve.last(),
-        ) {
-            check_operating_point(
-                cfg,
-                (before, report.reserved.ops),
-                &op,
-                deepest.in_flight_milli,
-            )?;
+        if let Some(op) = self.depth.operating_point(now, cfg.operating_target()) {
+            let curve = self.depth.curve(now);
+            check_operating_point(cfg, (before, report.reserved.ops), &op, &curve)?;
         }
         Ok(report)
     }
@@ -601,11 +593,8 @@ impl Monitor {
         let (host_budgets, group_budgets, report) = self.members.budgets_under(&cfg)?;
         // The operating point: a new one (or more reserved) must still hold the
         // reservations. Compared per second (the period may change).
-        let curve = self.depth.curve(now);
-        if let (Some(op), Some(deepest)) = (
-            self.depth.operating_point(now, cfg.operating_target()),
-            curve.last(),
-        ) {
+        if let Some(op) = self.depth.operating_point(now, cfg.operating_target()) {
+            let curve = self.depth.curve(now);
             let per_sec = |c: &DomainConfig, v: u64| mul_div(v, Nanos::from_secs(1).0, c.period.0);
             let before = if cfg.operating_target() != self.cfg.operating_target() {
                 0
@@ -618,7 +607,7 @@ impl Monitor {
                 &cfg,
                 (cfg.per_period(before), cfg.per_period(after)),
                 &op,
-                deepest.in_flight_milli,
+                &curve,
             )?;
         }
         let capacity_changed = cfg.capacity != self.cfg.capacity

@@ -406,8 +406,17 @@ fn per_second(ops_per_period: u64, period: Nanos) -> u64 {
 }
 
 /// Every host's [`Entitlement`] at `op` (in the order of `m.hosts`), from the last
-/// ended period of each; none before a period has ended.
-fn entitlements(m: &Members, op: &OperatingPoint, period: Nanos) -> Vec<Option<Entitlement>> {
+/// ended period of each; none before a period has ended. `flat`: the curve shows the
+/// target saturated ([`crate::depth::saturated`]), so C\* is what the target can do;
+/// before that it is only what the
+/// load so far has shown, and the entitlements are not bounded by it (each claimant is
+/// entitled to its cap: no contention for the target is known).
+fn entitlements(
+    m: &Members,
+    op: &OperatingPoint,
+    flat: bool,
+    period: Nanos,
+) -> Vec<Option<Entitlement>> {
     let latency = op.latency.0.max(1) as u128;
     let reports: Vec<(Claimant, Entitlement)> = m
         .hosts
@@ -465,7 +474,7 @@ fn entitlements(m: &Members, op: &OperatingPoint, period: Nanos) -> Vec<Option<E
         });
     }
     let mut top_out = vec![0; top.len()];
-    entitle(op.rate, &top, &mut top_out);
+    entitle(if flat { op.rate } else { u64::MAX }, &top, &mut top_out);
     let mut entitled = vec![0u64; m.hosts.len()];
     for (&i, &e) in lone.iter().zip(&top_out) {
         entitled[i] = e;
@@ -527,7 +536,11 @@ impl Monitor {
         let elapsed = now.saturating_sub(self.period_start).min(self.cfg.period);
         let m = &self.members;
         let op = self.depth.operating_point(now, self.cfg.operating_target());
-        let entitled = op.as_ref().map(|op| entitlements(m, op, self.cfg.period));
+        let curve = self.depth.curve(now);
+        let entitled = op.as_ref().map(|op| {
+            let flat = crate::depth::saturated(&curve, op);
+            entitlements(m, op, flat, self.cfg.period)
+        });
         let hosts = m
             .hosts
             .iter()
@@ -562,7 +575,7 @@ impl Monitor {
             efficiency_milli: self.cfg.efficiency_milli,
             operating_target: self.cfg.operating_target(),
             operating_point: op,
-            depth_curve: self.depth.curve(now),
+            depth_curve: curve,
             hosts,
             groups,
         }

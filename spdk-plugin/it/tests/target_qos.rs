@@ -779,10 +779,12 @@ fn the_target_learns_its_depth_curve() {
         op.latency_ns.unwrap_or(0)
     );
     assert!(rate * 1000 >= max * op.efficiency_milli);
-    // Admission at the operating point: the curve has flattened (seen deeper than Q*),
-    // so a reservation above C* is refused although the capacity given (1 M) has room.
+    // Admission at the operating point: the target was seen saturated (the curve at
+    // least twice as deep as Q*), so a reservation above C* is refused although the
+    // capacity given (1 M) has room.
     let deepest = op.depth_curve.last().map_or(0.0, |p| p.in_flight);
-    if q < deepest {
+    println!("deepest point of the curve: {deepest:.3} commands in flight at the base");
+    if deepest >= 2.0 * q {
         let over = rate + rate / 5;
         let e = t
             .rpc(
