@@ -586,38 +586,26 @@ mod tests {
         }
     }
 
-    /// Two threads race for the last slot of a window of one while a third books a
-    /// completion: never more than one excess command in flight, and the count ends
-    /// at zero.
+    /// A thread races for the only slot of a window of one while another books the
+    /// completion of the command holding it: never more than one excess command in
+    /// flight, and the count ends at zero. (Three threads took 87 s of loom.)
     #[cfg(loom)]
     #[test]
     fn loom_window_slots_are_taken_and_given_back_once() {
         loom::model(|| {
             let s = Arc::new(on(1));
             let h = Arc::new(HostWindow::default());
-            // One command in flight already.
             assert_eq!(s.admit(&h, 1, false), Slot::Taken);
-            let threads: Vec<_> = (0..2)
-                .map(|_| {
-                    let (s, h) = (s.clone(), h.clone());
-                    loom::thread::spawn(move || {
-                        let got = s.admit(&h, 1, false) == Slot::Taken;
-                        assert!(s.in_flight() <= 1);
-                        got
-                    })
-                })
-                .collect();
-            let s2 = s.clone();
-            let done = loom::thread::spawn(move || s2.put());
-            let taken = threads
-                .into_iter()
-                .map(|t| t.join().unwrap())
-                .filter(|&t| t)
-                .count();
-            done.join().unwrap();
-            assert!(taken <= 1);
+            let (s1, h1) = (s.clone(), h.clone());
+            let t = loom::thread::spawn(move || {
+                let got = s1.admit(&h1, 1, false) == Slot::Taken;
+                assert!(s1.in_flight() <= 1);
+                got
+            });
+            s.put();
+            let taken = t.join().unwrap();
             assert_eq!(s.in_flight(), taken as u64);
-            for _ in 0..taken {
+            if taken {
                 s.put();
             }
             assert_eq!(s.in_flight(), 0);
