@@ -115,15 +115,16 @@ impl HostWindow {
         self.tag.load(Ordering::Relaxed)
     }
 
-    /// `max(tag, v) + ops * step`: no banking of idle time.
+    /// `max(tag, v) + ops * step`: no banking of idle time. A load and a store, not a
+    /// read-modify-write: two channels of one host on two threads charging at the same
+    /// instant may lose one command's step (the order's precision, not the window's
+    /// count), and the tag costs no locked instruction per command.
     #[inline]
     fn charge(&self, v: u64, ops: u64) {
         let add = ops.max(1).saturating_mul(self.step.load(Ordering::Relaxed));
-        let _ = self
-            .tag
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                Some(t.max(v).saturating_add(add))
-            });
+        let t = self.tag.load(Ordering::Relaxed);
+        self.tag
+            .store(t.max(v).saturating_add(add), Ordering::Relaxed);
     }
 }
 
