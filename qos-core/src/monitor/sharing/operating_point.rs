@@ -445,6 +445,27 @@ mod tests {
         assert_eq!(slack(0, 50, none), 10 * TAG_UNIT);
     }
 
+    #[test]
+    fn the_mode_turns_the_window_on_and_off_and_refuses_groups() {
+        use crate::config::{ExcessSharing, ReservationRelease, test_domain};
+        use crate::monitor::{AddGroupError, Monitor};
+        let t0 = Nanos::from_secs(1);
+        let d = |s| test_domain(10_000, ReservationRelease::Paced, s);
+        let mut m = Monitor::new(d(ExcessSharing::OperatingPoint), t0).unwrap();
+        assert_eq!(m.shared().window().limit(), UNBOUNDED, "no curve yet");
+        let e = m
+            .add_group(crate::config::GroupConfig::new("g"), t0)
+            .unwrap_err();
+        assert!(matches!(e, AddGroupError::NeedsWeightedSharing), "{e}");
+        m.update_domain(d(ExcessSharing::FirstCome), t0).unwrap();
+        assert!(!m.shared().window().is_on());
+        m.update_domain(d(ExcessSharing::OperatingPoint), t0)
+            .unwrap();
+        assert!(m.shared().window().is_on());
+        let m = Monitor::new(d(ExcessSharing::FirstCome), t0).unwrap();
+        assert!(!m.shared().window().is_on());
+    }
+
     /// The target `800 K q / (q + 15)` with `q` commands in flight: one depth sample.
     fn sample(c: &mut DepthCurve, now: Nanos, q: u64) {
         let dt = crate::depth::MIN_WINDOW;
