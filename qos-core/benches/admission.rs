@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use qos_core::{Capacity, DomainConfig, EstimatorConfig, HostConfig, IoKind, Monitor, Nanos, Rate};
+use qos_core::{
+    Capacity, DomainConfig, EstimatorConfig, ExcessSharing, HostConfig, IoKind, Monitor, Nanos,
+    Rate,
+};
 
 /// From half-way through the 60 s period: half of the paced release is out.
 const NOW: Nanos = Nanos::from_secs(30);
@@ -30,7 +33,12 @@ impl Clock {
 }
 
 fn monitor(limited: bool) -> Monitor {
+    monitor_with(limited, ExcessSharing::FirstCome)
+}
+
+fn monitor_with(limited: bool, sharing: ExcessSharing) -> Monitor {
     let cfg = DomainConfig {
+        sharing,
         period: Nanos::from_secs(60),
         check_interval: Nanos::from_millis(1),
         // Enough tokens that the benchmark never runs dry within a period.
@@ -75,6 +83,26 @@ fn single_thread(c: &mut Criterion) {
         });
         // The figure is of the admitted path: a held command is another (shorter) one.
         assert_eq!(held, 0, "one_thread/{name}: commands were held");
+    }
+    // Admission and completion together: under `operating_point` each command takes a
+    // slot of the window and its host's start tag moves, and its completion gives the
+    // slot back (the window is unbounded here: no depth curve yet).
+    for (name, sharing) in [
+        ("first_come", ExcessSharing::FirstCome),
+        ("operating_point", ExcessSharing::OperatingPoint),
+    ] {
+        let m = monitor_with(false, sharing);
+        let mut ch = m.channel("nqn.bench").unwrap();
+        let mut clock = Clock::default();
+        g.bench_function(format!("admit_and_complete/{name}"), |b| {
+            b.iter(|| {
+                let now = clock.tick();
+                let a = ch.try_admit(black_box(IoKind::Read), black_box(4096), now);
+                ch.record_completion(IoKind::Read, 4096);
+                black_box(a)
+            })
+        });
+        assert_eq!(m.shared().window().in_flight(), 0);
     }
     g.finish();
 }

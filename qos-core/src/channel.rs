@@ -77,11 +77,31 @@ impl<T> TargetChannel<T> {
         if self.held.is_empty() {
             return 0;
         }
-        if self.completions_to_skip > 0 {
+        // A completion frees a slot of the operating point's window: a channel that
+        // waits for one tries at once.
+        if self.completions_to_skip > 0 && !self.tokens.waits_for_window() {
             self.completions_to_skip -= 1;
             return 0;
         }
         self.release(now(), send)
+    }
+
+    /// Tries the held queue now (a slot of the window freed elsewhere: the lab's
+    /// dispatcher); returns how many were released.
+    pub fn retry(&mut self, now: Nanos, send: impl FnMut(T)) -> usize {
+        if self.held.is_empty() {
+            return 0;
+        }
+        self.release(now, send)
+    }
+
+    /// Its host's start tag in the window's weighted order, and whether it waits for
+    /// the window (see [`ChannelTokens::window_tag`]).
+    pub fn window_tag(&self) -> u64 {
+        self.tokens.window_tag()
+    }
+    pub fn waits_for_window(&self) -> bool {
+        !self.held.is_empty() && self.tokens.waits_for_window()
     }
 
     /// The poller: releases what tokens allow and publishes the counters.

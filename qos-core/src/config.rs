@@ -303,6 +303,11 @@ pub enum ExcessSharing {
     /// served, so hosts with deeper queues get more (`weight` scales the batch).
     #[default]
     FirstCome,
+    /// Admission by concurrency (issue 26): first come's tokens, and excess admitted
+    /// only while the domain's commands in flight at the base are below `Q*` of the
+    /// learned depth curve (unbounded until it is known), in weighted start-time order
+    /// among the hosts it holds; reserved work never waits for it. No tenant groups.
+    OperatingPoint,
 }
 
 /// Everything about one QoS domain except its hosts.

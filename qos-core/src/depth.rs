@@ -140,17 +140,34 @@ impl DepthCurve {
 
     /// One interval of `dt` ending at `now`: `work` completed, whose commands spent
     /// `service` at the base in all (the sum over the completed commands). Intervals
-    /// are gathered into samples of at least [`MIN_WINDOW`].
-    pub fn observe(&mut self, now: Nanos, dt: Nanos, work: u64, service: Nanos) {
+    /// are gathered into samples of at least [`MIN_WINDOW`]; true when this one closed
+    /// a sample.
+    pub fn observe(&mut self, now: Nanos, dt: Nanos, work: u64, service: Nanos) -> bool {
         let p = &mut self.pending;
         p.0 = p.0.saturating_add(dt);
         p.1 = p.1.saturating_add(work);
         p.2 = p.2.saturating_add(service.0);
         if p.0 < MIN_WINDOW || (p.1 < MIN_WINDOW_WORK && p.0 < MAX_WINDOW) {
-            return;
+            return false;
         }
         let (dt, work, service) = std::mem::replace(p, (Nanos::ZERO, 0, 0));
         self.sample(now, dt, work, Nanos(service));
+        true
+    }
+
+    /// Keeps the buckets deeper than `q_milli` commands in flight (those seen, not
+    /// aged out yet) as if seen at `now`: while admission holds the target at that
+    /// depth (the operating point's window) it cannot see them again, and letting them
+    /// age out would lower T(max), the operating point and the window with it, period
+    /// after period. Their level still follows a drift of the target (the rescale
+    /// scales every bucket).
+    pub fn keep_above(&mut self, q_milli: u64, now: Nanos) {
+        let from = bucket_of(q_milli) + 1;
+        for b in from..BUCKETS {
+            if self.is_live(b, now) {
+                self.buckets[b].last_seen = now;
+            }
+        }
     }
 
     /// One sample: `work` completed over `dt`, its commands `service` at the base.

@@ -20,6 +20,7 @@
 use crate::config::{BudgetClass, UNLIMITED};
 use crate::cost::{Amount, CostModel, Direction, IoKind, RES, Resource};
 use crate::histogram::{HeldTime, HeldTimeSnapshot, SharedHeldTime};
+use crate::monitor::sharing::operating_point::{HostWindow, Slot, WindowShared};
 use crate::sync::{Arc, AtomicU64, CachePadded, EpochPool, Ordering, POOL_MAX, SeqLock, TokenPool};
 use crate::time::Nanos;
 use crate::wire;
@@ -46,6 +47,9 @@ pub struct DomainShared {
     /// moves them into the hosts' credit at every check interval, and no channel takes
     /// them from the global pool itself.
     pub(crate) credit_only: AtomicU64,
+    /// Commands in flight at the base against the operating point's window (sharing
+    /// `operating_point`; off otherwise).
+    pub(crate) window: WindowShared,
 }
 
 impl DomainShared {
@@ -64,7 +68,13 @@ impl DomainShared {
             budget: [AtomicU64::new(0), AtomicU64::new(0)],
             global_closed: AtomicU64::new(0),
             credit_only: AtomicU64::new(0),
+            window: WindowShared::default(),
         }
+    }
+
+    /// The window of commands in flight (sharing `operating_point`).
+    pub fn window(&self) -> &WindowShared {
+        &self.window
     }
 
     /// Whether `host` may take global tokens of resource `r` now: not while another
@@ -224,6 +234,8 @@ pub struct HostShared {
     pub(crate) held_time: CachePadded<SharedHeldTime>,
     /// Bit r: the monitor found this host behind its reservation schedule in resource r.
     pub(crate) lagging: AtomicU64,
+    /// Its place in the window's weighted order (sharing `operating_point`).
+    pub(crate) window: CachePadded<HostWindow>,
 }
 
 /// Monotonic counters, published by channels when they flush. In this order (`repr(C)`)
@@ -335,6 +347,7 @@ impl HostShared {
             counters: CachePadded::default(),
             held_time: CachePadded::default(),
             lagging: AtomicU64::new(0),
+            window: CachePadded(HostWindow::default()),
         };
         h.write_params(params);
         h
@@ -448,6 +461,8 @@ pub enum HoldReason {
     Limit,
     /// Neither reservation nor global tokens are left for now.
     Tokens,
+    /// Excess waiting for room in the operating point's window of commands in flight.
+    Window,
 }
 
 /// The per-I/O decision.
@@ -517,6 +532,10 @@ pub struct ChannelTokens {
     /// Commands admitted or held since the last flush: a channel that saw none is idle
     /// and gives its cached tokens back, so they are not stranded on a quiet thread.
     active: bool,
+    /// Window slots its commands hold (given back one per completion), and whether its
+    /// last refusal was the window's.
+    slots: u64,
+    window_wait: bool,
 }
 
 impl ChannelTokens {
@@ -548,6 +567,8 @@ impl ChannelTokens {
             published: [[0; 2]; 2],
             res_retry_at: [[0; 2]; 2],
             active: false,
+            slots: 0,
+            window_wait: false,
         };
         for c in 0..3 {
             for r in 0..2 {
@@ -674,16 +695,30 @@ impl ChannelTokens {
                 return Admission::Held(HoldReason::Tokens);
             }
         }
-        let mut reserved = true;
+        let reserved = self.res[p][0] >= need[0];
+        match self
+            .domain
+            .window
+            .admit(&self.host.window, need[0], reserved)
+        {
+            Slot::Off => {}
+            Slot::Taken => {
+                self.slots += 1;
+                self.window_wait = false;
+            }
+            Slot::Wait => {
+                self.uncharge_limits(classes, charged);
+                self.held_events += 1;
+                self.window_wait = true;
+                return Admission::Held(HoldReason::Window);
+            }
+        }
         for r in 0..2 {
             let from_res = self.res[p][r].min(need[r]);
             self.res[p][r] -= from_res;
             self.glob[r] -= need[r] - from_res;
             self.consumed_res[r] += from_res;
             self.consumed_global[r] += need[r] - from_res;
-            if r == 0 && from_res < need[0] {
-                reserved = false;
-            }
         }
         self.admitted_ios += 1;
         Admission::Admitted { reserved }
@@ -756,6 +791,23 @@ impl ChannelTokens {
         self.completed[0] += c.ops;
         self.completed[1] += c.bytes;
         self.completed_ios += 1;
+        if self.slots > 0 {
+            self.slots -= 1;
+            self.domain.window.put();
+        }
+    }
+
+    /// Its last refusal was the window's and no slot was taken since: a completion
+    /// (a slot freed) is worth a try of the held queue.
+    #[inline]
+    pub fn waits_for_window(&self) -> bool {
+        self.window_wait
+    }
+
+    /// Its host's start tag in the window's weighted order (the lab retries held
+    /// commands in this order when a slot frees).
+    pub fn window_tag(&self) -> u64 {
+        self.host.window.tag()
     }
 
     /// Records the time a completed command spent at the base (for the depth curve).
@@ -1001,6 +1053,10 @@ impl Drop for ChannelTokens {
         self.return_caches();
         self.active = true;
         self.flush();
+        // Commands it let in can no longer be booked here: their slots go back.
+        for _ in 0..std::mem::take(&mut self.slots) {
+            self.domain.window.put();
+        }
     }
 }
 

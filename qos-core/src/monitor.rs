@@ -147,6 +147,7 @@ impl Monitor {
             burst_at: now,
             cfg,
         };
+        m.policy.attach(&m.shared);
         m.start_period(now);
         Ok(m)
     }
@@ -271,7 +272,11 @@ impl Monitor {
     fn learn_depth(&mut self, now: Nanos, work: u64, service: u64) {
         let dt = now.saturating_sub(self.depth_at);
         self.depth_at = now;
-        self.depth.observe(now, dt, work, Nanos(service));
+        if self.depth.observe(now, dt, work, Nanos(service)) {
+            let target = self.cfg.operating_target();
+            self.policy
+                .depth_learned(&mut self.depth, now, target, &self.shared);
+        }
     }
 
     /// Whether the depth curve's next sample is due (they are gathered over

@@ -27,6 +27,9 @@ Policies (the target plugin's settings as SHARING[/RELEASE][/MODE]):
   first_come              the same with the unreserved capacity first come, first served
   first_come/start        Haechi as published: whole reservation released at the period start
   first_come/start/basic  Haechi's tokens without conversion of unused reservations
+  operating_point         first come's tokens; excess admitted only while the commands in
+                          flight are below Q* of the learned depth curve, by weighted
+                          start tags (issue 26); each host's entitlement e_i is shown
   +pacing                 cooperative hosts split and pace transfers above the chunk size (Justitia)
 Verdict: how many hosts with a reservation met it in every measured period, and the total
 throughput against the bare target's in the same run.
@@ -113,6 +116,26 @@ pub struct HostSummary {
     /// reservation; `null` for a host without one.
     pub reservation_met_fraction: Option<f64>,
     pub latency_us: LatencySummary,
+    /// Sharing `operating_point`: the monitor's entitlement report over the measured
+    /// periods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operating: Option<OperatingSummary>,
+}
+
+/// A host's entitlement at the operating point over the measured periods (issue 26).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OperatingSummary {
+    /// Contending (held by QoS in at least half of the period) in this fraction of the
+    /// measured periods; a host contending in at least half is judged against e_i.
+    pub contending_fraction: f64,
+    /// e_i, the mean over the measured periods of what the report said (IOPS).
+    pub entitled_iops: f64,
+    /// `mean_iops / entitled_iops - 1`.
+    pub vs_entitled: f64,
+    /// Mean time a command waited in QoS (µs of the simulation: at scale 1/N about N
+    /// times the real figure), and as a fraction of its p50 latency.
+    pub mean_wait_us: f64,
+    pub wait_vs_p50: f64,
 }
 
 /// Latency from issue to completion, microseconds (`null` when nothing completed).
@@ -164,12 +187,37 @@ impl Summary {
                             (ok as f64 / h.completed.len().max(1) as f64 * 1e4).round() / 1e4
                         });
                         let q = |p: f64| h.latency.quantile(p).map(|v| round1(v.0 as f64 / 1e3));
+                        let mean_iops = round1(total as f64 / n / period_s);
+                        let operating = h.operating.as_ref().map(|o| {
+                            let known: Vec<u64> = o.entitled.iter().flatten().copied().collect();
+                            let e = known.iter().sum::<u64>() as f64 / known.len().max(1) as f64
+                                * scale as f64;
+                            let contending = o.contending.iter().filter(|&&c| c).count() as f64
+                                / o.contending.len().max(1) as f64;
+                            let wait_us = o.held_ns as f64 / o.admitted.max(1) as f64 / 1e3;
+                            let p50 = q(0.5).unwrap_or(0.0);
+                            OperatingSummary {
+                                contending_fraction: (contending * 1e4).round() / 1e4,
+                                entitled_iops: round1(e),
+                                vs_entitled: if e > 0.0 {
+                                    ((mean_iops / e - 1.0) * 1e4).round() / 1e4
+                                } else {
+                                    0.0
+                                },
+                                mean_wait_us: (wait_us * 100.0).round() / 100.0,
+                                wait_vs_p50: if p50 > 0.0 {
+                                    (wait_us / p50 * 1e4).round() / 1e4
+                                } else {
+                                    0.0
+                                },
+                            }
+                        });
                         HostSummary {
                             host: h.name.clone(),
                             reservation_iops: spec.reservation_iops,
                             limit_iops: spec.limit_iops,
                             periods,
-                            mean_iops: round1(total as f64 / n / period_s),
+                            mean_iops,
                             mib_per_s: round1(bytes as f64 / n / period_s / (1u64 << 20) as f64),
                             reservation_met_fraction: met,
                             latency_us: LatencySummary {
@@ -177,6 +225,7 @@ impl Summary {
                                 p99: q(0.99),
                                 p999: q(0.999),
                             },
+                            operating,
                         }
                     })
                     .collect();
@@ -315,11 +364,92 @@ impl Summary {
                     latency(h.latency_us.p999),
                 );
             }
+            if p.hosts.iter().any(|h| h.operating.is_some()) {
+                s.push_str(&self.operating_block(p, width));
+            }
             for w in &p.warnings {
                 let _ = writeln!(s, "  warning: {w}");
             }
         }
         let _ = write!(s, "\n{LEGEND}");
+        s
+    }
+
+    /// Sharing `operating_point`: each host against its entitlement, and issue 26's
+    /// acceptance checked: total >= 97 % of bare, every contending host within 10 % of
+    /// e_i, self-limited hosts' wait in QoS (at most 5 % of their p50 latency),
+    /// reservations met in >= 99 % of periods.
+    fn operating_block(&self, p: &PolicySummary, width: usize) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "  {:<width$} {:>10} {:>11} {:>11} {:>8} {:>10} {:>9}",
+            "entitled", "contending", "e_i/s", "achieved/s", "vs e_i", "wait", "wait/p50"
+        );
+        let (mut worst_dev, mut worst_wait) = (None::<(f64, &str)>, None::<(f64, &str)>);
+        for h in &p.hosts {
+            let Some(o) = h.operating else { continue };
+            let contending = o.contending_fraction >= 0.5;
+            let _ = writeln!(
+                s,
+                "  {:<width$} {:>10} {:>11} {:>11} {:>+7.1}% {:>8.1}us {:>8.1}%",
+                h.host,
+                format!("{:.0}%", o.contending_fraction * 100.0),
+                thousands(o.entitled_iops),
+                thousands(h.mean_iops),
+                o.vs_entitled * 100.0,
+                o.mean_wait_us,
+                o.wait_vs_p50 * 100.0
+            );
+            if contending {
+                if worst_dev.is_none_or(|(d, _)| o.vs_entitled.abs() > d) {
+                    worst_dev = Some((o.vs_entitled.abs(), &h.host));
+                }
+            } else if worst_wait.is_none_or(|(w, _)| o.wait_vs_p50 > w) {
+                worst_wait = Some((o.wait_vs_p50, &h.host));
+            }
+        }
+        let mut checks = Vec::new();
+        let bare = self
+            .policies
+            .iter()
+            .find(|b| b.policy == "bare" && b.variant == p.variant && b.total_iops > 0.0);
+        if let Some(b) = bare {
+            let r = p.total_iops / b.total_iops;
+            checks.push(format!(
+                "total {:.1}% of bare ({})",
+                r * 100.0,
+                if r >= 0.97 { "ok" } else { "below 97%" }
+            ));
+        }
+        checks.push(match worst_dev {
+            Some((d, h)) => format!(
+                "contending hosts within {:.1}% of e_i (worst {h}: {})",
+                d * 100.0,
+                if d <= 0.10 { "ok" } else { "beyond 10%" }
+            ),
+            None => "no contending host".to_string(),
+        });
+        if let Some((w, h)) = worst_wait {
+            checks.push(format!(
+                "self-limited wait at most {:.1}% of p50 (worst {h}: {})",
+                w * 100.0,
+                if w <= 0.05 { "ok" } else { "beyond 5%" }
+            ));
+        }
+        let met: Vec<f64> = p
+            .hosts
+            .iter()
+            .filter_map(|h| h.reservation_met_fraction)
+            .collect();
+        if let Some(m) = met.iter().copied().reduce(f64::min) {
+            checks.push(format!(
+                "reservations met in >= {:.1}% of periods ({})",
+                m * 100.0,
+                if m >= 0.99 { "ok" } else { "below 99%" }
+            ));
+        }
+        let _ = writeln!(s, "  check: {}", checks.join("; "));
         s
     }
 

@@ -339,6 +339,7 @@ impl QosSettings {
         let sharing = match parts.next()? {
             "first_come" => ExcessSharing::FirstCome,
             "weighted" => ExcessSharing::Weighted,
+            "operating_point" => ExcessSharing::OperatingPoint,
             _ => return None,
         };
         let mut q = QosSettings {
@@ -373,6 +374,7 @@ impl QosSettings {
         let mut n = match self.sharing {
             ExcessSharing::FirstCome => "first_come",
             ExcessSharing::Weighted => "weighted",
+            ExcessSharing::OperatingPoint => "operating_point",
         }
         .to_string();
         if self.release == ReservationRelease::Start {

@@ -57,6 +57,18 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../scenarios/qd-weights-depth.toml"),
     ),
     (
+        "op-weights-depth",
+        include_str!("../scenarios/op-weights-depth.toml"),
+    ),
+    (
+        "op-weights-depth-inverse",
+        include_str!("../scenarios/op-weights-depth-inverse.toml"),
+    ),
+    (
+        "op-depth-8hosts",
+        include_str!("../scenarios/op-depth-8hosts.toml"),
+    ),
+    (
         "qd-capacity-drop",
         include_str!("../scenarios/qd-capacity-drop.toml"),
     ),

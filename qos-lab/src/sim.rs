@@ -102,6 +102,23 @@ pub struct HostOutcome {
     /// Latency from issue to completion of every application I/O in the measured
     /// periods.
     pub latency: LatencyHistogram,
+    /// Sharing `operating_point` only: what the monitor's entitlement report said of
+    /// it at the end of each measured period, and its time held by QoS.
+    pub operating: Option<HostOperating>,
+}
+
+/// A host's entitlement report over the measured periods (sharing `operating_point`).
+#[derive(Debug, Clone, Default)]
+pub struct HostOperating {
+    /// e_i per measured period (simulated units per second); `None` before the depth
+    /// curve had a sample.
+    pub entitled: Vec<Option<u64>>,
+    /// Contending (held in at least half of the period) per measured period.
+    pub contending: Vec<bool>,
+    /// Commands admitted in the measured periods (held or not) and the time they waited
+    /// in QoS, summed (simulated ns).
+    pub admitted: u64,
+    pub held_ns: u64,
 }
 
 /// What one policy did.
@@ -334,6 +351,12 @@ struct Sim {
     estimates: Vec<u64>,
     warnings: Vec<String>,
     events: u64,
+    /// Sharing `operating_point`: periods ended so far, each host's report, and its
+    /// held-time counters (admitted, held time) when the measured periods began.
+    window: bool,
+    ended: u32,
+    operating: Vec<HostOperating>,
+    held_at_start: Vec<(u64, u64)>,
 }
 
 fn scaled(v: u64, scale: u64) -> u64 {
@@ -570,6 +593,12 @@ impl Sim {
             estimates,
             warnings: Vec::new(),
             events: 0,
+            window: policy
+                .qos()
+                .is_some_and(|q| q.sharing == qos_core::ExcessSharing::OperatingPoint),
+            ended: 0,
+            operating: Vec::new(),
+            held_at_start: Vec::new(),
         };
         sim.schedule(period, Ev::Period);
         if sim.monitor.is_some() {
@@ -716,9 +745,61 @@ impl Sim {
         let tick = monitor.tick(Nanos(now));
         if let Some(rep) = tick.ended {
             self.estimates.push(rep.next_budget.ops);
+            if self.window {
+                self.ended += 1;
+                self.record_entitlements();
+            }
         }
         let next = tick.next_deadline.0.max(now + 1);
         self.schedule(next, Ev::Tick);
+    }
+
+    /// Sharing `operating_point`: at the end of each period, each host's entitlement
+    /// report (measured periods only) and its held time at the start of measurement.
+    fn record_entitlements(&mut self) {
+        let monitor = self.monitor.as_ref().expect("ticks only with a monitor");
+        let stats = monitor.stats(Nanos(self.now));
+        let held = |h: &qos_core::monitor::HostStats| (h.held_time.count(), h.held_time.sum_ns);
+        if self.ended == self.warmup {
+            self.held_at_start = stats.hosts.iter().map(held).collect();
+            self.operating = vec![HostOperating::default(); stats.hosts.len()];
+        } else if self.ended > self.warmup && self.ended <= self.warmup + self.measured {
+            for (i, h) in stats.hosts.iter().enumerate() {
+                let o = &mut self.operating[i];
+                o.entitled.push(h.entitlement.map(|e| e.entitled));
+                o.contending
+                    .push(h.entitlement.is_some_and(|e| e.contending));
+                let (n0, t0) = self.held_at_start[i];
+                let (n, t) = held(h);
+                o.admitted = n - n0;
+                o.held_ns = t - t0;
+            }
+        }
+    }
+
+    /// Sharing `operating_point`: a slot of the window may have freed; the channels
+    /// waiting for one try again, lowest start tag first (a dispatcher over all
+    /// channels, which the plugin's per-thread channels do not have).
+    fn dispatch_window(&mut self) {
+        let mut waiting: Vec<(u64, u16, u16)> = Vec::new();
+        for (h, host) in self.hosts.iter().enumerate() {
+            for (c, ch) in host.chans.iter().enumerate() {
+                if ch.waits_for_window() {
+                    waiting.push((ch.window_tag(), h as u16, c as u16));
+                }
+            }
+        }
+        if waiting.is_empty() {
+            return;
+        }
+        waiting.sort_unstable();
+        let mut out = std::mem::take(&mut self.scratch);
+        let now = Nanos(self.now);
+        for (_, h, c) in waiting {
+            self.hosts[h as usize].chans[c as usize].retry(now, |io| out.push(io));
+        }
+        self.enqueue_released(&mut out);
+        self.scratch = out;
     }
 
     /// A channel's poller: releases held commands and publishes its counters.
@@ -922,9 +1003,14 @@ impl Sim {
             }
             let mut out = std::mem::take(&mut self.scratch);
             let now = Nanos(self.now);
-            c.on_completion(|| now, |io| out.push(io));
+            if !(self.window && c.waits_for_window()) {
+                c.on_completion(|| now, |io| out.push(io));
+            }
             self.enqueue_released(&mut out);
             self.scratch = out;
+            if self.window {
+                self.dispatch_window();
+            }
         }
         let at = self.now + self.base_latency;
         self.schedule(at, Ev::Deliver(io));
@@ -1085,6 +1171,8 @@ impl Sim {
 
     fn finish(self, sc: &Scenario, run: &RunSpec, policy: Policy, opts: RunOptions) -> Outcome {
         let w = self.warmup as usize;
+        let mut operating = self.operating.into_iter();
+        let window = self.window;
         let hosts = self
             .hosts
             .into_iter()
@@ -1093,6 +1181,7 @@ impl Sim {
                 completed: h.completed[w..].to_vec(),
                 bytes: h.bytes[w..].to_vec(),
                 latency: h.latency,
+                operating: if window { operating.next() } else { None },
             })
             .collect();
         let m = self.measured as usize;

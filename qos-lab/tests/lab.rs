@@ -106,6 +106,11 @@ fn golden_summary_haechi_2b_zipf() {
     golden("haechi-2b-zipf");
 }
 
+#[test]
+fn golden_summary_op_weights_depth() {
+    golden("op-weights-depth");
+}
+
 fn policy<'a>(
     s: &'a Summary,
     name: &str,

@@ -615,6 +615,7 @@ impl Monitor {
             || cfg.sharing != self.cfg.sharing;
         if cfg.sharing != self.cfg.sharing {
             self.policy = policy;
+            self.policy.attach(&self.shared);
         }
         let periods = (self.cfg.period, cfg.period);
         self.cfg = cfg;

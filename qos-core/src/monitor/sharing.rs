@@ -6,17 +6,23 @@
 //!   in batches scaled by weight, so the excess follows demand and queue depth.
 //! - [`Weighted`] (`weighted`): the monitor moves the pool into the hosts' credit at
 //!   every check interval by weighted max-min fairness, groups nested.
+//! - [`OperatingPoint`] (`operating_point`): first come's tokens, and excess admitted
+//!   only while the commands in flight at the base are below `Q*` of the learned depth
+//!   curve, in weighted start-time order among the hosts it holds.
 
 mod first_come;
+pub(crate) mod operating_point;
 mod weighted;
 
 use std::fmt;
 
 pub(crate) use first_come::FirstCome;
+pub(crate) use operating_point::OperatingPoint;
 pub(crate) use weighted::Weighted;
 
 use crate::config::{DomainConfig, ExcessSharing};
 use crate::cost::Amount;
+use crate::depth::{DepthCurve, OperatingTarget};
 use crate::estimator::{CapacityEstimator, Evidence};
 use crate::ledger::DomainShared;
 use crate::time::Nanos;
@@ -29,6 +35,7 @@ pub(crate) fn policy_for(sharing: ExcessSharing) -> Box<dyn SharingPolicy> {
     match sharing {
         ExcessSharing::FirstCome => Box::new(FirstCome),
         ExcessSharing::Weighted => Box::new(Weighted::default()),
+        ExcessSharing::OperatingPoint => Box::new(OperatingPoint::default()),
     }
 }
 
@@ -54,6 +61,22 @@ pub(crate) struct Interval<'a> {
 /// A way of sharing the excess. Defaults describe a policy that leaves the global pool
 /// to the channels (first come).
 pub(crate) trait SharingPolicy: fmt::Debug + Send {
+    /// It becomes the domain's policy: by default the domain's window of commands in
+    /// flight is off (no slot is counted; slots taken before are still given back).
+    fn attach(&mut self, shared: &DomainShared) {
+        shared.window.disable();
+    }
+
+    /// The depth curve took a sample at `now` (the operating point may have moved).
+    fn depth_learned(
+        &mut self,
+        _curve: &mut DepthCurve,
+        _now: Nanos,
+        _target: OperatingTarget,
+        _shared: &DomainShared,
+    ) {
+    }
+
     /// Tenant groups can be used with it.
     fn supports_groups(&self) -> bool {
         false
