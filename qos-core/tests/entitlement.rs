@@ -76,9 +76,10 @@ fn serve_at(m: &mut Monitor, hosts: &mut [Host], (from, secs): (u64, u64), speed
     }
 }
 
-#[test]
-fn a_saturated_target_reports_who_contends_and_what_each_is_entitled_to() {
-    let cfg = DomainConfig {
+/// A domain on the fluid target: a capacity hint of 400 K (twice what it does), the
+/// estimator off, first come.
+fn domain() -> DomainConfig {
+    DomainConfig {
         capacity: Capacity {
             iops: Some(400_000),
             ..Capacity::default()
@@ -89,7 +90,12 @@ fn a_saturated_target_reports_who_contends_and_what_each_is_entitled_to() {
         },
         sharing: ExcessSharing::FirstCome,
         ..DomainConfig::default()
-    };
+    }
+}
+
+#[test]
+fn a_saturated_target_reports_who_contends_and_what_each_is_entitled_to() {
+    let cfg = domain();
     let mut m = Monitor::new(cfg, Nanos::from_secs(1)).unwrap();
     let limited = HostConfig::new("limited").with_limit(Rate::iops(40_000));
     let reserved = HostConfig::new("reserved").with_reservation(Rate::iops(20_000));
@@ -146,17 +152,7 @@ fn a_saturated_target_reports_who_contends_and_what_each_is_entitled_to() {
 /// served by two closed-loop hosts at each queue depth of `stages` (per host, seconds)
 /// in turn; returns it and the time the load ended.
 fn served(stages: &[(u32, u64)]) -> (Monitor, Nanos) {
-    let cfg = DomainConfig {
-        capacity: Capacity {
-            iops: Some(400_000),
-            ..Capacity::default()
-        },
-        estimator: EstimatorConfig {
-            enabled: false,
-            ..Default::default()
-        },
-        ..DomainConfig::default()
-    };
+    let cfg = domain();
     let mut m = Monitor::new(cfg, Nanos::from_secs(1)).unwrap();
     let mut hosts: Vec<Host> = (0..2)
         .map(|i| {
@@ -234,17 +230,7 @@ fn a_curve_seen_only_at_light_load_does_not_limit_reservations() {
 
 #[test]
 fn a_host_that_changes_its_queue_depth_is_entitled_to_what_its_new_depth_gives() {
-    let cfg = DomainConfig {
-        capacity: Capacity {
-            iops: Some(400_000),
-            ..Capacity::default()
-        },
-        estimator: EstimatorConfig {
-            enabled: false,
-            ..Default::default()
-        },
-        ..DomainConfig::default()
-    };
+    let cfg = domain();
     let t0 = Nanos::from_secs(1);
     let mut m = Monitor::new(cfg, t0).unwrap();
     let limited = HostConfig::new("limited").with_limit(Rate::iops(40_000));
@@ -309,17 +295,7 @@ fn a_paced_load_does_not_make_the_curve_look_saturated() {
     // which look flat (Q* at the shallower one, C* below the new limit) but are no
     // measure of the target (it does 200 K). The host is entitled to its limit, and a
     // reservation above C* is admitted.
-    let cfg = DomainConfig {
-        capacity: Capacity {
-            iops: Some(400_000),
-            ..Capacity::default()
-        },
-        estimator: EstimatorConfig {
-            enabled: false,
-            ..Default::default()
-        },
-        ..DomainConfig::default()
-    };
+    let cfg = domain();
     let t0 = Nanos::from_secs(1);
     let mut m = Monitor::new(cfg, t0).unwrap();
     let limited = |l| HostConfig::new("limited").with_limit(Rate::iops(l));
