@@ -91,7 +91,8 @@ class Proc:
         with open(self.log_path, errors='replace') as f:
             return f.read()
 
-    def stop(self, sig=signal.SIGTERM):
+    def stop(self, sig=signal.SIGTERM, grace=20):
+        """`sig`, then SIGKILL after `grace` seconds."""
         if self.p.poll() is None:
             try:
                 os.killpg(self.p.pid, signal.SIGCONT)
@@ -99,7 +100,7 @@ class Proc:
             except ProcessLookupError:
                 pass
             try:
-                self.p.wait(20)
+                self.p.wait(grace)
             except subprocess.TimeoutExpired:
                 os.killpg(self.p.pid, signal.SIGKILL)
                 self.p.wait()
@@ -130,6 +131,23 @@ def start_app(binary, args, sock, log_path, preload=None, max_secs=180, probe='s
                 app.stop()
                 raise RuntimeError('%s did not start:\n%s' % (binary, app.log_text())) from None
             time.sleep(0.3)
+
+
+def remove_shm(shm_id):
+    """What an SPDK application killed with shared-memory id `shm_id` leaves: its
+    hugepage files (the pages stay reserved while they exist) and its trace buffer."""
+    for d, match in (('/dev/hugepages', lambda n: n.startswith('spdk%dmap_' % shm_id)),
+                     ('/dev/shm', lambda n: n.endswith('_trace.%d' % shm_id))):
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for n in names:
+            if match(n):
+                try:
+                    os.unlink(os.path.join(d, n))
+                except OSError:
+                    pass
 
 
 def remove_socket(sock):
