@@ -38,11 +38,13 @@ $(VENV)/.installed: rpc-scripts/requirements-test.txt exporter/requirements.txt
 
 # The Prometheus exporter's tests: against a stub JSON-RPC server, a real Prometheus
 # (Debian's `prometheus`; skipped, saying so, without it) scraping the exporter, and the
-# dashboard's queries against the exporter's metric names. The test against a real
-# nvmf_tgt runs where SPDK is present (see test-spdk's definition below).
+# dashboard's queries against the exporter's metric names; the alert rules in promtool
+# fixtures and, loaded into a real Prometheus, firing on a real nvmf_tgt, bdevperf with
+# the initiator plugin and the cluster agent (test_alerts_real.py). The tests against a
+# real nvmf_tgt run where SPDK is present (see test-spdk's definition below).
 test-exporter: $(VENV)/.installed
 ifneq ($(SPDK_FOUND),)
-	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin
+	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin -p nvmf-qos-agent
 endif
 	$(KEEP_HUGEPAGES) SPDK_DIR="$(SPDK_DIR)" $(VENV)/bin/python -m pytest -q -rs exporter/tests
 

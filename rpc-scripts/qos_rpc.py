@@ -777,13 +777,17 @@ def _fmt_entitlement(host):
 
 def _capacity_estimate(d):
     """The capacity estimate as the table shows it: `learning` before the target has had a
-    period with load (no capacity given), and a warning when the reservations exceed it."""
+    period with load (no capacity given), and a warning when the reservations exceed it or
+    take all of it (the estimator holds the estimate at the reservations: the target
+    serves less than was reserved, or a fixed capacity is reserved in full)."""
     if d.get('capacity_learning'):
         return 'learning (no capacity given)'
     text = _fmt_amount(d.get('capacity_estimate'))
     est, res = (d.get('capacity_estimate') or {}).get('ops'), (d.get('reserved') or {}).get('ops')
-    if est is not None and res is not None and res > est:
+    if est is not None and res and res > est:
         text += ' (reservations %s exceed it)' % _fmt_amount(d.get('reserved'))
+    elif est is not None and res and res == est:
+        text += ' (reservations take all of it)'
     return text
 
 def _print_stats_table(domains):

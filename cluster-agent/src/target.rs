@@ -1,11 +1,10 @@
 //! The agent's view of its target: each host's counters (work completed, holds), the
 //! target's capacity estimate, and the hosts' local settings, read and written through
 //! the target plugin's JSON-RPC methods (`qos_stats_get`, `qos_host_get`,
-//! `qos_host_set`, `qos_host_remove`) on the target's Unix socket ([`TargetRpc`]).
+//! `qos_host_set`, `qos_host_remove`) on the target's Unix socket ([`TargetRpc`],
+//! through the workspace's JSON-RPC client, `rpc-client`).
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -61,51 +60,33 @@ pub trait TargetRpc {
 /// The target at a JSON-RPC Unix socket.
 #[derive(Debug)]
 pub struct SocketTarget {
-    sock: PathBuf,
-    timeout: Duration,
-    next_id: u64,
+    client: rpc_client::Client,
 }
 
 impl SocketTarget {
     pub fn new(sock: PathBuf, timeout: Duration) -> SocketTarget {
         SocketTarget {
-            sock,
-            timeout,
-            next_id: 1,
-        }
-    }
-
-    fn unreachable(&self, e: impl std::fmt::Display) -> TargetError {
-        TargetError::Unreachable {
-            sock: self.sock.display().to_string(),
-            detail: e.to_string(),
+            client: rpc_client::Client::new(sock, timeout),
         }
     }
 
     /// One JSON-RPC 2.0 call on a connection of its own.
     pub fn call(&mut self, method: &str, params: Value) -> Result<Value, TargetError> {
-        let mut s = UnixStream::connect(&self.sock).map_err(|e| self.unreachable(e))?;
-        s.set_read_timeout(Some(self.timeout))
-            .and_then(|_| s.set_write_timeout(Some(self.timeout)))
-            .map_err(|e| self.unreachable(e))?;
-        let id = self.next_id;
-        self.next_id += 1;
-        let req = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
-        s.write_all(req.to_string().as_bytes())
-            .map_err(|e| self.unreachable(e))?;
-        let answer = serde_json::Deserializer::from_reader(&mut s)
-            .into_iter::<Value>()
-            .next()
-            .ok_or_else(|| self.unreachable("closed without answering"))?
-            .map_err(|e| self.unreachable(e))?;
-        if let Some(err) = answer.get("error") {
-            return Err(TargetError::Refused {
-                method: method.into(),
-                code: err["code"].as_i64().unwrap_or(0),
-                message: err["message"].as_str().unwrap_or("").into(),
-            });
-        }
-        Ok(answer["result"].clone())
+        self.client.call(method, params).map_err(|e| match e {
+            rpc_client::RpcError::Refused {
+                method,
+                code,
+                message,
+            } => TargetError::Refused {
+                method,
+                code,
+                message,
+            },
+            e => TargetError::Unreachable {
+                sock: self.client.sock().display().to_string(),
+                detail: e.detail(),
+            },
+        })
     }
 }
 

@@ -1,10 +1,13 @@
 """Shared pieces of the exporter's tests: a stub SPDK JSON-RPC server on a unix socket
 (answers from a dict of method -> result or callable), statistics shaped like the
-target plugin's `qos_stats_get` (compact form), and free ports."""
+target plugin's `qos_stats_get` (compact form), free ports, and for the tests against
+real SPDK applications the machine-wide SPDK lock and hugepages."""
 
+import fcntl
 import json
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -165,3 +168,40 @@ def free_port():
         if port not in _handed_out:
             _handed_out.add(port)
             return port
+
+
+@pytest.fixture
+def spdk_lock():
+    """With NVMF_QOS_SPDK_LOCK=PATH, holds that lock while SPDK runs (on a machine shared
+    by several measuring sessions); without it the caller arranges that (e.g. `flock PATH
+    make test`: taking the lock here too would wait for the caller forever)."""
+    path = os.environ.get('NVMF_QOS_SPDK_LOCK')
+    if not path:
+        yield
+        return
+    with open(path, 'w') as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+        fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@pytest.fixture
+def hugepages():
+    """1024 hugepages and a mounted hugetlbfs for the test; both given back after."""
+    path = '/proc/sys/vm/nr_hugepages'
+    with open(path) as f:
+        before = int(f.read().strip() or 0)
+    if before < 1024:
+        with open(path, 'w') as f:
+            f.write('1024')
+    with open('/proc/mounts') as f:
+        mounted = any(line.split()[2:3] == ['hugetlbfs'] for line in f)
+    if not mounted:
+        os.makedirs('/dev/hugepages', exist_ok=True)
+        subprocess.run(['mount', '-t', 'hugetlbfs', 'nodev', '/dev/hugepages'], check=True)
+    yield
+    if not mounted:
+        subprocess.run(['umount', '/dev/hugepages'], check=False)
+    if before < 1024:
+        with open(path, 'w') as f:
+            f.write(str(before))

@@ -8,143 +8,35 @@ definition the Makefile uses) and the plugin is built (`make test-exporter` buil
 elsewhere it is skipped with the reason. With NVMF_QOS_SPDK_LOCK=PATH it holds that lock
 while SPDK runs, so that only one SPDK measurement runs on a shared machine at a time."""
 
-import fcntl
 import os
 import subprocess
 import sys
 import time
 
 import pytest
-from promserver import PROMETHEUS, Prometheus
+from promserver import Prometheus
+from spdkapp import REPO, SPDK_DIR, Proc, plugin_lib, remove_socket, skip_reason, start_app
 
 from conftest import EXPORTER, free_port
 
-REPO = os.path.dirname(EXPORTER)
-SPDK_DIR = os.environ.get('SPDK_DIR', '/opt/spdk')
 HOST = 'nqn.2014-08.io.nvmf-qos:exporter-it-host'
 SUBSYS = 'nqn.2016-06.io.spdk:exporter-it'
 PORT = '4471'
 
-
-def spdk_missing():
-    with open(os.path.join(REPO, 'spdk-present.list')) as f:
-        paths = [line.strip() for line in f if line.strip() and not line.startswith('#')]
-    return [p for p in paths if not os.path.exists(os.path.join(SPDK_DIR, p))]
-
-
-def plugin_lib():
-    env = os.environ.get('NVMF_QOS_TGT_LIB')
-    if env:
-        return env if os.path.isfile(env) else None
-    target = os.environ.get('CARGO_TARGET_DIR', os.path.join(REPO, 'target'))
-    p = os.path.join(target, 'release', 'libnvmf_qos_tgt.so')
-    return p if os.path.isfile(p) else None
-
-
-def _skip_reason():
-    missing = spdk_missing()
-    if missing:
-        return 'SKIPPED: SPDK not present at SPDK_DIR=%s (missing %s; see spdk-present.list)' % (
-            SPDK_DIR, ', '.join(missing))
-    if PROMETHEUS is None:
-        return 'SKIPPED: no prometheus binary (apt-get install prometheus)'
-    if plugin_lib() is None:
-        return ('SKIPPED: SPDK present but libnvmf_qos_tgt.so not built: '
-                '`make test-exporter` builds it (cargo build --release -p spdk-plugin)')
-    return None
-
-
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or '')
-
-
-@pytest.fixture
-def spdk_lock():
-    """With NVMF_QOS_SPDK_LOCK=PATH, holds that lock while SPDK runs (on a machine shared
-    by several measuring sessions); without it the caller arranges that (e.g. `flock PATH
-    make test`: taking the lock here too would wait for the caller forever)."""
-    path = os.environ.get('NVMF_QOS_SPDK_LOCK')
-    if not path:
-        yield
-        return
-    with open(path, 'w') as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-        fcntl.flock(f, fcntl.LOCK_UN)
-
-
-@pytest.fixture
-def hugepages():
-    """1024 hugepages and a mounted hugetlbfs for the test; both given back after."""
-    path = '/proc/sys/vm/nr_hugepages'
-    with open(path) as f:
-        before = int(f.read().strip() or 0)
-    if before < 1024:
-        with open(path, 'w') as f:
-            f.write('1024')
-    with open('/proc/mounts') as f:
-        mounted = any(line.split()[2:3] == ['hugetlbfs'] for line in f)
-    if not mounted:
-        os.makedirs('/dev/hugepages', exist_ok=True)
-        subprocess.run(['mount', '-t', 'hugetlbfs', 'nodev', '/dev/hugepages'], check=True)
-    yield
-    if not mounted:
-        subprocess.run(['umount', '/dev/hugepages'], check=False)
-    if before < 1024:
-        with open(path, 'w') as f:
-            f.write(str(before))
-
-
-class Proc:
-    """A child process bounded in time, killed with its children when the test ends."""
-
-    def __init__(self, argv, log_path, env=None):
-        self.log = open(log_path, 'w')
-        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  env=env, start_new_session=True)
-
-    def stop(self, sig=15):
-        if self.p.poll() is None:
-            try:
-                os.killpg(self.p.pid, sig)
-            except ProcessLookupError:
-                pass
-            try:
-                self.p.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.p.pid, 9)
-                self.p.wait()
-        self.log.close()
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or '')
 
 
 @pytest.fixture
 def target(tmp_path, spdk_lock, hugepages):
-    from spdk.rpc.client import JSONRPCClient
     sock = '/var/tmp/nvmf-qos-exporter-it-%d.sock' % os.getpid()
-    if os.path.exists(sock):
-        os.unlink(sock)
-    lib = os.path.join(SPDK_DIR, 'build/lib')
-    tgt = Proc(['timeout', '-s', 'KILL', '180', 'env', 'LD_LIBRARY_PATH=' + lib, 'LD_PRELOAD=' + plugin_lib(),
-                os.path.join(SPDK_DIR, 'build/bin/nvmf_tgt'), '-m', '0x1', '-i', '71', '-u',
-                '--disable-cpumask-locks', '-r', sock], tmp_path / 'nvmf_tgt.log')
+    tgt, client = start_app('bin/nvmf_tgt', ['-m', '0x1', '-i', '71'], sock, tmp_path / 'nvmf_tgt.log',
+                            preload=plugin_lib())
     try:
-        deadline = time.monotonic() + 30
-        client = None
-        while client is None:
-            try:
-                client = JSONRPCClient(sock, timeout=10.0)
-                client.call('spdk_get_version')
-            except Exception:
-                client = None
-                if tgt.p.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError('nvmf_tgt did not start:\n' + (tmp_path / 'nvmf_tgt.log').read_text()) \
-                        from None
-                time.sleep(0.3)
         yield sock, client
         client.close()
     finally:
         tgt.stop()
-        if os.path.exists(sock):
-            os.unlink(sock)
+        remove_socket(sock)
 
 
 def screenshot(prom, exprs, path):

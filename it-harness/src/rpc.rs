@@ -1,11 +1,10 @@
-//! A JSON-RPC client for SPDK applications: one Unix-socket connection per call.
+//! JSON-RPC calls to SPDK applications, through the workspace's client (`rpc-client`:
+//! one Unix-socket connection per call), with the harness's error type.
 
-use std::io::{BufReader, Write};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// A JSON-RPC error from an SPDK application (code 0: the call did not get through).
 #[derive(Debug, Clone, PartialEq)]
@@ -20,33 +19,27 @@ impl std::fmt::Display for RpcError {
     }
 }
 
+impl From<rpc_client::RpcError> for RpcError {
+    fn from(e: rpc_client::RpcError) -> RpcError {
+        use rpc_client::RpcError as E;
+        let message = match &e {
+            E::Connect { source, .. } => format!("connect: {source}"),
+            E::Send { source, .. } => format!("send: {source}"),
+            E::Closed { .. } => "no response".into(),
+            E::Answer { source, .. } => format!("bad response: {source}"),
+            E::Refused { message, .. } => message.clone(),
+        };
+        RpcError {
+            code: e.code().unwrap_or(0),
+            message,
+        }
+    }
+}
+
 /// Calls `method` on the JSON-RPC server at `sock` (one connection per call);
 /// `Value::Null` params are omitted.
 pub fn rpc(sock: &Path, method: &str, params: Value, timeout: Duration) -> Result<Value, RpcError> {
-    let err = |m: String| RpcError {
-        code: 0,
-        message: m,
-    };
-    let mut s = UnixStream::connect(sock).map_err(|e| err(format!("connect: {e}")))?;
-    s.set_read_timeout(Some(timeout)).ok();
-    let mut req = json!({"jsonrpc": "2.0", "method": method, "id": 1});
-    if !params.is_null() {
-        req["params"] = params;
-    }
-    s.write_all(req.to_string().as_bytes())
-        .map_err(|e| err(format!("send: {e}")))?;
-    let mut de = serde_json::Deserializer::from_reader(BufReader::new(s)).into_iter::<Value>();
-    let resp = de
-        .next()
-        .ok_or_else(|| err("no response".into()))?
-        .map_err(|e| err(format!("bad response: {e}")))?;
-    if let Some(e) = resp.get("error") {
-        return Err(RpcError {
-            code: e["code"].as_i64().unwrap_or(0),
-            message: e["message"].as_str().unwrap_or("").to_string(),
-        });
-    }
-    Ok(resp.get("result").cloned().unwrap_or(Value::Null))
+    Ok(rpc_client::call(sock, method, params, timeout)?)
 }
 
 /// The methods of a subsystem's configuration (`framework_get_config`'s answer), in

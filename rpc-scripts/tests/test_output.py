@@ -95,6 +95,11 @@ def test_stats_table_says_when_the_capacity_is_learned_or_overcommitted(capsys):
     out = capsys.readouterr().out
     assert 'capacity estimate 400000 ops, 3000.0 MiB (reservations 500000 ops' in out
     assert 'exceed it) per period' in out
+    # The estimator holds the estimate at the reservations: they take all of it.
+    held = [dict(STATS[0], capacity_learning=False, reserved={'ops': 400000, 'bytes': 0}, hosts=[])]
+    run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': held}))
+    assert 'capacity estimate 400000 ops, 3000.0 MiB (reservations take all of it) per period' in \
+        capsys.readouterr().out
 
 
 def test_stats_json_with_groups_is_printed_as_it_is(capsys):
