@@ -7,14 +7,17 @@
 //!   or completed twice. `soak_with_churn_on_two_poll_groups_loses_nothing`: the same
 //!   with the target on two cores and each host's I/O on two queue pairs.
 //! - `restart_after_sigkill_restores_configuration_and_reservations`: `nvmf_tgt` killed
-//!   with SIGKILL under load, restarted from its `save_config`; the hosts reconnect.
+//!   with SIGKILL under load, restarted from its `save_config`; the hosts reconnect and
+//!   meet their reservations again (the machine's slow spells excused: [`judged_periods`]).
 //! - `hostile_host_gets_no_more_than_its_limit`: a host forging vendor commands,
 //!   flooding reads and dropping connections with reads outstanding, next to a
 //!   well-behaved host whose reservation is sized from what it does under that attack.
 //! - `base_faults_reach_the_host_and_lose_nothing`: host 1's base (SPDK's error bdev)
 //!   fails reads and writes, answers NOMEM, and is deleted under load; the failures
-//!   reach host 1 exactly, nothing is lost or counted twice, the others' reservations
-//!   hold, and the QoS bdev can be created again.
+//!   reach host 1 exactly, each with the base's status (counted by status at the base,
+//!   the QoS bdev and the host), nothing is lost or counted twice, the others'
+//!   reservations hold (also around the removal), and the QoS bdev can be created
+//!   again.
 //! - `a_stalling_base_is_aborted_or_reset_and_loses_nothing`: host 1's base (SPDK's
 //!   delay bdev) stops completing for a while; its host aborts, then resets, the
 //!   commands that time out; nothing is lost or counted twice, the others go on.
