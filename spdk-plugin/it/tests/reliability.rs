@@ -765,27 +765,44 @@ impl Polled {
     }
 }
 
+/// Below this fraction of the domain's capacity as the four hosts' median period, the
+/// machine ran slower than it was calibrated at throughout the run (other jobs on its
+/// cores): quiet runs of `.ci/run` had the four hosts at 65-95 % of the capacity (the
+/// limits and host 1's queue depth bound them), runs under other engineers' builds at
+/// 18-68 %.
+const LOADED_FRACTION: f64 = 0.5;
+
 /// Host `i`'s reservation over `epochs` of `h`, printed as `who`'s, not counting the
 /// periods that were a slow spell of the machine (it-harness's judge.rs): those in
-/// which the four hosts together completed less than 90 % of the domain's `capacity`
-/// (IOPS; itself 90 % of the bare rate measured in the same run, so such a period ran
-/// below 81 % of it). A period at the expected rate counts: a host short in it got less
-/// because the others got more.
+/// which the four hosts together completed less than 90 % of what they did in the
+/// run's median period (or of the capacity, if less). When that median is below
+/// [`LOADED_FRACTION`] of the capacity (`capacity` IOPS: 90 % of the bare rate
+/// measured in the same run) the whole run was slow: only periods at >= 90 % of the
+/// capacity are judged. A period at the expected rate counts: a host short in it got
+/// less because the others got more.
 fn judged_periods(h: &History, who: &str, i: usize, epochs: &[u64], capacity: u64) -> Judged {
     let nqns: Vec<String> = (1..=HOSTS).map(host_nqn).collect();
-    let expected = (capacity as f64 * h.period.as_secs_f64()) as u64;
+    let cap = (capacity as f64 * h.period.as_secs_f64()) as u64;
+    let median = h.median_served(&nqns, epochs);
+    let loaded = (median as f64) < LOADED_FRACTION * cap as f64;
+    let expected = if loaded { cap } else { median.min(cap) };
     let j = h.judge_reservation(&host_nqn(i), &nqns, epochs, expected);
     let (met, n) = epochs
         .iter()
         .filter_map(|e| h.of(&host_nqn(i)).get(e))
         .fold((0, 0), |(m, n), p| (m + p.met as u64, n + 1));
-    let median = h.median_served(&nqns, epochs);
     println!(
-        "  {who}: reservation met in {} of {} periods judged ({met} of {n} in all; {} \
-         excused as slow, the four hosts below 90 % of the capacity's {} ops (their median \
-         {median}): missed in {:?})",
+        "  {who}: reservation met in {} of {} periods judged ({met} of {n} in all); the four \
+         hosts' median {median} ops a period, {:.0} % of the capacity's {cap}{}; {} excused \
+         as slow (below 90 % of {} ops), missed in {:?}",
         j.met,
         j.judged,
+        median as f64 * 100.0 / cap.max(1) as f64,
+        if loaded {
+            " (the machine slow throughout)"
+        } else {
+            ""
+        },
         j.excused.len(),
         j.expected,
         j.excused_missed()
@@ -794,22 +811,22 @@ fn judged_periods(h: &History, who: &str, i: usize, epochs: &[u64], capacity: u6
 }
 
 /// [`judge_reservation`] over the periods `j` judged. With none judged (the machine
-/// slower than its bare rate in every period of the run: other jobs on its cores) the
-/// reservation cannot be judged: said, and a failure under `NVMF_QOS_ACCEPTANCE=1`,
-/// where at least half the periods must be judged.
+/// slow throughout the run: other jobs on its cores) the reservation cannot be judged:
+/// said, and a failure under `NVMF_QOS_ACCEPTANCE=1`, where at least half the periods
+/// must be judged.
 fn judge_excused(bad: &mut Vec<String>, who: &str, j: &Judged) {
     let periods = j.judged + j.excused.len() as u64;
     if acceptance() && j.judged * 2 < periods {
         bad.push(format!(
-            "{who}: only {} of {periods} periods judged (the machine slower than its bare \
-             rate in the others)",
+            "{who}: only {} of {periods} periods judged (the machine slow in the others)",
             j.judged
         ));
     }
     if j.judged == 0 && periods > 0 {
         println!(
-            "  {who}: reservation not judged: the machine ran below 81 % of its bare rate \
-             in all {periods} periods"
+            "  {who}: reservation not judged: the machine was slow in all {periods} periods \
+             (the four hosts below 90 % of {} ops)",
+            j.expected
         );
         return;
     }
