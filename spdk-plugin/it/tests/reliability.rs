@@ -765,13 +765,6 @@ impl Polled {
     }
 }
 
-/// Below this fraction of the domain's capacity as the four hosts' median period, the
-/// machine ran slower than it was calibrated at throughout the run (other jobs on its
-/// cores): quiet runs of `.ci/run` had the four hosts at 65-95 % of the capacity (the
-/// limits and host 1's queue depth bound them), runs under other engineers' builds at
-/// 18-68 %.
-const LOADED_FRACTION: f64 = 0.5;
-
 /// Host `i`'s reservation over `epochs` of `h`, printed as `who`'s, not counting the
 /// periods that were a slow spell of the machine (it-harness's judge.rs): those in
 /// which the four hosts together completed less than 90 % of what they did in the
@@ -784,8 +777,7 @@ fn judged_periods(h: &History, who: &str, i: usize, epochs: &[u64], capacity: u6
     let nqns: Vec<String> = (1..=HOSTS).map(host_nqn).collect();
     let cap = (capacity as f64 * h.period.as_secs_f64()) as u64;
     let median = h.median_served(&nqns, epochs);
-    let loaded = (median as f64) < LOADED_FRACTION * cap as f64;
-    let expected = if loaded { cap } else { median.min(cap) };
+    let (expected, loaded) = expected_served(median, cap);
     let j = h.judge_reservation(&host_nqn(i), &nqns, epochs, expected);
     let (met, n) = epochs
         .iter()
