@@ -20,11 +20,11 @@ pub const SLOW_FRACTION: f64 = 0.9;
 
 /// Below this fraction of the capacity the domain was sized for (from the bare rate
 /// measured in the same run) as the hosts' median period, the machine ran slower than
-/// it was calibrated at throughout the run (other jobs on its cores). Quiet `.ci/run`s
-/// of the reliability tests had their four hosts at 62-67 % (base faults, stalling
-/// base) and 65-95 % (restart) of the capacity (limits and queue depths bound them),
-/// runs under other engineers' builds at 18-42 % (base faults) and 46-81 % (restart).
-pub const LOADED_FRACTION: f64 = 0.5;
+/// it was calibrated at throughout the run (other jobs on its cores). Quiet runs of the
+/// reliability tests had their four hosts at 52-67 % (base faults, stalling base) and
+/// 65-95 % (restart) of the capacity (limits and queue depths bound them), runs under
+/// other engineers' builds at 18-42 % (base faults) and 46-81 % (restart).
+pub const LOADED_FRACTION: f64 = 0.45;
 
 /// What hosts whose median period was `median` operations, in a domain sized for
 /// `capacity` operations a period, are expected to complete in a period, and whether
@@ -205,7 +205,8 @@ mod tests {
     fn the_median_is_expected_unless_the_run_was_slow_throughout() {
         assert_eq!(expected_served(1300, 2000), (1300, false));
         assert_eq!(expected_served(2100, 2000), (2000, false));
-        assert_eq!(expected_served(999, 2000), (2000, true));
+        assert_eq!(expected_served(899, 2000), (2000, true));
+        assert_eq!(expected_served(901, 2000), (901, false));
         // A run slow throughout judges only the periods at the calibrated speed.
         let h = history(
             |_, e| if e < 3 { 1000 } else { 400 },
