@@ -7,7 +7,8 @@
 //! ([`perf`]) and bdevperf with its runners ([`bdevperf`]), talks JSON-RPC to them
 //! ([`rpc`]), and speaks just enough NVMe/TCP to look at raw completions ([`nvme_tcp`]).
 //! [`stats`] reads the target plugin's `qos_stats_get` into typed statistics, [`history`]
-//! records a QoS domain period by period from them; [`checks`] holds the acceptance
+//! records a QoS domain period by period from them, [`judge`] tells which of those
+//! periods a host's reservation is judged in; [`checks`] holds the acceptance
 //! thresholds and expected refusals, [`numbers`] the small statistics the tests share;
 //! [`etcd`] runs a real etcd for the cluster test; [`profile`] runs Linux `perf` on the
 //! processes for the benchmarks; [`cgroup`] puts a CPU quota on the target.
@@ -22,6 +23,7 @@ pub mod checks;
 pub mod env;
 pub mod etcd;
 pub mod history;
+pub mod judge;
 pub mod numbers;
 pub mod nvme_tcp;
 pub mod perf;
@@ -37,6 +39,7 @@ pub use cgroup::*;
 pub use checks::*;
 pub use env::*;
 pub use history::*;
+pub use judge::*;
 pub use numbers::*;
 pub use perf::*;
 pub use profile::*;
