@@ -322,10 +322,12 @@ def _add_domain_options(p, create):
                    help=_help('paced: reservations and limits are released over the period, and the global pool '
                               'closes while a backlogged host lags; start: all at the period start, as Haechi',
                               'paced', update))
-    p.add_argument('--sharing', choices=['weighted', 'first_come'],
+    p.add_argument('--sharing', choices=['weighted', 'first_come', 'operating_point'],
                    help=_help('weighted: the capacity nobody reserved is split by weight among backlogged hosts '
                               'and groups, whatever their queue depth; first_come: Haechi\'s open global pool, '
-                              'deeper queues get more; tenant groups need weighted', 'first_come', update))
+                              'deeper queues get more; operating_point (experimental): first come, and excess '
+                              'admitted only while the commands in flight at the base are below Q* of the learned '
+                              'depth curve, in weighted order; tenant groups need weighted', 'first_come', update))
     for dest, kind, text, default in _COST_OPTIONS:
         if create:
             p.add_argument(_flag(dest), type=kind, metavar='N', help=_help(text, default))
