@@ -332,11 +332,8 @@ impl Monitor {
         group: Option<(&str, &GroupBudgets)>,
     ) -> Result<AdmissionReport, AdmissionError> {
         let report = self.members.admit(cfg, host, group)?;
-        let before = self
-            .members
-            .admit(&self.cfg, None, None)
-            .map_or(u64::MAX, |r| r.reserved.ops);
         if let Some(op) = self.depth.operating_point(now, cfg.operating_target()) {
+            let before = self.admission().map_or(u64::MAX, |r| r.reserved.ops);
             let curve = self.depth.curve(now);
             check_operating_point(cfg, (before, report.reserved.ops), &op, &curve)?;
         }
