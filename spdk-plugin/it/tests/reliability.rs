@@ -760,8 +760,16 @@ impl Polled {
     /// ([`judged_periods`], the four hosts expected to do `capacity` IOPS together),
     /// printed as `who`'s.
     fn judged(&self, who: &str, i: usize, capacity: u64) -> Judged {
+        let all: Vec<usize> = (1..=HOSTS).collect();
+        self.judged_among(who, i, &all, capacity)
+    }
+
+    /// As [`Polled::judged`], the machine's speed read from hosts `among` alone (which
+    /// were expected to do `capacity` IOPS together): for a run in which another host
+    /// stops by design, whose gap is not a slow spell.
+    fn judged_among(&self, who: &str, i: usize, among: &[usize], capacity: u64) -> Judged {
         let epochs: Vec<u64> = (self.from..self.last).collect();
-        judged_periods(&self.hist, who, i, &epochs, capacity)
+        judged_periods(&self.hist, who, i, among, &epochs, capacity)
     }
 }
 
@@ -773,8 +781,15 @@ impl Polled {
 /// measured in the same run) the whole run was slow: only periods at >= 90 % of the
 /// capacity are judged. A period at the expected rate counts: a host short in it got
 /// less because the others got more.
-fn judged_periods(h: &History, who: &str, i: usize, epochs: &[u64], capacity: u64) -> Judged {
-    let nqns: Vec<String> = (1..=HOSTS).map(host_nqn).collect();
+fn judged_periods(
+    h: &History,
+    who: &str,
+    i: usize,
+    among: &[usize],
+    epochs: &[u64],
+    capacity: u64,
+) -> Judged {
+    let nqns: Vec<String> = among.iter().map(|&i| host_nqn(i)).collect();
     let cap = (capacity as f64 * h.period.as_secs_f64()) as u64;
     let median = h.median_served(&nqns, epochs);
     let (expected, loaded) = expected_served(median, cap);
@@ -784,9 +799,9 @@ fn judged_periods(h: &History, who: &str, i: usize, epochs: &[u64], capacity: u6
         .filter_map(|e| h.of(&host_nqn(i)).get(e))
         .fold((0, 0), |(m, n), p| (m + p.met as u64, n + 1));
     println!(
-        "  {who}: reservation met in {} of {} periods judged ({met} of {n} in all); the four \
-         hosts' median {median} ops a period, {:.0} % of the capacity's {cap}{}; {} excused \
-         as slow (below 90 % of {} ops), missed in {:?}",
+        "  {who}: reservation met in {} of {} periods judged ({met} of {n} in all); hosts \
+         {among:?}' median {median} ops a period, {:.0} % of the capacity's {cap}{}; {} \
+         excused as slow (below 90 % of {} ops), missed in {:?}",
         j.met,
         j.judged,
         median as f64 * 100.0 / cap.max(1) as f64,
@@ -1167,7 +1182,8 @@ fn restart_after_sigkill_restores_configuration_and_reservations() {
         let recs = hist.of(&host_nqn(i));
         let settled: Vec<u64> = recs.range(back + 2..last).map(|(e, _)| *e).collect();
         let who = format!("host {i} after the restart");
-        let j = judged_periods(&hist, &who, i, &settled, capacity);
+        let all: Vec<usize> = (1..=HOSTS).collect();
+        let j = judged_periods(&hist, &who, i, &all, &settled, capacity);
         let missed_first: Vec<u64> = settled
             .iter()
             .filter(|e| !recs[e].met && !j.excused.contains_key(e))
@@ -1779,6 +1795,23 @@ const STALL_US: u64 = 5_000_000;
 /// command QoS holds does not (it waits at most about two 500 ms periods).
 const HOST_TIMEOUT_US: u64 = 2_000_000;
 
+/// 500 ms periods after the stall ends by which host 1 does I/O again. An abort ends
+/// a stalled command when it times out ([`HOST_TIMEOUT_US`]). A reset does not: the
+/// target frees the host's old queue pairs only once the base has completed their
+/// commands, and a command sent just before the stall ended is [`STALL_US`] at the base.
+/// Either way the host may connect again [`RECONNECT_DELAY_S`] after that (bdev_nvme
+/// resets the controller when an abort fails). Plus a second of noise.
+/// (With the timeout as the bound for both, a reset run in CI went again 6 s after the
+/// stall, 2 s after the bound.)
+fn recovery_periods(action: &str) -> u64 {
+    let held_us = if action == "abort" {
+        HOST_TIMEOUT_US
+    } else {
+        STALL_US.max(HOST_TIMEOUT_US)
+    } + RECONNECT_DELAY_S * 1_000_000;
+    (held_us / 1_000_000 + 1) * 2
+}
+
 /// Host 1's base stalls: SPDK's delay bdev under its QoS bdev goes from no delay to
 /// [`STALL_US`] a command (`bdev_delay_update_latency`) 5 s into a run under load near
 /// saturation (4 hosts at 90 % of what they do unthrottled, reservations and limits as
@@ -1792,7 +1825,8 @@ const HOST_TIMEOUT_US: u64 = 2_000_000;
 /// Checked: host 1's timed-out commands fail at host 1 (bdev_nvme does not retry here)
 /// and no abort failed (bdev_nvme resets the controller when one does); the other hosts
 /// fail nothing and meet their reservations (>= 99 % of periods under
-/// `NVMF_QOS_ACCEPTANCE=1`, else >= 90 %); host 1 does I/O again after the stall; every
+/// `NVMF_QOS_ACCEPTANCE=1`, else >= 90 %; the machine's slow spells excused, read from
+/// the three of them); host 1 does I/O again after the stall ([`recovery_periods`]); every
 /// I/O reached the base once (iostat), the books balance with nothing held or in
 /// flight; nvmf_tgt lives.
 #[test]
@@ -1820,7 +1854,7 @@ fn a_stalling_base_is_aborted_or_reset_and_loses_nothing() {
     let mut bad = Vec::new();
     for action in ["abort", "reset"] {
         let start = io_counts_with(&mut t, &all, DELAY);
-        let secs = 17u32;
+        let secs = 22u32;
         // With an abort, a timed-out command fails once at the host (retry count 0); a
         // reset fails what is in flight (bdev_nvme's "do not retry" on them) and
         // bdev_nvme queues the rest while it connects again (retries without end: with
@@ -1839,10 +1873,7 @@ fn a_stalling_base_is_aborted_or_reset_and_loses_nothing() {
             }
             if elapsed >= stall_to && stalled.is_some() && recovered_from.is_none() {
                 set_latency(t, 0);
-                // The last stalled command times out HOST_TIMEOUT_US later; after a
-                // reset the host connects again RECONNECT_DELAY_S after that.
-                let secs_after = HOST_TIMEOUT_US / 1_000_000 + RECONNECT_DELAY_S;
-                recovered_from = Some(epoch + secs_after * 2 + 2);
+                recovered_from = Some(epoch + recovery_periods(action));
             }
         });
         let out = b.finish_tests(run);
@@ -1907,7 +1938,16 @@ fn a_stalling_base_is_aborted_or_reset_and_loses_nothing() {
                  the stall",
                 by_phase
             );
-            judge_reservation(&mut bad, &format!("{action}: host {i}"), polled.met(i));
+            // Host 1 stops by design: the machine's speed is read from the other three,
+            // sized for their part of the capacity.
+            let who = format!("{action}: host {i}");
+            let among = [2, 3, 4];
+            let theirs = capacity * among.len() as u64 / HOSTS as u64;
+            judge_excused(
+                &mut bad,
+                &who,
+                &polled.judged_among(&who, i, &among, theirs),
+            );
         }
         let after: Vec<u64> = polled
             .periods(1)
