@@ -365,12 +365,27 @@ fn a_host_s_contract_held_across_two_targets() {
     etcd.restart().unwrap_or_else(|e| panic!("{e}"));
     let p4 = Instant::now();
     let mut resumed = None;
+    let mut trace = Vec::new();
     while p4.elapsed() < Duration::from_secs(8) {
         run_for(&mut w, Some(&mut ta), &mut tb, 0.5);
         let (a, b) = (x_settings(&mut ta), x_settings(&mut tb));
+        trace.push(format!(
+            "{:.1} s: A {a:?} B {b:?}",
+            p4.elapsed().as_secs_f64()
+        ));
         if resumed.is_none() && a.map(|s| s.1) > b.map(|s| s.1) {
             resumed = Some(p4.elapsed());
         }
+    }
+    if resumed.is_none() {
+        // What the leader divided from (each path's demand, backlogged or not) and X's
+        // windows, for the failure below (seen once in ~10 runs, not reproduced).
+        println!(
+            "  X's (min, max) after etcd restarted: {}",
+            trace.join("; ")
+        );
+        summarize("after etcd restarted", &w.between(p4, Instant::now()), r, l);
+        println!("{}", agent_cmd(&agent, &etcd, &["show", "--cluster", "it"]));
     }
     let (_, _, max_outage) = summarize("etcd stopped, demand back to 80/20", &outage, r, l);
     println!(
