@@ -144,6 +144,14 @@ impl History {
 
     /// The estimator's decisions, one `epoch:offered/budget->next step(evidence)` per
     /// period, in thousands of operations per second.
+    /// The longest gap between two runs of the target's monitor in period `epoch` (its
+    /// thread not scheduled that long), when the period was polled.
+    pub fn longest_tick_gap(&self, epoch: u64) -> Option<Duration> {
+        self.decisions
+            .get(&epoch)
+            .map(|d| Duration::from_nanos(d.longest_tick_gap_ns))
+    }
+
     pub fn decisions_line(&self) -> String {
         let k = |v: u64| v as f64 / self.period.as_secs_f64() / 1000.0;
         self.decisions

@@ -167,6 +167,9 @@ pub struct EstimatorRecord {
     pub evidence: String,
     pub step: String,
     pub next: u64,
+    /// The longest gap between two runs of the target's monitor in the period.
+    #[serde(default)]
+    pub longest_tick_gap_ns: u64,
 }
 
 /// Where the target's learned depth curve puts the operating point, and the curve

@@ -106,6 +106,12 @@ pub struct Monitor {
     period_curve: Vec<CurvePoint>,
     /// When the burst buckets were last stepped.
     burst_at: Nanos,
+    /// When [`Monitor::tick`] last ran, and the longest time between two of its runs in
+    /// the current period (the gap that reached into the period's end counts for it):
+    /// how long the target's thread went without running the monitor, which a period's
+    /// reservations cannot make up for.
+    last_tick: Nanos,
+    longest_tick_gap: Nanos,
 }
 
 impl Monitor {
@@ -145,6 +151,8 @@ impl Monitor {
             depth_at: now,
             period_curve: Vec::new(),
             burst_at: now,
+            last_tick: now,
+            longest_tick_gap: Nanos::ZERO,
             cfg,
         };
         m.policy.attach(&m.shared);
@@ -193,6 +201,9 @@ impl Monitor {
     /// its report.
     pub fn tick(&mut self, now: Nanos) -> Tick {
         let now = self.clock.observe(now);
+        let gap = now.saturating_sub(self.last_tick);
+        self.last_tick = now;
+        self.longest_tick_gap = self.longest_tick_gap.max(gap);
         let end = self.period_start.saturating_add(self.cfg.period);
         let ended = if now >= end {
             // Keep periods on their grid even if ticks were late.
@@ -587,6 +598,7 @@ impl Monitor {
                     evidence,
                     step,
                     next: self.estimators[i].current(),
+                    longest_tick_gap_ns: self.longest_tick_gap.0,
                 });
             }
         }
@@ -639,6 +651,7 @@ impl Monitor {
         }
         self.policy.start_period(start);
         self.period_ticks = 0;
+        self.longest_tick_gap = Nanos::ZERO;
         let credit_only = self.policy.credit_only(bytes_metered);
         self.shared
             .credit_only

@@ -436,6 +436,26 @@ fn the_estimator_log_says_why_the_estimate_moved() {
 }
 
 #[test]
+fn the_estimator_log_shows_how_long_the_monitor_went_without_running() {
+    let mut m = Monitor::new(domain(1000), T0).unwrap();
+    m.add_host(HostConfig::new("nqn.g"), T0).unwrap();
+    // Period 1 (1 s) ticked every millisecond but for 40 ms from 400 ms (the thread off
+    // its core); period 2 ticked every millisecond, its last tick 3 ms late.
+    for ms in (1..=1000).filter(|ms| !(401..440).contains(ms)) {
+        m.tick(at_ms(ms));
+    }
+    for ms in 1001..2000 {
+        m.tick(at_ms(ms));
+    }
+    m.tick(at_ms(2003));
+    let gaps: Vec<_> = m
+        .estimator_log()
+        .map(|e| (e.epoch, e.longest_tick_gap_ns))
+        .collect();
+    assert_eq!(gaps, [(1, 40_000_000), (2, 4_000_000)]);
+}
+
+#[test]
 fn time_going_backwards_is_tolerated() {
     let mut m = Monitor::new(domain(1000), T0).unwrap();
     m.tick(at_ms(1500));

@@ -40,6 +40,12 @@ pub struct EstimatorRecord {
     pub step: EstimateStep,
     /// The estimate for the next period (after the floor of the reservations).
     pub next: u64,
+    /// The longest time between two runs of the monitor in the period (nanoseconds; a
+    /// run late for the period's end counts for it). At the check interval normally;
+    /// much longer when the target's thread was not scheduled (other work on its core,
+    /// the hypervisor): time in which no host could be served, which a period's
+    /// reservations do not make up for.
+    pub longest_tick_gap_ns: u64,
 }
 
 /// One past period of one host.

@@ -221,6 +221,19 @@ fn qos_meets_reservations_and_limits() {
             ));
         }
     }
+    // A period whose monitor went long without running had the target's thread off
+    // its core: what no QoS can serve in.
+    let gaps: Vec<String> = epochs
+        .iter()
+        .map(|&e| {
+            hist.longest_tick_gap(e)
+                .map_or("-".into(), |g| format!("{:.1}", g.as_secs_f64() * 1000.0))
+        })
+        .collect();
+    println!(
+        "  the monitor's longest gap between runs, per period (ms): {}",
+        gaps.join(" ")
+    );
     let stats = t.call("qos_stats_get", json!({"domain": "d"}));
     drop(t);
     assert!(
