@@ -2350,7 +2350,8 @@ fn reservations_hold_over_tls() {
 /// two-core run at least one host on both poll groups (which ones depends on the order
 /// the connections arrive in). Under `NVMF_QOS_ACCEPTANCE=1` also "as on one": host 2
 /// within +-1 % of its limit in every period it had work waiting, host 1's reservation
-/// met in >= 99 % of the periods it had work waiting, in both runs.
+/// met in >= 99 % of the periods it had work waiting, on two poll groups; when the
+/// one-core reference misses them itself, the test fails saying the run was not judged.
 #[test]
 fn two_poll_groups_hold_reservations_and_limits() {
     let Some(s) = setup_or_skip("two poll groups") else {
@@ -2364,8 +2365,18 @@ fn two_poll_groups_hold_reservations_and_limits() {
     }
     let mut bad: Vec<String> = one.bad.iter().chain(&two.bad).cloned().collect();
     if acceptance() {
-        for r in [&one, &two] {
-            bad.extend(r.acceptance());
+        // "As on one": the reference must meet the figures itself, or the machine was
+        // too slow at the time to judge two poll groups against it.
+        let reference = one.acceptance();
+        if reference.is_empty() {
+            bad.extend(two.acceptance());
+        } else {
+            bad.push(
+                "not judged: the one-poll-group reference itself missed (the machine was \
+                 too slow or busy to compare against it)"
+                    .to_string(),
+            );
+            bad.extend(reference);
         }
     }
     assert!(bad.is_empty(), "two poll groups:\n  {}", bad.join("\n  "));
