@@ -1,7 +1,9 @@
-//! A CPU quota on a process (the target), through the cgroup-v1 `cpu` controller: how
-//! the tests take part of the target's capacity away without a busy loop, which on these
-//! two-core machines starved every other process too (`shared/notes/spdk-build.md`).
-//! The quota is lifted and the cgroup removed when the [`CpuQuota`] is dropped.
+//! A CPU quota on a process (the target) or on some of its threads (one reactor),
+//! through the cgroup-v1 `cpu` controller: how the tests take part of the target's
+//! capacity away without a busy loop, which on these two-core machines starved every
+//! other process too (`shared/notes/spdk-build.md`), and how they leave an initiator a
+//! known part of a core the target also runs on. The quota is lifted and the cgroup
+//! removed when the [`CpuQuota`] is dropped.
 
 use std::path::{Path, PathBuf};
 
