@@ -1,7 +1,9 @@
-//! A CPU quota on a process (the target), through the cgroup-v1 `cpu` controller: how
-//! the tests take part of the target's capacity away without a busy loop, which on these
-//! two-core machines starved every other process too (`shared/notes/spdk-build.md`).
-//! The quota is lifted and the cgroup removed when the [`CpuQuota`] is dropped.
+//! A CPU quota on a process (the target) or on some of its threads (one reactor),
+//! through the cgroup-v1 `cpu` controller: how the tests take part of the target's
+//! capacity away without a busy loop, which on these two-core machines starved every
+//! other process too (`shared/notes/spdk-build.md`), and how they leave an initiator a
+//! known part of a core the target also runs on. The quota is lifted and the cgroup
+//! removed when the [`CpuQuota`] is dropped.
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +24,37 @@ impl CpuQuota {
     /// Moves `pid` and its threads into a new cgroup, unthrottled; `None` (with the
     /// reason printed) where the cgroup-v1 `cpu` controller is not mounted or writable.
     pub fn attach(pid: u32) -> Option<CpuQuota> {
+        let q = CpuQuota::attach_none(pid)?;
+        q.move_threads(&q.dir.join("tasks")).then_some(q)
+    }
+
+    /// As [`CpuQuota::attach`], for the threads of `pid` named `comm` only (e.g.
+    /// `reactor_1`, one SPDK reactor): a quota on one core's reactor leaves the others
+    /// running freely. `None` where no thread has that name.
+    pub fn attach_threads(pid: u32, comm: &str) -> Option<CpuQuota> {
+        let q = CpuQuota::attach_none(pid)?;
+        let tasks = q.dir.join("tasks");
+        let mut moved = 0;
+        for tid in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten()
+        {
+            let name = std::fs::read_to_string(tid.path().join("comm")).unwrap_or_default();
+            if name.trim() == comm
+                && std::fs::write(&tasks, tid.file_name().to_string_lossy().as_bytes()).is_ok()
+            {
+                moved += 1;
+            }
+        }
+        if moved == 0 {
+            println!("no CPU quota: process {pid} has no thread named {comm}");
+            return None;
+        }
+        Some(q)
+    }
+
+    /// An empty cgroup for `pid`'s threads, unthrottled.
+    fn attach_none(pid: u32) -> Option<CpuQuota> {
         let root = Path::new(CPU_ROOT);
         if !root.join("cpu.cfs_quota_us").exists() {
             println!("no CPU quota: the cgroup-v1 cpu controller is not mounted at {CPU_ROOT}");
@@ -33,10 +66,8 @@ impl CpuQuota {
             return None;
         }
         let q = CpuQuota { dir, pid };
-        let ok = q.write("cpu.cfs_period_us", &PERIOD_US.to_string())
-            && q.write("cpu.cfs_quota_us", "-1")
-            && q.move_threads(&q.dir.join("tasks"));
-        ok.then_some(q)
+        (q.write("cpu.cfs_period_us", &PERIOD_US.to_string()) && q.write("cpu.cfs_quota_us", "-1"))
+            .then_some(q)
     }
 
     /// Limits the process to `fraction` of one core (0 < fraction; above 1 lifts it).
@@ -47,6 +78,21 @@ impl CpuQuota {
             ((PERIOD_US as f64 * fraction).max(1000.0) as u64).to_string()
         };
         self.write("cpu.cfs_quota_us", &quota)
+    }
+
+    /// Limits the cgroup's threads to `cpus` CPUs in all, over however many cores they run on,
+    /// accounted over `period_us` (1,000 ..= 1,000,000; 1.2 CPUs at 1,000 µs: 1.2 ms of
+    /// CPU time per 1 ms, spread over its threads); `cpus` of 0 or less lifts it. A
+    /// short period keeps each stop of a throttled thread short (at most about the
+    /// period): a reactor stopped for milliseconds misses paced releases.
+    pub fn limit_cpus(&self, cpus: f64, period_us: u64) -> bool {
+        if cpus <= 0.0 {
+            return self.write("cpu.cfs_quota_us", "-1");
+        }
+        let quota = ((period_us as f64 * cpus) as u64).max(1000);
+        self.write("cpu.cfs_quota_us", "-1")
+            && self.write("cpu.cfs_period_us", &period_us.to_string())
+            && self.write("cpu.cfs_quota_us", &quota.to_string())
     }
 
     /// Periods in which the quota throttled the process (`cpu.stat`).

@@ -26,9 +26,10 @@
 //!   no command, while host 1 meets its reservation.
 //! - `reservations_hold_over_tls`: hosts 1 and 2 over NVMe/TCP with TLS (a PSK each);
 //!   host 1's reservation holds.
-//! - `two_poll_groups_hold_reservations_and_limits`: the target on two cores, hosts'
-//!   I/O on both poll groups; a limit holds, the books balance (the reservation is
-//!   reported: both processes busy-poll the same cores).
+//! - `two_poll_groups_hold_reservations_and_limits`: the target on two cores under a
+//!   CPU quota, hosts' I/O on both poll groups, against the same on one core; a limit
+//!   holds, the books balance (reservation and limit accuracy compared under
+//!   `NVMF_QOS_ACCEPTANCE=1`).
 //!
 //! Four hosts in one bdevperf process on core 1 (the target on core 0): hosts 1 and 2
 //! plain NVMe/TCP, hosts 3 and 4 through the initiator plugin (token protocol), each
@@ -208,9 +209,12 @@ impl Host1Base {
 enum Cores {
     /// The target on core 0, bdevperf's jobs on core 1.
     One,
-    /// The target on both cores (a poll group on each), bdevperf on both too with each
-    /// host's job split in two (half its queue depth and half its blocks each), one per
-    /// core, so that its I/O queue pairs can land on both poll groups.
+    /// The target on both cores (a poll group on each), its reactor on core 1 under a
+    /// CPU quota ([`Cores::reactor_quota`]); bdevperf on core 1 with each host's job
+    /// split in two (half its queue depth and half its blocks each, a thread and so an
+    /// I/O queue pair each), so that its I/O queue pairs can land on both poll groups.
+    /// (bdevperf on both cores starved one host at about 2,000 IOPS, also with no QoS in
+    /// the path: [`two_poll_groups_initiator_probe`].)
     Two,
 }
 
@@ -224,8 +228,25 @@ impl Cores {
 
     fn bdevperf_mask(self) -> &'static str {
         match self {
-            Cores::One => "0x2",
-            Cores::Two => "0x3",
+            Cores::One | Cores::Two => "0x2",
+        }
+    }
+
+    /// The CPU quota on the target's reactor on core 1 ([`PG_QUOTA_CPUS`]) where the
+    /// target runs there, so that bdevperf keeps a known part of that core; lifted when
+    /// dropped.
+    fn reactor_quota(self, t: &Target) -> Option<CpuQuota> {
+        match self {
+            Cores::One => None,
+            Cores::Two => {
+                let q = CpuQuota::attach_threads(t.pid().expect("the target runs"), "reactor_1")
+                    .expect("a CPU quota on the target's reactor_1 (cgroup-v1 cpu controller)");
+                assert!(
+                    q.limit_cpus(pg_quota_cpus(), PG_QUOTA_PERIOD_US),
+                    "set the CPU quota"
+                );
+                Some(q)
+            }
         }
     }
 
@@ -237,12 +258,8 @@ impl Cores {
             Cores::Two => {
                 let half = SPLIT_BLOCKS / 2;
                 vec![
-                    Job::new(bdev, rw, 4096, qd / 2)
-                        .on_cores("0x1")
-                        .on_blocks(0, half),
-                    Job::new(bdev, rw, 4096, qd - qd / 2)
-                        .on_cores("0x2")
-                        .on_blocks(half, half),
+                    Job::new(bdev, rw, 4096, qd / 2).on_blocks(0, half),
+                    Job::new(bdev, rw, 4096, qd - qd / 2).on_blocks(half, half),
                 ]
             }
         }
@@ -393,7 +410,8 @@ fn bdevperf_with(
 
 /// What the same four jobs do through the plugin with no throttling (IOPS).
 fn calibrate(s: &Setup, rw: &str, cores: Cores) -> f64 {
-    let _t = configured_target_on(s, 100_000_000, false, Host1Base::Split, cores);
+    let t = configured_target_on(s, 100_000_000, false, Host1Base::Split, cores);
+    let _q = cores.reactor_quota(&t);
     let all = [1, 2, 3, 4];
     let nvme = json!({"bdev_retry_count": -1});
     let total = bdevperf_with(s, 5, rw, &all, nvme, cores)
@@ -899,6 +917,7 @@ fn soak(s: &Setup, cores: Cores) {
     let unthrottled = calibrate(s, "verify", cores);
     let capacity = (unthrottled * 0.9) as u64;
     let mut t = configured_target_on(s, capacity, true, Host1Base::Split, cores);
+    let _quota = cores.reactor_quota(&t);
     let all = [1, 2, 3, 4];
     let start_counts = io_counts(&mut t, &all);
     let nvme = json!({"bdev_retry_count": -1});
@@ -1426,6 +1445,9 @@ fn hostile_host_gets_no_more_than_its_limit() {
         let attack = Attack::start(s.port);
         let out = bdevperf_on(&s, 5, "randread", &[1]).run();
         attack.stop();
+        if std::env::var("QOS_IT_PG_DEBUG").is_ok() {
+            println!("{}", out.tail(60));
+        }
         out.total_iops()
     };
     let capacity = (under_attack * 0.9) as u64;
@@ -2311,22 +2333,166 @@ fn reservations_hold_over_tls() {
 }
 
 /// Two poll groups (issue 29, part 2): `nvmf_tgt` on cores 0 and 1 (a poll group on
-/// each), bdevperf on the same two cores with two jobs per host, one on each core, so
-/// that a host has an I/O queue pair on each poll group (checked with
-/// `nvmf_subsystem_get_qpairs`) and its QoS bdev is used from two threads at once.
-/// Host 1 reserves 25 % of a domain at 90 % of what the three hosts do unthrottled,
-/// host 2 is limited to 15 %, host 3 takes the rest. This is about correctness, not
-/// rates: with both processes busy-polling on both cores the rates swing (a starved
-/// host looks idle to the target). Checked: host 2 never above its limit (+1 %) in a
-/// period; no failed I/O; books and iostat balance; at least one host on both poll
-/// groups (which ones depends on the order the connections arrive in).
-/// Host 1's reservation in the periods it had work waiting at the target is reported,
-/// and asserted (>= 99 %) only under `NVMF_QOS_ACCEPTANCE=1`.
+/// each), bdevperf on core 1 with two jobs per host (QD 8 each, a thread and so an I/O
+/// queue pair each), which the target hands to its poll groups in turn, so that a host
+/// has an I/O queue pair on each poll group (checked with `nvmf_subsystem_get_qpairs`)
+/// and its QoS bdev is used from two threads at once. Host 1 reserves 25 % of a domain
+/// at 90 % of what the three hosts do unthrottled, host 2 (QD 16 a job) is limited to
+/// 10 %, host 3
+/// takes the rest.
+///
+/// The target's reactor on core 1 runs under a CPU quota ([`CpuQuota`],
+/// [`PG_QUOTA_CPUS`]), so that bdevperf keeps a known part of core 1, and the same setup
+/// runs first with the target on core 0 only (one poll group) as the reference. bdevperf
+/// on both cores starved one host at about 2,000 IOPS even with no QoS in the path
+/// ([`two_poll_groups_initiator_probe`]). Always checked, in both runs: host 2 never
+/// above its limit (+1 %) in a period; no failed I/O; books and iostat balance; in the
+/// two-core run at least one host on both poll groups (which ones depends on the order
+/// the connections arrive in). Under `NVMF_QOS_ACCEPTANCE=1` also "as on one": host 2
+/// within +-1 % of its limit in every period it had work waiting, host 1's reservation
+/// met in >= 99 % of the periods it had work waiting, on two poll groups; when the
+/// one-core reference misses them itself, the test fails saying the run was not judged.
 #[test]
 fn two_poll_groups_hold_reservations_and_limits() {
     let Some(s) = setup_or_skip("two poll groups") else {
         return;
     };
+    let one = poll_groups_run(&s, Cores::One, None);
+    let two = poll_groups_run(&s, Cores::Two, Some(pg_quota_cpus()));
+    println!("two poll groups vs one:");
+    for r in [&one, &two] {
+        r.print();
+    }
+    let mut bad: Vec<String> = one.bad.iter().chain(&two.bad).cloned().collect();
+    if acceptance() {
+        // "As on one": the reference must meet the figures itself, or the machine was
+        // too slow at the time to judge two poll groups against it.
+        let reference = one.acceptance();
+        if reference.is_empty() {
+            bad.extend(two.acceptance());
+        } else {
+            bad.push(
+                "not judged: the one-poll-group reference itself missed (the machine was \
+                 too slow or busy to compare against it)"
+                    .to_string(),
+            );
+            bad.extend(reference);
+        }
+    }
+    assert!(bad.is_empty(), "two poll groups:\n  {}", bad.join("\n  "));
+}
+
+/// The CPU quota of the target's reactor on core 1 in the two-poll-group test, in CPUs
+/// (`QOS_IT_PG_QUOTA`; 0 lifts it): at 0.5 it runs at most half of each 10 ms, so
+/// bdevperf gets at least half of core 1. The reactor on core 0 runs freely, as the
+/// one-core reference's does. A quota of 1.0 CPUs on the whole target instead stopped
+/// both reactors together for about half of every 10 ms, longer than the limit's paced
+/// release carries over (host 2 at 80-87 % of its limit, backlogged, in every period).
+const PG_QUOTA_CPUS: f64 = 0.5;
+
+fn pg_quota_cpus() -> f64 {
+    std::env::var("QOS_IT_PG_QUOTA")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(PG_QUOTA_CPUS)
+}
+
+/// The quota's accounting period (µs). 1,000 µs cost the target most of its rate on two
+/// cores (42,149 IOPS unthrottled, against 133,311 at 10,000 µs in the run before).
+const PG_QUOTA_PERIOD_US: u64 = 10_000;
+
+/// What one run of the poll-group test measured.
+struct PgRun {
+    cores: Cores,
+    /// The quota of the reactor on core 1 (CPUs), if any.
+    quota: Option<f64>,
+    unthrottled: f64,
+    capacity: u64,
+    reserved: u64,
+    /// Host 2's limit in ops per period.
+    per_period: u64,
+    /// Host 1: periods met, periods with work waiting (or met), periods short without.
+    met: u64,
+    n: u64,
+    idle: u64,
+    /// Host 2: periods with work waiting, those outside +-1 % of the limit (epoch, ops),
+    /// the most ops in a period.
+    limited: u64,
+    off: Vec<(u64, u64)>,
+    most: u64,
+    iops: Vec<f64>,
+    threads: BTreeMap<usize, std::collections::BTreeSet<String>>,
+    throttled: u64,
+    /// Always-asserted failures.
+    bad: Vec<String>,
+}
+
+impl PgRun {
+    fn label(&self) -> String {
+        match self.quota {
+            Some(q) => format!("{:?} poll group(s), reactor_1 quota {q} CPUs", self.cores),
+            None => format!("{:?} poll group(s), no quota", self.cores),
+        }
+    }
+
+    fn print(&self) {
+        let pct = |a: u64, b: u64| a as f64 * 100.0 / b.max(1) as f64;
+        println!(
+            "  {}: unthrottled {:.0}, capacity {}, host IOPS {:?}; host 1 ({} reserved/s) met \
+             {} of {} periods with work waiting ({:.1} %; {} short without); host 2 within \
+             +-1 % of {} in {} of {} periods with work waiting ({:.1} %), at most {}; \
+             quota throttled {} periods of 10 ms",
+            self.label(),
+            self.unthrottled,
+            self.capacity,
+            self.iops
+                .iter()
+                .map(|x| x.round() as u64)
+                .collect::<Vec<_>>(),
+            self.reserved,
+            self.met,
+            self.n,
+            pct(self.met, self.n),
+            self.idle,
+            self.per_period,
+            self.limited - self.off.len() as u64,
+            self.limited,
+            pct(self.limited - self.off.len() as u64, self.limited),
+            self.most,
+            self.throttled,
+        );
+        if !self.off.is_empty() {
+            println!("    host 2 outside +-1 % (epoch, ops): {:?}", self.off);
+        }
+    }
+
+    /// The comparison "as on one", asserted under `NVMF_QOS_ACCEPTANCE=1`.
+    fn acceptance(&self) -> Vec<String> {
+        let mut bad = Vec::new();
+        if self.n < 5 || self.met as f64 / (self.n as f64) < 0.99 {
+            bad.push(format!(
+                "{}: host 1's reservation met in {} of {} periods with work waiting (< 99 %)",
+                self.label(),
+                self.met,
+                self.n
+            ));
+        }
+        if self.limited < 5 || !self.off.is_empty() {
+            bad.push(format!(
+                "{}: host 2 outside +-1 % of its limit in {} of {} periods with work waiting",
+                self.label(),
+                self.off.len(),
+                self.limited
+            ));
+        }
+        bad
+    }
+}
+
+/// One run of the poll-group test with the target on `cores`, its reactor on core 1
+/// under a CPU quota of `quota` CPUs: calibration (5 s), then 14 s with host 1's
+/// reservation and host 2's limit, audited.
+fn poll_groups_run(s: &Setup, cores: Cores, quota: Option<f64>) -> PgRun {
     let hosts = [1usize, 2, 3];
     let config = {
         let mut cfg: Vec<Value> = hosts.iter().map(|&i| s.controller(i).attach()).collect();
@@ -2337,20 +2503,44 @@ fn two_poll_groups_hold_reservations_and_limits() {
         let jobs = hosts
             .iter()
             .flat_map(|&i| {
-                ["0x1", "0x2"].map(|core| {
-                    Job::new(&s.controller(i).bdev(), "randread", 4096, 8).on_cores(core)
-                })
+                // Host 2 at QD 16 a job keeps work waiting at its limit throughout.
+                let qd = if i == 2 { 16 } else { 8 };
+                [0, 1].map(|_| Job::new(&s.controller(i).bdev(), "randread", 4096, qd))
             })
             .collect();
-        s.bdevperf_on(false, config.clone(), jobs, secs, &["-f"], "0x3")
+        s.bdevperf_on(false, config.clone(), jobs, secs, &["-f"], "0x2")
     };
+    let quota_on = |t: &Target| cores.reactor_quota(t);
     let unthrottled = {
-        let _t = configured_target_on(&s, 100_000_000, false, Host1Base::Split, Cores::Two);
-        jobs(5).run().total_iops()
+        let t = configured_target_on(s, 100_000_000, false, Host1Base::Split, cores);
+        let _q = quota_on(&t);
+        let out = jobs(5).run();
+        let each: Vec<u64> = hosts
+            .iter()
+            .map(|&i| out.job(&s.controller(i).bdev()).iops as u64)
+            .collect();
+        println!("  {cores:?} poll group(s), quota {quota:?}: unthrottled, hosts 1/2/3 {each:?}");
+        out.total_iops()
     };
     let capacity = (unthrottled * 0.9) as u64;
-    let (reserved, limit) = (capacity / 4, capacity * 15 / 100);
-    let mut t = configured_target_on(&s, capacity, false, Host1Base::Split, Cores::Two);
+    // Host 2's limit must bind also when the domain is congested: there hosts 2 and 3
+    // (equal weights) each get a third of what is left after host 1's reservation, and
+    // a limit of 15 % was above that share on two poll groups (host 2 then did exactly
+    // host 3's rate, under its limit: weighted sharing, not the limit, held it).
+    let (reserved, limit) = (capacity / 4, capacity / 10);
+    let mut t = configured_target_on(s, capacity, false, Host1Base::Split, cores);
+    let q = quota_on(&t);
+    if let Some(us) = std::env::var("QOS_IT_PG_BURST_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        // Diagnosis: how far hosts may run ahead of the paced release (default: the
+        // check interval, 1 ms).
+        t.call(
+            "qos_domain_update",
+            json!({"name": "d", "release_burst_us": us}),
+        );
+    }
     t.call(
         "qos_host_set",
         json!({"domain": "d", "host_nqn": host_nqn(1), "min_iops": reserved}),
@@ -2358,10 +2548,6 @@ fn two_poll_groups_hold_reservations_and_limits() {
     t.call(
         "qos_host_set",
         json!({"domain": "d", "host_nqn": host_nqn(2), "max_iops": limit}),
-    );
-    println!(
-        "two poll groups: unthrottled {unthrottled:.0} IOPS (3 hosts x 2 cores); capacity \
-         {capacity}; host 1 reserves {reserved}, host 2 limited to {limit}"
     );
     let start_counts = io_counts(&mut t, &hosts);
     let secs = 14u32;
@@ -2387,78 +2573,174 @@ fn two_poll_groups_hold_reservations_and_limits() {
     });
     let out = b.finish_tests(run);
     std::thread::sleep(Duration::from_millis(1500));
-    let mut bad = Vec::new();
+    let throttled = q.as_ref().map_or(0, |q| q.throttled_periods());
     let per_period = limit / 2; // period_ms 500
-    // Two busy-polling processes on the same two cores starve each other's threads by
-    // turns (the three hosts' rate moved from 6 K to 160 K IOPS between runs of this
-    // test), and a host starved at the initiator looks idle to the target: a period
-    // counts against the reservation only when host 1 had work waiting at the target.
-    let (mut met, mut n, mut idle, mut over, mut most) = (0, 0, 0, Vec::new(), 0u64);
+    let mut r = PgRun {
+        cores,
+        quota,
+        unthrottled,
+        capacity,
+        reserved,
+        per_period,
+        met: 0,
+        n: 0,
+        idle: 0,
+        limited: 0,
+        off: Vec::new(),
+        most: 0,
+        iops: Vec::new(),
+        threads,
+        throttled,
+        bad: Vec::new(),
+    };
+    // A period counts against the reservation only when host 1 had work waiting at the
+    // target (a host starved at the initiator looks idle to it).
     for (_, p) in polled.periods(1) {
         if p.met || p.backlogged {
-            n += 1;
-            met += p.met as u64;
+            r.n += 1;
+            r.met += p.met as u64;
         } else {
-            idle += 1;
+            r.idle += 1;
         }
     }
+    let mut over = Vec::new();
     for (e, p) in polled.periods(2) {
-        most = most.max(p.ops);
+        r.most = r.most.max(p.ops);
         if p.ops as f64 > per_period as f64 * 1.01 {
             over.push((e, p.ops));
         }
+        if p.backlogged {
+            r.limited += 1;
+            if (p.ops as f64 - per_period as f64).abs() > per_period as f64 * 0.01 {
+                r.off.push((e, p.ops));
+            }
+        }
+    }
+    // Each period's ops per host ('*': work waiting at the target), to tell a starved
+    // initiator from a slow target.
+    let trace: Vec<String> = polled
+        .periods(1)
+        .map(|(e, _)| {
+            let of = |i: usize| {
+                polled
+                    .periods(i)
+                    .find(|&(x, _)| x == e)
+                    .map(|(_, p)| format!("{}{}", p.ops, if p.backlogged { "*" } else { "" }))
+                    .unwrap_or_default()
+            };
+            format!("{}/{}/{}", of(1), of(2), of(3))
+        })
+        .collect();
+    println!(
+        "  {}: ops per period, hosts 1/2/3: {}",
+        r.label(),
+        trace.join(" ")
+    );
+    if !over.is_empty() {
+        r.bad.push(format!(
+            "{}: host 2 above its limit (+1 %) in periods {over:?}",
+            r.label()
+        ));
     }
     for &i in &hosts {
         let j = out.job(&s.controller(i).bdev());
-        let on = threads.get(&i).cloned().unwrap_or_default();
-        println!(
-            "  host {i}: {:.0} IOPS, failed {}, I/O queue pairs on threads {on:?}",
-            j.iops, j.io_failed
-        );
+        r.iops.push(j.iops);
         if j.io_failed > 0 {
-            bad.push(format!("host {i}: {} failed I/O", j.io_failed));
+            r.bad.push(format!(
+                "{}: host {i}: {} failed I/O",
+                r.label(),
+                j.io_failed
+            ));
         }
     }
     // The target hands new queue pairs to its poll groups in turn, in the order the
     // connections arrive, so which hosts end up on both depends on that order (in one
-    // run hosts 2 and 3 each landed on one); the test needs a host that does.
+    // run hosts 2 and 3 each landed on one); the two-core run needs a host that does.
     let spanning: Vec<usize> = hosts
         .iter()
         .copied()
-        .filter(|i| threads.get(i).is_some_and(|t| t.len() >= 2))
+        .filter(|i| r.threads.get(i).is_some_and(|t| t.len() >= 2))
         .collect();
-    println!("  hosts with I/O queue pairs on both poll groups: {spanning:?}");
-    if spanning.is_empty() {
-        bad.push(format!(
-            "no host has I/O queue pairs on both poll groups: {threads:?}"
-        ));
-    }
     println!(
-        "  host 1: reservation met in {met} of {n} periods with work waiting ({idle} \
-         periods short without: starved at the initiator); host 2: at most {most} ops in a \
-         period for a limit of {per_period}"
+        "  {}: I/O queue pairs' threads {:?}; hosts on both poll groups: {spanning:?}",
+        r.label(),
+        r.threads
     );
-    if !over.is_empty() {
-        bad.push(format!("host 2 above its limit (+1 %) in periods {over:?}"));
-    }
-    // Reported; asserted under NVMF_QOS_ACCEPTANCE=1 (as the soak's): with both
-    // processes on both cores a host's periods also fall short when its initiator
-    // thread is descheduled with commands in flight (87 % met in one run, 100 % in
-    // another, at the same settings).
-    let frac = met as f64 / n.max(1) as f64;
-    if n < 5 {
-        println!(
-            "  host 1's reservation not judged: it had work waiting at the target in {n} \
-             periods (its initiator thread was starved)"
-        );
-    } else if acceptance() && frac < 0.99 {
-        bad.push(format!(
-            "host 1's reservation met in {:.1}% of the periods it had work waiting (< 99%)",
-            frac * 100.0
+    if cores == Cores::Two && spanning.is_empty() {
+        r.bad.push(format!(
+            "no host has I/O queue pairs on both poll groups: {:?}",
+            r.threads
         ));
     }
-    bad.extend(audit(&mut t, &start_counts));
+    drop(q);
+    let label = r.label();
+    let audit = audit(&mut t, &start_counts);
+    r.bad
+        .extend(audit.into_iter().map(|a| format!("{label}: {a}")));
     assert!(t.is_running(), "nvmf_tgt died; log:\n{}", t.log_tail(40));
     t.stop(30);
-    assert!(bad.is_empty(), "two poll groups:\n  {}", bad.join("\n  "));
+    r
+}
+
+/// Why bdevperf runs on core 1 only in [`two_poll_groups_hold_reservations_and_limits`]
+/// (run by hand: `--ignored`): the target on both cores, the same CPU quota, with
+/// no QoS bdevs (each host's split of a malloc bdev exposed as it is), the test's three
+/// hosts with two QD-8 `randread` jobs each, three 5 s runs. `QOS_IT_PG_JOB_CORES`
+/// (default `0x1,0x2`: a job of each host on each core) places the jobs; bdevperf runs
+/// on their cores together. With jobs on both cores one host did about 2,000 IOPS in
+/// most runs while the others did 50,000-130,000, with no QoS in the path.
+#[test]
+#[ignore]
+fn two_poll_groups_initiator_probe() {
+    let Some(s) = setup_or_skip("two poll groups probe") else {
+        return;
+    };
+    let hosts = [1usize, 2, 3];
+    let config = {
+        let mut cfg: Vec<Value> = hosts.iter().map(|&i| s.controller(i).attach()).collect();
+        cfg.push(json!({"method": "bdev_wait_for_examine"}));
+        json!({"subsystems": [{"subsystem": "bdev", "config": cfg}]})
+    };
+    let cores = std::env::var("QOS_IT_PG_JOB_CORES").unwrap_or_else(|_| "0x1,0x2".into());
+    let cores: Vec<&str> = cores.split(',').collect();
+    let mask = cores
+        .iter()
+        .filter_map(|c| u64::from_str_radix(c.trim_start_matches("0x"), 16).ok())
+        .fold(0, |a, m| a | m);
+    for round in 0..3 {
+        let mut t = s.target_on(max_secs(), "0x3");
+        t.malloc("Malloc0", 131072, 512);
+        t.call(
+            "bdev_split_create",
+            json!({"base_bdev": "Malloc0", "split_count": HOSTS}),
+        );
+        let splits: Vec<String> = (0..3).map(|i| format!("Malloc0p{i}")).collect();
+        expose_per_host(&mut t, &splits, s.port);
+        let q = CpuQuota::attach_threads(t.pid().expect("the target runs"), "reactor_1")
+            .expect("a CPU quota on the target's reactor_1 (cgroup-v1 cpu controller)");
+        assert!(q.limit_cpus(pg_quota_cpus(), PG_QUOTA_PERIOD_US));
+        let mut jobs = Vec::new();
+        for &i in &hosts {
+            for &c in &cores {
+                jobs.push(Job::new(&s.controller(i).bdev(), "randread", 4096, 8).on_cores(c));
+            }
+        }
+        let out = s
+            .bdevperf_on(
+                false,
+                config.clone(),
+                jobs,
+                5,
+                &["-f"],
+                &format!("{mask:#x}"),
+            )
+            .run();
+        let each: Vec<u64> = hosts
+            .iter()
+            .map(|&i| out.job(&s.controller(i).bdev()).iops as u64)
+            .collect();
+        println!("jobs on cores {cores:?}, round {round}: hosts 1/2/3 {each:?} IOPS");
+        drop(q);
+        t.stop(30);
+    }
 }
