@@ -9,7 +9,9 @@
 //! - `weighted_excess_whatever_the_queue_depth`: queue depths 16 / 32 / 48 / 64 with
 //!   weights 4 / 3 / 2 / 1: each host's throughput above its reservation is within 10%
 //!   of its weighted max-min share, reservations are met in >= 99% of steady periods,
-//!   the total is >= 97% of the same load without QoS.
+//!   the total is >= 97% of the same load without QoS. Under `QOS_IT_SHARING=operating_point`
+//!   each host is checked against its entitlement `max(r_i, theta w_i)` instead (that
+//!   policy's contract, issue 26), and the operating point (Q*, C*) is printed.
 //! - `reservations_hold_when_capacity_drops`: a CPU quota on the target's cgroup
 //!   (`QOS_IT_CPU_QUOTA`, default 0.6 of its core) takes part of its capacity; every host
 //!   meets its reservation again within 3 periods (reservations in the issue's
