@@ -4,10 +4,12 @@
 //! Each (QoS bdev, thread) pair has a [`QosChannel`]: the host's channel at the target
 //! (`qos_core::TargetChannel`: token caches on this thread, a FIFO of held I/O, and
 //! when held I/O is tried again, the same cadence the lab runs) and the base bdev's
-//! channel; the skeleton's per-channel poller calls [`QosChannel::poll`] every
+//! channel; the skeleton's per-channel poller calls [`Core::poll`] every
 //! `qos_core::channel::POLL_INTERVAL`, which releases held I/O as tokens come (period
 //! roll-over, conversion) and publishes counters. Released I/O is resubmitted on its
-//! own thread, by that poller or by the completion of another I/O.
+//! own thread, by that poller or by the completion of another I/O. Under sharing
+//! `operating_point` a completion also hands a freed slot of the domain's window to
+//! the waiting channel of its thread with the smallest tag (`Core::hand_off`).
 //!
 //! What each I/O costs (the domain's cost model, `qos_core::CostModel`; defaults):
 //!
