@@ -4,10 +4,12 @@
 //! Each (QoS bdev, thread) pair has a [`QosChannel`]: the host's channel at the target
 //! (`qos_core::TargetChannel`: token caches on this thread, a FIFO of held I/O, and
 //! when held I/O is tried again, the same cadence the lab runs) and the base bdev's
-//! channel; the skeleton's per-channel poller calls [`QosChannel::poll`] every
+//! channel; the skeleton's per-channel poller calls [`Core::poll`] every
 //! `qos_core::channel::POLL_INTERVAL`, which releases held I/O as tokens come (period
 //! roll-over, conversion) and publishes counters. Released I/O is resubmitted on its
-//! own thread, by that poller or by the completion of another I/O.
+//! own thread, by that poller or by the completion of another I/O. Under sharing
+//! `operating_point` a completion also hands a freed slot of the domain's window to
+//! the waiting channel of its thread with the smallest tag (`Core::hand_off`).
 //!
 //! What each I/O costs (the domain's cost model, `qos_core::CostModel`; defaults):
 //!
@@ -28,6 +30,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::ffi::c_int;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -37,6 +40,7 @@ use qos_core::{ChannelTokens, DomainShared, HostShared, IoKind, Nanos, TargetCha
 use spdk_sys::bdev_io::{BaseIo, IoStatus, nvme_cmd_dwords};
 use spdk_sys::poller::PollStatus;
 use spdk_sys::spdk_bdev_io_type as T;
+use spdk_sys::thread::Thread;
 use spdk_sys::time::now;
 use spdk_sys::vbdev::{self, BaseChannel, Io, Node};
 
@@ -75,6 +79,10 @@ const SCT_GENERIC: u8 = 0;
 /// the depth curve's 10 ms samples hold thousands of completions.
 const SERVICE_SAMPLE: u32 = 8;
 
+/// Channels of one OS thread a completion's hand-off of a window slot looks at (a bit
+/// each in a `u64`).
+const HAND_OFF_MAX: usize = 64;
+
 /// Per-I/O context (in the bdev_io, through `spdk_sys::vbdev::Io::ctx`).
 #[derive(Debug)]
 pub struct IoCtx {
@@ -100,38 +108,76 @@ impl Default for IoCtx {
 /// An I/O of a QoS bdev.
 pub type QosIo = Io<QosTgt>;
 
-/// One QoS bdev on one thread.
+/// One QoS bdev on one thread (the skeleton's channel): its state is shared with this
+/// OS thread's list of channels ([`CHANNELS`]), so that a completion on one channel can
+/// hand a freed slot of the operating point's window to another.
 #[derive(Debug)]
 pub struct QosChannel {
+    core: Rc<Core>,
+}
+
+/// The state of one QoS bdev on one thread.
+#[derive(Debug)]
+pub struct Core {
     node: Arc<QosNode>,
     base: BaseChannel,
     st: RefCell<TargetChannel<QosIo>>,
     /// Completions counted for [`SERVICE_SAMPLE`].
     completions: Cell<u32>,
+    /// The SPDK thread it belongs to (its address): a hand-off only goes to channels
+    /// of the completing channel's thread.
+    thread: usize,
+}
+
+thread_local! {
+    /// The QoS channels created on this OS thread (a reactor), of every domain.
+    static CHANNELS: RefCell<Vec<Weak<Core>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl std::ops::Deref for QosChannel {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        &self.core
+    }
 }
 
 impl QosChannel {
     /// Builds the channel on the current thread (io_device create callback).
     pub fn new(node: Arc<QosNode>, base: BaseChannel) -> QosChannel {
         let tokens = ChannelTokens::new(node.domain_shared.clone(), node.host_shared.clone());
-        QosChannel {
+        let thread = Thread::current().map_or(0, |t| t.as_ptr() as usize);
+        let core = Rc::new(Core {
             node,
             base,
             st: RefCell::new(TargetChannel::new(tokens)),
             completions: Cell::new(0),
-        }
-    }
-
-    pub fn base(&self) -> &BaseChannel {
-        &self.base
+            thread,
+        });
+        CHANNELS.with(|c| {
+            let mut c = c.borrow_mut();
+            c.retain(|w| w.strong_count() > 0);
+            c.push(Rc::downgrade(&core));
+        });
+        QosChannel { core }
     }
 
     /// io_device destroy callback: nothing can be held any more (the bdev layer keeps a
     /// channel while it has I/O), but anything left is aborted rather than lost. The
     /// base channel is put when `self` drops.
-    pub fn destroy(self: Box<Self>) {
+    pub fn destroy(self) {
         self.abort_all_held();
         self.st.borrow_mut().flush();
+        let me = Rc::downgrade(&self.core);
+        CHANNELS.with(|c| {
+            c.borrow_mut()
+                .retain(|w| w.strong_count() > 0 && !w.ptr_eq(&me))
+        });
+    }
+}
+
+impl Core {
+    pub fn base(&self) -> &BaseChannel {
+        &self.base
     }
 
     /// Completes every held I/O with an abort status (reset, delete).
@@ -201,6 +247,71 @@ impl QosChannel {
             self.send(io);
         }
         n
+    }
+
+    /// After a completion on this channel (sharing `operating_point`): while the
+    /// domain's window has room, the channels of this thread whose held I/O waits for
+    /// it try again, smallest window tag first (start-time fair queueing: the host
+    /// furthest behind its weighted share goes first), so a slot freed here goes to
+    /// the host owed it, not only to this channel's own held I/O or to whichever
+    /// poller comes next (every `CHANNEL_POLL_US`). Hosts of one thread only: another
+    /// thread's channels are not ours to submit on; they still see the slot at their
+    /// next completion or poll. Allocates nothing: each pick is a scan of this thread's
+    /// channels (the first [`HAND_OFF_MAX`]; beyond them, channels wait for their own
+    /// completions and poller as before).
+    fn hand_off(&self) {
+        let w = self.node.domain_shared.window();
+        let mut tried: u64 = 0;
+        loop {
+            // Another sharing: the limit is 0.
+            if w.in_flight() >= w.limit() {
+                return;
+            }
+            let next = CHANNELS.with(|c| {
+                let mut best: Option<(u64, usize, Rc<Core>)> = None;
+                for (k, weak) in c.borrow().iter().enumerate().take(HAND_OFF_MAX) {
+                    if tried & (1 << k) != 0 {
+                        continue;
+                    }
+                    let Some(ch) = weak.upgrade() else { continue };
+                    if ch.thread != self.thread
+                        || !Arc::ptr_eq(&ch.node.domain_shared, &self.node.domain_shared)
+                    {
+                        continue;
+                    }
+                    // A channel borrowed now is up the stack (a completion inside its
+                    // own submission): it tries when that returns.
+                    let tag = match ch.st.try_borrow() {
+                        Ok(st) if st.waits_for_window() => st.window_tag(),
+                        _ => continue,
+                    };
+                    if best.as_ref().is_none_or(|b| tag < b.0) {
+                        best = Some((tag, k, ch));
+                    }
+                }
+                best
+            });
+            let Some((_, k, ch)) = next else { return };
+            tried |= 1 << k;
+            ch.retry_window();
+        }
+    }
+
+    /// Tries the held I/O again now (a slot of the window freed on another channel of
+    /// this thread); sends what it releases.
+    fn retry_window(&self) {
+        let mut ready = Vec::new();
+        let t = now();
+        match self.st.try_borrow_mut() {
+            Ok(mut st) => {
+                st.retry(t, |io| ready.push(io));
+            }
+            Err(_) => return,
+        }
+        for io in ready {
+            io.ctx().sent_at.set(t.0);
+            self.send(io);
+        }
     }
 
     /// The per-channel poller (every `CHANNEL_POLL_US`).
@@ -274,7 +385,7 @@ impl QosChannel {
 
     fn reset(&self, io: QosIo) {
         // Abort what every channel holds (like vbdev_delay), then reset the base.
-        vbdev::reset(io, QosChannel::abort_all_held, base_done, |_| {});
+        vbdev::reset(io, |ch: &QosChannel| ch.abort_all_held(), base_done, |_| {});
     }
 
     fn abort(&self, io: QosIo) {
@@ -414,5 +525,8 @@ fn base_done(inner: &QosChannel, io: QosIo, base: BaseIo, success: bool) {
             drop(base);
         }
     }
+    // The window's weighted order first (a freed slot to the smallest tag on this
+    // thread), then this channel's own cadence (tokens).
+    inner.hand_off();
     inner.release(Some(done_at));
 }

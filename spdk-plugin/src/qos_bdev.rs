@@ -63,7 +63,7 @@ impl Vbdev for QosTgt {
         ch.poll()
     }
     fn drop_channel(_node: &Node<Self>, ch: Box<QosChannel>) {
-        ch.destroy();
+        (*ch).destroy();
     }
     fn drain(ch: &QosChannel) {
         ch.abort_all_held();
