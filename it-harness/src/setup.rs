@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::{Value, json};
 
-use crate::bdevperf::{Bdevperf, BdevperfOpts, Controller, Job};
+use crate::bdevperf::{Bdevperf, BdevperfOpts, Controller, Job, bdev_config};
 use crate::env::{Hugepages, Initiators, ensure_hugepages, ini_lib, initiators_or_skip, tgt_lib};
 use crate::perf::{PerfJob, PerfRun};
 use crate::target::{Target, TargetOpts, expose_per_host, host_nqn, subsys_nqn};
@@ -171,6 +171,19 @@ impl Setup {
         extra: &[&str],
     ) -> Bdevperf {
         self.bdevperf_on(plugin, config, jobs, secs, extra, "0x2")
+    }
+
+    /// bdevperf on core 1 with one 4 KiB random-read job per host of `hosts` (each its
+    /// own controller and host NQN), host `hosts[k]` at queue depth `qds[k]`, for `secs`:
+    /// every initiator of a test in one process, so that none starves another.
+    pub fn randread_per_host(&self, hosts: &[usize], qds: &[u32], secs: u32) -> Bdevperf {
+        let ctrls: Vec<Controller> = hosts.iter().map(|&i| self.controller(i)).collect();
+        let jobs = ctrls
+            .iter()
+            .zip(qds)
+            .map(|(c, &qd)| Job::new(&c.bdev(), "randread", 4096, qd))
+            .collect();
+        self.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs, &[])
     }
 
     /// [`Setup::bdevperf`] on the cores of `core_mask` (a job goes to the cores of its

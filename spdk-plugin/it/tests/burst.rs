@@ -41,13 +41,8 @@ const RUN_SECS: u32 = 12;
 
 /// bdevperf on core 1, one 4 KiB random-read job per host at its queue depth.
 fn bdevperf(s: &Setup, secs: u32) -> Bdevperf {
-    let ctrls: Vec<Controller> = (1..=QDS.len()).map(|i| s.controller(i)).collect();
-    let jobs = ctrls
-        .iter()
-        .zip(QDS)
-        .map(|(c, qd)| Job::new(&c.bdev(), "randread", 4096, qd))
-        .collect();
-    s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs, &[])
+    let hosts: Vec<usize> = (1..=QDS.len()).collect();
+    s.randread_per_host(&hosts, &QDS, secs)
 }
 
 /// The load's total IOPS without QoS (one malloc partition per host).

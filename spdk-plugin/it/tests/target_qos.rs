@@ -33,13 +33,8 @@ const PERIOD_MS: u64 = 500;
 /// One bdevperf on core 1: 4 KiB random reads from each host (its own controller and
 /// host NQN) at queue depth `qds[i - 1]` for `secs`.
 fn load(s: &Setup, secs: u32, qds: &[u32]) -> Bdevperf {
-    let ctrls: Vec<Controller> = (1..=HOSTS).map(|i| s.controller(i)).collect();
-    let jobs = ctrls
-        .iter()
-        .zip(qds)
-        .map(|(c, &qd)| Job::new(&c.bdev(), "randread", 4096, qd))
-        .collect();
-    s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs, &[])
+    let hosts: Vec<usize> = (1..=HOSTS).collect();
+    s.randread_per_host(&hosts, qds, secs)
 }
 
 /// Each host's result in `out`, host 1 first.

@@ -55,13 +55,7 @@ fn target(s: &Setup) -> Target {
 
 /// bdevperf on core 1, one 4 KiB random-read job per host (`qds[i]` for host i + 1).
 fn bdevperf(s: &Setup, hosts: &[usize], qds: &[u32], secs: u32) -> Bdevperf {
-    let ctrls: Vec<Controller> = hosts.iter().map(|&i| s.controller(i)).collect();
-    let jobs = ctrls
-        .iter()
-        .zip(qds)
-        .map(|(c, &qd)| Job::new(&c.bdev(), "randread", 4096, qd))
-        .collect();
-    s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs, &[])
+    s.randread_per_host(hosts, qds, secs)
 }
 
 /// IOPS per host of the same jobs on plain namespaces (no QoS), and their sum.
