@@ -192,4 +192,100 @@ mod tests {
         assert!(all.iter().copied().eq(0..200));
         assert!(held > 0);
     }
+
+    /// Sends what the channel releases at `at_ms` (its poller).
+    fn poll_at(ch: &mut TargetChannel<u32>, at_ms: u64) -> usize {
+        ch.poll(Nanos::from_millis(at_ms), |_| {})
+    }
+
+    #[test]
+    fn a_channel_that_holds_commands_keeps_the_limit_released_while_its_thread_did_not_run() {
+        // 1 per ms. A reactor under a CPU quota stops for milliseconds at a time; the
+        // host's held commands must not lose what was released meanwhile.
+        let (_m, mut ch) = limited();
+        for i in 0..100 {
+            ch.admit(IoKind::Read, 4096, Nanos::from_millis(100), i);
+        }
+        poll_at(&mut ch, 101);
+        let held = ch.held();
+        assert!(held > 20, "the limit holds most: {held} held");
+        // The thread is stopped for 10 ms: the next poll releases about 10.
+        let got = poll_at(&mut ch, 111);
+        assert!((9..=12).contains(&got), "released {got} after 10 ms away");
+        // Polled on time, it releases at the rate and no faster.
+        let got: usize = (112..=131).map(|ms| poll_at(&mut ch, ms)).sum();
+        assert!((19..=21).contains(&got), "released {got} over 20 ms");
+    }
+
+    #[test]
+    fn a_channel_that_held_nothing_does_not_catch_up_on_the_time_it_was_idle() {
+        let (_m, mut ch) = limited();
+        for i in 0..100 {
+            ch.admit(IoKind::Read, 4096, Nanos::from_millis(100), i);
+        }
+        poll_at(&mut ch, 101);
+        let dropped = ch.drain().len();
+        assert!(dropped > 20);
+        // Idle for 50 ms: only about one release burst (1 ms) is saved up for it.
+        let mut admitted = 0;
+        for i in 0..100 {
+            if ch
+                .admit(IoKind::Read, 4096, Nanos::from_millis(151), i)
+                .is_some()
+            {
+                admitted += 1;
+            }
+        }
+        assert!(
+            admitted <= 4,
+            "an idle channel caught up {admitted} commands"
+        );
+    }
+
+    #[test]
+    fn two_channels_of_a_host_whose_threads_take_turns_get_the_limit_and_no_more() {
+        // Channel a's thread runs in the first 5 ms of every 10, b's in the other 5
+        // (two reactors, each stopped half the time); both always hold commands. And
+        // seeded random schedules where either thread stops for up to 20 ms at a time,
+        // or both: never more than the limit in the period.
+        for seed in 0..20u64 {
+            let (m, mut a) = limited();
+            let mut b = TargetChannel::new(m.channel("h").unwrap());
+            let (mut sent, mut id, mut rng) = (0usize, 0u32, seed.wrapping_add(1));
+            let (mut a_until, mut b_until) = (0u64, 0u64);
+            for ms in 1..1000u64 {
+                let t = Nanos::from_millis(ms);
+                let (a_runs, b_runs) = if seed == 0 {
+                    (ms % 10 < 5, ms % 10 >= 5)
+                } else {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    if ms >= a_until && rng % 7 == 0 {
+                        a_until = ms + rng % 20;
+                    }
+                    if ms >= b_until && (rng >> 8) % 7 == 0 {
+                        b_until = ms + (rng >> 16) % 20;
+                    }
+                    (ms >= a_until, ms >= b_until)
+                };
+                for (ch, runs) in [(&mut a, a_runs), (&mut b, b_runs)] {
+                    if !runs {
+                        continue;
+                    }
+                    while ch.held() < 16 {
+                        if ch.admit(IoKind::Read, 4096, t, id).is_some() {
+                            sent += 1;
+                        }
+                        id += 1;
+                    }
+                    sent += ch.poll(t, |_| {});
+                }
+            }
+            assert!(sent <= 1000, "seed {seed}: {sent} sent, limit 1,000");
+            if seed == 0 {
+                assert!(sent >= 990, "taking turns: {sent} sent of 1,000");
+            }
+        }
+    }
 }

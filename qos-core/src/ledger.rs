@@ -122,12 +122,20 @@ impl DomainShared {
     /// release, where a period's limit is all out at its start).
     #[inline]
     pub fn carry(&self, per_period: u64) -> u64 {
+        self.carry_over(per_period, 0)
+    }
+
+    /// Like [`DomainShared::carry`], plus what is released over `waited` ns: what a
+    /// limited host that has had commands waiting that long may have saved up.
+    #[inline]
+    pub fn carry_over(&self, per_period: u64, waited: u64) -> u64 {
         let burst = self.release_burst.load(Ordering::Relaxed);
         if burst == u64::MAX {
             return u64::MAX;
         }
         let period = self.period.load(Ordering::Relaxed).max(1);
-        (per_period as u128 * burst.min(period) as u128).div_ceil(period as u128) as u64
+        let span = burst.saturating_add(waited).min(period);
+        (per_period as u128 * span as u128).div_ceil(period as u128) as u64
     }
 
     /// Global tokens left in the pool now.
@@ -524,6 +532,12 @@ pub struct ChannelTokens {
     held_events: u64,
     held_delta: i64,
     held_time: HeldTime,
+    /// Commands this channel holds now.
+    held_here: u64,
+    /// When this channel last found the limit's pool short, per [class][resource] (ns):
+    /// with commands held here since, what was released meanwhile is theirs to take,
+    /// however long this thread did not run (see [`ChannelTokens::refill_limit`]).
+    lim_tried_at: [[u64; 2]; 3],
     /// Cache sizes last published to the host's gauges: [reservation, global][resource].
     published: [[u64; 2]; 2],
     /// When to look for released reservation again although cached global tokens would
@@ -563,6 +577,8 @@ impl ChannelTokens {
             expired: [0; 2],
             held_events: 0,
             held_delta: 0,
+            held_here: 0,
+            lim_tried_at: [[0; 2]; 3],
             held_time: HeldTime::default(),
             published: [[0; 2]; 2],
             res_retry_at: [[0; 2]; 2],
@@ -742,11 +758,29 @@ impl ChannelTokens {
         // and what was released but not taken expires beyond one burst (plus this
         // fetch), so a host that was idle cannot catch up in a burst either.
         // The pool holds at most POOL_MAX: the floor is of what it was armed with.
+        // But a host is not idle while this channel holds its commands: what was
+        // released since this channel last looked is kept for them, so a thread that
+        // did not run for a while (a reactor sharing its core, a CPU quota) does not
+        // cost the host its limit. Another channel of the host may have taken it
+        // meanwhile; the pool never gives more than was released.
         let per_period = clamp_pool(self.params.limit[c].get(RES[r]));
         let floor = self.domain.unreleased_ahead(per_period, now, false);
-        let carry = self.domain.carry(per_period).saturating_add(want);
+        let waited = if self.held_here > 0 {
+            now.0.saturating_sub(self.lim_tried_at[c][r])
+        } else {
+            0
+        };
+        let carry = self
+            .domain
+            .carry_over(per_period, waited)
+            .saturating_add(want);
         self.lim[c][r] += self.host.limit[c][r].take_carry(self.tag(), want, floor, carry);
-        self.lim[c][r] >= need
+        if self.lim[c][r] >= need {
+            return true;
+        }
+        // Short: it took all there was, so from now on what is released is new.
+        self.lim_tried_at[c][r] = now.0;
+        false
     }
 
     #[cold]
@@ -820,6 +854,7 @@ impl ChannelTokens {
     /// Tracks the hold-queue gauge published in the host's stats.
     pub(crate) fn note_held(&mut self, delta: i64) {
         self.held_delta += delta;
+        self.held_here = self.held_here.saturating_add_signed(delta);
         if delta > 0 {
             self.held_time.entered(delta as u64);
         }

@@ -2341,9 +2341,8 @@ fn reservations_hold_over_tls() {
 /// queue pair each), which the target hands to its poll groups in turn, so that a host
 /// has an I/O queue pair on each poll group (checked with `nvmf_subsystem_get_qpairs`)
 /// and its QoS bdev is used from two threads at once. Host 1 reserves 25 % of a domain
-/// at 90 % of what the three hosts do unthrottled, host 2 (QD 16 a job) is limited to
-/// 10 %, host 3
-/// takes the rest.
+/// at 90 % of what the three hosts do unthrottled, host 2 (QD 128 a job,
+/// [`pg_host2_qd`]) is limited to 10 %, host 3 takes the rest.
 ///
 /// The target's reactor on core 1 runs under a CPU quota ([`CpuQuota`],
 /// [`PG_QUOTA_CPUS`]), so that bdevperf keeps a known part of core 1, and the same setup
@@ -2401,6 +2400,20 @@ fn pg_quota_cpus() -> f64 {
         .unwrap_or(PG_QUOTA_CPUS)
 }
 
+/// Host 2's queue depth per job (`QOS_IT_PG_HOST2_QD`, default 128). bdevperf shares
+/// core 1 with the target's reactor there and stops for milliseconds at a time; a host
+/// whose commands all complete meanwhile has nothing waiting at the target, looks idle
+/// to it, and what its limit released then expires (by design: an idle host does not
+/// catch up in a burst). At QD 16 a job (32 commands, under 2 ms at its limit) host 2
+/// did 87-99.7 % of its limit on two poll groups; at 64, 98.9-100 %; at 128 (about 20
+/// ms of its limit), within 1 % in every period, as on one poll group.
+fn pg_host2_qd() -> u32 {
+    std::env::var("QOS_IT_PG_HOST2_QD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128)
+}
+
 /// The quota's accounting period (µs). 1,000 µs cost the target most of its rate on two
 /// cores (42,149 IOPS unthrottled, against 133,311 at 10,000 µs in the run before).
 const PG_QUOTA_PERIOD_US: u64 = 10_000;
@@ -2423,6 +2436,7 @@ struct PgRun {
     /// the most ops in a period.
     limited: u64,
     off: Vec<(u64, u64)>,
+    least: u64,
     most: u64,
     iops: Vec<f64>,
     threads: BTreeMap<usize, std::collections::BTreeSet<String>>,
@@ -2444,7 +2458,7 @@ impl PgRun {
         println!(
             "  {}: unthrottled {:.0}, capacity {}, host IOPS {:?}; host 1 ({} reserved/s) met \
              {} of {} periods with work waiting ({:.1} %; {} short without); host 2 within \
-             +-1 % of {} in {} of {} periods with work waiting ({:.1} %), at most {}; \
+             +-1 % of {} in {} of {} periods with work waiting ({:.1} %), {}..{} ops; \
              quota throttled {} periods of 10 ms",
             self.label(),
             self.unthrottled,
@@ -2462,6 +2476,7 @@ impl PgRun {
             self.limited - self.off.len() as u64,
             self.limited,
             pct(self.limited - self.off.len() as u64, self.limited),
+            self.least,
             self.most,
             self.throttled,
         );
@@ -2507,8 +2522,8 @@ fn poll_groups_run(s: &Setup, cores: Cores, quota: Option<f64>) -> PgRun {
         let jobs = hosts
             .iter()
             .flat_map(|&i| {
-                // Host 2 at QD 16 a job keeps work waiting at its limit throughout.
-                let qd = if i == 2 { 16 } else { 8 };
+                // Host 2 keeps work waiting at its limit throughout ([`pg_host2_qd`]).
+                let qd = if i == 2 { pg_host2_qd() } else { 8 };
                 [0, 1].map(|_| Job::new(&s.controller(i).bdev(), "randread", 4096, qd))
             })
             .collect();
@@ -2591,6 +2606,7 @@ fn poll_groups_run(s: &Setup, cores: Cores, quota: Option<f64>) -> PgRun {
         idle: 0,
         limited: 0,
         off: Vec::new(),
+        least: u64::MAX,
         most: 0,
         iops: Vec::new(),
         threads,
@@ -2614,6 +2630,7 @@ fn poll_groups_run(s: &Setup, cores: Cores, quota: Option<f64>) -> PgRun {
             over.push((e, p.ops));
         }
         if p.backlogged {
+            r.least = r.least.min(p.ops);
             r.limited += 1;
             if (p.ops as f64 - per_period as f64).abs() > per_period as f64 * 0.01 {
                 r.off.push((e, p.ops));
