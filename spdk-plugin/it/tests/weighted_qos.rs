@@ -29,7 +29,9 @@
 //! `QOS_IT_QDS=a,b,c,d` sets the weighted test's four queue depths, `QOS_IT_ESTIMATOR=0`
 //! turns the capacity estimator off (the domain then stays at its configured capacity),
 //! `QOS_IT_ESTIMATOR_HOLD=N` sets the estimator's hold band (thousandths; 0 = none),
-//! `QOS_IT_CHECK_US=N` the domain's check interval (default 1000 us).
+//! `QOS_IT_CHECK_US=N` the domain's check interval (default 1000 us),
+//! `QOS_IT_EFFICIENCY=N` the operating point's efficiency η (thousandths, default 970;
+//! with `QOS_IT_SHARING=operating_point`).
 //!
 //! Every test prints its figures. They are `#[ignore]`d: `make accept` runs them on a
 //! quiet machine, with the acceptance thresholds (the figures above) asserted
@@ -112,6 +114,10 @@ fn domain(t: &mut Target, capacity: u64) {
     let mut params = json!({"name": "d", "capacity_iops": capacity,
            "capacity_iops_stddev": capacity / 20, "period_ms": PERIOD_MS,
            "check_interval_us": check_us, "sharing": sharing, "estimator": estimator});
+    if let Some(eta) = env_number("QOS_IT_EFFICIENCY", "thousandths, e.g. 800") {
+        // The operating point's efficiency η (sharing operating_point; default 970).
+        params["efficiency_milli"] = json!(eta);
+    }
     if let Some(hold) = env_number("QOS_IT_ESTIMATOR_HOLD", "thousandths, e.g. 30") {
         params["estimator_hold_milli"] = json!(hold);
     }
