@@ -182,6 +182,12 @@ fn profile_factor() -> f64 {
         .unwrap_or(0.9)
 }
 
+/// The capacity estimate last polled in or before `epoch` (the polls do not see every
+/// period).
+fn estimate_at(p: &History, epoch: u64) -> Option<u64> {
+    p.estimate.range(..=epoch).next_back().map(|(_, v)| *v)
+}
+
 /// The four hosts' queue depths: `default`, or `QOS_IT_QDS` (four numbers, commas).
 fn queue_depths(default: [u32; 4]) -> [u32; 4] {
     let Ok(v) = std::env::var("QOS_IT_QDS") else {
@@ -544,8 +550,8 @@ fn reservations_hold_when_capacity_drops() {
         res.iter().sum::<u64>(),
         100.0 * res.iter().sum::<u64>() as f64 / total(&during).max(1.0),
         100.0 * res[0] as f64 / total(&during).max(1.0),
-        before.last().and_then(|e| p.estimate.get(e)),
-        during.last().and_then(|e| p.estimate.get(e))
+        before.last().and_then(|e| estimate_at(&p, *e)),
+        during.last().and_then(|e| estimate_at(&p, *e))
     );
     println!(
         "  estimator (offered/budget->next, K IOPS): {}",
