@@ -147,6 +147,15 @@ impl DomainShared {
     }
 }
 
+/// A channel's shortage of one limit (ns on the monitor's clock): since when the pool
+/// has been short for it, and the instant the first fetch after that succeeded (the
+/// fetches of that instant are still owed the span; later ones are not).
+#[derive(Debug, Clone, Copy, Default)]
+struct LimitShortage {
+    since: Option<u64>,
+    settled_at: Option<u64>,
+}
+
 /// What a channel needs to know about its host, copied out of [`HostShared`] under a
 /// sequence lock whenever the host's generation changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -534,10 +543,10 @@ pub struct ChannelTokens {
     held_time: HeldTime,
     /// Commands this channel holds now.
     held_here: u64,
-    /// When this channel last found the limit's pool short, per [class][resource] (ns):
-    /// with commands held here since, what was released meanwhile is theirs to take,
-    /// however long this thread did not run (see [`ChannelTokens::refill_limit`]).
-    lim_tried_at: [[u64; 2]; 3],
+    /// When this channel last found the limit's pool short, per [class][resource]:
+    /// while commands are held here, what was released since is theirs to take, however
+    /// long this thread did not run (see [`ChannelTokens::refill_limit`]).
+    lim_short: [[LimitShortage; 2]; 3],
     /// Cache sizes last published to the host's gauges: [reservation, global][resource].
     published: [[u64; 2]; 2],
     /// When to look for released reservation again although cached global tokens would
@@ -578,7 +587,7 @@ impl ChannelTokens {
             held_events: 0,
             held_delta: 0,
             held_here: 0,
-            lim_tried_at: [[0; 2]; 3],
+            lim_short: [[LimitShortage::default(); 2]; 3],
             held_time: HeldTime::default(),
             published: [[0; 2]; 2],
             res_retry_at: [[0; 2]; 2],
@@ -655,6 +664,8 @@ impl ChannelTokens {
         }
         self.params = p;
         self.gen_ = g;
+        // New limits: what the old ones owed is not owed under them.
+        self.lim_short = [[LimitShortage::default(); 2]; 3];
         // New reservations: look for released reservation again.
         self.res_retry_at = [[0; 2]; 2];
     }
@@ -666,6 +677,8 @@ impl ChannelTokens {
         self.res = [[0; 2]; 2];
         self.glob = [0; 2];
         self.lim = [[0; 2]; 3];
+        // A new period's pools: nothing of the last one is owed to anyone.
+        self.lim_short = [[LimitShortage::default(); 2]; 3];
     }
 
     /// The admission decision for one command. On `Admitted` the tokens are consumed
@@ -763,23 +776,36 @@ impl ChannelTokens {
         // did not run for a while (a reactor sharing its core, a CPU quota) does not
         // cost the host its limit. Another channel of the host may have taken it
         // meanwhile; the pool never gives more than was released.
+        // Only the fetches at the instant of the first success after a shortage (the
+        // release of the held commands it unblocks) are owed that span: later ones
+        // find the host no longer short.
         let per_period = clamp_pool(self.params.limit[c].get(RES[r]));
         let floor = self.domain.unreleased_ahead(per_period, now, false);
-        let waited = if self.held_here > 0 {
-            now.0.saturating_sub(self.lim_tried_at[c][r])
-        } else {
-            0
+        let short = &mut self.lim_short[c][r];
+        if short.settled_at.is_some_and(|t| now.0 > t) {
+            *short = LimitShortage::default();
+        }
+        let waited = match short.since {
+            Some(since) if self.held_here > 0 => now.0.saturating_sub(since),
+            _ => 0,
         };
         let carry = self
             .domain
             .carry_over(per_period, waited)
             .saturating_add(want);
         self.lim[c][r] += self.host.limit[c][r].take_carry(self.tag(), want, floor, carry);
+        let short = &mut self.lim_short[c][r];
         if self.lim[c][r] >= need {
+            if short.since.is_some() {
+                short.settled_at = Some(now.0);
+            }
             return true;
         }
         // Short: it took all there was, so from now on what is released is new.
-        self.lim_tried_at[c][r] = now.0;
+        *short = LimitShortage {
+            since: Some(now.0),
+            settled_at: None,
+        };
         false
     }
 

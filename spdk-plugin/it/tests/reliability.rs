@@ -2408,10 +2408,8 @@ fn pg_quota_cpus() -> f64 {
 /// did 87-99.7 % of its limit on two poll groups; at 64, 98.9-100 %; at 128 (about 20
 /// ms of its limit), within 1 % in every period, as on one poll group.
 fn pg_host2_qd() -> u32 {
-    std::env::var("QOS_IT_PG_HOST2_QD")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(128)
+    env_number("QOS_IT_PG_HOST2_QD", "a queue depth, e.g. 128")
+        .map_or(128, |qd| qd.clamp(1, 4096) as u32)
 }
 
 /// The quota's accounting period (µs). 1,000 µs cost the target most of its rate on two
