@@ -327,7 +327,7 @@ def _add_domain_options(p, create):
                               'and groups, whatever their queue depth; first_come: Haechi\'s open global pool, '
                               'deeper queues get more; operating_point (experimental): first come, and excess '
                               'admitted only while the commands in flight at the base are below Q* of the learned '
-                              'depth curve, in weighted order; tenant groups need weighted', 'first_come', update))
+                              'depth curve, in weighted order; tenant groups need weighted or operating_point', 'first_come', update))
     for dest, kind, text, default in _COST_OPTIONS:
         if create:
             p.add_argument(_flag(dest), type=kind, metavar='N', help=_help(text, default))

@@ -418,6 +418,8 @@ impl Monitor {
         self.policy.share(Interval {
             now,
             left: (num, den),
+            released: view.release_num,
+            lag_slack: view.lag_slack,
             closed,
             tag: self.epoch as u16,
             budget: self.budget,

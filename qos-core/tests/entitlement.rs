@@ -2,100 +2,14 @@
 //! a depth curve: who is contending, what each is entitled to at the operating point,
 //! and the queue depth that takes.
 
-use qos_core::{
-    Capacity, DomainConfig, EstimatorConfig, ExcessSharing, HostConfig, IoKind, Monitor, Nanos,
-    Rate, TargetChannel,
-};
+mod fluid;
 
-/// The target's depth curve: T(Q) = T_MAX Q / (Q + HALF_DEPTH) operations per second.
-const T_MAX: f64 = 200_000.0;
-const HALF_DEPTH: f64 = 4.0;
-
-/// A closed-loop host: `depth` commands outstanding, each at the base or held.
-struct Host {
-    ch: TargetChannel<()>,
-    depth: u32,
-    at_base: u32,
-    /// Completions owed from fractions of earlier milliseconds.
-    carry: f64,
-}
-
-/// Step of the simulation: well under a command's latency, so that the target is
-/// not limited to one completion per command and step.
-const STEP: Nanos = Nanos(10_000);
-
-/// Serves `hosts` for `secs` seconds in steps of [`STEP`]: the target completes T(Q)
-/// per second over the Q commands at its base, in proportion to each host's; a host
-/// sends a new command for each completed one, which QoS admits or holds. Channels
-/// poll every 100 µs and the monitor ticks every millisecond, as in the plugin.
-fn serve(m: &mut Monitor, hosts: &mut [Host], (from, secs): (u64, u64)) {
-    serve_at(m, hosts, (from, secs), 1.0);
-}
-
-/// [`serve`] on a target `speed` times as fast (a CPU quota, a slower base: the same
-/// rate takes more commands in flight).
-fn serve_at(m: &mut Monitor, hosts: &mut [Host], (from, secs): (u64, u64), speed: f64) {
-    let t0 = Nanos::from_secs(from);
-    let steps_per_ms = 1_000_000 / STEP.0;
-    for step in 1..=secs * 1000 * steps_per_ms {
-        let now = t0.saturating_add(Nanos(step * STEP.0));
-        let q: u32 = hosts.iter().map(|h| h.at_base).sum();
-        let rate = speed * T_MAX * q as f64 / (q as f64 + HALF_DEPTH);
-        for h in hosts.iter_mut() {
-            if h.at_base == 0 {
-                continue;
-            }
-            h.carry += rate * STEP.0 as f64 / 1e9 * h.at_base as f64 / q as f64;
-            // Every command at the base spent this step there.
-            h.ch.tokens()
-                .record_service(Nanos(h.at_base as u64 * STEP.0));
-            let done = (h.carry as u32).min(h.at_base);
-            h.carry -= done as f64;
-            h.at_base -= done;
-            let mut sent = 0;
-            for _ in 0..done {
-                h.ch.record_completion(IoKind::Read, 4096, Nanos::ZERO);
-                sent += h.ch.on_completion(|| now, |_| ()) as u32;
-            }
-            h.at_base += sent;
-        }
-        for h in hosts.iter_mut() {
-            let outstanding = h.at_base + h.ch.held() as u32;
-            for _ in outstanding..h.depth {
-                if h.ch.admit(IoKind::Read, 4096, now, ()).is_some() {
-                    h.at_base += 1;
-                }
-            }
-            if step % 10 == 0 {
-                h.at_base += h.ch.poll(now, |_| ()) as u32;
-            }
-        }
-        if step % steps_per_ms == 0 {
-            m.tick(now);
-        }
-    }
-}
-
-/// A domain on the fluid target: a capacity hint of 400 K (twice what it does), the
-/// estimator off, first come.
-fn domain() -> DomainConfig {
-    DomainConfig {
-        capacity: Capacity {
-            iops: Some(400_000),
-            ..Capacity::default()
-        },
-        estimator: EstimatorConfig {
-            enabled: false,
-            ..Default::default()
-        },
-        sharing: ExcessSharing::FirstCome,
-        ..DomainConfig::default()
-    }
-}
+use fluid::{Host, domain, serve, serve_at};
+use qos_core::{ExcessSharing, HostConfig, Monitor, Nanos, Rate, TargetChannel};
 
 #[test]
 fn a_saturated_target_reports_who_contends_and_what_each_is_entitled_to() {
-    let cfg = domain();
+    let cfg = domain(ExcessSharing::FirstCome);
     let mut m = Monitor::new(cfg, Nanos::from_secs(1)).unwrap();
     let limited = HostConfig::new("limited").with_limit(Rate::iops(40_000));
     let reserved = HostConfig::new("reserved").with_reservation(Rate::iops(20_000));
@@ -104,12 +18,7 @@ fn a_saturated_target_reports_who_contends_and_what_each_is_entitled_to() {
     }
     let mut hosts: Vec<Host> = [("limited", 32), ("shallow", 1), ("reserved", 32)]
         .into_iter()
-        .map(|(nqn, depth)| Host {
-            ch: TargetChannel::new(m.channel(nqn).unwrap()),
-            depth,
-            at_base: 0,
-            carry: 0.0,
-        })
+        .map(|(nqn, depth)| Host::new(TargetChannel::new(m.channel(nqn).unwrap()), depth))
         .collect();
     serve(&mut m, &mut hosts, (1, 5));
     let now = Nanos::from_secs(6).saturating_add(Nanos::from_millis(500));
@@ -152,19 +61,14 @@ fn a_saturated_target_reports_who_contends_and_what_each_is_entitled_to() {
 /// served by two closed-loop hosts at each queue depth of `stages` (per host, seconds)
 /// in turn; returns it and the time the load ended.
 fn served(stages: &[(u32, u64)]) -> (Monitor, Nanos) {
-    let cfg = domain();
+    let cfg = domain(ExcessSharing::FirstCome);
     let mut m = Monitor::new(cfg, Nanos::from_secs(1)).unwrap();
     let mut hosts: Vec<Host> = (0..2)
         .map(|i| {
             let nqn = format!("h{i}");
             m.add_host(HostConfig::new(&nqn), Nanos::from_secs(1))
                 .unwrap();
-            Host {
-                ch: TargetChannel::new(m.channel(&nqn).unwrap()),
-                depth: 0,
-                at_base: 0,
-                carry: 0.0,
-            }
+            Host::new(TargetChannel::new(m.channel(&nqn).unwrap()), 0)
         })
         .collect();
     let mut at = 1;
@@ -230,7 +134,7 @@ fn a_curve_seen_only_at_light_load_does_not_limit_reservations() {
 
 #[test]
 fn a_host_that_changes_its_queue_depth_is_entitled_to_what_its_new_depth_gives() {
-    let cfg = domain();
+    let cfg = domain(ExcessSharing::FirstCome);
     let t0 = Nanos::from_secs(1);
     let mut m = Monitor::new(cfg, t0).unwrap();
     let limited = HostConfig::new("limited").with_limit(Rate::iops(40_000));
@@ -238,12 +142,7 @@ fn a_host_that_changes_its_queue_depth_is_entitled_to_what_its_new_depth_gives()
     m.add_host(HostConfig::new("other"), t0).unwrap();
     let mut hosts: Vec<Host> = ["limited", "other"]
         .into_iter()
-        .map(|nqn| Host {
-            ch: TargetChannel::new(m.channel(nqn).unwrap()),
-            depth: 32,
-            at_base: 0,
-            carry: 0.0,
-        })
+        .map(|nqn| Host::new(TargetChannel::new(m.channel(nqn).unwrap()), 32))
         .collect();
     let report = |m: &Monitor, at: u64| {
         let s = m.stats(Nanos::from_secs(at));
@@ -295,17 +194,15 @@ fn a_paced_load_does_not_make_the_curve_look_saturated() {
     // which look flat (Q* at the shallower one, C* below the new limit) but are no
     // measure of the target (it does 200 K). The host is entitled to its limit, and a
     // reservation above C* is admitted.
-    let cfg = domain();
+    let cfg = domain(ExcessSharing::FirstCome);
     let t0 = Nanos::from_secs(1);
     let mut m = Monitor::new(cfg, t0).unwrap();
     let limited = |l| HostConfig::new("limited").with_limit(Rate::iops(l));
     m.add_host(limited(20_000), t0).unwrap();
-    let mut hosts = vec![Host {
-        ch: TargetChannel::new(m.channel("limited").unwrap()),
-        depth: 16,
-        at_base: 0,
-        carry: 0.0,
-    }];
+    let mut hosts = vec![Host::new(
+        TargetChannel::new(m.channel("limited").unwrap()),
+        16,
+    )];
     serve(&mut m, &mut hosts, (1, 3));
     m.update_host(limited(20_500), Nanos::from_secs(4)).unwrap();
     serve_at(&mut m, &mut hosts, (4, 3), 0.6);

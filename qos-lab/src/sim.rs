@@ -466,14 +466,15 @@ impl Sim {
         let mut monitor = None;
         let mut estimates = Vec::new();
         if let Some(q) = policy.qos() {
-            use qos_core::ExcessSharing::Weighted;
+            use qos_core::ExcessSharing::{OperatingPoint, Weighted};
             let (mode, release, sharing) = (q.mode, q.release, q.sharing);
+            let groups = matches!(sharing, Weighted | OperatingPoint);
             let domain = sc.domain_config(scale, mode, release, sharing);
             let mut m = Monitor::new(domain, Nanos::ZERO).map_err(|source| RunError::Domain {
                 file: file.clone(),
                 source: Box::new(source),
             })?;
-            if sharing == Weighted {
+            if groups {
                 for g in &sc.groups {
                     m.add_group(g.group_config(scale), Nanos::ZERO)
                         .map_err(|source| RunError::AddGroup {
@@ -485,8 +486,8 @@ impl Sim {
             }
             for (i, h) in run.hosts.iter().enumerate() {
                 let mut cfg = h.host_config(scale);
-                if sharing != Weighted {
-                    // Policies without weighted sharing have no tenant groups.
+                if !groups {
+                    // Policies without sharing by weight have no tenant groups.
                     cfg.group = None;
                 }
                 m.add_host(cfg, Nanos::ZERO)

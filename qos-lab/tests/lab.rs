@@ -408,7 +408,8 @@ fn an_unreachable_reservation_keeps_what_it_can_do_and_frees_the_rest() {
 }
 
 /// Issue 12: a tenant group gets its reservation together and never more than its
-/// limit (+1%) in any period; the lone hosts share the rest by weight.
+/// limit (+1%) in any period, under weighted sharing and at the operating point
+/// (issue 26); under weighted sharing the lone hosts share the rest by weight.
 #[test]
 fn a_group_gets_its_reservation_and_stays_under_its_limit() {
     let s = shipped("groups");
@@ -418,29 +419,32 @@ fn a_group_gets_its_reservation_and_stays_under_its_limit() {
         g.limit_iops.unwrap() as f64,
     );
     let sum = summary(&s, RunOptions::default(), 2);
-    let w = policy(&sum, "weighted", None);
-    let n = w.hosts[0].periods.len();
-    for p in 0..n {
-        let gold = (w.hosts[0].periods[p] + w.hosts[1].periods[p]) as f64;
+    let bare_like = policy(&sum, "first_come", None).total_iops;
+    for sharing in ["weighted", "operating_point"] {
+        let w = policy(&sum, sharing, None);
+        let n = w.hosts[0].periods.len();
+        for p in 0..n {
+            let gold = (w.hosts[0].periods[p] + w.hosts[1].periods[p]) as f64;
+            assert!(
+                gold >= reservation,
+                "{sharing}, period {p}: group {gold} < {reservation}"
+            );
+            assert!(
+                gold <= 1.01 * limit,
+                "{sharing}, period {p}: group {gold} > {limit} + 1%"
+            );
+        }
         assert!(
-            gold >= reservation,
-            "period {p}: group {gold} < {reservation}"
-        );
-        assert!(
-            gold <= 1.01 * limit,
-            "period {p}: group {gold} > {limit} + 1%"
+            w.total_iops >= 0.97 * bare_like,
+            "{sharing}: {} vs {bare_like}",
+            w.total_iops
         );
     }
+    let w = policy(&sum, "weighted", None);
     let lone = (w.hosts[2].mean_iops - 15_000.0, w.hosts[3].mean_iops);
     assert!(
         (lone.0 - lone.1).abs() <= 0.10 * lone.1,
         "lone hosts of equal weight: {lone:?}"
-    );
-    let bare_like = policy(&sum, "first_come", None).total_iops;
-    assert!(
-        w.total_iops >= 0.97 * bare_like,
-        "{} vs {bare_like}",
-        w.total_iops
     );
 }
 

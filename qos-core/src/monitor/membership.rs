@@ -77,8 +77,10 @@ pub enum AddGroupError {
     Admission(#[from] AdmissionError),
     #[error("group {0} already exists in this domain; update it instead")]
     Duplicate(String),
-    #[error("tenant groups need weighted sharing; set the domain's sharing to weighted first")]
-    NeedsWeightedSharing,
+    #[error(
+        "tenant groups need sharing by weight; set the domain's sharing to operating_point or weighted first"
+    )]
+    NeedsSharingByWeight,
 }
 
 #[derive(Debug, Error)]
@@ -112,8 +114,10 @@ pub enum UpdateDomainError {
     Host { host: String, source: ConfigError },
     #[error("the cost model of a domain cannot change while it exists; create a new domain")]
     CostModelFixed,
-    #[error("the domain has tenant groups, which need weighted sharing; delete them first")]
-    GroupsNeedWeightedSharing,
+    #[error(
+        "the domain has tenant groups, which need sharing by weight (operating_point or weighted); delete them first"
+    )]
+    GroupsNeedSharingByWeight,
 }
 
 impl NewDomainError {
@@ -148,7 +152,7 @@ impl RemoveHostError {
 impl AddGroupError {
     pub fn kind(&self) -> RefusalKind {
         match self {
-            Self::Config(_) | Self::NeedsWeightedSharing => RefusalKind::Invalid,
+            Self::Config(_) | Self::NeedsSharingByWeight => RefusalKind::Invalid,
             Self::Admission(_) => RefusalKind::NoRoom,
             Self::Duplicate(_) => RefusalKind::Exists,
         }
@@ -345,7 +349,7 @@ impl Monitor {
     pub fn add_group(&mut self, cfg: GroupConfig, now: Nanos) -> Result<(), AddGroupError> {
         self.clock.observe(now);
         if !self.policy.supports_groups() {
-            return Err(AddGroupError::NeedsWeightedSharing);
+            return Err(AddGroupError::NeedsSharingByWeight);
         }
         if self.members.find_group(&cfg.name).is_some() {
             return Err(AddGroupError::Duplicate(cfg.name));
@@ -585,7 +589,7 @@ impl Monitor {
         }
         let policy = sharing::policy_for(cfg.sharing);
         if !policy.supports_groups() && !self.members.groups.is_empty() {
-            return Err(UpdateDomainError::GroupsNeedWeightedSharing);
+            return Err(UpdateDomainError::GroupsNeedSharingByWeight);
         }
         let (host_budgets, group_budgets, report) = self.members.budgets_under(&cfg)?;
         // The operating point: a new one (or more reserved) must still hold the

@@ -45,6 +45,12 @@ pub(crate) struct Interval<'a> {
     pub(crate) now: Nanos,
     /// `(T - t, T)` of the period.
     pub(crate) left: (u64, u64),
+    /// Of `T`, how much of a paced reservation is released by now: the time elapsed
+    /// plus the release burst, at most `T`.
+    pub(crate) released: u64,
+    /// Of `T`, how far a backlogged claimant may fall behind its released reservation
+    /// before it is lagging (see the monitor's `IntervalView`).
+    pub(crate) lag_slack: u64,
     /// Bit r: the global pool of resource r is closed to hosts that do not lag behind
     /// their reservation (reservations first).
     pub(crate) closed: u64,
@@ -221,7 +227,7 @@ mod tests {
         let group = crate::config::GroupConfig::new("g");
         let mut m = Monitor::new(domain(ExcessSharing::FirstCome), t0).unwrap();
         let e = m.add_group(group.clone(), t0).unwrap_err();
-        assert!(matches!(e, AddGroupError::NeedsWeightedSharing));
+        assert!(matches!(e, AddGroupError::NeedsSharingByWeight));
         assert_eq!(e.kind(), RefusalKind::Invalid);
         let mut m = Monitor::new(domain(ExcessSharing::Weighted), t0).unwrap();
         m.add_group(group.clone(), t0).unwrap();

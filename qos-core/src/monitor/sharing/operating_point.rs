@@ -41,13 +41,29 @@
 //!   a slower or faster target through the curve's drift rescale.
 //! - Tokens for the excess are first come's (Haechi's global pool), so the capacity
 //!   estimate still bounds a period; the window decides who goes first and how deep
-//!   the target runs. Tenant groups are refused (not supported yet).
+//!   the target runs.
+//! - **Tenant groups** (domain -> group -> host). Order: a host of group g moves its
+//!   tag by `cost * A_g / (W_g * w_i)`, `A_g` the weights of g's hosts that are not
+//!   idle, so g's hosts together move at g's weight and split it by theirs. Exact
+//!   while all of them are held; a self-limited host of g takes what it uses on top of
+//!   what the others of g get at g's weight, so g then gets a little more than its
+//!   weighted share (dmClock's flat tags do the same). The group's limit: at every
+//!   check interval, once its hosts were admitted what the limit released so far
+//!   (`L_g (t + burst) / T`, reserved work included) their excess waits (a flag per
+//!   host, not the window's count, so V does not wait for them) until the limit
+//!   releases more: one check interval of overshoot at most. Its reservation: while
+//!   its hosts lag behind what it released so far with commands held, the global
+//!   pool is closed to everybody else, as for a host lagging behind its own; its
+//!   hosts take the excess (and the window's slots) meanwhile. Its reservation beyond
+//!   its hosts' own is kept out of the global pool until released, as under the other
+//!   policies.
 
-use crate::cost::Amount;
+use crate::config::UNLIMITED;
+use crate::cost::{Amount, RES};
 use crate::depth::{DepthCurve, OperatingTarget};
 use crate::ledger::DomainShared;
 use crate::sync::{AtomicU64, CachePadded, Ordering};
-use crate::time::{Nanos, mul_div};
+use crate::time::{Nanos, mul_div, mul_div_ceil};
 
 use super::{Interval, SharingPolicy};
 
@@ -97,6 +113,9 @@ pub struct HostWindow {
     step: AtomicU64,
     /// Set by a channel held by the window; taken by the monitor at each interval.
     waiting: AtomicU64,
+    /// Set by the monitor while the host's tenant group has used what its limit
+    /// released so far: its excess waits (its reserved work does not).
+    blocked: AtomicU64,
 }
 
 impl Default for HostWindow {
@@ -105,6 +124,7 @@ impl Default for HostWindow {
             tag: AtomicU64::new(0),
             step: AtomicU64::new(TAG_UNIT),
             waiting: AtomicU64::new(0),
+            blocked: AtomicU64::new(0),
         }
     }
 }
@@ -159,17 +179,28 @@ impl WindowShared {
         if reserved {
             self.in_flight.fetch_add(1, Ordering::Relaxed);
         } else {
-            let ahead = host.tag() > v.saturating_add(p.slack.load(Ordering::Relaxed));
-            if ahead
-                || self
-                    .in_flight
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                        (n < limit).then_some(n + 1)
-                    })
-                    .is_err()
+            if host.blocked.load(Ordering::Relaxed) != 0 {
+                // Its group's limit, not the window: V does not wait for it.
+                return Slot::Wait;
+            }
+            let slack = p.slack.load(Ordering::Relaxed);
+            let ahead = host.tag() > v.saturating_add(slack);
+            if self
+                .in_flight
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n < limit && (!ahead || n < limit / 2)).then_some(n + 1)
+                })
+                .is_err()
             {
                 host.waiting.store(1, Ordering::Relaxed);
                 return Slot::Wait;
+            }
+            if ahead {
+                // Half the window is free: nobody waits for the slot it takes, so V
+                // moves up to it rather than leave the target half idle until the
+                // monitor's next interval.
+                p.vclock
+                    .fetch_max(host.tag().saturating_sub(slack), Ordering::Relaxed);
             }
         }
         host.charge(v, ops);
@@ -216,6 +247,8 @@ pub(crate) struct OperatingPoint {
     /// the last one.
     probe_left: u32,
     since_probe: u32,
+    /// The tenant groups at the last check interval.
+    groups: Vec<GroupTick>,
 }
 
 /// Depth samples (about 10 ms each) a probe below the operating point lasts: the first
@@ -298,6 +331,107 @@ impl OperatingPoint {
     }
 }
 
+/// A tenant group at one check interval.
+#[derive(Debug, Clone, Copy, Default)]
+struct GroupTick {
+    /// The weights of its hosts that are not idle.
+    active_weight: u64,
+    /// What its hosts were admitted this period (reserved and excess), per resource.
+    used: [u64; 2],
+    /// Some host of it has commands held by QoS now.
+    backlogged: bool,
+}
+
+/// Tag units per operation of a host of weight `weight` in a group of weight
+/// `group_weight` whose hosts that are not idle weigh `active` together: the group's
+/// share split among them by weight, `TAG_UNIT * active / (group_weight * weight)`
+/// (start-time fair queueing with the nested weights flattened; exact while all of the
+/// group's active hosts are held, an approximation otherwise, see the module's doc).
+fn nested_step(weight: u32, group_weight: u32, active: u64) -> u64 {
+    let w = u64::from(weight.max(1));
+    let den = u64::from(group_weight.max(1)).saturating_mul(w);
+    mul_div(TAG_UNIT, active.max(w), den).max(1)
+}
+
+impl OperatingPoint {
+    /// Per tenant group: its hosts' excess waits while the group has used what its
+    /// limit released so far (`L_g (t + burst) / T`, plus a burst's excess over the
+    /// time it burst), and while it lags behind its released reservation with
+    /// commands held the global pool is closed to everybody else, as for a host
+    /// lagging behind its own (reservations first).
+    fn hold_groups(&mut self, iv: &Interval<'_>) {
+        let (groups, hosts) = (&iv.members.groups, &iv.members.hosts);
+        self.groups.clear();
+        self.groups.resize(groups.len(), GroupTick::default());
+        if groups.is_empty() {
+            for h in hosts {
+                unblock(&h.shared.window);
+            }
+            return;
+        }
+        for h in hosts {
+            let Some(g) = h.group else {
+                unblock(&h.shared.window);
+                continue;
+            };
+            let t = &mut self.groups[g];
+            if !h.activity.idle {
+                t.active_weight += u64::from(h.cfg.weight.max(1));
+            }
+            let (c, s) = (h.shared.counters_hot(), &h.outcomes.at_start);
+            for (r, used) in t.used.iter_mut().enumerate() {
+                let now = c.consumed_res.get(RES[r]) + c.consumed_global.get(RES[r]);
+                let then = s.consumed_res.get(RES[r]) + s.consumed_global.get(RES[r]);
+                *used = used.saturating_add(now.saturating_sub(then));
+            }
+            t.backlogged |= c.held_now > 0;
+        }
+        let den = iv.left.1.max(1);
+        for (g, ge) in groups.iter().enumerate() {
+            let t = self.groups[g];
+            let (mut blocked, mut lag) = (false, 0u64);
+            for r in 0..2 {
+                let lim = ge.budgets.limit.get(RES[r]);
+                if lim != UNLIMITED {
+                    let excess = ge.budgets.burst.rate.get(RES[r]).saturating_sub(lim);
+                    let allowed = mul_div(lim, iv.released, den).saturating_add(mul_div(
+                        excess,
+                        ge.burst_ns[r],
+                        den,
+                    ));
+                    blocked |= t.used[r] >= allowed;
+                }
+                let res = ge.budgets.reservation.get(RES[r]);
+                // It is due what was released, and the slack a host may lag by on top
+                // (a host gets the rest from its reservation tokens at the end; a
+                // group has none, so it runs ahead of its release by that slack).
+                let released = iv.released.saturating_add(iv.lag_slack).min(den);
+                if res > 0 && t.backlogged && mul_div_ceil(res, released, den) > t.used[r] {
+                    lag |= 1 << r;
+                }
+            }
+            for h in hosts.iter().filter(|h| h.group == Some(g)) {
+                let b = &h.shared.window.blocked;
+                if b.load(Ordering::Relaxed) != blocked as u64 {
+                    b.store(blocked as u64, Ordering::Relaxed);
+                }
+                if lag != 0 {
+                    h.shared.lagging.fetch_or(lag, Ordering::Release);
+                }
+            }
+            if lag != 0 {
+                iv.shared.global_closed.fetch_or(lag, Ordering::Release);
+            }
+        }
+    }
+}
+
+fn unblock(w: &HostWindow) {
+    if w.blocked.load(Ordering::Relaxed) != 0 {
+        w.blocked.store(0, Ordering::Relaxed);
+    }
+}
+
 impl SharingPolicy for OperatingPoint {
     fn attach(&mut self, shared: &DomainShared) {
         if !shared.window.is_on() {
@@ -319,17 +453,31 @@ impl SharingPolicy for OperatingPoint {
         self.learn(curve, now, target, shared);
     }
 
-    /// Publishes each host's tag step (its weight), advances V to the smallest tag of
-    /// the hosts the window held, and sets the slack.
+    fn supports_groups(&self) -> bool {
+        true
+    }
+
+    /// Holds each tenant group to its limit and ahead of the others while it lags
+    /// behind its reservation, publishes each host's tag step (its weight, nested in
+    /// its group's), advances V to the smallest tag of the hosts the window held, and
+    /// sets the slack.
     fn share(&mut self, iv: Interval<'_>) {
+        self.hold_groups(&iv);
         let mut w = Waiting::default();
         for h in &iv.members.hosts {
             let hw = &h.shared.window;
-            let weight = u64::from(h.cfg.weight.max(1));
-            let step = TAG_UNIT / weight;
+            let step = match h.group {
+                Some(g) => nested_step(
+                    h.cfg.weight,
+                    iv.members.groups[g].budgets.weight,
+                    self.groups[g].active_weight,
+                ),
+                None => TAG_UNIT / u64::from(h.cfg.weight.max(1)),
+            };
             if hw.step.load(Ordering::Relaxed) != step {
                 hw.step.store(step, Ordering::Relaxed);
             }
+            let weight = (TAG_UNIT / step).max(1);
             w.all_weight += weight;
             if hw.waiting.swap(0, Ordering::Relaxed) != 0 {
                 let t = hw.tag();
@@ -416,18 +564,57 @@ mod tests {
     }
 
     #[test]
-    fn a_host_ahead_of_v_by_more_than_the_slack_waits_for_v() {
+    fn a_blocked_host_waits_for_excess_only_and_does_not_hold_v_back() {
         let s = on(100);
+        let h = HostWindow::default();
+        h.blocked.store(1, Ordering::Relaxed);
+        assert_eq!(s.admit(&h, 1, false), Slot::Wait);
+        assert_eq!(
+            h.waiting.load(Ordering::Relaxed),
+            0,
+            "not held by the window"
+        );
+        assert_eq!(s.admit(&h, 1, true), Slot::Taken, "reserved work goes");
+        h.blocked.store(0, Ordering::Relaxed);
+        assert_eq!(s.admit(&h, 1, false), Slot::Taken);
+        assert_eq!(s.in_flight(), 2);
+    }
+
+    #[test]
+    fn a_group_s_hosts_split_its_weight_among_those_not_idle() {
+        // Group of weight 2, hosts of weight 1 and 3, both active: 2 * 1/4 and 2 * 3/4.
+        assert_eq!(nested_step(1, 2, 4), TAG_UNIT * 2);
+        assert_eq!(nested_step(3, 2, 4), TAG_UNIT * 4 / 6);
+        // The weight-3 host alone: the group's whole weight.
+        assert_eq!(nested_step(3, 2, 3), TAG_UNIT / 2);
+        // An idle host is not counted, and a step is never 0.
+        assert_eq!(nested_step(1, 2, 0), TAG_UNIT / 2);
+        assert!(nested_step(1000, 1000, 1) >= 1);
+    }
+
+    #[test]
+    fn a_host_ahead_of_v_by_more_than_the_slack_waits_for_v_while_half_the_window_is_used() {
+        let s = on(8);
         s.params.slack.store(3 * TAG_UNIT, Ordering::Relaxed);
         let h = HostWindow::default();
         for _ in 0..4 {
             assert_eq!(s.admit(&h, 1, false), Slot::Taken);
         }
         assert_eq!(s.admit(&h, 1, false), Slot::Wait, "tag 4 > V 0 + slack 3");
-        // Reserved work still goes (and still moves its tag).
+        assert_eq!(h.waiting.load(Ordering::Relaxed), 1);
+        // Reserved work still goes (and still moves its tag, to 5).
         assert_eq!(s.admit(&h, 1, true), Slot::Taken);
-        s.params.vclock.store(2 * TAG_UNIT, Ordering::Relaxed);
+        s.params.vclock.store(TAG_UNIT, Ordering::Relaxed);
+        assert_eq!(s.admit(&h, 1, false), Slot::Wait, "tag 5 > V 1 + slack 3");
+        // Fewer than half the window's slots in use: nobody waits for the one it
+        // takes, so it goes and V moves up to its tag less the slack.
+        for _ in 0..3 {
+            s.put();
+        }
+        assert_eq!(s.in_flight(), 2);
         assert_eq!(s.admit(&h, 1, false), Slot::Taken);
+        assert_eq!(s.vclock(), 2 * TAG_UNIT, "tag 5 - slack 3");
+        assert_eq!(h.tag(), 6 * TAG_UNIT);
     }
 
     #[test]
@@ -446,18 +633,24 @@ mod tests {
     }
 
     #[test]
-    fn the_mode_turns_the_window_on_and_off_and_refuses_groups() {
+    fn the_mode_turns_the_window_on_and_off_and_takes_groups() {
         use crate::config::{ExcessSharing, ReservationRelease, test_domain};
-        use crate::monitor::{AddGroupError, Monitor};
+        use crate::monitor::{Monitor, UpdateDomainError};
         let t0 = Nanos::from_secs(1);
         let d = |s| test_domain(10_000, ReservationRelease::Paced, s);
         let mut m = Monitor::new(d(ExcessSharing::OperatingPoint), t0).unwrap();
         assert_eq!(m.shared().window().limit(), UNBOUNDED, "no curve yet");
+        m.add_group(crate::config::GroupConfig::new("g"), t0)
+            .unwrap();
+        // First come cannot hold a group to anything.
         let e = m
-            .add_group(crate::config::GroupConfig::new("g"), t0)
+            .update_domain(d(ExcessSharing::FirstCome), t0)
             .unwrap_err();
-        assert!(matches!(e, AddGroupError::NeedsWeightedSharing), "{e}");
-        m.update_domain(d(ExcessSharing::FirstCome), t0).unwrap();
+        assert!(
+            matches!(e, UpdateDomainError::GroupsNeedSharingByWeight),
+            "{e}"
+        );
+        m.update_domain(d(ExcessSharing::Weighted), t0).unwrap();
         assert!(!m.shared().window().is_on());
         m.update_domain(d(ExcessSharing::OperatingPoint), t0)
             .unwrap();
@@ -631,6 +824,36 @@ mod tests {
                 s.put();
             }
             assert_eq!(s.in_flight(), 0);
+        });
+    }
+
+    /// Two hosts ahead of V take a slot at once while half the window is free: each
+    /// moves V up to its tag less the slack, V never goes back, and the count stays
+    /// within the window.
+    #[cfg(loom)]
+    #[test]
+    fn loom_hosts_ahead_move_v_forward_only() {
+        loom::model(|| {
+            let s = Arc::new(on(4));
+            let hosts: Vec<Arc<HostWindow>> = (1..=2)
+                .map(|k| {
+                    let h = HostWindow::default();
+                    h.tag.store(k * 10 * TAG_UNIT, Ordering::Relaxed);
+                    Arc::new(h)
+                })
+                .collect();
+            s.params.slack.store(TAG_UNIT, Ordering::Relaxed);
+            let (s1, h1) = (s.clone(), hosts[1].clone());
+            let t = loom::thread::spawn(move || s1.admit(&h1, 1, false));
+            let mine = s.admit(&hosts[0], 1, false);
+            let theirs = t.join().unwrap();
+            let taken = [mine, theirs].iter().filter(|&&x| x == Slot::Taken).count();
+            assert!(taken >= 1, "the first to come finds the window empty");
+            assert_eq!(s.in_flight(), taken as u64);
+            // The later tag's move wins whatever the order, if it went.
+            let v = s.vclock();
+            let want = if theirs == Slot::Taken { 19 } else { 9 };
+            assert_eq!(v, want * TAG_UNIT);
         });
     }
 

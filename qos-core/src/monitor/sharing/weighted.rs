@@ -141,10 +141,7 @@ impl SharingPolicy for Weighted {
         if dt == 0 || mask == 0 {
             return;
         }
-        let (num, den) = iv.left;
-        let released = (den - num)
-            .saturating_add(iv.cfg.release_burst().0)
-            .min(den);
+        let released = iv.released;
         let snaps: Vec<CounterSnapshot> = iv
             .members
             .hosts

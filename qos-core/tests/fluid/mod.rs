@@ -1,0 +1,106 @@
+//! A fluid target with a depth curve, `T(Q) = T_MAX Q / (Q + HALF_DEPTH)`, served by
+//! closed-loop hosts through a monitor's channels: the test bed of the operating-point
+//! tests (entitlements, groups).
+#![allow(dead_code)] // each test file uses part of it
+
+use qos_core::{
+    Capacity, DomainConfig, EstimatorConfig, ExcessSharing, IoKind, Monitor, Nanos, TargetChannel,
+};
+
+/// A domain on the fluid target: a capacity hint of 400 K (twice what it does, so the
+/// budget does not bind), the estimator off.
+pub fn domain(sharing: ExcessSharing) -> DomainConfig {
+    DomainConfig {
+        capacity: Capacity {
+            iops: Some(400_000),
+            ..Capacity::default()
+        },
+        estimator: EstimatorConfig {
+            enabled: false,
+            ..Default::default()
+        },
+        sharing,
+        ..DomainConfig::default()
+    }
+}
+
+/// The target's depth curve: T(Q) = T_MAX Q / (Q + HALF_DEPTH) operations per second.
+pub const T_MAX: f64 = 200_000.0;
+pub const HALF_DEPTH: f64 = 4.0;
+
+/// A closed-loop host: `depth` commands outstanding, each at the base or held.
+pub struct Host {
+    pub ch: TargetChannel<()>,
+    pub depth: u32,
+    pub at_base: u32,
+    /// Completions owed from fractions of earlier milliseconds.
+    carry: f64,
+}
+
+/// Step of the simulation: well under a command's latency, so that the target is
+/// not limited to one completion per command and step.
+pub const STEP: Nanos = Nanos(10_000);
+
+/// Serves `hosts` for `secs` seconds in steps of [`STEP`]: the target completes T(Q)
+/// per second over the Q commands at its base, in proportion to each host's; a host
+/// sends a new command for each completed one, which QoS admits or holds. Channels
+/// poll every 100 µs and the monitor ticks every millisecond, as in the plugin.
+pub fn serve(m: &mut Monitor, hosts: &mut [Host], (from, secs): (u64, u64)) {
+    serve_at(m, hosts, (from, secs), 1.0);
+}
+
+/// [`serve`] on a target `speed` times as fast (a CPU quota, a slower base: the same
+/// rate takes more commands in flight).
+pub fn serve_at(m: &mut Monitor, hosts: &mut [Host], (from, secs): (u64, u64), speed: f64) {
+    let t0 = Nanos::from_secs(from);
+    let steps_per_ms = 1_000_000 / STEP.0;
+    for step in 1..=secs * 1000 * steps_per_ms {
+        let now = t0.saturating_add(Nanos(step * STEP.0));
+        let q: u32 = hosts.iter().map(|h| h.at_base).sum();
+        let rate = speed * T_MAX * q as f64 / (q as f64 + HALF_DEPTH);
+        for h in hosts.iter_mut() {
+            if h.at_base == 0 {
+                continue;
+            }
+            h.carry += rate * STEP.0 as f64 / 1e9 * h.at_base as f64 / q as f64;
+            // Every command at the base spent this step there.
+            h.ch.tokens()
+                .record_service(Nanos(h.at_base as u64 * STEP.0));
+            let done = (h.carry as u32).min(h.at_base);
+            h.carry -= done as f64;
+            h.at_base -= done;
+            let mut sent = 0;
+            for _ in 0..done {
+                h.ch.record_completion(IoKind::Read, 4096, Nanos::ZERO);
+                sent += h.ch.on_completion(|| now, |_| ()) as u32;
+            }
+            h.at_base += sent;
+        }
+        for h in hosts.iter_mut() {
+            let outstanding = h.at_base + h.ch.held() as u32;
+            for _ in outstanding..h.depth {
+                if h.ch.admit(IoKind::Read, 4096, now, ()).is_some() {
+                    h.at_base += 1;
+                }
+            }
+            if step % 10 == 0 {
+                h.at_base += h.ch.poll(now, |_| ()) as u32;
+            }
+        }
+        if step % steps_per_ms == 0 {
+            m.tick(now);
+        }
+    }
+}
+
+impl Host {
+    /// A host with `depth` commands to keep outstanding on channel `ch`.
+    pub fn new(ch: TargetChannel<()>, depth: u32) -> Self {
+        Host {
+            ch,
+            depth,
+            at_base: 0,
+            carry: 0.0,
+        }
+    }
+}
