@@ -449,6 +449,27 @@ fn weighted_excess_whatever_the_queue_depth() {
     );
 }
 
+/// Busy and idle ticks of the target's poll-group threads so far (`thread_get_stats`):
+/// a busy-polling reactor is busy when its pollers found work, so the share of busy
+/// ticks over a phase says whether the target was the bottleneck.
+fn poll_group_ticks(t: &mut Target) -> (u64, u64) {
+    let v = t.call("thread_get_stats", serde_json::Value::Null);
+    let threads = v["threads"].as_array().cloned().unwrap_or_default();
+    threads
+        .iter()
+        .filter(|th| {
+            th["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("nvmf_tgt_poll_group"))
+        })
+        .fold((0, 0), |(b, i), th| {
+            (
+                b + th["busy"].as_u64().unwrap_or(0),
+                i + th["idle"].as_u64().unwrap_or(0),
+            )
+        })
+}
+
 /// The QoS total against the bare target, side by side in one target process: every
 /// host's subsystem has a plain split of a base (`Bare0`) as namespace 1 and its QoS
 /// bdev on a base of the same kind (`Malloc0`) as namespace 2. A plain phase sizes the
@@ -493,8 +514,10 @@ fn qos_total_against_bare_side_by_side() {
     let bare_bdevs: Vec<String> = (0..hosts.len()).map(|k| format!("Bare0p{k}")).collect();
     expose_per_host(&mut t, &bare_bdevs, s.port);
     let ctrls: Vec<Controller> = hosts.iter().map(|&i| s.controller(i)).collect();
-    // The hosts' IOPS on namespace `ns` for one phase.
-    let phase_run = |ns: u32| -> Vec<f64> {
+    // The hosts' IOPS on namespace `ns` for one phase, and the share of the phase the
+    // target's poll group was busy.
+    let phase_run = |t: &mut Target, ns: u32| -> (Vec<f64>, f64) {
+        let (b0, i0) = poll_group_ticks(t);
         let bdev = |c: &Controller| format!("{}n{ns}", c.name);
         let jobs = ctrls
             .iter()
@@ -504,14 +527,17 @@ fn qos_total_against_bare_side_by_side() {
         let out = s
             .bdevperf(false, bdev_config(&ctrls, &[]), jobs, phase, &[])
             .run();
-        ctrls
+        let (b1, i1) = poll_group_ticks(t);
+        let busy = (b1 - b0) as f64 / ((b1 - b0) + (i1 - i0)).max(1) as f64;
+        let iops = ctrls
             .iter()
             .map(|c| out.jobs.get(&bdev(c)).map_or(0.0, |r| r.iops))
-            .collect()
+            .collect();
+        (iops, busy)
     };
     const PLAIN: u32 = 1;
     const QOS: u32 = 2;
-    let first: f64 = phase_run(PLAIN).iter().sum();
+    let first: f64 = phase_run(&mut t, PLAIN).0.iter().sum();
     let capacity = (first * profile_factor()) as u64;
     let res: Vec<u64> = res_pct.iter().map(|p| capacity * p / 100).collect();
     println!("  first plain phase {first:.0} IOPS: capacity hint {capacity}, reservations {res:?}");
@@ -528,15 +554,34 @@ fn qos_total_against_bare_side_by_side() {
             json!({"nqn": subsys_nqn(i), "namespace": {"bdev_name": q}}),
         );
     }
-    let warm: f64 = phase_run(QOS).iter().sum();
+    let warm: f64 = phase_run(&mut t, QOS).0.iter().sum();
     println!("  QoS warm-up phase {warm:.0} IOPS");
-    let mut bare = vec![phase_run(PLAIN).iter().sum::<f64>()];
+    let (plain, mut plain_busy) = phase_run(&mut t, PLAIN);
+    let mut bare = vec![plain.iter().sum::<f64>()];
     let mut ratios = Vec::new();
     let mut vs_e: Vec<Vec<f64>> = vec![Vec::new(); hosts.len()];
     for r in 0..rounds {
-        let q = phase_run(QOS);
+        let (q, qos_busy) = phase_run(&mut t, QOS);
         let total: f64 = q.iter().sum();
-        bare.push(phase_run(PLAIN).iter().sum());
+        let st = t.compact_stats("d");
+        let op = &st.operating_point;
+        let curve: Vec<String> = op
+            .depth_curve
+            .iter()
+            .map(|p| format!("{:.0}:{:.0}K", p.in_flight, p.ops_per_s as f64 / 1e3))
+            .collect();
+        println!(
+            "    after it: capacity estimate {:?} IOPS; Q* {:.1}, C* {:.0}K, T(max) {:.0}K; curve {}",
+            st.capacity_estimate.ops,
+            op.in_flight.unwrap_or(0.0),
+            op.ops_per_s.unwrap_or(0) as f64 / 1e3,
+            op.max_ops_per_s.unwrap_or(0) as f64 / 1e3,
+            curve.join(" ")
+        );
+        let busy_before = plain_busy;
+        let (plain, busy) = phase_run(&mut t, PLAIN);
+        plain_busy = busy;
+        bare.push(plain.iter().sum());
         let around = (bare[r] + bare[r + 1]) / 2.0;
         ratios.push(total / around);
         let e = entitlements(total, &res, &weights);
@@ -544,12 +589,15 @@ fn qos_total_against_bare_side_by_side() {
             v.push(q[k] / e[k] - 1.0);
         }
         println!(
-            "  round {}: plain {:.0} / {:.0}, QoS {total:.0} ({:.1} % of their mean); hosts {} \
-             (vs e_i {})",
+            "  round {}: plain {:.0} / {:.0}, QoS {total:.0} ({:.1} % of their mean); target busy \
+             {:.0} / {:.0} / {:.0} %; hosts {} (vs e_i {})",
             r + 1,
             bare[r],
             bare[r + 1],
             100.0 * total / around,
+            100.0 * busy_before,
+            100.0 * qos_busy,
+            100.0 * plain_busy,
             show(&q),
             vs_e.iter()
                 .map(|v| format!("{:+.1}%", 100.0 * v[r]))
