@@ -35,7 +35,8 @@
 //! `QOS_IT_ESTIMATOR_HOLD=N` sets the estimator's hold band (thousandths; 0 = none),
 //! `QOS_IT_CHECK_US=N` the domain's check interval (default 1000 us),
 //! `QOS_IT_EFFICIENCY=N` the operating point's efficiency η (thousandths, default 970;
-//! with `QOS_IT_SHARING=operating_point`), `QOS_IT_BASE_LATENCY_US=N` puts SPDK's delay
+//! with `QOS_IT_SHARING=operating_point`; `QOS_IT_OPERATING_IN_FLIGHT=N` sets Q\* instead,
+//! thousandths of a command), `QOS_IT_BASE_LATENCY_US=N` puts SPDK's delay
 //! bdev (N µs a command) under every base.
 //!
 //! Every test prints its figures. They are `#[ignore]`d: `make accept` runs them on a
@@ -142,6 +143,10 @@ fn domain(t: &mut Target, capacity: u64) {
     if let Some(eta) = env_number("QOS_IT_EFFICIENCY", "thousandths, e.g. 800") {
         // The operating point's efficiency η (sharing operating_point; default 970).
         params["efficiency_milli"] = json!(eta);
+    }
+    if let Some(q) = env_number("QOS_IT_OPERATING_IN_FLIGHT", "thousandths of a command") {
+        // Q* instead of η: the deepest point of the curve not above it.
+        params["operating_in_flight_milli"] = json!(q);
     }
     if let Some(hold) = env_number("QOS_IT_ESTIMATOR_HOLD", "thousandths, e.g. 30") {
         params["estimator_hold_milli"] = json!(hold);
@@ -514,9 +519,12 @@ fn qos_total_against_bare_side_by_side() {
     let bare_bdevs: Vec<String> = (0..hosts.len()).map(|k| format!("Bare0p{k}")).collect();
     expose_per_host(&mut t, &bare_bdevs, s.port);
     let ctrls: Vec<Controller> = hosts.iter().map(|&i| s.controller(i)).collect();
+    const PLAIN: u32 = 1;
+    const QOS: u32 = 2;
     // The hosts' IOPS on namespace `ns` for one phase, and the share of the phase the
-    // target's poll group was busy.
-    let phase_run = |t: &mut Target, ns: u32| -> (Vec<f64>, f64) {
+    // target's poll group was busy; on the QoS namespaces also the domain's statistics
+    // a second before the phase ends (the entitlements of the last period under load).
+    let phase_run = |t: &mut Target, ns: u32| -> (Vec<f64>, f64, Option<DomainStats>) {
         let (b0, i0) = poll_group_ticks(t);
         let bdev = |c: &Controller| format!("{}n{ns}", c.name);
         let jobs = ctrls
@@ -524,20 +532,28 @@ fn qos_total_against_bare_side_by_side() {
             .zip(&qds)
             .map(|(c, &qd)| Job::new(&bdev(c), "randread", 4096, qd))
             .collect();
+        let mut stats = None;
         let out = s
             .bdevperf(false, bdev_config(&ctrls, &[]), jobs, phase, &[])
-            .run();
+            .run_polling(
+                Duration::from_millis(500),
+                Duration::from_secs(phase as u64 - 1),
+                |_, _| {
+                    if ns == QOS {
+                        stats = Some(t.compact_stats("d"));
+                    }
+                },
+            );
         let (b1, i1) = poll_group_ticks(t);
         let busy = (b1 - b0) as f64 / ((b1 - b0) + (i1 - i0)).max(1) as f64;
         let iops = ctrls
             .iter()
             .map(|c| out.jobs.get(&bdev(c)).map_or(0.0, |r| r.iops))
             .collect();
-        (iops, busy)
+        (iops, busy, stats)
     };
-    const PLAIN: u32 = 1;
-    const QOS: u32 = 2;
     let first: f64 = phase_run(&mut t, PLAIN).0.iter().sum();
+    let mut monitor_vs_e: Vec<f64> = Vec::new();
     let capacity = (first * profile_factor()) as u64;
     let res: Vec<u64> = res_pct.iter().map(|p| capacity * p / 100).collect();
     println!("  first plain phase {first:.0} IOPS: capacity hint {capacity}, reservations {res:?}");
@@ -556,13 +572,42 @@ fn qos_total_against_bare_side_by_side() {
     }
     let warm: f64 = phase_run(&mut t, QOS).0.iter().sum();
     println!("  QoS warm-up phase {warm:.0} IOPS");
-    let (plain, mut plain_busy) = phase_run(&mut t, PLAIN);
+    let (plain, mut plain_busy, _) = phase_run(&mut t, PLAIN);
     let mut bare = vec![plain.iter().sum::<f64>()];
     let mut ratios = Vec::new();
     let mut vs_e: Vec<Vec<f64>> = vec![Vec::new(); hosts.len()];
     for r in 0..rounds {
-        let (q, qos_busy) = phase_run(&mut t, QOS);
+        let (q, qos_busy, during) = phase_run(&mut t, QOS);
         let total: f64 = q.iter().sum();
+        // The monitor's own report (issue 26's yardstick): contending hosts against
+        // their e_i, which caps a host at what its queue depth gives at L*.
+        let during = during.expect("polled during the phase");
+        let report: Vec<String> = hosts
+            .iter()
+            .map(|&i| {
+                match during
+                    .host(&host_nqn(i))
+                    .and_then(|h| h.entitlement.clone())
+                {
+                    Some(e) if e.contending => {
+                        let off = e.achieved as f64 / e.entitled.max(1) as f64 - 1.0;
+                        monitor_vs_e.push(off);
+                        format!(
+                            "h{i} contending {:+.1}% of {:.1}K",
+                            100.0 * off,
+                            e.entitled as f64 / 1e3
+                        )
+                    }
+                    Some(e) => format!(
+                        "h{i} self-limited (held {:.0}%, needs QD {:.0})",
+                        100.0 * e.held_fraction,
+                        e.queue_depth_needed
+                    ),
+                    None => format!("h{i} -"),
+                }
+            })
+            .collect();
+        println!("    monitor's report in the phase: {}", report.join(", "));
         let st = t.compact_stats("d");
         let op = &st.operating_point;
         let curve: Vec<String> = op
@@ -579,7 +624,7 @@ fn qos_total_against_bare_side_by_side() {
             curve.join(" ")
         );
         let busy_before = plain_busy;
-        let (plain, busy) = phase_run(&mut t, PLAIN);
+        let (plain, busy, _) = phase_run(&mut t, PLAIN);
         plain_busy = busy;
         bare.push(plain.iter().sum());
         let around = (bare[r] + bare[r + 1]) / 2.0;
@@ -641,6 +686,20 @@ fn qos_total_against_bare_side_by_side() {
             100.0 * b
         );
     }
+    let (m1, mm, m3) = quartiles(&monitor_vs_e);
+    println!(
+        "  contending hosts against the monitor's e_i: median {:+.1} % (quartiles {:+.1} - \
+         {:+.1} %, worst {:+.1} %) of {} host-phases",
+        100.0 * mm,
+        100.0 * m1,
+        100.0 * m3,
+        100.0
+            * monitor_vs_e
+                .iter()
+                .copied()
+                .fold(0.0f64, |a, x| if x.abs() > a.abs() { x } else { a }),
+        monitor_vs_e.len()
+    );
     println!(
         "  operating point at the end: Q* {:?} commands, C* {:?}, T(max) {:?} IOPS",
         op.in_flight, op.ops_per_s, op.max_ops_per_s
