@@ -68,6 +68,8 @@ pub struct Job {
     /// of it. Two `verify` jobs on one bdev need ranges of their own, or each reads
     /// back what the other wrote.
     pub blocks: Option<(u64, u64)>,
+    /// Percent of reads of a mixed job (`rw=randrw`; bdevperf's `rwmixread`).
+    pub read_mix: Option<u32>,
 }
 
 impl Job {
@@ -79,7 +81,14 @@ impl Job {
             qd,
             cpumask: None,
             blocks: None,
+            read_mix: None,
         }
+    }
+
+    /// A mixed job (`rw` `randrw`) with `percent` % reads.
+    pub fn with_read_mix(mut self, percent: u32) -> Job {
+        self.read_mix = Some(percent);
+        self
     }
 
     /// The job on the cores of `mask` (e.g. `0x1`).
@@ -142,6 +151,9 @@ impl Bdevperf {
             }
             if let Some((offset, length)) = j.blocks {
                 jobs.push_str(&format!("offset={offset}\nlength={length}\n"));
+            }
+            if let Some(m) = j.read_mix {
+                jobs.push_str(&format!("rwmixread={m}\n"));
             }
         }
         std::fs::write(&jobf, jobs).map_err(|e| e.to_string())?;

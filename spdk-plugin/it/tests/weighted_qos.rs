@@ -454,6 +454,89 @@ fn weighted_excess_whatever_the_queue_depth() {
     );
 }
 
+/// One host's load in the side-by-side test.
+#[derive(Debug, Clone, Copy)]
+struct HostLoad {
+    qd: u32,
+    /// bdevperf's `rw`, and the percent of reads of a mixed one.
+    rw: &'static str,
+    read_mix: Option<u32>,
+    bs: u64,
+    weight: u32,
+    /// Reservation, percent of the capacity hint.
+    res_pct: u64,
+}
+
+impl HostLoad {
+    fn job(&self, bdev: &str) -> Job {
+        let j = Job::new(bdev, self.rw, self.bs, self.qd);
+        match self.read_mix {
+            Some(m) => j.with_read_mix(m),
+            None => j,
+        }
+    }
+
+    fn describe(&self) -> String {
+        let mix = self
+            .read_mix
+            .map_or(String::new(), |m| format!(" {m}% reads"));
+        format!("QD {} {} {} KiB{mix}", self.qd, self.rw, self.bs / 1024)
+    }
+}
+
+/// The side-by-side test's hosts, by `QOS_IT_WORKLOAD` (issue 26's acceptance
+/// configurations): `four` (default: QD 16/32/48/64 4 KiB random reads, weights
+/// 4/3/2/1, reservations 15/15/10/5 %; `QOS_IT_QDS` and `QOS_IT_RES` apply), `eight`
+/// (QD 4 to 128, weights and reservations of the lab's `op-depth-8hosts`), `rw` (the
+/// four with 70/30 random reads and writes), `big` (the four, hosts 2 and 4 reading
+/// 128 KiB).
+fn side_by_side_workload() -> (String, Vec<HostLoad>) {
+    let name = std::env::var("QOS_IT_WORKLOAD").unwrap_or_else(|_| "four".into());
+    let four = |rw: &'static str, read_mix, big: bool| -> Vec<HostLoad> {
+        let (qds, res) = (
+            queue_depths([16, 32, 48, 64]),
+            percents("QOS_IT_RES", [15, 15, 10, 5]),
+        );
+        (0..4)
+            .map(|k| HostLoad {
+                qd: qds[k],
+                rw,
+                read_mix,
+                bs: if big && k % 2 == 1 { 128 * 1024 } else { 4096 },
+                weight: [4, 3, 2, 1][k],
+                res_pct: res[k],
+            })
+            .collect()
+    };
+    let loads = match name.as_str() {
+        "four" => four("randread", None, false),
+        "rw" => four("randrw", Some(70), false),
+        "big" => four("randread", None, true),
+        "eight" => [
+            (4, 8, 2),
+            (8, 1, 3),
+            (16, 4, 5),
+            (24, 2, 5),
+            (32, 3, 10),
+            (48, 1, 8),
+            (64, 2, 5),
+            (128, 1, 3),
+        ]
+        .into_iter()
+        .map(|(qd, weight, res_pct)| HostLoad {
+            qd,
+            rw: "randread",
+            read_mix: None,
+            bs: 4096,
+            weight,
+            res_pct,
+        })
+        .collect(),
+        other => panic!("QOS_IT_WORKLOAD={other:?}: give four, eight, rw or big"),
+    };
+    (name, loads)
+}
+
 /// Busy and idle ticks of the target's poll-group threads so far (`thread_get_stats`):
 /// a busy-polling reactor is busy when its pollers found work, so the share of busy
 /// ticks over a phase says whether the target was the bottleneck.
@@ -496,9 +579,10 @@ fn qos_total_against_bare_side_by_side() {
     let Some(s) = setup_or_skip("QoS against bare, side by side") else {
         return;
     };
-    let qds = queue_depths([16, 32, 48, 64]);
-    let weights = [4u32, 3, 2, 1];
-    let res_pct = percents("QOS_IT_RES", [15, 15, 10, 5]);
+    let (workload, loads) = side_by_side_workload();
+    let qds: Vec<u32> = loads.iter().map(|l| l.qd).collect();
+    let weights: Vec<u32> = loads.iter().map(|l| l.weight).collect();
+    let res_pct: Vec<u64> = loads.iter().map(|l| l.res_pct).collect();
     let rounds = env_number("QOS_IT_ROUNDS", "a count, e.g. 5")
         .unwrap_or(5)
         .max(1) as usize;
@@ -506,10 +590,15 @@ fn qos_total_against_bare_side_by_side() {
         .unwrap_or(6)
         .max(3) as u32;
     println!(
-        "QoS against bare, side by side: queue depths {qds:?}, weights {weights:?}, \
-         reservations {res_pct:?} %, {rounds} rounds of {phase} s a phase"
+        "QoS against bare, side by side ({workload}): {}; weights {weights:?}, reservations \
+         {res_pct:?} %, {rounds} rounds of {phase} s a phase",
+        loads
+            .iter()
+            .map(HostLoad::describe)
+            .collect::<Vec<_>>()
+            .join(", ")
     );
-    let hosts = [1usize, 2, 3, 4];
+    let hosts: Vec<usize> = (1..=loads.len()).collect();
     let mut t = target(&s);
     base_bdev(&mut t, "Bare0");
     t.call(
@@ -529,8 +618,8 @@ fn qos_total_against_bare_side_by_side() {
         let bdev = |c: &Controller| format!("{}n{ns}", c.name);
         let jobs = ctrls
             .iter()
-            .zip(&qds)
-            .map(|(c, &qd)| Job::new(&bdev(c), "randread", 4096, qd))
+            .zip(&loads)
+            .map(|(c, l)| l.job(&bdev(c)))
             .collect();
         let mut stats = None;
         let out = s
@@ -761,16 +850,18 @@ fn target_throughput_by_depth() {
 
 /// The entitlements at the operating point (`qos_core::entitlement::entitle`) of hosts
 /// that are all backlogged, in `total`: `max(r_i, theta w_i)` adding up to `total`.
-fn entitlements(total: f64, res: &[u64], weights: &[u32; 4]) -> Vec<f64> {
+fn entitlements(total: f64, res: &[u64], weights: &[u32]) -> Vec<f64> {
     use qos_core::entitlement::{Claimant, entitle};
-    let claims: Vec<Claimant> = (0..4)
-        .map(|i| Claimant {
-            weight: u64::from(weights[i]),
-            reservation: res[i],
+    let claims: Vec<Claimant> = weights
+        .iter()
+        .zip(res)
+        .map(|(&w, &r)| Claimant {
+            weight: u64::from(w),
+            reservation: r,
             cap: u64::MAX,
         })
         .collect();
-    let mut out = vec![0u64; 4];
+    let mut out = vec![0u64; claims.len()];
     entitle(total.max(0.0) as u64, &claims, &mut out);
     out.into_iter().map(|e| e as f64).collect()
 }
