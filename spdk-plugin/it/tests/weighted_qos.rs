@@ -21,10 +21,11 @@
 //!   no I/O failed or lost; bad group input is refused with a message naming the fix.
 //! - `soft_guarantees_by_priority`: high-priority soft guarantees hold under
 //!   low-priority load; idle high-priority hosts give the capacity back.
-//! - `qos_total_against_bare_side_by_side`: the weighted test's load on QoS and on plain
-//!   namespaces of one target, alternated for `QOS_IT_ROUNDS` rounds of
-//!   `QOS_IT_PHASE_SECS`: the QoS total against the plain phases around it (median and
-//!   quartiles), each host against its entitlement.
+//! - `qos_total_against_bare_side_by_side`: a load (`QOS_IT_WORKLOAD`: the weighted
+//!   test's four hosts, eight hosts at QD 4-128, 70/30 read/write, or 128 KiB beside
+//!   4 KiB) on QoS and on plain namespaces of one target, alternated for
+//!   `QOS_IT_ROUNDS` rounds of `QOS_IT_PHASE_SECS`: the QoS total against the plain
+//!   phases around it (median and quartiles), each host against its entitlement.
 //! - `target_throughput_by_depth`: the same target without QoS at 8-160 commands in
 //!   flight, rounds rotated (the bound weighted sharing's total runs into).
 //!

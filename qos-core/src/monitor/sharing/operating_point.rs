@@ -363,12 +363,6 @@ impl OperatingPoint {
         let (groups, hosts) = (&iv.members.groups, &iv.members.hosts);
         self.groups.clear();
         self.groups.resize(groups.len(), GroupTick::default());
-        if groups.is_empty() {
-            for h in hosts {
-                unblock(&h.shared.window);
-            }
-            return;
-        }
         for h in hosts {
             let Some(g) = h.group else {
                 unblock(&h.shared.window);
@@ -387,6 +381,10 @@ impl OperatingPoint {
             t.backlogged |= c.held_now > 0;
         }
         let den = iv.left.1.max(1);
+        // A group is due what was released, and the slack a host may lag by on top (a
+        // host gets the rest from its reservation tokens at the end; a group has none,
+        // so it runs ahead of its release by that slack).
+        let res_due = iv.released.saturating_add(iv.lag_slack).min(den);
         for (g, ge) in groups.iter().enumerate() {
             let t = self.groups[g];
             let (mut blocked, mut lag) = (false, 0u64);
@@ -402,11 +400,7 @@ impl OperatingPoint {
                     blocked |= t.used[r] >= allowed;
                 }
                 let res = ge.budgets.reservation.get(RES[r]);
-                // It is due what was released, and the slack a host may lag by on top
-                // (a host gets the rest from its reservation tokens at the end; a
-                // group has none, so it runs ahead of its release by that slack).
-                let released = iv.released.saturating_add(iv.lag_slack).min(den);
-                if res > 0 && t.backlogged && mul_div_ceil(res, released, den) > t.used[r] {
+                if res > 0 && t.backlogged && mul_div_ceil(res, res_due, den) > t.used[r] {
                     lag |= 1 << r;
                 }
             }
