@@ -782,9 +782,9 @@ impl Polled {
         self.judged_among(who, i, &all, capacity)
     }
 
-    /// As [`Polled::judged`], the machine's speed read from hosts `among` alone (which
-    /// were expected to do `capacity` IOPS together): for a run in which another host
-    /// stops by design, whose gap is not a slow spell.
+    /// As [`Polled::judged`], the machine's speed read from hosts `among` alone (expected
+    /// to do their part of the domain's `capacity` IOPS together): for a run in which
+    /// another host stops by design, whose gap is not a slow spell.
     fn judged_among(&self, who: &str, i: usize, among: &[usize], capacity: u64) -> Judged {
         let epochs: Vec<u64> = (self.from..self.last).collect();
         judged_periods(&self.hist, who, i, among, &epochs, capacity)
@@ -793,12 +793,14 @@ impl Polled {
 
 /// Host `i`'s reservation over `epochs` of `h`, printed as `who`'s, not counting the
 /// periods that were a slow spell of the machine (it-harness's judge.rs): those in
-/// which the four hosts together completed less than 90 % of what they did in the
-/// run's median period (or of the capacity, if less). When that median is below
-/// [`LOADED_FRACTION`] of the capacity (`capacity` IOPS: 90 % of the bare rate
-/// measured in the same run) the whole run was slow: only periods at >= 90 % of the
-/// capacity are judged. A period at the expected rate counts: a host short in it got
-/// less because the others got more.
+/// which hosts `among` together completed less than 90 % of what they did in the run's
+/// median period (or of their part of the domain's `capacity` IOPS, 90 % of the bare
+/// rate measured in the same run, if less). When that median is below
+/// [`LOADED_FRACTION`] of their part the whole run was slow: only periods at >= 90 % of
+/// it are judged. Nor are the periods too tight to judge: those in which their
+/// reservations (as [`configured_target`] sets them) took more than 90 % of what they
+/// did. A period at the expected rate counts: a host short in it got less because the
+/// others got more.
 fn judged_periods(
     h: &History,
     who: &str,
@@ -808,10 +810,13 @@ fn judged_periods(
     capacity: u64,
 ) -> Judged {
     let nqns: Vec<String> = among.iter().map(|&i| host_nqn(i)).collect();
-    let cap = (capacity as f64 * h.period.as_secs_f64()) as u64;
+    let per_period = |iops: u64| (iops as f64 * h.period.as_secs_f64()) as u64;
+    let cap = per_period(capacity * among.len() as u64 / HOSTS as u64);
+    let cfg = HostCfg::initial(capacity);
+    let reserved: Vec<u64> = among.iter().map(|&i| per_period(cfg[i - 1].min)).collect();
     let median = h.median_served(&nqns, epochs);
     let (expected, loaded) = expected_served(median, cap);
-    let j = h.judge_reservation(&host_nqn(i), &nqns, epochs, expected);
+    let j = h.judge_reservation(&host_nqn(i), &nqns, &reserved, epochs, expected);
     let (met, n) = epochs
         .iter()
         .filter_map(|e| h.of(&host_nqn(i)).get(e))
@@ -819,7 +824,8 @@ fn judged_periods(
     println!(
         "  {who}: reservation met in {} of {} periods judged ({met} of {n} in all); hosts \
          {among:?}' median {median} ops a period, {:.0} % of the capacity's {cap}{}; {} \
-         excused as slow (below 90 % of {} ops), missed in {:?}",
+         excused as slow (below 90 % of {} ops) and {} as too tight (reservations {} ops, \
+         more than 90 % of what the hosts did), missed in {:?}",
         j.met,
         j.judged,
         median as f64 * 100.0 / cap.max(1) as f64,
@@ -828,8 +834,10 @@ fn judged_periods(
         } else {
             ""
         },
-        j.excused.len(),
+        j.excused.len() as u64 - j.tight,
         j.expected,
+        j.tight,
+        reserved.iter().sum::<u64>(),
         j.excused_missed()
     );
     j
@@ -1967,12 +1975,10 @@ fn a_stalling_base_is_aborted_or_reset_and_loses_nothing() {
             // Host 1 stops by design: the machine's speed is read from the other three,
             // sized for their part of the capacity.
             let who = format!("{action}: host {i}");
-            let among = [2, 3, 4];
-            let theirs = capacity * among.len() as u64 / HOSTS as u64;
             judge_excused(
                 &mut bad,
                 &who,
-                &polled.judged_among(&who, i, &among, theirs),
+                &polled.judged_among(&who, i, &[2, 3, 4], capacity),
             );
         }
         let after: Vec<u64> = polled
