@@ -270,27 +270,23 @@ mod tests {
         // same miss (a 470, b 1,530) counts.
         let reserved = [480, 480];
         let late = |e: u64| e >= 10;
-        let h = history(
-            |n, e| match (n, late(e)) {
-                ("a", true) => 470,
-                ("b", true) => 560,
-                _ => 1000,
-            },
-            |n, e| n == "b" || !late(e),
-            |_, _| true,
-        );
+        // From epoch 10 a does 470 (missing by 10) and b does `b_late`.
+        let run = |b_late: u64| {
+            history(
+                move |n, e| match (n, late(e)) {
+                    ("a", true) => 470,
+                    ("b", true) => b_late,
+                    _ => 1000,
+                },
+                move |n, e| n == "b" || !late(e),
+                |_, _| true,
+            )
+        };
+        let h = run(560);
         let j = h.judge_reservation("a", &all(), &reserved, &EPOCHS, 1030);
         assert_eq!((j.met, j.judged, j.tight), (10, 10, 10));
         assert_eq!(j.excused_missed(), (10..20).collect::<Vec<u64>>());
-        let h = history(
-            |n, e| match (n, late(e)) {
-                ("a", true) => 470,
-                ("b", true) => 1530,
-                _ => 1000,
-            },
-            |n, e| n == "b" || !late(e),
-            |_, _| true,
-        );
+        let h = run(1530);
         let j = h.judge_reservation("a", &all(), &reserved, &EPOCHS, 2000);
         assert_eq!((j.met, j.judged, j.tight), (10, 20, 0));
     }
