@@ -265,8 +265,8 @@ mod tests {
     #[test]
     fn a_period_with_no_excess_over_the_reservations_is_excused_as_tight() {
         // Each host reserved 480 a period; the machine at its usual 1,000 a host, then
-        // from epoch 10 at 510 a host: a misses by 10, b takes 520. 2 x 480 used of
-        // 1,030 is more than 90 %: no excess to move, excused. At the usual rate the
+        // from epoch 10 at 515 a host: a misses by 10 (470), b takes 560. 2 x 480 used
+        // of 1,030 is more than 90 %: no excess to move, excused. At the usual rate the
         // same miss (a 470, b 1,530) counts.
         let reserved = [480, 480];
         let late = |e: u64| e >= 10;
