@@ -708,7 +708,8 @@ fn qos_total_against_bare_side_by_side() {
             .collect();
         println!(
             "    after it: capacity estimate {:?} IOPS; Q* {:.1}, C* {:.0}K, T(max) {:.0}K; curve {}",
-            st.capacity_estimate.ops,
+            // The estimate is per period.
+            st.capacity_estimate.ops.map(|o| o * 1000 / PERIOD_MS),
             op.in_flight.unwrap_or(0.0),
             op.ops_per_s.unwrap_or(0) as f64 / 1e3,
             op.max_ops_per_s.unwrap_or(0) as f64 / 1e3,
