@@ -121,10 +121,11 @@ impl History {
         for e in epochs.iter().filter(|e| recs.contains_key(e)) {
             let p = recs[e];
             let served = self.served(all, *e);
-            let used = self.reservations_used(all, reserved, *e);
             if served < slow {
                 j.excused.insert(*e, p.met);
-            } else if used as f64 > SLOW_FRACTION * served as f64 {
+            } else if self.reservations_used(all, reserved, *e) as f64
+                > SLOW_FRACTION * served as f64
+            {
                 j.excused.insert(*e, p.met);
                 j.tight += 1;
             } else {

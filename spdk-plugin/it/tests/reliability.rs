@@ -824,8 +824,9 @@ fn judged_periods(
     println!(
         "  {who}: reservation met in {} of {} periods judged ({met} of {n} in all); hosts \
          {among:?}' median {median} ops a period, {:.0} % of the capacity's {cap}{}; {} \
-         excused as slow (below 90 % of {} ops) and {} as too tight (reservations {} ops, \
-         more than 90 % of what the hosts did), missed in {:?}",
+         excused as slow (below 90 % of {} ops) and {} as too tight (of reservations of {} \
+         ops, each counted up to what its host did, more than 90 % of what the hosts did), \
+         missed in {:?}",
         j.met,
         j.judged,
         median as f64 * 100.0 / cap.max(1) as f64,
