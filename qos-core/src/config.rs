@@ -348,6 +348,11 @@ pub struct DomainConfig {
     /// base (the deepest point of the curve whose latency is not above it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub operating_latency: Option<Nanos>,
+    /// Hold nothing: channels count and account as usual, and a command the contract
+    /// would hold goes at once (an operator's switch in an incident, and the "A" of
+    /// the side-by-side instrument). Changing only this does not start a new period.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub bypass: bool,
 }
 
 /// Default [`DomainConfig::efficiency_milli`].
@@ -397,6 +402,7 @@ impl Default for DomainConfig {
             efficiency_milli: DEFAULT_EFFICIENCY_MILLI,
             operating_in_flight_milli: None,
             operating_latency: None,
+            bypass: false,
         }
     }
 }

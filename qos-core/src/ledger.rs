@@ -42,11 +42,18 @@ pub struct DomainShared {
     /// closes to every host that is not lagging itself, until the laggards catch up, so
     /// global-token users cannot take their share of the target.
     pub(crate) global_closed: AtomicU64,
+    /// Bit r is set while the first-come policy paces the global pool of r for a
+    /// lagging reservation (instead of leaving it open): commands held for global
+    /// tokens then wait for that reservation (the held-reason statistics).
+    pub(crate) pool_paced: AtomicU64,
     /// Bit r is set when global tokens of resource r reach channels only as credit
     /// (the sharing policy's capability, `SharingPolicy::credit_only`): the monitor
     /// moves them into the hosts' credit at every check interval, and no channel takes
     /// them from the global pool itself.
     pub(crate) credit_only: AtomicU64,
+    /// 1 while the domain is bypassed (`DomainConfig::bypass`): channels count and
+    /// account as usual but hold nothing; a command that would wait goes at once.
+    pub(crate) bypass: AtomicU64,
     /// Commands in flight at the base against the operating point's window (sharing
     /// `operating_point`; off otherwise).
     pub(crate) window: WindowShared,
@@ -67,7 +74,9 @@ impl DomainShared {
             period: AtomicU64::new(period.0),
             budget: [AtomicU64::new(0), AtomicU64::new(0)],
             global_closed: AtomicU64::new(0),
+            pool_paced: AtomicU64::new(0),
             credit_only: AtomicU64::new(0),
+            bypass: AtomicU64::new(0),
             window: WindowShared::default(),
         }
     }
@@ -138,6 +147,30 @@ impl DomainShared {
         (per_period as u128 * span as u128).div_ceil(period as u128) as u64
     }
 
+    /// Why a command short of reservation and global tokens of resource `r` waits:
+    /// for a share (the policy hands the excess out as credit), for a lagging
+    /// reservation (the pool is closed or paced for it), else for the budget.
+    #[cold]
+    pub(crate) fn tokens_hold_reason(&self, r: usize) -> HoldReason {
+        let bit = 1 << r;
+        if self.credit_only.load(Ordering::Relaxed) & bit != 0 {
+            HoldReason::Share
+        } else if (self.global_closed.load(Ordering::Relaxed)
+            | self.pool_paced.load(Ordering::Relaxed))
+            & bit
+            != 0
+        {
+            HoldReason::Reservation
+        } else {
+            HoldReason::Budget
+        }
+    }
+
+    /// Whether the domain is bypassed (holds nothing).
+    pub fn bypassed(&self) -> bool {
+        self.bypass.load(Ordering::Relaxed) != 0
+    }
+
     /// Global tokens left in the pool now.
     pub fn global_available(&self) -> Amount {
         Amount::new(self.global[0].load().1, self.global[1].load().1)
@@ -175,6 +208,9 @@ pub(crate) struct ChannelParams {
     pub(crate) pool_res: [Amount; 2],
     /// False for a removed host that carries on best-effort.
     pub(crate) configured: bool,
+    /// A burst raised its total limit (a command held at the limit is held at its
+    /// burst rate).
+    pub(crate) bursting: bool,
 }
 
 /// Words of [`ChannelParams`] in its sequence lock.
@@ -182,8 +218,10 @@ const PARAM_WORDS: usize = 21;
 
 impl ChannelParams {
     fn to_words(self) -> [u64; PARAM_WORDS] {
-        let flags =
-            self.together as u64 | (self.limit_mask as u64) << 1 | (self.configured as u64) << 9;
+        let flags = self.together as u64
+            | (self.limit_mask as u64) << 1
+            | (self.configured as u64) << 9
+            | (self.bursting as u64) << 10;
         let a = |x: Amount| [x.ops, x.bytes];
         let mut w = [0u64; PARAM_WORDS];
         w[0] = flags;
@@ -212,6 +250,7 @@ impl ChannelParams {
             together: w[0] & 1 == 1,
             limit_mask: ((w[0] >> 1) & 0xff) as u8,
             configured: (w[0] >> 9) & 1 == 1,
+            bursting: (w[0] >> 10) & 1 == 1,
             limit: [a(0), a(1), a(2)],
             res_batch: a(3),
             global_batch: a(4),
@@ -276,6 +315,12 @@ pub struct HostCounters {
     pub(crate) cached_res: [AtomicU64; 2],
     pub(crate) cached_global: [AtomicU64; 2],
     pub(crate) expired: [AtomicU64; 2],
+    /// Commands that entered a hold queue, by [`HoldReason`] (read by the statistics
+    /// only, so beyond the lines the monitor reads at every check interval).
+    pub(crate) held_by: [AtomicU64; HoldReason::COUNT],
+    /// Commands that would have waited and went at once because the domain is
+    /// bypassed.
+    pub(crate) bypassed: AtomicU64,
 }
 
 /// A snapshot of [`HostCounters`].
@@ -325,6 +370,15 @@ impl HostCounters {
 
     pub fn snapshot(&self) -> CounterSnapshot {
         self.snapshot_with(load2)
+    }
+
+    /// Commands that entered a hold queue, by reason (indexed by [`HoldReason::index`]),
+    /// and those a bypass let through.
+    pub fn holds(&self) -> HoldCounts {
+        HoldCounts {
+            held_by: std::array::from_fn(|i| self.held_by[i].load(Ordering::Acquire)),
+            bypassed: self.bypassed.load(Ordering::Acquire),
+        }
     }
 
     fn snapshot_with(&self, expired: impl Fn(&[AtomicU64; 2]) -> Amount) -> CounterSnapshot {
@@ -471,15 +525,69 @@ impl HostShared {
     }
 }
 
-/// Why an I/O could not be admitted now.
+/// Why an I/O could not be admitted now: the rule of the contract that held it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HoldReason {
-    /// The host reached its limit for this period.
+    /// The host reached its limit's rate.
     Limit,
-    /// Neither reservation nor global tokens are left for now.
-    Tokens,
+    /// The host reached its burst rate (a burst raised its limit and it is at that).
+    Burst,
+    /// A backlogged host lags behind its reservation: the global pool is closed or
+    /// paced for it, and this host does not lag.
+    Reservation,
+    /// The sharing policy hands the excess out by weight, and this host has taken its
+    /// share for now (`weighted`: credit only).
+    Share,
+    /// The global pool is empty: the period's capacity estimate is spent (no
+    /// reservation at risk, no share owed; with work-conserving first come this is
+    /// rare, as the pool then holds a whole period's estimate every check interval).
+    Budget,
     /// Excess waiting for room in the operating point's window of commands in flight.
     Window,
+}
+
+impl HoldReason {
+    pub const COUNT: usize = 6;
+    pub const ALL: [HoldReason; HoldReason::COUNT] = [
+        HoldReason::Limit,
+        HoldReason::Burst,
+        HoldReason::Reservation,
+        HoldReason::Share,
+        HoldReason::Budget,
+        HoldReason::Window,
+    ];
+
+    /// Its place in [`HoldCounts::held_by`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Its name in the statistics (`qos_stats_get`'s `held_by`, the exporter's label).
+    pub const fn name(self) -> &'static str {
+        match self {
+            HoldReason::Limit => "limit",
+            HoldReason::Burst => "burst",
+            HoldReason::Reservation => "reservation",
+            HoldReason::Share => "share",
+            HoldReason::Budget => "budget",
+            HoldReason::Window => "window",
+        }
+    }
+}
+
+/// Commands that entered a hold queue by reason, and those a bypass let through
+/// (monotonic counters of one host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HoldCounts {
+    pub held_by: [u64; HoldReason::COUNT],
+    pub bypassed: u64,
+}
+
+impl HoldCounts {
+    /// All commands that entered a hold queue.
+    pub fn held(&self) -> u64 {
+        self.held_by.iter().sum()
+    }
 }
 
 /// The per-I/O decision.
@@ -540,6 +648,12 @@ pub struct ChannelTokens {
     expired: [u64; 2],
     held_events: u64,
     held_delta: i64,
+    /// Why its last command was refused, and commands that entered its hold queue by
+    /// reason since the last flush (a command queued behind a held one counts under
+    /// the reason the queue's head was last refused for).
+    last_hold: HoldReason,
+    held_by: [u64; HoldReason::COUNT],
+    bypassed: u64,
     held_time: HeldTime,
     /// Commands this channel holds now.
     held_here: u64,
@@ -586,6 +700,9 @@ impl ChannelTokens {
             expired: [0; 2],
             held_events: 0,
             held_delta: 0,
+            last_hold: HoldReason::Budget,
+            held_by: [0; HoldReason::COUNT],
+            bypassed: 0,
             held_here: 0,
             lim_short: [[LimitShortage::default(); 2]; 3],
             held_time: HeldTime::default(),
@@ -697,21 +814,24 @@ impl ChannelTokens {
         let need = [cost.ops.min(cap.ops), cost.bytes.min(cap.bytes)];
         let classes = [BudgetClass::Total as usize, BudgetClass::of(dir) as usize];
         let mut charged = [[0u64; 2]; 2];
+        let p = self.params.pool(dir);
         if self.params.limit_mask != 0 {
             for (i, &c) in classes.iter().enumerate() {
                 for r in 0..2 {
                     let n = need[r].min(self.params.limit[c].get(RES[r]));
                     if self.lim[c][r] < n && !self.refill_limit(c, r, n, now) {
-                        self.uncharge_limits(classes, charged);
-                        self.held_events += 1;
-                        return Admission::Held(HoldReason::Limit);
+                        let reason = if self.params.bursting {
+                            HoldReason::Burst
+                        } else {
+                            HoldReason::Limit
+                        };
+                        return self.refuse(classes, charged, reason, p, need);
                     }
                     self.lim[c][r] -= n;
                     charged[i][r] = n;
                 }
             }
         }
-        let p = self.params.pool(dir);
         for r in 0..2 {
             // Reservation before global tokens: even when cached global tokens would
             // cover the command, fetch released reservation first (at most once per
@@ -719,9 +839,8 @@ impl ChannelTokens {
             let short = self.res[p][r] + self.glob[r] < need[r];
             let res_due = self.res[p][r] < need[r] && now.0 >= self.res_retry_at[p][r];
             if (short || res_due) && !self.refill_tokens(p, r, need[r], now) {
-                self.uncharge_limits(classes, charged);
-                self.held_events += 1;
-                return Admission::Held(HoldReason::Tokens);
+                let reason = self.domain.tokens_hold_reason(r);
+                return self.refuse(classes, charged, reason, p, need);
             }
         }
         let reserved = self.res[p][0] >= need[0];
@@ -736,12 +855,17 @@ impl ChannelTokens {
                 self.window_wait = false;
             }
             Slot::Wait => {
-                self.uncharge_limits(classes, charged);
-                self.held_events += 1;
                 self.window_wait = true;
-                return Admission::Held(HoldReason::Window);
+                return self.refuse(classes, charged, HoldReason::Window, p, need);
             }
         }
+        self.consume(p, need);
+        Admission::Admitted { reserved }
+    }
+
+    /// Takes a command's tokens from the caches (reservation first).
+    #[inline]
+    fn consume(&mut self, p: usize, need: [u64; 2]) {
         for r in 0..2 {
             let from_res = self.res[p][r].min(need[r]);
             self.res[p][r] -= from_res;
@@ -750,7 +874,39 @@ impl ChannelTokens {
             self.consumed_global[r] += need[r] - from_res;
         }
         self.admitted_ios += 1;
-        Admission::Admitted { reserved }
+    }
+
+    /// A command the contract holds for `reason`: held, unless the domain is bypassed,
+    /// in which case it goes at once, paid with what tokens the caches have and the
+    /// limit charged so far. What no token covered is counted in `bypassed` only (the
+    /// token books stay exact; the host's work in flight reads that much low while
+    /// the bypass lasts).
+    #[cold]
+    fn refuse(
+        &mut self,
+        classes: [usize; 2],
+        charged: [[u64; 2]; 2],
+        reason: HoldReason,
+        p: usize,
+        need: [u64; 2],
+    ) -> Admission {
+        if self.domain.bypass.load(Ordering::Relaxed) != 0 {
+            self.bypassed += 1;
+            for r in 0..2 {
+                let from_res = self.res[p][r].min(need[r]);
+                let from_glob = self.glob[r].min(need[r] - from_res);
+                self.res[p][r] -= from_res;
+                self.glob[r] -= from_glob;
+                self.consumed_res[r] += from_res;
+                self.consumed_global[r] += from_glob;
+            }
+            self.admitted_ios += 1;
+            return Admission::Admitted { reserved: false };
+        }
+        self.uncharge_limits(classes, charged);
+        self.held_events += 1;
+        self.last_hold = reason;
+        Admission::Held(reason)
     }
 
     /// Gives back limit allowance charged to a command that is held after all.
@@ -883,6 +1039,7 @@ impl ChannelTokens {
         self.held_here = self.held_here.saturating_add_signed(delta);
         if delta > 0 {
             self.held_time.entered(delta as u64);
+            self.held_by[self.last_hold.index()] += delta as u64;
         }
     }
 
@@ -912,6 +1069,10 @@ impl ChannelTokens {
         add(&c.service_ns, &mut self.service_ns);
         add(&c.admitted_ios, &mut self.admitted_ios);
         add(&c.held_events, &mut self.held_events);
+        for (shared, local) in c.held_by.iter().zip(self.held_by.iter_mut()) {
+            add(shared, local);
+        }
+        add(&c.bypassed, &mut self.bypassed);
         if self.held_delta != 0 {
             c.held_now
                 .fetch_add(self.held_delta as u64, Ordering::AcqRel);
@@ -1143,6 +1304,7 @@ mod tests {
             credit_cap: Amount::new(15, 16),
             pool_res: [Amount::new(17, 18), Amount::new(19, 20)],
             configured: true,
+            bursting: true,
         };
         assert_eq!(ChannelParams::from_words(&p.to_words()), p);
     }

@@ -155,6 +155,9 @@ impl Monitor {
             longest_tick_gap: Nanos::ZERO,
             cfg,
         };
+        m.shared
+            .bypass
+            .store(m.cfg.bypass as u64, Ordering::Release);
         m.policy.attach(&m.shared);
         m.start_period(now);
         Ok(m)
@@ -394,6 +397,8 @@ impl Monitor {
                 .release_burst()
                 .0
                 .saturating_add((2 * self.cfg.check_interval.0).min(self.cfg.period.0 / 200)),
+            behind_slack: self.cfg.release_burst().0,
+            interval: self.cfg.check_interval.0,
             idle_after: self.idle_after(),
             sample_depth: self.depth_due(now),
         };
@@ -402,7 +407,13 @@ impl Monitor {
             h.check_interval(&view, &mut self.books.audit, &mut t);
         }
         let (closed, mut outstanding) = (t.lag, t.outstanding);
-        self.shared.global_closed.store(closed, Ordering::Release);
+        let owns_pool = self.policy.owns_pool(paced);
+        // A policy that owns the pool protects reservations its own way, not by
+        // closing the pool to everybody who does not lag.
+        let close = if owns_pool { 0 } else { closed };
+        if self.shared.global_closed.load(Ordering::Relaxed) != close {
+            self.shared.global_closed.store(close, Ordering::Release);
+        }
         if view.sample_depth {
             self.learn_depth(now, t.depth.0, t.depth.1);
         }
@@ -412,8 +423,9 @@ impl Monitor {
                 *out = out.saturating_add(mul_div(g.surplus.get(RES[r]), num, den));
             }
         }
-        if convert {
-            self.set_global_pool((num, den), outstanding, t.in_flight, t.used);
+        let haechi_bound = self.global_bound((num, den), outstanding, t.in_flight, t.used);
+        if convert && !owns_pool {
+            self.set_global_pool(haechi_bound);
         }
         self.policy.share(Interval {
             now,
@@ -421,6 +433,11 @@ impl Monitor {
             released: view.release_num,
             lag_slack: view.lag_slack,
             closed,
+            behind_backlogged: t.behind_backlogged,
+            behind: t.behind,
+            behind_ns: t.behind_ns,
+            close: t.close,
+            haechi_bound,
             tag: self.epoch as u16,
             budget: self.budget,
             cfg: &self.cfg,
@@ -430,18 +447,17 @@ impl Monitor {
         });
     }
 
-    /// The global pool becomes what the rest of the period can serve beyond what is
+    /// Haechi's global pool: what the rest of the period can serve beyond what is
     /// promised or in flight (`outstanding`, as the policy counts it), and never more
     /// than the period's unspent budget.
-    fn set_global_pool(
-        &mut self,
+    fn global_bound(
+        &self,
         (num, den): (u64, u64),
         outstanding: [u64; 2],
         in_flight: [u64; 2],
         used: [u64; 2],
-    ) {
-        let tag = self.tag();
-        for r in 0..2 {
+    ) -> [u64; 2] {
+        std::array::from_fn(|r| {
             let remaining = mul_div(self.budget.get(RES[r]), num, den);
             // Never more in a period than its budget: a target faster than its
             // configured capacity must not turn every check interval's
@@ -453,7 +469,14 @@ impl Monitor {
                 .saturating_sub(used[r])
                 .saturating_sub(held);
             let promised = self.policy.promised(outstanding[r], held);
-            let g = clamp_pool(remaining.saturating_sub(promised).min(unspent));
+            clamp_pool(remaining.saturating_sub(promised).min(unspent))
+        })
+    }
+
+    /// The global pool becomes `bound` (see [`Monitor::global_bound`]).
+    fn set_global_pool(&mut self, bound: [u64; 2]) {
+        let tag = self.tag();
+        for (r, g) in bound.into_iter().enumerate() {
             if let Some(old) = self.shared.global[r].set_in_period(tag, g) {
                 self.books.audit.issued[r] += g as i128 - old as i128;
             }
@@ -746,6 +769,7 @@ impl Monitor {
             credit_cap: sharing::four(batch),
             pool_res: [Amount::ZERO; 2],
             configured: false,
+            bursting: false,
         }
     }
 

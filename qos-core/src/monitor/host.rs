@@ -177,6 +177,11 @@ pub(crate) struct IntervalView {
     pub(crate) paced: bool,
     pub(crate) release_num: u64,
     pub(crate) lag_slack: u64,
+    /// The release burst (ns of the period): a host with more of its released
+    /// reservation unused than that (and its channels' caches) is behind at all.
+    pub(crate) behind_slack: u64,
+    /// The check interval (ns).
+    pub(crate) interval: u64,
     pub(crate) idle_after: Nanos,
     /// Take the depth curve's sample in this interval (one in [`crate::depth::MIN_WINDOW`]).
     pub(crate) sample_depth: bool,
@@ -188,6 +193,22 @@ pub(crate) struct IntervalView {
 pub(crate) struct IntervalTotals {
     /// Bit r: some host lags behind its reservation schedule in resource r.
     pub(crate) lag: u64,
+    /// Bit r: some host with commands at the target now is behind its reservation
+    /// schedule at all in resource r (`behind_slack`, no jitter allowance): what the
+    /// first-come pool's pace follows. A host that just stopped is not idle yet for
+    /// [`IDLE_INTERVALS`](super::IDLE_INTERVALS) intervals, and holding the others for
+    /// it gains nothing; a lag below the jitter allowance still costs a reservation
+    /// at the period's end, and the pace only eases the others by a sixteenth.
+    pub(crate) behind_backlogged: u64,
+    /// Bit r: some host is behind at all in resource r, with commands at the target or
+    /// not.
+    pub(crate) behind: u64,
+    /// Per resource, how far the furthest behind of those with commands at the
+    /// target is behind its schedule (ns of the period).
+    pub(crate) behind_ns: [u64; 2],
+    /// Bit r: some host with commands at the target is on its schedule by less than
+    /// [`CLOSE_INTERVALS`] check intervals ahead (the pace that let it keep up is near).
+    pub(crate) close: u64,
     /// Work promised to the hosts or on its way, per resource: reservation left,
     /// credit, in flight, cached in channels.
     pub(crate) outstanding: [u64; 2],
@@ -325,11 +346,15 @@ impl HostEntry {
         let spent = c.consumed_res.saturating_add(c.consumed_global);
         let s = &self.outcomes.at_start;
         let spent_before = s.consumed_res.saturating_add(s.consumed_global);
+        let mut used = [0u64; 2];
         for r in 0..2 {
-            let used = spent.get(RES[r]).saturating_sub(spent_before.get(RES[r]));
-            t.used[r] = t.used[r].saturating_add(used);
+            used[r] = spent.get(RES[r]).saturating_sub(spent_before.get(RES[r]));
+            t.used[r] = t.used[r].saturating_add(used[r]);
         }
         let mut lag = 0u64;
+        let mut behind = 0u64;
+        let mut behind_ns = [0u64; 2];
+        let mut close = 0u64;
         let idle = self.activity.observe(&c, v.now, v.idle_after);
         let (num, den) = v.left;
         let pools = if self.budgets.together { 1 } else { 2 };
@@ -347,11 +372,33 @@ impl HostEntry {
                 if v.paced && !idle && per > 0 {
                     let unreleased = per - mul_div_ceil(per, v.release_num, den).min(per);
                     let usable = left.saturating_sub(unreleased);
-                    if usable
-                        > mul_div(per, v.lag_slack, den).max(1) + self.period.res_slack.get(RES[r])
-                    {
+                    let cached = self.period.res_slack.get(RES[r]);
+                    if usable > mul_div(per, v.lag_slack, den).max(1) + cached {
                         lag |= 1 << r;
                     }
+                    // Behind at all: one pool's work is what the host did this period
+                    // (tokens cached in channels are not work), against what is released
+                    // with the burst ahead, so a host that keeps up has the whole
+                    // reservation when the period ends; two pools go by the pool, less
+                    // what channels may cache.
+                    let burst = mul_div(per, v.behind_slack, den);
+                    let late_by = if pools == 1 {
+                        let released = per - unreleased;
+                        released.saturating_sub(used[r]).saturating_sub(1)
+                    } else {
+                        usable.saturating_sub(burst.max(1) + cached)
+                    };
+                    if late_by > 0 {
+                        behind |= 1 << r;
+                        behind_ns[r] = behind_ns[r].max(mul_div(late_by, den, per));
+                    }
+                    let margin = mul_div(per, v.interval.saturating_mul(CLOSE_INTERVALS), den);
+                    let near = if pools == 1 {
+                        used[r] < (per - unreleased).saturating_add(margin)
+                    } else {
+                        usable + margin > burst + cached
+                    };
+                    close |= (near as u64) << r;
                 }
                 t.outstanding[r] = t.outstanding[r].saturating_add(left);
             }
@@ -361,6 +408,14 @@ impl HostEntry {
             self.shared.lagging.store(lag, Ordering::Release);
         }
         t.lag |= lag;
+        t.behind |= behind;
+        if c.outstanding() > 0 {
+            t.close |= close;
+            t.behind_backlogged |= behind;
+            for r in 0..2 {
+                t.behind_ns[r] = t.behind_ns[r].max(behind_ns[r]);
+            }
+        }
         let in_flight = c.in_flight();
         let cached = c.cached_res.saturating_add(c.cached_global);
         for r in 0..2 {
@@ -372,6 +427,9 @@ impl HostEntry {
         }
     }
 }
+
+/// A host less than this many check intervals of its schedule ahead is close to it.
+pub(crate) const CLOSE_INTERVALS: u64 = 4;
 
 /// What the end of a period found of the hosts, summed over them in place.
 #[derive(Debug, Clone, Copy, Default)]
@@ -585,6 +643,7 @@ impl HostEntry {
             credit_cap,
             pool_res: self.period.res,
             configured: true,
+            bursting: limit[BudgetClass::Total as usize] != b.limit[BudgetClass::Total as usize],
         });
     }
 }

@@ -575,6 +575,11 @@ impl Monitor {
         Ok(())
     }
 
+    fn set_bypass(&mut self, bypass: bool) {
+        self.cfg.bypass = bypass;
+        self.shared.bypass.store(bypass as u64, Ordering::Release);
+    }
+
     /// Replaces the domain settings (capacity, period, batch, estimator, sharing...).
     /// The current period ends now and a new one starts with the new settings.
     pub fn update_domain(
@@ -584,6 +589,16 @@ impl Monitor {
     ) -> Result<(), UpdateDomainError> {
         let now = self.clock.observe(now);
         cfg.validate()?;
+        // Only the bypass changed: the period, the estimate and the pools go on (an
+        // operator may flip it under load, the instrument every second).
+        let bypass_only = DomainConfig {
+            bypass: self.cfg.bypass,
+            ..cfg.clone()
+        } == self.cfg;
+        if bypass_only {
+            self.set_bypass(cfg.bypass);
+            return Ok(());
+        }
         if cfg.cost != self.cfg.cost {
             return Err(UpdateDomainError::CostModelFixed);
         }
@@ -619,6 +634,7 @@ impl Monitor {
             self.policy.attach(&self.shared);
         }
         let periods = (self.cfg.period, cfg.period);
+        self.set_bypass(cfg.bypass);
         self.cfg = cfg;
         if capacity_changed {
             self.estimators = make_estimators(&self.cfg, self.policy.as_ref());

@@ -33,7 +33,7 @@ use super::membership::Members;
 /// The policy of a sharing mode.
 pub(crate) fn policy_for(sharing: ExcessSharing) -> Box<dyn SharingPolicy> {
     match sharing {
-        ExcessSharing::FirstCome => Box::new(FirstCome),
+        ExcessSharing::FirstCome => Box::new(FirstCome::default()),
         ExcessSharing::Weighted => Box::new(Weighted::default()),
         ExcessSharing::OperatingPoint => Box::new(OperatingPoint::default()),
     }
@@ -54,6 +54,21 @@ pub(crate) struct Interval<'a> {
     /// Bit r: the global pool of resource r is closed to hosts that do not lag behind
     /// their reservation (reservations first).
     pub(crate) closed: u64,
+    /// Bit r: some host with commands at the target now is behind its reservation
+    /// schedule at all (see the monitor's `IntervalTotals`).
+    pub(crate) behind_backlogged: u64,
+    /// Bit r: some host is behind its schedule at all, with commands at the target or
+    /// not.
+    pub(crate) behind: u64,
+    /// Per resource, how far the furthest behind host with commands at the target is
+    /// behind its schedule (ns of the period).
+    pub(crate) behind_ns: [u64; 2],
+    /// Bit r: some host with commands at the target is within a few check intervals
+    /// ahead of its schedule.
+    pub(crate) close: u64,
+    /// Haechi's global pool now: what the rest of the period can serve by the
+    /// estimate beyond what is promised or in flight.
+    pub(crate) haechi_bound: [u64; 2],
     /// The current period's pool tag.
     pub(crate) tag: u16,
     /// The capacity estimate sizing the period.
@@ -93,6 +108,13 @@ pub(crate) trait SharingPolicy: fmt::Debug + Send {
     /// `bytes_metered`: the domain has a bandwidth capacity.
     fn credit_only(&self, _bytes_metered: bool) -> u64 {
         0
+    }
+
+    /// It sets the global pool itself at every check interval (in [`SharingPolicy::share`])
+    /// when reservations are `paced`: the monitor's conversion leaves the pool alone and
+    /// never closes it for a lagging host (the policy protects reservations its own way).
+    fn owns_pool(&self, _paced: bool) -> bool {
+        false
     }
 
     /// The global pool is recomputed at every check interval, not only once some host

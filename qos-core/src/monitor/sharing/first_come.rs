@@ -1,16 +1,205 @@
 //! First come (`first_come`, the default): Haechi's global pool. Channels take global
 //! tokens in batches scaled by their host's weight, so the excess goes to whoever asks
 //! first and most often: by queue depth.
+//!
+//! Work-conserving (with paced reservations, the default): the pool does not bind while
+//! no reservation is at risk. Every check interval it holds a whole period's estimate,
+//! which the target cannot serve in one interval, so no command waits for global
+//! tokens whatever the estimate says (unless it is off by more than the period's count
+//! of check intervals). While a
+//! backlogged host lags behind its paced reservation, a controller on that lag paces
+//! the pool instead of closing it (PARDA's spirit): it starts at 15/16 of what the
+//! others took while the pool was open, shrinks by 1/16 per check interval while a
+//! host with commands at the target is behind its schedule at all (never below 1/8 of
+//! that rate), grows by 1/32 of that rate per interval once nobody is (at once, by
+//! halves, when the host behind has nothing at the target), and opens the pool again
+//! when it reaches what the others took. The pipeline never empties at once, and it
+//! holds by about the least that lets the laggard keep up.
+//! With reservations released at the period's start (Haechi's `start`) there is no
+//! schedule to lag behind: the pool is the estimate less the reservations, as in the
+//! paper.
 
-use crate::cost::Amount;
-use crate::time::mul_div;
+use crate::config::ReservationRelease;
+use crate::cost::{Amount, RES};
+use crate::sync::Ordering;
+use crate::time::{Nanos, mul_div};
 
-use super::{SharingPolicy, four};
+use super::{Interval, SharingPolicy, four};
+
+/// While a backlogged host is behind, the pace shrinks by a sixteenth per check
+/// interval of schedule it is behind, at most by this many sixteenths per interval
+/// (half): a deep lag is caught up before the period ends, a shallow one costs the
+/// others little.
+const MAX_SHRINK_16THS: u64 = 8;
+/// The pace never goes below this fraction of the open rate (1/8): a laggard that
+/// cannot catch up (bound by its own queue depth) does not empty the target; the
+/// monitor's `reservation_unreachable` rule takes over after a period.
+const FLOOR_DIV: u64 = 8;
+/// Once nobody is behind but a host is close to its schedule, the pace grows by this
+/// fraction of the open rate per check interval (1/32), and the pool opens when it
+/// reaches the open rate: the level that let the laggard keep up is kept within a few
+/// steps (additive increase, multiplicative decrease).
+const GROW_DIV: u64 = 32;
+/// While the host behind has no command at the target (it stopped, or it is between
+/// commands), or when every host is well ahead of its schedule, the pace closes this
+/// part of its gap to the open rate per interval (1/2): holding the others gains
+/// nothing.
+const RECOVER_DIV: u64 = 2;
+/// Weight of a new interval in the open rate's moving mean (1/8).
+const OPEN_RATE_DIV: u64 = 8;
+
+/// What the hosts' reservations say at a check interval, for one resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Schedule {
+    /// Every host with commands at the target is well ahead of its reservation's
+    /// schedule, or has none.
+    OnTime,
+    /// A host with commands at the target keeps up, but by less than a few check
+    /// intervals: the pace that got it there is near.
+    Close,
+    /// A host is behind, with no command at the target now.
+    BehindIdle,
+    /// A host with commands at the target is behind, by this many check intervals of
+    /// its schedule (at least 1): the others wait for it.
+    Behind(u64),
+}
 
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct FirstCome;
+pub(crate) struct FirstCome {
+    pools: [PoolPace; 2],
+    last_interval: Option<Nanos>,
+}
+
+/// The pace of one resource's global pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PoolPace {
+    /// What the last check interval put in the pool, with the period's tag.
+    set: Option<(u16, u64)>,
+    /// Tokens per second the hosts took from the pool while it was open (moving mean).
+    pub(crate) open_rate: u64,
+    /// Tokens per second the pool is paced at while a reservation lags; `None`: open.
+    pub(crate) paced: Option<u64>,
+    /// Fractions of a token the paced slices left (in ns·tokens per second).
+    carry: u64,
+}
+
+impl PoolPace {
+    /// One check interval of `dt`: `taken` tokens left the pool since the last one
+    /// (`None` when unknown: a new period), `schedule` what the reservations say now.
+    /// Returns the pool for the next interval, `open` being the pool when nothing is
+    /// at risk.
+    pub(crate) fn step(
+        &mut self,
+        dt: Nanos,
+        taken: Option<u64>,
+        schedule: Schedule,
+        open: u64,
+    ) -> u64 {
+        let rate = taken.map(|t| mul_div(t, 1_000_000_000, dt.0.max(1)));
+        let floor = self.open_rate / FLOOR_DIV;
+        self.paced = match (self.paced, schedule) {
+            (None, Schedule::Behind(by)) => {
+                let base = self.open_rate.max(rate.unwrap_or(0));
+                // What the pace grows back to (the open rate may not be learned yet:
+                // a pool open for one interval at a time).
+                self.open_rate = base;
+                self.carry = 0;
+                Some(shrink(base, by))
+            }
+            (None, _) => {
+                if let Some(rate) = rate {
+                    self.open_rate = if self.open_rate == 0 {
+                        rate
+                    } else {
+                        self.open_rate - self.open_rate / OPEN_RATE_DIV + rate / OPEN_RATE_DIV
+                    };
+                }
+                None
+            }
+            (Some(p), Schedule::Behind(by)) => Some(shrink(p, by).max(floor)),
+            (Some(p), Schedule::BehindIdle | Schedule::OnTime) => {
+                let p = p + self.open_rate.saturating_sub(p) / RECOVER_DIV + 1;
+                (p + self.open_rate / 64 < self.open_rate).then_some(p)
+            }
+            (Some(p), Schedule::Close) => {
+                let p = p + self.open_rate / GROW_DIV + 1;
+                (p < self.open_rate).then_some(p)
+            }
+        };
+        match self.paced {
+            None => open,
+            Some(p) => {
+                let due = (p as u128 * dt.0 as u128 + self.carry as u128) as u64;
+                self.carry = due % 1_000_000_000;
+                (due / 1_000_000_000).min(open)
+            }
+        }
+    }
+}
+
+/// The pace after an interval with a host `by` check intervals behind.
+fn shrink(pace: u64, by: u64) -> u64 {
+    pace * (16 - by.clamp(1, MAX_SHRINK_16THS)) / 16
+}
 
 impl SharingPolicy for FirstCome {
+    fn owns_pool(&self, paced: bool) -> bool {
+        paced
+    }
+
+    fn share(&mut self, iv: Interval<'_>) {
+        if iv.cfg.release != ReservationRelease::Paced {
+            return;
+        }
+        let dt = self
+            .last_interval
+            .map_or(iv.cfg.check_interval, |t| iv.now.saturating_sub(t));
+        self.last_interval = Some(iv.now);
+        let mut protecting = 0u64;
+        for r in 0..2 {
+            let budget = iv.budget.get(RES[r]);
+            let pace = &mut self.pools[r];
+            let pool = &iv.shared.global[r];
+            let (tag, avail) = pool.load();
+            let taken = match pace.set {
+                Some((t, set)) if t == tag && t == iv.tag => Some(set.saturating_sub(avail)),
+                _ => None,
+            };
+            // A whole period's estimate: the target cannot serve that in one check
+            // interval unless the estimate is off by the period's count of intervals.
+            let open = crate::ledger::clamp_pool(budget.max(1));
+            let bit = 1 << r;
+            let schedule = if iv.behind_backlogged & bit != 0 {
+                Schedule::Behind(iv.behind_ns[r] / iv.cfg.check_interval.0.max(1))
+            } else if iv.behind & bit != 0 {
+                Schedule::BehindIdle
+            } else if iv.close & bit != 0 {
+                Schedule::Close
+            } else {
+                Schedule::OnTime
+            };
+            let mut g = pace.step(dt, taken, schedule, open);
+            if matches!(schedule, Schedule::Behind(_)) {
+                // While a reservation is behind, never more than Haechi's pool: what
+                // the rest of the period can serve by the estimate beyond what is
+                // promised (the pace alone reacts within a few intervals; this holds
+                // the reservation from the first).
+                g = g.min(iv.haechi_bound[r]);
+            }
+            protecting |= (pace.paced.is_some() as u64) << r;
+            match pool.set_in_period(iv.tag, g) {
+                Some(old) => {
+                    iv.books.audit.issued[r] += g as i128 - old as i128;
+                    pace.set = Some((iv.tag, g));
+                }
+                None => pace.set = None,
+            }
+        }
+        if iv.shared.pool_paced.load(Ordering::Relaxed) != protecting {
+            iv.shared.pool_paced.store(protecting, Ordering::Release);
+        }
+    }
+
     fn host_batches(
         &self,
         batch: Amount,
@@ -24,5 +213,99 @@ impl SharingPolicy for FirstCome {
             mul_div(batch.bytes, weight, max_weight).max(1),
         );
         (b, four(b))
+    }
+
+    fn start_period(&mut self, _start: Nanos) {
+        for p in &mut self.pools {
+            p.set = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = Nanos::from_millis(1);
+    const OPEN: u64 = 1_000_000;
+
+    /// Open for `n` intervals taking `per_ms`: the rate it learns.
+    fn opened(n: usize, per_ms: u64) -> PoolPace {
+        let mut p = PoolPace::default();
+        for _ in 0..n {
+            assert_eq!(p.step(MS, Some(per_ms), Schedule::OnTime, OPEN), OPEN);
+        }
+        p
+    }
+
+    #[test]
+    fn the_pool_stays_open_while_nothing_lags() {
+        let p = opened(100, 500);
+        assert_eq!(p.paced, None);
+        assert_eq!(p.open_rate, 500_000);
+    }
+
+    #[test]
+    fn a_lag_paces_the_pool_a_little_below_what_was_taken_and_shrinks_it_gently() {
+        let mut p = opened(50, 500);
+        // First interval of lag: 15/16 of 500 per ms.
+        let g = p.step(MS, Some(500), Schedule::Behind(1), OPEN);
+        assert_eq!(g, 468);
+        let mut last = g;
+        for _ in 0..10 {
+            let g = p.step(MS, Some(last), Schedule::Behind(1), OPEN);
+            assert!(g < last && g * 16 + 32 >= last * 15, "{g} after {last}");
+            last = g;
+        }
+        // Never below an eighth of the open rate, however long the lag lasts.
+        for _ in 0..200 {
+            last = p.step(MS, Some(last), Schedule::Behind(1), OPEN);
+        }
+        // 62,500 a second: 62 and 63 a millisecond in turn.
+        assert_eq!(p.paced, Some(500_000 / FLOOR_DIV));
+        assert!((62..=63).contains(&last), "{last}");
+    }
+
+    /// Intervals until the pool opens again after 20 intervals behind.
+    fn intervals_to_open(schedule: Schedule) -> usize {
+        let mut p = opened(50, 500);
+        for _ in 0..20 {
+            p.step(MS, Some(300), Schedule::Behind(1), OPEN);
+        }
+        let mut intervals = 0;
+        while p.step(MS, Some(300), schedule, OPEN) != OPEN {
+            intervals += 1;
+            assert!(intervals < 100, "the pool never opened again");
+        }
+        assert_eq!(p.paced, None);
+        intervals
+    }
+
+    #[test]
+    fn once_nobody_is_behind_the_pace_grows_back_step_by_step() {
+        let n = intervals_to_open(Schedule::Close);
+        // From 15/16^20 (0.275) of the open rate by 1/32 a step.
+        assert!((20..=24).contains(&n), "{n} intervals");
+    }
+
+    #[test]
+    fn a_laggard_with_nothing_at_the_target_releases_the_others_at_once() {
+        let n = intervals_to_open(Schedule::BehindIdle);
+        assert!(n <= 10, "{n} intervals");
+        let n = intervals_to_open(Schedule::OnTime);
+        assert!(n <= 10, "{n} intervals");
+    }
+
+    #[test]
+    fn paced_slices_carry_their_fractions() {
+        let mut p = opened(50, 3);
+        // At the floor: 375 tokens per second, a third of a token per slice.
+        p.paced = Some(3_000 / FLOOR_DIV);
+        let mut total = 0;
+        for _ in 0..1000 {
+            total += p.step(Nanos(333_333), None, Schedule::Behind(1), OPEN);
+        }
+        // 375 per second over a third of a second, to one token.
+        assert!((124..=126).contains(&total), "{total}");
     }
 }

@@ -502,7 +502,7 @@ impl SharingPolicy for OperatingPoint {
         max_weight: u64,
         four_intervals: Amount,
     ) -> (Amount, Amount) {
-        super::FirstCome.host_batches(batch, weight, max_weight, four_intervals)
+        super::FirstCome::default().host_batches(batch, weight, max_weight, four_intervals)
     }
 }
 
