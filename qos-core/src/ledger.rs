@@ -583,6 +583,19 @@ pub struct HoldCounts {
     pub bypassed: u64,
 }
 
+/// As `{"limit": n, "burst": n, ..., "window": n, "bypassed": n}`.
+impl serde::Serialize for HoldCounts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(HoldReason::COUNT + 1))?;
+        for r in HoldReason::ALL {
+            m.serialize_entry(r.name(), &self.held_by[r.index()])?;
+        }
+        m.serialize_entry("bypassed", &self.bypassed)?;
+        m.end()
+    }
+}
+
 impl HoldCounts {
     /// All commands that entered a hold queue.
     pub fn held(&self) -> u64 {

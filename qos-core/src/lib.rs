@@ -54,7 +54,9 @@ pub use config::{
 pub use cost::{Amount, CostModel, Direction, IoKind, Resource};
 pub use estimator::CapacityEstimator;
 pub use hold::HoldQueue;
-pub use ledger::{Admission, ChannelTokens, DomainShared, HoldReason, HostShared, PeriodState};
+pub use ledger::{
+    Admission, ChannelTokens, DomainShared, HoldCounts, HoldReason, HostShared, PeriodState,
+};
 pub use monitor::sharing::operating_point::{HostWindow, WindowShared};
 pub use monitor::{
     BurstStats, DomainStats, EstimatorRecord, GroupStats, HostStats, Monitor, PeriodRecord,

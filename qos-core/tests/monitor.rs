@@ -701,8 +701,11 @@ fn paced_release_hands_out_the_reservation_over_the_period() {
     assert_eq!(r.release_burst_ns, Nanos::from_millis(10).0);
 }
 
+/// First come, paced: while a backlogged host is behind its schedule the global pool is
+/// paced (never closed for everybody): the greedy host gets a slice of at most an
+/// eighth of the estimate's rate at the floor, and more once the host catches up.
 #[test]
-fn global_pool_closes_while_a_backlogged_host_lags() {
+fn global_pool_is_paced_while_a_backlogged_host_lags() {
     let mut d = domain(100_000);
     d.period = Nanos::from_millis(100);
     d.release = ReservationRelease::Paced;
@@ -713,24 +716,37 @@ fn global_pool_closes_while_a_backlogged_host_lags() {
     for ms in 1..=20 {
         m.tick(at_ms(ms));
     }
-    assert!(
-        !greedy
+    assert!(m.stats(at_ms(20)).pool_paced);
+    let mut got = 0;
+    while got < 1_000
+        && greedy
             .try_admit(IoKind::Read, 4096, at_ms(20))
-            .is_admitted(),
-        "closed"
-    );
-    // It catches up: the pool opens at the next check interval.
+            .is_admitted()
+    {
+        got += 1;
+    }
+    // The floor: 100,000 / 8 a second, 12.5 a millisecond (a batch of one).
+    assert!((1..=13).contains(&got), "greedy got {got} in one interval");
+    // It catches up: the pace grows again from the next check interval.
     slow.record_completion(IoKind::Read, 4096);
     while slow.try_admit(IoKind::Read, 4096, at_ms(20)).is_admitted() {
         slow.record_completion(IoKind::Read, 4096);
     }
     slow.flush();
-    m.tick(at_ms(21));
+    let mut later = 0;
+    for ms in 21..=60 {
+        m.tick(at_ms(ms));
+        while later < 100_000
+            && greedy
+                .try_admit(IoKind::Read, 4096, at_ms(ms))
+                .is_admitted()
+        {
+            later += 1;
+        }
+    }
     assert!(
-        greedy
-            .try_admit(IoKind::Read, 4096, at_ms(21))
-            .is_admitted(),
-        "open again"
+        later > 13 * 40,
+        "greedy got {later} in 40 ms after the catch-up"
     );
 }
 
@@ -1084,4 +1100,142 @@ fn pools_armed_ahead_follow_changes_made_after_arming() {
     assert!(m.tick(at_ms(2500)).ended.is_none());
     assert!(m.tick(at_ms(3000)).ended.is_some());
     assert_eq!(c.reservation_available().ops, 700);
+}
+
+/// The bypass holds nothing and keeps the books: a host held at its limit goes through
+/// while it is on (counted as bypassed, not held), the period goes on when only the
+/// bypass changes, and the limit holds again once it is off.
+#[test]
+fn a_bypass_holds_nothing_and_the_period_goes_on() {
+    let mut d = domain(100_000);
+    d.release = ReservationRelease::Paced;
+    let mut m = Monitor::new(d.clone(), T0).unwrap();
+    m.add_host(HostConfig::new("nqn.l").with_limit(Rate::iops(1_000)), T0)
+        .unwrap();
+    let mut ch = qos_core::TargetChannel::new(m.channel("nqn.l").unwrap());
+    let mut sent = 0u64;
+    let mut run_ms = |m: &mut Monitor, ch: &mut qos_core::TargetChannel<u64>, from: u64| {
+        for ms in from..from + 100 {
+            let now = at_ms(ms);
+            m.tick(now);
+            for k in 0..20 {
+                if ch.admit(IoKind::Read, 4096, now, k).is_some() {
+                    sent += 1;
+                }
+            }
+            sent += ch.poll(now, |_| {}) as u64;
+        }
+        std::mem::take(&mut sent)
+    };
+    let limited = run_ms(&mut m, &mut ch, 0);
+    assert!(
+        (95..=110).contains(&limited),
+        "{limited} in 100 ms at 1,000 IOPS"
+    );
+    let holds = m.stats(at_ms(100)).hosts[0].holds;
+    assert!(
+        holds.held_by[qos_core::HoldReason::Limit.index()] > 1_000,
+        "{holds:?}"
+    );
+    assert_eq!(
+        holds.held(),
+        holds.held_by[0],
+        "only the limit held: {holds:?}"
+    );
+
+    let epoch = m.epoch();
+    let on = DomainConfig {
+        bypass: true,
+        ..d.clone()
+    };
+    m.update_domain(on, at_ms(100)).unwrap();
+    assert_eq!(m.epoch(), epoch, "a bypass alone starts no period");
+    assert!(m.shared().bypassed());
+    // Everything held so far and everything new goes.
+    let bypassed = run_ms(&mut m, &mut ch, 100);
+    assert_eq!(ch.held(), 0);
+    assert!(
+        bypassed >= 2_000,
+        "{bypassed} sent in 100 ms with the bypass on"
+    );
+    let after = m.stats(at_ms(200)).hosts[0].holds;
+    assert!(after.bypassed >= 1_900, "{after:?}");
+    assert!(
+        after.held() - holds.held() < 100,
+        "held while bypassed: {after:?}"
+    );
+
+    m.update_domain(d, at_ms(200)).unwrap();
+    assert!(!m.shared().bypassed());
+    let limited = run_ms(&mut m, &mut ch, 200);
+    assert!(
+        limited <= 110,
+        "{limited} in 100 ms at 1,000 IOPS after the bypass"
+    );
+    let s = m.stats(at_ms(300));
+    assert!(!s.bypass);
+    assert!(s.hosts[0].holds.held() > after.held(), "held again");
+    let json = serde_json::to_value(s.hosts[0].holds).unwrap();
+    assert_eq!(json["limit"], s.hosts[0].holds.held_by[0]);
+    assert_eq!(json["bypassed"], after.bypassed);
+}
+
+/// First come, paced: while a host with a command at the target is behind its
+/// reservation, the pool is paced and the greedy host's commands wait for that
+/// reservation (counted so); once the host is gone, the pool opens again and nothing
+/// waits for a budget.
+#[test]
+fn the_greedy_wait_for_a_reservation_behind_and_never_for_the_budget() {
+    let mut d = domain(100_000);
+    d.release = ReservationRelease::Paced;
+    d.global_batch = BatchSize::Fixed {
+        ops: 8,
+        bytes: 1 << 40,
+    };
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(
+        HostConfig::new("nqn.res").with_reservation(Rate::iops(20_000)),
+        T0,
+    )
+    .unwrap();
+    m.add_host(HostConfig::new("nqn.greedy"), T0).unwrap();
+    let mut res = m.channel("nqn.res").unwrap();
+    let mut greedy = qos_core::TargetChannel::new(m.channel("nqn.greedy").unwrap());
+    // The reserved host sends one command that stays at the target and nothing more:
+    // it falls behind its schedule with a command outstanding.
+    assert!(res.try_admit(IoKind::Read, 4096, T0).is_admitted());
+    res.flush();
+    let mut sent = 0u64;
+    let mut next = 0u64;
+    let mut paced_seen = false;
+    for ms in 1..=200 {
+        let now = at_ms(ms);
+        m.tick(now);
+        paced_seen |= m.stats(now).pool_paced;
+        // The greedy host asks for 200 a millisecond; what goes completes at once.
+        for _ in 0..200 {
+            next += 1;
+            if greedy.admit(IoKind::Read, 4096, now, next).is_some() {
+                greedy.record_completion(IoKind::Read, 4096, Nanos::ZERO);
+                sent += 1;
+            }
+        }
+        greedy.poll(now, |_| sent += 1);
+    }
+    assert!(paced_seen, "the pool was never paced");
+    let h = m.stats(at_ms(200)).hosts[1].holds;
+    use qos_core::HoldReason::{Budget, Reservation};
+    assert!(h.held_by[Reservation.index()] > 0, "{h:?}");
+    assert_eq!(h.held_by[Budget.index()], 0, "{h:?}");
+    assert!(sent > 0);
+    // The reserved host's command completes and it goes quiet: it is idle after ten
+    // intervals, and the pool opens again.
+    res.record_completion(IoKind::Read, 4096);
+    res.flush();
+    for ms in 201..=300 {
+        m.tick(at_ms(ms));
+        res.flush();
+    }
+    let s = m.stats(at_ms(300));
+    assert!(!s.pool_paced, "still paced with nobody behind");
 }

@@ -13,6 +13,7 @@ use crate::cost::{Amount, Resource};
 use crate::depth::{CurvePoint, OperatingPoint};
 use crate::entitlement::{Claimant, entitle};
 use crate::estimator::{EstimateStep, Evidence};
+use crate::sync::Ordering;
 use crate::time::Nanos;
 
 use super::Monitor;
@@ -196,6 +197,11 @@ pub struct DomainStats {
     /// capacity given, or not at all while the capacity was being learned).
     pub reserved: Amount,
     pub global_available: Amount,
+    /// The domain holds nothing (`DomainConfig::bypass`).
+    pub bypass: bool,
+    /// First come paces its global pool for a reservation that is behind (operations),
+    /// instead of leaving it open.
+    pub pool_paced: bool,
     pub sharing: ExcessSharing,
     /// The operating point's efficiency η (thousandths) and where it lies on the depth
     /// curve learned so far (none before the curve has a sample), in operations (cost
@@ -288,6 +294,9 @@ pub struct HostStats {
     /// Admission attempts that found no tokens or no limit allowance (monotonic; a
     /// held command counts once per attempt).
     pub hold_events_total: u64,
+    /// Commands that entered a hold queue, by the rule that held them, and those a
+    /// bypass let through (monotonic).
+    pub holds: crate::ledger::HoldCounts,
     /// Time its commands spent held, as a histogram (monotonic).
     pub held_time: crate::histogram::HeldTimeSnapshot,
     /// Ended periods by outcome (monotonic).
@@ -390,6 +399,7 @@ impl HostStats {
             admitted_ios_total: c.admitted_ios,
             in_flight: c.in_flight(),
             hold_events_total: c.held_events,
+            holds: h.shared.counters.holds(),
             held_time: h.shared.held_time(),
             period_counts: h.outcomes.counts,
             group: h.cfg.group.clone(),
@@ -577,6 +587,8 @@ impl Monitor {
                 .chain(m.groups.iter().map(|g| g.surplus))
                 .fold(Amount::ZERO, Amount::saturating_add),
             global_available: self.shared.global_available(),
+            bypass: self.cfg.bypass,
+            pool_paced: self.shared.pool_paced.load(Ordering::Relaxed) & 1 != 0,
             sharing: self.cfg.sharing,
             efficiency_milli: self.cfg.efficiency_milli,
             operating_target: self.cfg.operating_target(),

@@ -87,19 +87,25 @@ impl PoolPace {
     /// One check interval of `dt`: `taken` tokens left the pool since the last one
     /// (`None` when unknown: a new period), `schedule` what the reservations say now.
     /// Returns the pool for the next interval, `open` being the pool when nothing is
-    /// at risk.
+    /// at risk. `estimate` (tokens per second, 0 when unknown) stands in for the open
+    /// rate before one is measured.
     pub(crate) fn step(
         &mut self,
         dt: Nanos,
         taken: Option<u64>,
         schedule: Schedule,
         open: u64,
+        estimate: u64,
     ) -> u64 {
         let rate = taken.map(|t| mul_div(t, 1_000_000_000, dt.0.max(1)));
         let floor = self.open_rate / FLOOR_DIV;
         self.paced = match (self.paced, schedule) {
             (None, Schedule::Behind(by)) => {
-                let base = self.open_rate.max(rate.unwrap_or(0));
+                let base = if self.open_rate == 0 {
+                    estimate.max(rate.unwrap_or(0))
+                } else {
+                    self.open_rate.max(rate.unwrap_or(0))
+                };
                 // What the pace grows back to (the open rate may not be learned yet:
                 // a pool open for one interval at a time).
                 self.open_rate = base;
@@ -178,7 +184,13 @@ impl SharingPolicy for FirstCome {
             } else {
                 Schedule::OnTime
             };
-            let mut g = pace.step(dt, taken, schedule, open);
+            // The estimate per second, unless it is still being learned (unbounded).
+            let estimate = if budget >= crate::sync::POOL_MAX / 2 {
+                0
+            } else {
+                mul_div(budget, 1_000_000_000, iv.cfg.period.0.max(1))
+            };
+            let mut g = pace.step(dt, taken, schedule, open, estimate);
             if matches!(schedule, Schedule::Behind(_)) {
                 // While a reservation is behind, never more than Haechi's pool: what
                 // the rest of the period can serve by the estimate beyond what is
@@ -233,7 +245,7 @@ mod tests {
     fn opened(n: usize, per_ms: u64) -> PoolPace {
         let mut p = PoolPace::default();
         for _ in 0..n {
-            assert_eq!(p.step(MS, Some(per_ms), Schedule::OnTime, OPEN), OPEN);
+            assert_eq!(p.step(MS, Some(per_ms), Schedule::OnTime, OPEN, 0), OPEN);
         }
         p
     }
@@ -249,17 +261,17 @@ mod tests {
     fn a_lag_paces_the_pool_a_little_below_what_was_taken_and_shrinks_it_gently() {
         let mut p = opened(50, 500);
         // First interval of lag: 15/16 of 500 per ms.
-        let g = p.step(MS, Some(500), Schedule::Behind(1), OPEN);
+        let g = p.step(MS, Some(500), Schedule::Behind(1), OPEN, 0);
         assert_eq!(g, 468);
         let mut last = g;
         for _ in 0..10 {
-            let g = p.step(MS, Some(last), Schedule::Behind(1), OPEN);
+            let g = p.step(MS, Some(last), Schedule::Behind(1), OPEN, 0);
             assert!(g < last && g * 16 + 32 >= last * 15, "{g} after {last}");
             last = g;
         }
         // Never below an eighth of the open rate, however long the lag lasts.
         for _ in 0..200 {
-            last = p.step(MS, Some(last), Schedule::Behind(1), OPEN);
+            last = p.step(MS, Some(last), Schedule::Behind(1), OPEN, 0);
         }
         // 62,500 a second: 62 and 63 a millisecond in turn.
         assert_eq!(p.paced, Some(500_000 / FLOOR_DIV));
@@ -270,10 +282,10 @@ mod tests {
     fn intervals_to_open(schedule: Schedule) -> usize {
         let mut p = opened(50, 500);
         for _ in 0..20 {
-            p.step(MS, Some(300), Schedule::Behind(1), OPEN);
+            p.step(MS, Some(300), Schedule::Behind(1), OPEN, 0);
         }
         let mut intervals = 0;
-        while p.step(MS, Some(300), schedule, OPEN) != OPEN {
+        while p.step(MS, Some(300), schedule, OPEN, 0) != OPEN {
             intervals += 1;
             assert!(intervals < 100, "the pool never opened again");
         }
@@ -303,7 +315,7 @@ mod tests {
         p.paced = Some(3_000 / FLOOR_DIV);
         let mut total = 0;
         for _ in 0..1000 {
-            total += p.step(Nanos(333_333), None, Schedule::Behind(1), OPEN);
+            total += p.step(Nanos(333_333), None, Schedule::Behind(1), OPEN, 0);
         }
         // 375 per second over a third of a second, to one token.
         assert!((124..=126).contains(&total), "{total}");
