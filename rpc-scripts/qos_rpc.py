@@ -303,7 +303,8 @@ _COST_OPTIONS = [
     ('size_unit', _size_unit,
      "when set, a command costs one op per started size_unit bytes; 0 or >= 512", '0'),
 ]
-_DOMAIN_PARAMS = (['name'] + [o[0] for o in _DOMAIN_OPTIONS] + ['estimator', 'mode', 'release', 'sharing']
+_DOMAIN_PARAMS = (['name'] + [o[0] for o in _DOMAIN_OPTIONS]
+                  + ['estimator', 'mode', 'release', 'sharing', 'bypass']
                   + [o[0] for o in _COST_OPTIONS])
 
 
@@ -316,12 +317,17 @@ def _add_domain_options(p, create):
                        rules=_DOMAIN_RULES, metavar='N', help=_help(text, default, update))
     p.add_argument('--estimator', action=argparse.BooleanOptionalAction, default=None,
                    help=_help('adaptive capacity estimation, Haechi Algorithm 1', 'on', update))
+    p.add_argument('--bypass', action=argparse.BooleanOptionalAction, default=None,
+                   help=_help('hold nothing: every command goes to the base at once, counted and accounted '
+                              'as usual (qos_stats_get: held_by.bypassed); for an incident, or to measure '
+                              'what the QoS costs; changing only this starts no new period', ': off', update))
     p.add_argument('--mode', choices=['haechi', 'basic'],
                    help=_help('haechi: unused reservation becomes global tokens; basic: none', 'haechi', update))
     p.add_argument('--release', choices=['paced', 'start'],
-                   help=_help('paced: reservations and limits are released over the period, and the global pool '
-                              'closes while a backlogged host lags; start: all at the period start, as Haechi',
-                              'paced', update))
+                   help=_help('paced: reservations and limits are released over the period; first come\'s global '
+                              'pool then holds nothing while no reservation is behind, and is paced (never '
+                              'closed) while a backlogged host is; start: all at the period start, and the pool '
+                              'is the estimate less the reservations, as Haechi', 'paced', update))
     p.add_argument('--sharing', choices=['weighted', 'first_come', 'operating_point'],
                    help=_help('weighted: the capacity nobody reserved is split by weight among backlogged hosts '
                               'and groups, whatever their queue depth; first_come: Haechi\'s open global pool, '
@@ -792,20 +798,55 @@ def _capacity_estimate(d):
         text += ' (reservations take all of it)'
     return text
 
+# The rules that hold a command, in qos_stats_get's `held_by` (HoldReason in qos-core).
+HOLD_REASONS = ('limit', 'burst', 'reservation', 'share', 'budget', 'window')
+
+
+def _fmt_held_by(host, prev=None, seconds=None):
+    """Commands that entered the hold queue by the rule that held them, and those the
+    bypass let through: totals, or per second against `prev` over `seconds`; only the
+    non-zero ones, largest first; '-' when none."""
+    now = host.get('held_by')
+    if not isinstance(now, dict):
+        return '-'
+    before = (prev or {}).get('held_by') or {}
+    counts = []
+    for reason in HOLD_REASONS + ('bypassed',):
+        n = now.get(reason, 0) - (before.get(reason, 0) if prev is not None else 0)
+        if seconds:
+            n = n / seconds
+        if n > 0:
+            counts.append((n, reason))
+    if not counts:
+        return '-'
+    counts.sort(key=lambda c: (-c[0], c[1]))
+    return ' '.join('%s:%.0f' % (r, n) for n, r in counts)
+
+
+def _domain_mode(d):
+    """`, BYPASS (holds nothing)` or `, pool paced for a reservation`, or nothing."""
+    if d.get('bypass'):
+        return ', BYPASS (holds nothing)'
+    if d.get('pool_paced'):
+        return ', pool paced for a reservation behind'
+    return ''
+
+
 def _print_stats_table(domains):
     if isinstance(domains, dict):
         domains = [domains]
-    header = ('HOST', 'MIN', 'MAX', 'COMPLETED THIS PERIOD', 'MET', 'HELD', 'BURST', 'ENTITLED', 'FLAGS')
+    header = ('HOST', 'MIN', 'MAX', 'COMPLETED THIS PERIOD', 'MET', 'HELD', 'HELD BY', 'BURST', 'ENTITLED',
+              'FLAGS')
     for i, d in enumerate(domains or []):
         if i:
             print()
-        print("domain %s: epoch %s, period %s (%s elapsed), capacity estimate %s per period, global available %s"
+        print("domain %s: epoch %s, period %s (%s elapsed), capacity estimate %s per period, global available %s%s"
               % (d.get('name', '-'), d.get('epoch', '-'), _ms(d.get('period_ns')), _ms(d.get('elapsed_ns')),
-                 _capacity_estimate(d), _fmt_amount(d.get('global_available'))))
+                 _capacity_estimate(d), _fmt_amount(d.get('global_available')), _domain_mode(d)))
         rows = [header] + [(h.get('host_nqn', '-'), _fmt_rates(h.get('min')), _fmt_rates(h.get('max')),
                             _fmt_amount(h.get('completed_this_period')),
                             _fmt_met(h.get('reservation_met_fraction')),
-                            '-' if h.get('held') is None else str(h['held']), _fmt_burst(h),
+                            '-' if h.get('held') is None else str(h['held']), _fmt_held_by(h), _fmt_burst(h),
                             _fmt_entitlement(h), _fmt_flags(h))
                            for h in d.get('hosts') or []]
         widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
@@ -857,14 +898,15 @@ def _watch_rows(domains, before, seconds):
                 thr = '%.0f' % ((h.get('throttled_ios', 0) - prev.get('throttled_ios', 0)) / seconds)
                 held_p99 = _fmt_held(_held_quantile(bounds, (h.get('held_time') or {}).get('cumulative'),
                                                     (prev.get('held_time') or {}).get('cumulative'), 0.99))
+                held_by = _fmt_held_by(h, prev, seconds)
             else:
-                iops = mibps = thr = held_p99 = '-'
+                iops = mibps = thr = held_p99 = held_by = '-'
             pt = h.get('periods_total') or {}
             ended = sum(pt.get(k, 0) for k in ('met', 'missed', 'met_backlogged', 'missed_backlogged'))
             met = '-' if not ended else '%d/%d' % (pt.get('met', 0) + pt.get('met_backlogged', 0), ended)
             rows.append((d.get('name', '-'), h.get('host_nqn', '-'), _fmt_rates(h.get('min')),
                          _fmt_rates(h.get('max')), iops, mibps, met, str(h.get('held', '-')), thr, held_p99,
-                         *_watch_entitlement(h), _fmt_flags(h)))
+                         held_by, *_watch_entitlement(h), _fmt_flags(h)))
     return rows
 
 
@@ -879,7 +921,7 @@ def _watch_entitlement(host):
 
 
 _WATCH_HEADER = ('DOMAIN', 'HOST', 'MIN', 'MAX', 'IOPS', 'MiB/s', 'MET', 'HELD', 'THROTTLED/s',
-                 'HELD p99', 'ENTITLED', 'SHORT/s', 'FLAGS')
+                 'HELD p99', 'HELD BY/s', 'ENTITLED', 'SHORT/s', 'FLAGS')
 
 
 def _print_rows(header, rows):

@@ -82,6 +82,13 @@ CASES = [
       'estimator': True, 'estimator_history': 16, 'estimator_increment_milli': 5,
       'estimator_probe_backoff': 8, 'estimator_drop_milli': 0, 'underuse_periods': 4,
       'estimator_hold_milli': 0, 'mode': 'basic'}),
+    # The bypass: holds nothing, keeps accounting; an incident switch.
+    (['qos_domain_update', '-n', 'dom0', '--bypass'],
+     'qos_domain_update', {'name': 'dom0', 'bypass': True}),
+    (['qos_domain_update', '-n', 'dom0', '--no-bypass'],
+     'qos_domain_update', {'name': 'dom0', 'bypass': False}),
+    (['qos_domain_create', '-n', 'dom0', '--bypass'],
+     'qos_domain_create', {'name': 'dom0', 'bypass': True}),
     (['qos_domain_delete', '-n', 'dom0'], 'qos_domain_delete', {'name': 'dom0'}),
     (['qos_domain_get'], 'qos_domain_get', {}),
     (['qos_domain_get', '--name', 'dom0'], 'qos_domain_get', {'name': 'dom0'}),

@@ -25,7 +25,9 @@ STATS = [{
         {'host_nqn': HOST2, 'min': {'read': {'iops': 2000}, 'write': {'iops': 1000}}, 'max': {},
          'completed_this_period': {'ops': 100, 'bytes': 409600}, 'last_periods': [],
          'reservation_met_fraction': 0.875, 'held': 12, 'underuse_flag': True, 'reservation_at_risk': True,
-         'reservation_unreachable': True},
+         'reservation_unreachable': True,
+         'held_by': {'limit': 7, 'burst': 0, 'reservation': 30, 'share': 0, 'budget': 0, 'window': 0,
+                     'bypassed': 2}},
     ],
 }]
 
@@ -74,13 +76,16 @@ def test_stats_table(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == ('domain dom0: epoch 42, period 1000 ms (350 ms elapsed), capacity estimate '
                         '400000 ops, 3000.0 MiB per period, global available 120000 ops, 1000.0 MiB')
-    assert lines[1].split() == ['HOST', 'MIN', 'MAX', 'COMPLETED', 'THIS', 'PERIOD', 'MET', 'HELD', 'BURST',
-                                'ENTITLED', 'FLAGS']
+    assert lines[1].split() == ['HOST', 'MIN', 'MAX', 'COMPLETED', 'THIS', 'PERIOD', 'MET', 'HELD', 'HELD', 'BY',
+                                'BURST', 'ENTITLED', 'FLAGS']
     assert lines[2].split() == [HOST1, 'iops=10000', 'iops=50000,read_mibps=100', '3500', 'ops,', '13.7', 'MiB',
-                                '100.0%', '0', '12.3s', 'bursting', '40000/s', 'contending,', 'QD', '9.2', '-']
-    # No burst and no entitlement (before the target's depth curve has a sample).
+                                '100.0%', '0', '-', '12.3s', 'bursting', '40000/s', 'contending,', 'QD', '9.2',
+                                '-']
+    # No burst and no entitlement (before the target's depth curve has a sample); held
+    # by the rule that held them, largest first, and what the bypass let through.
     assert lines[3].split() == [HOST2, 'read_iops=2000,write_iops=1000', '-', '100', 'ops,', '0.4', 'MiB',
-                                '87.5%', '12', '-', '-', 'underuse,at-risk,unreachable']
+                                '87.5%', '12', 'reservation:30', 'limit:7', 'bypassed:2', '-', '-',
+                                'underuse,at-risk,unreachable']
     # columns line up
     assert lines[1].index('MAX') == lines[2].index('iops=50000') == lines[3].index('- ')
     assert len(lines) == 4
@@ -121,8 +126,17 @@ def test_stats_table_tolerates_missing_fields_and_several_domains(capsys):
     run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': stats}))
     out = capsys.readouterr().out
     assert 'domain a: epoch -, period - (- elapsed), capacity estimate - per period, global available -' in out
-    assert out.splitlines()[-1].split() == [HOST1, '-', '-', '-', '-', '-', '-', '-', '-']
+    assert out.splitlines()[-1].split() == [HOST1, '-', '-', '-', '-', '-', '-', '-', '-', '-']
     assert '\n\ndomain b' in out
+
+
+def test_stats_table_says_when_the_domain_is_bypassed_or_paced(capsys):
+    for fields, says in (({'bypass': True, 'pool_paced': True}, ', BYPASS (holds nothing)'),
+                         ({'bypass': False, 'pool_paced': True}, ', pool paced for a reservation behind'),
+                         ({'bypass': False, 'pool_paced': False}, '')):
+        run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': [dict(STATS[0], hosts=[], **fields)]}))
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first.endswith('global available 120000 ops, 1000.0 MiB' + says), first
 
 
 def test_stats_table_with_a_dry_run_client_prints_nothing(capsys):

@@ -232,7 +232,7 @@ def test_stats_table_over_the_socket(rpc_py, target):
     res = rpc(rpc_py, ['qos_stats_get', '--table'], server)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.splitlines()[2].split() == [HOST, 'iops=100', 'iops=200', '50', 'ops,', '0.0', 'MiB',
-                                                  '50.0%', '2', '-', '-', 'at-risk']
+                                                  '50.0%', '2', '-', '-', '-', 'at-risk']
 
 
 def test_expose_falls_back_when_the_target_lacks_the_method(rpc_py, target):

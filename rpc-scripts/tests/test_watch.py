@@ -22,6 +22,7 @@ def answer(k):
         {'host_nqn': 'nqn.h1', 'min': {'total': {'iops': 900}}, 'max': {},
          'completed_total': {'ios': ios, 'bytes': ios * 4096, 'ops': ios}, 'held': 4,
          'throttled_ios': 10 * k, 'held_time': {'cumulative': cum},
+         'held_by': {'limit': 8 * k, 'reservation': 2 * k, 'window': 0, 'bypassed': 0},
          'periods_total': {'met': 3, 'missed': 0, 'met_backlogged': 1, 'missed_backlogged': 1},
          'entitlement': {'contending': True, 'entitled': 1200, 'achieved': 1000, 'shortfall': 200,
                          'queue_depth_needed': 4.8}},
@@ -57,14 +58,15 @@ def test_watch_prints_rates_from_two_samples(capsys, clock):
     assert h1[4:6] == ['-', '-'], 'no rate from one sample'
     header = next(line for line in second.splitlines() if line.startswith('DOMAIN'))
     assert header.split() == ['DOMAIN', 'HOST', 'MIN', 'MAX', 'IOPS', 'MiB/s', 'MET', 'HELD', 'THROTTLED/s',
-                              'HELD', 'p99', 'ENTITLED', 'SHORT/s', 'FLAGS']
+                              'HELD', 'p99', 'HELD', 'BY/s', 'ENTITLED', 'SHORT/s', 'FLAGS']
     h1 = next(line.split() for line in second.splitlines() if 'nqn.h1' in line)
     # 2000 I/O and 2000 * 4096 bytes in 2 s; 10 throttled in 2 s; held p99 in the 5 ms bucket
     # (100 of 2000 held: 95% at 0, so the 99th percentile is a held one).
+    # Held by the limit 8 and for a reservation 2 per refresh of 2 s.
     assert h1 == ['d0', 'nqn.h1', 'iops=900', '-', '1000', '3.9', '4/5', '4', '5', '<=5ms',
-                  '1200/s:contending', '200', '-']
+                  'limit:4', 'reservation:1', '1200/s:contending', '200', '-']
     h2 = next(line.split() for line in second.splitlines() if 'nqn.h2' in line)
-    assert h2[4:6] == ['0', '0.0'] and h2[9] == '-' and h2[10:12] == ['-', '-']
+    assert h2[4:6] == ['0', '0.0'] and h2[9] == '-' and h2[10:13] == ['-', '-', '-']
 
 
 def test_watch_interval_is_checked():

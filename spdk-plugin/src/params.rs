@@ -117,6 +117,10 @@ pub struct DomainParams {
     /// base in microseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operating_latency_us: Option<u64>,
+    /// Hold nothing (count and account only): an operator's switch in an incident, and
+    /// the instrument's "A". Changing only this starts no new period.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bypass: bool,
 }
 
 /// `qos_domain_update` parameters: `name` and whatever changes.
@@ -150,6 +154,7 @@ pub struct DomainUpdate {
     pub efficiency_milli: Option<u64>,
     pub operating_in_flight_milli: Option<u64>,
     pub operating_latency_us: Option<u64>,
+    pub bypass: Option<bool>,
 }
 
 impl DomainParams {
@@ -200,6 +205,7 @@ impl DomainParams {
             efficiency_milli: self.efficiency_milli,
             operating_in_flight_milli: self.operating_in_flight_milli,
             operating_latency: self.operating_latency_us.map(Nanos::from_micros),
+            bypass: self.bypass,
         };
         cfg.validate()
             .map_err(|e| Refusal::invalid(format!("domain {}: {e}", self.name)))?;
@@ -232,7 +238,8 @@ impl DomainParams {
             write_weight_milli,
             size_unit,
             sharing,
-            efficiency_milli
+            efficiency_milli,
+            bypass
         );
         // The operating point is given one way: whichever way an update gives replaces
         // the others (η stays as the value the others replace).
@@ -829,6 +836,27 @@ mod tests {
             (None, None)
         );
         assert_eq!(q.to_config().unwrap().efficiency_milli, 800);
+    }
+
+    #[test]
+    fn the_bypass_is_a_boolean_kept_in_save_config_only_when_on() {
+        let p: DomainParams = parse("qos_domain_create", json!({"name": "d"})).unwrap();
+        assert!(!p.to_config().unwrap().bypass);
+        assert!(p.to_json().get("bypass").is_none(), "off is the default");
+        let u: DomainUpdate =
+            parse("qos_domain_update", json!({"name": "d", "bypass": true})).unwrap();
+        let on = p.updated(&u);
+        assert!(on.to_config().unwrap().bypass);
+        assert_eq!(on.to_json()["bypass"], json!(true));
+        let replayed: DomainParams = parse("qos_domain_create", on.to_json()).unwrap();
+        assert_eq!(replayed, on, "save_config replays it");
+        // Left out: kept; a non-boolean: refused with the parameter's name.
+        let u: DomainUpdate =
+            parse("qos_domain_update", json!({"name": "d", "period_ms": 500})).unwrap();
+        assert!(on.updated(&u).bypass);
+        let e = parse::<DomainUpdate>("qos_domain_update", json!({"name": "d", "bypass": "yes"}))
+            .unwrap_err();
+        assert!(e.message.contains("bypass"), "{e}");
     }
 
     #[test]

@@ -101,6 +101,9 @@ struct CompactHost<'a> {
     excess_granted_this_period: Amt,
     throttled_ios: u64,
     hold_events: u64,
+    /// Commands that entered a hold queue by the rule that held them, and those the
+    /// bypass let through (monotonic).
+    held_by: qos_core::HoldCounts,
     held_time: HeldJson<'a>,
     periods_total: &'a PeriodCounts,
     reservation_met_fraction: f64,
@@ -169,6 +172,7 @@ fn compact_host<'a>(d: &Source<'_>, h: &'a HostStats) -> CompactHost<'a> {
         excess_granted_this_period: amt(h.excess_granted),
         throttled_ios: h.held_time.held_ios,
         hold_events: h.hold_events_total,
+        held_by: h.holds,
         held_time: HeldJson {
             cumulative: &h.held_time.cumulative,
             count: h.held_time.count(),
@@ -308,6 +312,8 @@ pub fn domain(name: &str, d: &Source<'_>, shape: Shape<'_>) -> String {
         capacity_learning: bool,
         reserved: Amt,
         global_available: Amt,
+        bypass: bool,
+        pool_paced: bool,
         sharing: Value,
         operating_point: Value,
         held_time_bounds_ns: &'a [u64],
@@ -327,6 +333,8 @@ pub fn domain(name: &str, d: &Source<'_>, shape: Shape<'_>) -> String {
         capacity_learning: s.capacity_learning,
         reserved: amt(s.reserved),
         global_available: amt(s.global_available),
+        bypass: s.bypass,
+        pool_paced: s.pool_paced,
         sharing: json!(s.sharing),
         operating_point: operating_point(&s),
         held_time_bounds_ns: &HELD_BUCKETS_NS,

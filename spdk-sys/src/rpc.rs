@@ -60,8 +60,17 @@ pub fn parse<T: for<'de> serde::Deserialize<'de>>(
     } else {
         params
     };
-    serde_json::from_value(params)
-        .map_err(|e| RpcError::invalid(format!("{method}: invalid parameters: {e}")))
+    // The path names the parameter at fault ("bypass: invalid type: ..."); a fault of
+    // the whole object (an unknown or missing field) has none.
+    serde_path_to_error::deserialize(params).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if path == "." {
+            RpcError::invalid(format!("{method}: invalid parameters: {inner}"))
+        } else {
+            RpcError::invalid(format!("{method}: invalid parameters: {path}: {inner}"))
+        }
+    })
 }
 
 /// A method that changes something: parses `params` as `T` for `method`, runs `f`, and
