@@ -38,6 +38,8 @@ except ImportError:  # pragma: no cover - reported by main()
 METHOD_NOT_FOUND = -32601
 PREFIX = 'nvmf_qos'
 DEFAULT_PORT = 9633
+# The rules that hold a command (qos_stats_get's `held_by`; HoldReason in qos-core).
+HOLD_REASONS = ('limit', 'burst', 'reservation', 'share', 'budget', 'window')
 
 log = logging.getLogger('nvmf_qos_exporter')
 
@@ -323,6 +325,13 @@ class QosCollector(Collector):
                       ['domain']).add_metric([dom], pool['bytes'])
             hosts = d.get('hosts') or []
             gauge('domain_hosts', 'Hosts in the domain', ['domain']).add_metric([dom], len(hosts))
+            if 'bypass' in d:
+                gauge('domain_bypass', '1 while the domain holds nothing (qos_domain_update --bypass)',
+                      ['domain']).add_metric([dom], 1 if d['bypass'] else 0)
+            if 'pool_paced' in d:
+                gauge('domain_pool_paced', '1 while first come paces its global pool for a reservation that '
+                      'is behind (0: the pool holds nothing back)', ['domain']).add_metric(
+                    [dom], 1 if d['pool_paced'] else 0)
             op = d.get('operating_point') or {}
             if 'in_flight' in op:
                 gauge('domain_operating_point_in_flight', 'Commands in flight at the operating point '
@@ -348,6 +357,17 @@ class QosCollector(Collector):
                 counter('host_throttled_ios', 'I/O that QoS held for want of tokens or limit',
                         host_labels).add_metric(lv, h.get('throttled_ios', 0))
                 gauge('host_held_ios', 'I/O held by QoS now', host_labels).add_metric(lv, h.get('held', 0))
+                held_by = h.get('held_by')
+                if isinstance(held_by, dict):
+                    by_reason = counter('host_held_by_reason_ios', 'I/O that entered the QoS hold queue, by '
+                                        'the rule that held it: limit, burst (at its burst rate), '
+                                        'reservation (waiting for a reservation behind), share (weighted '
+                                        'sharing), budget (the capacity estimate spent), window (operating '
+                                        'point)', [*host_labels, 'reason'])
+                    for reason in HOLD_REASONS:
+                        by_reason.add_metric([*lv, reason], held_by.get(reason, 0))
+                    counter('host_bypassed_ios', 'I/O the domain\'s bypass let through that QoS would have '
+                            'held', host_labels).add_metric(lv, held_by.get('bypassed', 0))
                 if 'in_flight_at_base' in h:
                     gauge('host_in_flight_at_base', 'Commands of the host in flight at the base bdev, on average '
                           'over the period so far', host_labels).add_metric(lv, h['in_flight_at_base'])

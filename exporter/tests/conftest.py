@@ -105,6 +105,8 @@ def host(nqn, ios, held_cum, sum_ns, group=None, res_iops=None, max_iops=None):
         'completed_this_period': {'ops': 10, 'bytes': 40960, 'ios': 10},
         'completed_total': {'ops': ios, 'bytes': ios * 4096, 'ios': ios},
         'held': 3, 'throttled_ios': held_cum[-1] - held_cum[0], 'hold_events': 7,
+        'held_by': {'limit': held_cum[-1] - held_cum[0], 'burst': 0, 'reservation': 0, 'share': 0,
+                    'budget': 0, 'window': 0, 'bypassed': 0},
         'held_time': {'cumulative': held_cum, 'count': held_cum[-1], 'sum_ns': sum_ns},
         'periods_total': {'met': 5, 'missed': 1, 'met_backlogged': 2, 'missed_backlogged': 4},
         'reservation_met_fraction': 0.58, 'reservation_tokens': {'ops': 1, 'bytes': None},
@@ -136,7 +138,7 @@ def domain(name, hosts, estimate_ops=400_000):
                                 'max_ops_per_s': 655_000, 'latency_ns': 150_000,
                                 'depth_curve': [{'in_flight': 16, 'ops_per_s': 340_000},
                                                 {'in_flight': 96, 'ops_per_s': 640_000}]},
-            'held_time_bounds_ns': BOUNDS_NS, 'hosts': hosts}
+            'held_time_bounds_ns': BOUNDS_NS, 'bypass': False, 'pool_paced': False, 'hosts': hosts}
 
 
 @pytest.fixture

@@ -44,8 +44,11 @@ def value(samples, name, **labels):
 
 def test_target_metrics_names_labels_and_histogram(stub):
     h1 = host('nqn.h1', 1000, cumulative(900, 100, 3), 100 * 40_000, res_iops=5000, max_iops=9000)
+    h1['held_by'] = {'limit': 60, 'burst': 0, 'reservation': 40, 'share': 0, 'budget': 0, 'window': 0,
+                     'bypassed': 5}
     h2 = host('nqn.h2', 50, cumulative(50, 0, 0), 0)
-    s = stub({'qos_stats_get': [domain('d0', [h1, h2])]})
+    del h2['held_by']  # a target older than the held-reason counters
+    s = stub({'qos_stats_get': [dict(domain('d0', [h1, h2]), pool_paced=True)]})
     text, m = scrape(s.path)
     assert s.calls[0] == ('qos_stats_get', {'compact': True})
     assert value(m, 'nvmf_qos_up', plugin='target') == 1
@@ -55,6 +58,14 @@ def test_target_metrics_names_labels_and_histogram(stub):
     assert value(m, 'nvmf_qos_host_completed_bytes_total', host_nqn='nqn.h1') == 1000 * 4096
     assert value(m, 'nvmf_qos_host_throttled_ios_total', host_nqn='nqn.h1') == 100
     assert value(m, 'nvmf_qos_host_held_ios', host_nqn='nqn.h2') == 3
+    # Why commands waited, by rule, and what a bypass let through.
+    assert value(m, 'nvmf_qos_host_held_by_reason_ios_total', host_nqn='nqn.h1', reason='limit') == 60
+    assert value(m, 'nvmf_qos_host_held_by_reason_ios_total', host_nqn='nqn.h1', reason='reservation') == 40
+    assert value(m, 'nvmf_qos_host_held_by_reason_ios_total', host_nqn='nqn.h1', reason='window') == 0
+    assert value(m, 'nvmf_qos_host_bypassed_ios_total', host_nqn='nqn.h1') == 5
+    assert not [lab for lab, _ in m.get('nvmf_qos_host_bypassed_ios_total', []) if lab['host_nqn'] == 'nqn.h2']
+    assert value(m, 'nvmf_qos_domain_bypass', domain='d0') == 0
+    assert value(m, 'nvmf_qos_domain_pool_paced', domain='d0') == 1
     assert value(m, 'nvmf_qos_host_periods_total', host_nqn='nqn.h1', outcome='missed', backlogged='true') == 4
     assert value(m, 'nvmf_qos_host_periods_total', host_nqn='nqn.h1', outcome='met', backlogged='false') == 5
     assert value(m, 'nvmf_qos_host_reservation_iops', host_nqn='nqn.h1', direction='total') == 5000

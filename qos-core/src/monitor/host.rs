@@ -377,14 +377,15 @@ impl HostEntry {
                         lag |= 1 << r;
                     }
                     // Behind at all: one pool's work is what the host did this period
-                    // (tokens cached in channels are not work), against what is released
-                    // with the burst ahead, so a host that keeps up has the whole
-                    // reservation when the period ends; two pools go by the pool, less
-                    // what channels may cache.
+                    // (tokens cached in channels are not work), against the schedule
+                    // without the burst ahead (the burst is what a host may take early,
+                    // not what it owes: at the period's start nobody is behind), so a
+                    // host that keeps up has the whole reservation when the period
+                    // ends; two pools go by the pool, less what channels may cache.
                     let burst = mul_div(per, v.behind_slack, den);
                     let late_by = if pools == 1 {
-                        let released = per - unreleased;
-                        released.saturating_sub(used[r]).saturating_sub(1)
+                        let due = mul_div(per, den - num, den);
+                        due.saturating_sub(used[r]).saturating_sub(1)
                     } else {
                         usable.saturating_sub(burst.max(1) + cached)
                     };
