@@ -178,6 +178,9 @@ pub enum EstimateStep {
     Found,
     /// Estimation is off.
     Fixed,
+    /// The target served more than the estimate (a work-conserving pool did not bind
+    /// at it): the estimate went to what it served, at once.
+    Measured,
 }
 
 impl CapacityEstimator {
@@ -269,6 +272,9 @@ impl CapacityEstimator {
             return self.first_measurement(used);
         }
         let tolerance = mul_div(self.current, self.tolerance_milli, 1000);
+        if served > self.current.saturating_add(tolerance) && evidence != Evidence::DepthBound {
+            return self.measured(served);
+        }
         let saturated = used.saturating_add(tolerance) >= self.current;
         if evidence == Evidence::DepthBound {
             return self.keep(used, reservation_missed);
@@ -386,6 +392,24 @@ impl CapacityEstimator {
         self.window.clear();
         self.window.push_back(at);
         self.current = at;
+    }
+
+    /// The target served `served`, more than the estimate: a measurement of at least
+    /// that much capacity. The estimate goes there instead of climbing a probe a
+    /// period behind a target whose speed moves 10-25 % within a minute (the saw-tooth
+    /// a budget that binds at a lagging estimate made); the window keeps it, so lower
+    /// periods after it average as before.
+    fn measured(&mut self, served: u64) -> EstimateStep {
+        self.startup = false;
+        self.probing = false;
+        self.probe_wait = 0;
+        self.probe_step = 1;
+        self.after_drop = false;
+        self.climbing = false;
+        self.remember(served);
+        self.before_probe = served;
+        self.current = served;
+        EstimateStep::Measured
     }
 
     /// A sudden drop: the window restarts at what the target served.
@@ -700,6 +724,32 @@ mod tests {
         assert_eq!(e.current(), (870 + 870 + 860) / 3);
     }
 
+    #[test]
+    fn a_period_that_served_more_than_the_estimate_sets_it_at_once() {
+        let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
+        // Served 1,300 with the pool open (offered only the estimate's 1,000).
+        assert_eq!(
+            e.observe_served(1000, 1300, false, Evidence::None),
+            EstimateStep::Measured
+        );
+        assert_eq!(e.current(), 1300);
+        // Within the tolerance above it: no new measurement (a probe as before).
+        let step = e.observe_served(1300, 1300, false, Evidence::None);
+        assert_ne!(step, EstimateStep::Measured);
+        // A slower period after it averages with it, not from an old window.
+        let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
+        e.observe_served(1000, 1300, false, Evidence::None);
+        assert_eq!(
+            e.observe_served(1100, 1100, false, Evidence::None),
+            EstimateStep::Averaged
+        );
+        assert_eq!(e.current(), 1200);
+        // A period short of depth does not count as a measurement above it.
+        let mut e = CapacityEstimator::new(&cfg(), 1000, 50);
+        let step = e.observe_served(1000, 1300, true, Evidence::DepthBound);
+        assert_ne!(step, EstimateStep::Measured);
+    }
+
     fn with_backoff(probe_backoff_max: u32) -> EstimatorConfig {
         EstimatorConfig {
             probe_backoff_max,
@@ -891,8 +941,14 @@ mod tests {
             EstimateStep::Averaged
         );
         assert_eq!(e.current(), (740 + 760 + 770) / 3);
-        assert_eq!(e.observe(770, false, Evidence::None), EstimateStep::Raised);
+        assert_eq!(e.observe(756, false, Evidence::None), EstimateStep::Raised);
         assert_eq!(e.current(), (740 + 760 + 770) / 3 + 10);
+        // Served above the estimate (a pool that did not bind at it): measured.
+        assert_eq!(
+            e.observe(790, false, Evidence::None),
+            EstimateStep::Measured
+        );
+        assert_eq!(e.current(), 790);
     }
 
     #[test]
