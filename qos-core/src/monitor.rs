@@ -524,7 +524,13 @@ impl Monitor {
                 by_policy
             }
         });
-        let dropped = self.estimate(used, t.offered_unused, t.missed, evidence, partial);
+        let dropped = self.estimate(
+            used,
+            t.offered_unused,
+            t.missed,
+            evidence,
+            (partial, t.limit_bound),
+        );
         // A host that lagged in vain is served what it can reach for a while (see
         // `host::Reach`), unless it met its reservation in the period before and the
         // estimate just dropped: then the target's drop, not its queue depth, made it
@@ -577,15 +583,16 @@ impl Monitor {
 
     /// Feeds the ended period to the capacity estimators: `used` was completed,
     /// `offered_unused` handed out and left, `missed` per resource some active host
-    /// missed its reservation, `evidence` what the period showed, and `partial` whether
-    /// a host started or stopped in it. Returns whether an estimate dropped.
+    /// missed its reservation, `evidence` what the period showed, `partial` whether
+    /// a host started or stopped in it, and `limit_bound` whether some host's limit
+    /// held its commands. Returns whether an estimate dropped.
     fn estimate(
         &mut self,
         used: Amount,
         offered_unused: Amount,
         missed: [bool; 2],
         evidence: [Evidence; 2],
-        partial: bool,
+        (partial, limit_bound): (bool, bool),
     ) -> bool {
         let budget = self.budget;
         let mut dropped = false;
@@ -600,7 +607,12 @@ impl Monitor {
                 .min(budget.get(r));
             // A capacity still to be learned is not learned from a period in which a
             // host started or stopped: the load was not there all period.
-            let step = if partial && self.estimators[i].is_learning() {
+            // A period whose demand some host's limit capped (and that starved no
+            // reservation) measured the contract, not the target: ignored, so limits
+            // are never taken for capacity (admission would then refuse reservations
+            // the target can carry).
+            let limit_bound = limit_bound && evidence != Evidence::ReservationsStarved;
+            let step = if (partial && self.estimators[i].is_learning()) || limit_bound {
                 EstimateStep::Ignored
             } else {
                 self.estimators[i].observe_served(offered, used.get(r), missed[i], evidence)

@@ -1239,3 +1239,52 @@ fn the_greedy_wait_for_a_reservation_behind_and_never_for_the_budget() {
     let s = m.stats(at_ms(300));
     assert!(!s.pool_paced, "still paced with nobody behind");
 }
+
+/// Hosts held at their limits capped what the target was asked: such periods say
+/// nothing of its capacity, so the estimate stays (the operator trial of 2026-11-29 saw
+/// a limit-bound target's estimate fall to 60 % of what it does, and admission refuse
+/// reservations it could carry).
+#[test]
+fn periods_capped_by_limits_are_no_measure_of_capacity() {
+    let run = |limit: Option<u64>| {
+        let mut d = domain(100_000);
+        d.release = ReservationRelease::Paced;
+        d.estimator = EstimatorConfig {
+            enabled: true,
+            ..Default::default()
+        };
+        d.capacity.iops_stddev = 20_000;
+        let mut m = Monitor::new(d, T0).unwrap();
+        let mut h = HostConfig::new("nqn.l");
+        if let Some(l) = limit {
+            h = h.with_limit(Rate::iops(l));
+        }
+        m.add_host(h, T0).unwrap();
+        let mut ch = qos_core::TargetChannel::new(m.channel("nqn.l").unwrap());
+        let mut next = 0u64;
+        for ms in 1..=6_000u64 {
+            let now = at_ms(ms);
+            m.tick(now);
+            // 60 a millisecond: 60,000 IOPS, whatever the limit lets through.
+            let per_ms = if limit.is_some() { 100 } else { 60 };
+            for _ in 0..per_ms {
+                next += 1;
+                if ch.admit(IoKind::Read, 4096, now, next).is_some() {
+                    ch.record_completion(IoKind::Read, 4096, Nanos::ZERO);
+                }
+            }
+            // Released from the hold queue: sent, and completed at once too.
+            for _ in 0..ch.poll(now, |_| {}) {
+                ch.record_completion(IoKind::Read, 4096, Nanos::ZERO);
+            }
+        }
+        m.budget().ops
+    };
+    // Demand of 60,000 IOPS without a limit: averaged like any period above the floor
+    // (Haechi's Algorithm 1; the pool is open either way).
+    let demand_bound = run(None);
+    assert!(demand_bound < 70_000, "estimate {demand_bound}");
+    // The same 60,000 because a limit held the host: the estimate stays at the hint.
+    let limit_bound = run(Some(60_000));
+    assert_eq!(limit_bound, 100_000);
+}

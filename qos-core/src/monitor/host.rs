@@ -7,7 +7,7 @@ use crate::burst::BurstBucket;
 use crate::config::{BudgetClass, HostBudgets, HostConfig, UNLIMITED};
 use crate::cost::{Amount, RES, Resource};
 use crate::estimator::UnderuseCounter;
-use crate::ledger::{ChannelParams, CounterSnapshot, HostShared, clamp_pool};
+use crate::ledger::{ChannelParams, CounterSnapshot, HoldReason, HostShared, clamp_pool};
 use crate::sync::{Arc, Ordering};
 use crate::time::{Nanos, mul_div, mul_div_ceil};
 
@@ -145,6 +145,8 @@ pub(crate) struct Outcomes {
     pub(crate) counts: PeriodCounts,
     pub(crate) underuse: UnderuseCounter,
     pub(crate) soft_idle: UnderuseCounter,
+    /// Its commands held at its limit or burst rate when the current period started.
+    pub(crate) limit_held_at_start: u64,
 }
 
 /// A host's part in sharing the excess: its batch, the most credit it may hold, what
@@ -229,6 +231,9 @@ impl HostEntry {
         epoch: u64,
     ) -> Self {
         let at_start = shared.counters();
+        let holds = shared.counters.holds();
+        let limit_held_at_start =
+            holds.held_by[HoldReason::Limit.index()] + holds.held_by[HoldReason::Burst.index()];
         let burst_seen = at_start
             .consumed_res
             .saturating_add(at_start.consumed_global);
@@ -252,6 +257,7 @@ impl HostEntry {
                 counts: PeriodCounts::default(),
                 underuse: UnderuseCounter::default(),
                 soft_idle: UnderuseCounter::default(),
+                limit_held_at_start,
             },
             share: HostShare::default(),
             window: Window::default(),
@@ -378,13 +384,16 @@ impl HostEntry {
                     }
                     // Behind at all: one pool's work is what the host did this period
                     // (tokens cached in channels are not work), against the schedule
-                    // without the burst ahead (the burst is what a host may take early,
-                    // not what it owes: at the period's start nobody is behind), so a
-                    // host that keeps up has the whole reservation when the period
-                    // ends; two pools go by the pool, less what channels may cache.
+                    // with the burst ahead, so a host that keeps up has the whole
+                    // reservation a burst before the period ends; over the period's
+                    // first burst that target ramps up from nothing (at twice the
+                    // schedule's rate), so nobody is behind at the period's start. Two
+                    // pools go by the pool, less what channels may cache.
                     let burst = mul_div(per, v.behind_slack, den);
                     let late_by = if pools == 1 {
-                        let due = mul_div(per, den - num, den);
+                        let elapsed = den - num;
+                        let ahead = elapsed.min(v.behind_slack);
+                        let due = mul_div(per, (elapsed + ahead).min(den), den);
                         due.saturating_sub(used[r]).saturating_sub(1)
                     } else {
                         usable.saturating_sub(burst.max(1) + cached)
@@ -454,6 +463,9 @@ pub(crate) struct PeriodTotals {
     /// Time the period's completed commands spent at the base, summed (Little's law:
     /// over the period's length, the mean number in flight).
     pub(crate) service_ns: u64,
+    /// Some host had commands held at its limit or burst rate: its demand was capped by
+    /// the contract, so what the target served says nothing of its capacity.
+    pub(crate) limit_bound: bool,
 }
 
 /// What the end of a period needs to judge a host.
@@ -489,6 +501,11 @@ impl HostEntry {
         let service_ns = now_c.service_ns.wrapping_sub(last.service_ns);
         t.service_ns = t.service_ns.saturating_add(service_ns);
         let backlogged = now_c.held_events > last.held_events;
+        let holds = self.shared.counters.holds();
+        let limit_held =
+            holds.held_by[HoldReason::Limit.index()] + holds.held_by[HoldReason::Burst.index()];
+        t.limit_bound |= limit_held > self.outcomes.limit_held_at_start;
+        self.outcomes.limit_held_at_start = limit_held;
         let hard = self.budgets.reservation_total();
         if v.count_offered {
             let mut offered = self
