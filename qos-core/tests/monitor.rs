@@ -1288,3 +1288,34 @@ fn periods_capped_by_limits_are_no_measure_of_capacity() {
     let limit_bound = run(Some(60_000));
     assert_eq!(limit_bound, 100_000);
 }
+
+/// The estimate restarts at the capacity given when asked (the plugin asks when an
+/// update gives a capacity, even the same one).
+#[test]
+fn the_estimate_can_be_reset_to_the_capacity_given() {
+    let mut d = domain(100_000);
+    d.estimator = EstimatorConfig {
+        enabled: true,
+        ..Default::default()
+    };
+    d.capacity.iops_stddev = 20_000;
+    let mut m = Monitor::new(d, T0).unwrap();
+    m.add_host(HostConfig::new("nqn.x"), T0).unwrap();
+    let mut ch = m.channel("nqn.x").unwrap();
+    // 60,000 IOPS of demand a second for four seconds: averaged down.
+    for ms in 1..=4_000u64 {
+        let now = at_ms(ms);
+        m.tick(now);
+        for _ in 0..60 {
+            if ch.try_admit(IoKind::Read, 4096, now).is_admitted() {
+                ch.record_completion(IoKind::Read, 4096);
+            }
+        }
+        ch.flush();
+    }
+    assert!(m.budget().ops < 90_000, "{}", m.budget().ops);
+    m.reset_estimate();
+    // The next period is sized by the capacity given.
+    m.tick(at_ms(5_000));
+    assert_eq!(m.budget().ops, 100_000);
+}

@@ -203,6 +203,10 @@ pub fn update_domain(u: &DomainUpdate) -> Result<(), Refusal> {
         d.monitor
             .update_domain(cfg, now())
             .map_err(|e| refused(e.kind(), format!("domain {}: {e}", u.name)))?;
+        if u.capacity_iops.is_some() || u.capacity_mibps.is_some() {
+            // A capacity given again, even the same one, restarts the estimate there.
+            d.monitor.reset_estimate();
+        }
         let restart = p.check_interval_us != d.params.check_interval_us;
         d.params = p;
         Ok::<_, Refusal>(restart)

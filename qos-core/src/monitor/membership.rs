@@ -575,6 +575,12 @@ impl Monitor {
         Ok(())
     }
 
+    /// Forgets what the capacity estimators learned: they start again from the
+    /// capacity given (an operator who sends the same capacity again means it).
+    pub fn reset_estimate(&mut self) {
+        self.estimators = super::make_estimators(&self.cfg, self.policy.as_ref());
+    }
+
     fn set_bypass(&mut self, bypass: bool) {
         self.cfg.bypass = bypass;
         self.shared.bypass.store(bypass as u64, Ordering::Release);
