@@ -1007,7 +1007,14 @@ impl ChannelTokens {
         }
         if deficit(self) > 0 && self.domain.global_open_to(&self.host, r) {
             let d = deficit(self);
-            self.glob[r] += self.domain.global[r].take(tag, d + batch);
+            // A paced pool's slice is small: no batch ahead, so one channel does not
+            // take what the others' commands would have gone with.
+            let ahead = if self.domain.pool_paced.load(Ordering::Relaxed) & (1 << r) != 0 {
+                0
+            } else {
+                batch
+            };
+            self.glob[r] += self.domain.global[r].take(tag, d + ahead);
         }
         deficit(self) == 0
     }

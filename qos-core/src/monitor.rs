@@ -438,6 +438,7 @@ impl Monitor {
             behind_ns: t.behind_ns,
             close: t.close,
             haechi_bound,
+            used_global: t.used_global,
             tag: self.epoch as u16,
             budget: self.budget,
             cfg: &self.cfg,

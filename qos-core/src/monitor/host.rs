@@ -102,6 +102,9 @@ pub(crate) struct Activity {
     /// behind its reservation schedule.
     pub(crate) ticks_active: u32,
     pub(crate) lag_ticks: u32,
+    /// Per resource, how much work it is behind its reservation's schedule with
+    /// commands at the target, as of the last check interval (0: not behind).
+    pub(crate) behind_by: [u64; 2],
     /// Check intervals of this period, those with commands held, and the commands held
     /// summed over them.
     ticks: u32,
@@ -217,6 +220,8 @@ pub(crate) struct IntervalTotals {
     pub(crate) in_flight: [u64; 2],
     /// Work they completed since the period started.
     pub(crate) used: [u64; 2],
+    /// Of it, work paid with global tokens (including credit).
+    pub(crate) used_global: [u64; 2],
     /// Work (operations, cost units) they completed and the time that work spent at
     /// the base since the last sample of the depth curve.
     pub(crate) depth: (u64, u64),
@@ -356,10 +361,14 @@ impl HostEntry {
         for r in 0..2 {
             used[r] = spent.get(RES[r]).saturating_sub(spent_before.get(RES[r]));
             t.used[r] = t.used[r].saturating_add(used[r]);
+            let global = c.consumed_global.get(RES[r]);
+            t.used_global[r] = t.used_global[r]
+                .saturating_add(global.saturating_sub(s.consumed_global.get(RES[r])));
         }
         let mut lag = 0u64;
         let mut behind = 0u64;
         let mut behind_ns = [0u64; 2];
+        let mut late_work = [0u64; 2];
         let mut close = 0u64;
         let idle = self.activity.observe(&c, v.now, v.idle_after);
         let (num, den) = v.left;
@@ -384,21 +393,23 @@ impl HostEntry {
                     }
                     // Behind at all: one pool's work is what the host did this period
                     // (tokens cached in channels are not work), against the schedule
-                    // with the burst ahead, so a host that keeps up has the whole
-                    // reservation a burst before the period ends; over the period's
-                    // first burst that target ramps up from nothing (at twice the
-                    // schedule's rate), so nobody is behind at the period's start. Two
-                    // pools go by the pool, less what channels may cache.
+                    // two bursts ahead, so a host that keeps up has the whole
+                    // reservation two bursts before the period ends (one left periods
+                    // a few tokens short); over the period's first two bursts that
+                    // target ramps up from nothing (at twice the schedule's rate), so
+                    // nobody is behind at the period's start. Two pools go by the
+                    // pool, less what channels may cache.
                     let burst = mul_div(per, v.behind_slack, den);
                     let late_by = if pools == 1 {
                         let elapsed = den - num;
-                        let ahead = elapsed.min(v.behind_slack);
+                        let ahead = elapsed.min(v.behind_slack.saturating_mul(2));
                         let due = mul_div(per, (elapsed + ahead).min(den), den);
                         due.saturating_sub(used[r]).saturating_sub(1)
                     } else {
                         usable.saturating_sub(burst.max(1) + cached)
                     };
                     if late_by > 0 {
+                        late_work[r] = late_work[r].max(late_by);
                         behind |= 1 << r;
                         behind_ns[r] = behind_ns[r].max(mul_div(late_by, den, per));
                     }
@@ -419,6 +430,11 @@ impl HostEntry {
         }
         t.lag |= lag;
         t.behind |= behind;
+        self.activity.behind_by = if c.outstanding() > 0 {
+            late_work
+        } else {
+            [0; 2]
+        };
         if c.outstanding() > 0 {
             t.close |= close;
             t.behind_backlogged |= behind;
@@ -675,6 +691,7 @@ impl Activity {
             idle: false,
             ticks_active: 0,
             lag_ticks: 0,
+            behind_by: [0; 2],
             ticks: 0,
             held_ticks: 0,
             held_sum: 0,

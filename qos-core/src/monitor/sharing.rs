@@ -66,6 +66,8 @@ pub(crate) struct Interval<'a> {
     /// Bit r: some host with commands at the target is within a few check intervals
     /// ahead of its schedule.
     pub(crate) close: u64,
+    /// Work the hosts paid with global tokens (or credit) since the period started.
+    pub(crate) used_global: [u64; 2],
     /// Haechi's global pool now: what the rest of the period can serve by the
     /// estimate beyond what is promised or in flight.
     pub(crate) haechi_bound: [u64; 2],
