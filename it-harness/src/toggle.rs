@@ -140,7 +140,7 @@ pub fn iostat_ops(answer: &Value, bdevs: &[String]) -> (u64, u64, Vec<u64>) {
 /// poller (one run per reactor iteration of the group, busy when a connection had
 /// work) and the accel framework's completion poller (busy when a copy of the malloc
 /// base completed: the per-iteration batch of the base).
-pub const POLLERS: [&str; 2] = ["nvmf_poll_group_poll", "accel_comp_poll"];
+pub const POLLERS: [&str; 2] = ["nvmf_TCP", "accel_comp_poll"];
 
 /// From `thread_get_pollers`' answer: `(run_count, busy_count)` of the active pollers
 /// named `name`, summed over the threads whose name starts with `nvmf_tgt_poll_group`.
@@ -269,7 +269,10 @@ mod tests {
         assert!(t[0].kept && !t[1].kept && t[2].kept, "{t:?}");
         assert!((t[2].ratio - 110.0 / 119.0).abs() < 1e-9);
         // A B segment at either end, or next to another B, makes no triplet.
-        let t = triplets(&[seg(false, 1), seg(true, 1), seg(false, 1), seg(false, 1)], 0.1);
+        let t = triplets(
+            &[seg(false, 1), seg(true, 1), seg(false, 1), seg(false, 1)],
+            0.1,
+        );
         assert!(t.is_empty(), "{t:?}");
         // Shares: host 0 has a quarter everywhere, so its B/A share ratio is 1.
         let r = share_ratios(&s, &triplets(&s, 0.1), 0);
@@ -286,7 +289,10 @@ mod tests {
         let (m, lo, hi) = bootstrap_median(&v, 2000, 1, 0.95);
         assert_eq!((m, lo, hi), bootstrap_median(&v, 2000, 1, 0.95));
         assert!(lo <= m && m <= hi && lo < hi, "{lo} {m} {hi}");
-        assert!(hi - lo < 0.02, "60 values 4 % wide: a narrow interval ({lo}..{hi})");
+        assert!(
+            hi - lo < 0.02,
+            "60 values 4 % wide: a narrow interval ({lo}..{hi})"
+        );
         // Another seed: another interval, close by.
         let (_, lo2, hi2) = bootstrap_median(&v, 2000, 2, 0.95);
         assert!((lo2 - lo).abs() < 0.005 && (hi2 - hi).abs() < 0.005);
@@ -302,7 +308,10 @@ mod tests {
             {"name": "qos2", "num_read_ops": 7, "num_write_ops": 3},
             {"name": "qos1", "num_read_ops": 10, "num_write_ops": 0}]});
         let names = ["qos1".to_string(), "qos2".into(), "qos3".into()];
-        assert_eq!(iostat_ops(&io, &names), (5000, 2_000_000_000, vec![10, 10, 0]));
+        assert_eq!(
+            iostat_ops(&io, &names),
+            (5000, 2_000_000_000, vec![10, 10, 0])
+        );
         let pollers = json!({"tick_rate": 1, "threads": [
             {"name": "app_thread", "active_pollers": [
                 {"name": "nvmf_poll_group_poll", "run_count": 1000, "busy_count": 1000}]},
@@ -340,6 +349,9 @@ mod tests {
         assert!((r - 12_000.0).abs() < 1e-6, "{r}");
         assert_eq!(perf_rate_in(&s, ev, 0.1, 0.5, 0.9), None);
         // A window with an uncounted interval says nothing rather than too little.
-        assert_eq!(perf_rate_in(&s, "syscalls:sys_enter_readv", 0.1, 0.0, 0.25), None);
+        assert_eq!(
+            perf_rate_in(&s, "syscalls:sys_enter_readv", 0.1, 0.0, 0.25),
+            None
+        );
     }
 }
