@@ -136,10 +136,11 @@ pub fn iostat_ops(answer: &Value, bdevs: &[String]) -> (u64, u64, Vec<u64>) {
     )
 }
 
-/// The poller names whose runs the instrument counts: the NVMe-oF poll group's own
-/// poller (one run per reactor iteration of the group, busy when a connection had
-/// work) and the accel framework's completion poller (busy when a copy of the malloc
-/// base completed: the per-iteration batch of the base).
+/// The poller names whose runs the instrument counts: the NVMe-oF transport poll
+/// group's poller (`nvmf_TCP` in SPDK v25.09, lib/nvmf/transport.c: one run per reactor
+/// iteration, busy when a socket of the group had work) and the accel framework's
+/// completion poller (`accel_comp_poll`, busy when a copy of the malloc base completed:
+/// the per-iteration batch of the base).
 pub const POLLERS: [&str; 2] = ["nvmf_TCP", "accel_comp_poll"];
 
 /// From `thread_get_pollers`' answer: `(run_count, busy_count)` of the active pollers
@@ -314,13 +315,13 @@ mod tests {
         );
         let pollers = json!({"tick_rate": 1, "threads": [
             {"name": "app_thread", "active_pollers": [
-                {"name": "nvmf_poll_group_poll", "run_count": 1000, "busy_count": 1000}]},
+                {"name": "nvmf_TCP", "run_count": 1000, "busy_count": 1000}]},
             {"name": "nvmf_tgt_poll_group_000", "active_pollers": [
-                {"name": "nvmf_poll_group_poll", "run_count": 50, "busy_count": 20},
+                {"name": "nvmf_TCP", "run_count": 50, "busy_count": 20},
                 {"name": "accel_comp_poll", "run_count": 50, "busy_count": 5}]},
             {"name": "nvmf_tgt_poll_group_001", "active_pollers": [
-                {"name": "nvmf_poll_group_poll", "run_count": 30, "busy_count": 10}]}]});
-        assert_eq!(poller_counts(&pollers, "nvmf_poll_group_poll"), (80, 30));
+                {"name": "nvmf_TCP", "run_count": 30, "busy_count": 10}]}]});
+        assert_eq!(poller_counts(&pollers, POLLERS[0]), (80, 30));
         assert_eq!(poller_counts(&pollers, "accel_comp_poll"), (50, 5));
         let stats = json!({"threads": [
             {"name": "app_thread", "busy": 9, "idle": 9},

@@ -15,7 +15,7 @@
 //!   share in B over its share in A, and its held commands by reason (`held_by` of
 //!   `qos_stats_get`, read right after each flip) in B and in A against its admitted
 //!   commands. Speed-independent ratios per state: commands per busy run of the poll
-//!   group's `nvmf_poll_group_poll` and `accel_comp_poll` (`thread_get_pollers`), the
+//!   group's `nvmf_TCP` and `accel_comp_poll` (`thread_get_pollers`), the
 //!   poll group's idle share (`thread_get_stats`), and `sendmsg` / `readv` per command
 //!   (`perf stat -I 100 -x,` on the target's syscall tracepoints, 100-ms intervals
 //!   lying wholly inside a segment's measured window; SKIPPED, saying why, without
