@@ -56,10 +56,17 @@ pub fn triplets(segs: &[Segment], tolerance: f64) -> Vec<Triplet> {
             Triplet {
                 b: k,
                 ratio: segs[k].rate() / ((a0 + a1) / 2.0).max(1e-9),
-                kept: (a0 - a1).abs() <= tolerance * a0.max(a1),
+                kept: agree(a0, a1, tolerance),
             }
         })
         .collect()
+}
+
+/// Whether two measurements of the same thing (the A's around a B, the plain phases
+/// around a QoS phase) differ by no more than `tolerance` x the larger: the machine kept
+/// its speed between them, as far as can be seen.
+pub fn agree(a: f64, b: f64, tolerance: f64) -> bool {
+    (a - b).abs() <= tolerance * a.max(b)
 }
 
 /// Host `host`'s share in each kept triplet's B segment over its mean share in the two
@@ -269,6 +276,8 @@ mod tests {
         assert!((t[0].ratio - 99.0 / 101.0).abs() < 1e-9, "{t:?}");
         assert!(t[0].kept && !t[1].kept && t[2].kept, "{t:?}");
         assert!((t[2].ratio - 110.0 / 119.0).abs() < 1e-9);
+        assert!(agree(100.0, 110.0, 0.1) && agree(110.0, 100.0, 0.1));
+        assert!(!agree(100.0, 111.2, 0.1) && !agree(111.2, 100.0, 0.1));
         // A B segment at either end, or next to another B, makes no triplet.
         let t = triplets(
             &[seg(false, 1), seg(true, 1), seg(false, 1), seg(false, 1)],

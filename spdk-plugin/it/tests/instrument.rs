@@ -19,11 +19,12 @@
 //!   poll group's idle share (`thread_get_stats`), and `sendmsg` / `readv` per command
 //!   (`perf stat -I 100 -x,` on the target's syscall tracepoints, 100-ms intervals
 //!   lying wholly inside a segment's measured window; SKIPPED, saying why, without
-//!   `perf` or the tracepoints). Then the same load against bare: `QOS_IT_ROUNDS`
-//!   (default 6) rounds of a QoS phase (state B) between plain phases of
-//!   `QOS_IT_PHASE_SECS` (default 5), each phase its own bdevperf; a round's ratio is its
-//!   QoS total over the mean of the plain phases around it, rounds whose plain phases
-//!   differ by more than 10 % counted apart; the same speed-independent ratios per phase.
+//!   `perf` or the tracepoints). Then the same load against bare: rounds of a QoS phase
+//!   (state B) between plain phases of `QOS_IT_PHASE_SECS` (default 5), each phase its
+//!   own bdevperf, until `QOS_IT_STEADY` (default 6) rounds were steady or
+//!   `QOS_IT_ROUNDS` (default 20) were run; a round's ratio is its QoS total over the
+//!   mean of the plain phases around it, rounds whose plain phases differ by more than
+//!   10 % counted apart; the same speed-independent ratios per phase.
 //! - `instrument_smoke` (in `make test`, about 30 s): a few flips on four hosts, host 4
 //!   limited: the flips are seen in `qos_stats_get`'s `bypass`, every segment's rate is
 //!   positive, B holds the limited host by its limit and A holds nothing and lets it
@@ -71,7 +72,9 @@ struct Config {
     sharing: String,
     cores: String,
     toggle_secs: u64,
+    /// Side-by-side rounds at most, and the steady ones to stop at.
     rounds: usize,
+    steady: usize,
     phase_secs: u32,
     perf: bool,
     seed: u64,
@@ -114,7 +117,10 @@ fn config() -> Config {
         toggle_secs: env_number("QOS_IT_TOGGLE_SECS", "seconds, e.g. 120")
             .unwrap_or(120)
             .max(5),
-        rounds: env_number("QOS_IT_ROUNDS", "a count, e.g. 6")
+        rounds: env_number("QOS_IT_ROUNDS", "a count, e.g. 20")
+            .unwrap_or(20)
+            .max(1) as usize,
+        steady: env_number("QOS_IT_STEADY", "a count, e.g. 6")
             .unwrap_or(6)
             .max(1) as usize,
         phase_secs: env_number("QOS_IT_PHASE_SECS", "seconds, e.g. 5")
@@ -660,7 +666,7 @@ fn toggle_instrument() {
     let n = c.loads.len();
     println!(
         "The instrument ({}): {}; reservations {:?} % of bare, limit {:?}, capacity {}, \
-         sharing {}, target on {}; toggle {} s, then {} rounds of {} s phases",
+         sharing {}, target on {}; toggle {} s, then up to {} rounds of {} s phases (until {} steady)",
         c.workload,
         c.loads
             .iter()
@@ -675,7 +681,8 @@ fn toggle_instrument() {
         c.cores,
         c.toggle_secs,
         c.rounds,
-        c.phase_secs
+        c.phase_secs,
+        c.steady
     );
     let max = c.toggle_secs + (2 * c.rounds as u64 + 3) * (c.phase_secs as u64 + 6) + 120;
     let mut t = plain_target(&s, &c.cores, n, max);
@@ -726,14 +733,18 @@ fn toggle_instrument() {
     plain.push(p);
     let mut snaps_plain = vec![(a, z)];
     let mut snaps_qos = Vec::new();
-    for _ in 0..c.rounds {
+    let mut steady_rounds = 0;
+    while qos.len() < c.rounds && steady_rounds < c.steady {
         let (q, a, z) = run(&mut t, QOS);
         qos.push(q);
         snaps_qos.push((a, z));
         let (p, a, z) = run(&mut t, PLAIN);
         plain.push(p);
         snaps_plain.push((a, z));
+        let r = qos.len() - 1;
+        steady_rounds += usize::from(agree(plain[r], plain[r + 1], 0.1));
     }
+    let rounds = qos.len();
     let samples = perf.map(PerfStat::finish).unwrap_or_default();
     for (a, z) in &snaps_plain {
         wins_plain.push(window(true, a, z, &samples));
@@ -744,10 +755,10 @@ fn toggle_instrument() {
     t.stop(30);
     let mut ratios_all = Vec::new();
     let mut steady = Vec::new();
-    for r in 0..c.rounds {
+    for r in 0..rounds {
         let around = (plain[r] + plain[r + 1]) / 2.0;
         let ratio = qos[r] / around;
-        let ok = (plain[r] - plain[r + 1]).abs() <= 0.1 * plain[r].max(plain[r + 1]);
+        let ok = agree(plain[r], plain[r + 1], 0.1);
         ratios_all.push(ratio);
         if ok {
             steady.push(ratio);
@@ -774,7 +785,7 @@ fn toggle_instrument() {
         100.0 * s1,
         100.0 * s3,
         steady.len(),
-        c.rounds,
+        rounds,
         100.0 * median(&ratios_all)
     );
     let rp = ratios(wins_plain.iter());
