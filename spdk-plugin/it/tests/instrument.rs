@@ -25,7 +25,7 @@
 //!   `QOS_IT_ROUNDS` (default 20) were run; a round's ratio is its QoS total over the
 //!   mean of the plain phases around it, rounds whose plain phases differ by more than
 //!   10 % counted apart; the same speed-independent ratios per phase.
-//! - `instrument_smoke` (in `make test`, about 30 s): a few flips on four hosts, host 4
+//! - `instrument_smoke` (in `make test`, about 15 s): six flips on four hosts, host 4
 //!   limited: the flips are seen in `qos_stats_get`'s `bypass`, every segment's rate is
 //!   positive, B holds the limited host by its limit and A holds nothing and lets it
 //!   through (`bypassed`), and it does more in A than in B.
