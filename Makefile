@@ -13,7 +13,7 @@ VENV ?= .venv
 SPDK_PRESENT_FILES := $(addprefix $(SPDK_DIR)/,$(shell grep -v '^\#' spdk-present.list))
 SPDK_FOUND := $(if $(strip $(foreach f,$(SPDK_PRESENT_FILES),$(if $(wildcard $(f)),,missing))),,yes)
 
-.PHONY: test test-rust test-loom test-rpc test-exporter test-spdk test-install install accept soak fuzz fuzz-cov lint lab bench exporter
+.PHONY: test test-rust test-loom test-rpc test-exporter test-spdk test-install install accept soak fuzz fuzz-cov lint lab bench exporter instrument
 
 test: test-rust test-loom test-rpc test-exporter test-install test-spdk
 
@@ -127,6 +127,20 @@ ifneq ($(SPDK_FOUND),)
 	NVMF_QOS_ACCEPTANCE=1 SPDK_DIR="$(SPDK_DIR)" cargo test --release -p target-it --test cluster -- --nocapture
 else
 	@echo "SKIPPED: acceptance runs need SPDK at SPDK_DIR=$(SPDK_DIR)"
+endif
+
+# The instrument of issue 38 (docs/benchmarks.md, "The instrument (issue 38)"): one
+# bdevperf run flipped every second between the domain's bypass (A) and the
+# configuration under test (B), B/A with a bootstrap interval, the speed-independent
+# ratios, then the QoS against bare in 5-s phases. Its QOS_IT_* knobs pass through the
+# environment. Runs where SPDK is present.
+instrument:
+ifneq ($(SPDK_FOUND),)
+	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin
+	$(KEEP_HUGEPAGES) SPDK_DIR="$(SPDK_DIR)" \
+	cargo test --release -p target-it --test instrument toggle_instrument -- --ignored --nocapture --test-threads=1
+else
+	@echo "SKIPPED: the instrument needs SPDK at SPDK_DIR=$(SPDK_DIR)"
 endif
 
 lint:

@@ -11,7 +11,8 @@
 //! periods a host's reservation is judged in; [`checks`] holds the acceptance
 //! thresholds and expected refusals, [`numbers`] the small statistics the tests share;
 //! [`etcd`] runs a real etcd for the cluster test; [`profile`] runs Linux `perf` on the
-//! processes for the benchmarks; [`cgroup`] puts a CPU quota on the target.
+//! processes for the benchmarks; [`cgroup`] puts a CPU quota on the target; [`toggle`]
+//! holds the toggle instrument's arithmetic and counter readers (issue 38).
 //!
 //! Nothing here links SPDK: on a machine without it the tests print a SKIPPED line.
 //! Every item is also re-exported at the crate root (`use it_harness::*`).
@@ -32,6 +33,7 @@ pub mod rpc;
 pub mod setup;
 pub mod stats;
 pub mod target;
+pub mod toggle;
 
 pub use app::tail;
 pub use bdevperf::*;
@@ -47,3 +49,4 @@ pub use rpc::*;
 pub use setup::*;
 pub use stats::*;
 pub use target::*;
+pub use toggle::*;

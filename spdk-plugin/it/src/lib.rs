@@ -7,6 +7,10 @@
 //! and their agents). Their hosts are `spdk_nvme_perf`,
 //! bdevperf (plain bdev_nvme, some through the initiator plugin) and it-harness's
 //! minimal NVMe/TCP host. The harness they use is the workspace's one harness crate,
-//! `it-harness`, re-exported here whole.
+//! `it-harness`, re-exported here whole; [`workload`] holds the hosts' loads the
+//! side-by-side test and the instrument (`tests/instrument.rs`, issue 38) share.
 
 pub use it_harness::*;
+
+pub mod workload;
+pub use workload::*;

@@ -219,30 +219,6 @@ fn estimate_at(p: &History, epoch: u64) -> Option<u64> {
     p.estimate.range(..=epoch).next_back().map(|(_, v)| *v)
 }
 
-/// The four hosts' queue depths: `default`, or `QOS_IT_QDS` (four numbers, commas).
-fn queue_depths(default: [u32; 4]) -> [u32; 4] {
-    let Ok(v) = std::env::var("QOS_IT_QDS") else {
-        return default;
-    };
-    let qds: Vec<u32> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-    match <[u32; 4]>::try_from(qds) {
-        Ok(q) if q.iter().all(|&d| (1..=1024).contains(&d)) => q,
-        _ => panic!("QOS_IT_QDS={v:?}: give four queue depths 1..=1024, e.g. 64,128,192,256"),
-    }
-}
-
-/// Four percentages from environment variable `var`, or `default`.
-fn percents(var: &str, default: [u64; 4]) -> [u64; 4] {
-    let Ok(v) = std::env::var(var) else {
-        return default;
-    };
-    let p: Vec<u64> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-    match <[u64; 4]>::try_from(p) {
-        Ok(p) if p.iter().sum::<u64>() <= 100 => p,
-        _ => panic!("{var}={v:?}: give four percentages summing to at most 100, e.g. 12,8,5,3"),
-    }
-}
-
 fn show(v: &[f64]) -> String {
     v.iter()
         .map(|x| format!("{:.1}K", x / 1000.0))
@@ -455,89 +431,6 @@ fn weighted_excess_whatever_the_queue_depth() {
     );
 }
 
-/// One host's load in the side-by-side test.
-#[derive(Debug, Clone, Copy)]
-struct HostLoad {
-    qd: u32,
-    /// bdevperf's `rw`, and the percent of reads of a mixed one.
-    rw: &'static str,
-    read_mix: Option<u32>,
-    bs: u64,
-    weight: u32,
-    /// Reservation, percent of the capacity hint.
-    res_pct: u64,
-}
-
-impl HostLoad {
-    fn job(&self, bdev: &str) -> Job {
-        let j = Job::new(bdev, self.rw, self.bs, self.qd);
-        match self.read_mix {
-            Some(m) => j.with_read_mix(m),
-            None => j,
-        }
-    }
-
-    fn describe(&self) -> String {
-        let mix = self
-            .read_mix
-            .map_or(String::new(), |m| format!(" {m}% reads"));
-        format!("QD {} {} {} KiB{mix}", self.qd, self.rw, self.bs / 1024)
-    }
-}
-
-/// The side-by-side test's hosts, by `QOS_IT_WORKLOAD` (issue 26's acceptance
-/// configurations): `four` (default: QD 16/32/48/64 4 KiB random reads, weights
-/// 4/3/2/1, reservations 15/15/10/5 %; `QOS_IT_QDS` and `QOS_IT_RES` apply), `eight`
-/// (QD 4 to 128, weights and reservations of the lab's `op-depth-8hosts`), `rw` (the
-/// four with 70/30 random reads and writes), `big` (the four, hosts 2 and 4 reading
-/// 128 KiB).
-fn side_by_side_workload() -> (String, Vec<HostLoad>) {
-    let name = std::env::var("QOS_IT_WORKLOAD").unwrap_or_else(|_| "four".into());
-    let four = |rw: &'static str, read_mix, big: bool| -> Vec<HostLoad> {
-        let (qds, res) = (
-            queue_depths([16, 32, 48, 64]),
-            percents("QOS_IT_RES", [15, 15, 10, 5]),
-        );
-        (0..4)
-            .map(|k| HostLoad {
-                qd: qds[k],
-                rw,
-                read_mix,
-                bs: if big && k % 2 == 1 { 128 * 1024 } else { 4096 },
-                weight: [4, 3, 2, 1][k],
-                res_pct: res[k],
-            })
-            .collect()
-    };
-    let loads = match name.as_str() {
-        "four" => four("randread", None, false),
-        "rw" => four("randrw", Some(70), false),
-        "big" => four("randread", None, true),
-        "eight" => [
-            (4, 8, 2),
-            (8, 1, 3),
-            (16, 4, 5),
-            (24, 2, 5),
-            (32, 3, 10),
-            (48, 1, 8),
-            (64, 2, 5),
-            (128, 1, 3),
-        ]
-        .into_iter()
-        .map(|(qd, weight, res_pct)| HostLoad {
-            qd,
-            rw: "randread",
-            read_mix: None,
-            bs: 4096,
-            weight,
-            res_pct,
-        })
-        .collect(),
-        other => panic!("QOS_IT_WORKLOAD={other:?}: give four, eight, rw or big"),
-    };
-    (name, loads)
-}
-
 /// Busy and idle ticks of the target's poll-group threads so far (`thread_get_stats`):
 /// a busy-polling reactor is busy when its pollers found work, so the share of busy
 /// ticks over a phase says whether the target was the bottleneck.
@@ -580,7 +473,7 @@ fn qos_total_against_bare_side_by_side() {
     let Some(s) = setup_or_skip("QoS against bare, side by side") else {
         return;
     };
-    let (workload, loads) = side_by_side_workload();
+    let (workload, loads) = side_by_side_workload([15, 15, 10, 5]);
     let qds: Vec<u32> = loads.iter().map(|l| l.qd).collect();
     let weights: Vec<u32> = loads.iter().map(|l| l.weight).collect();
     let res_pct: Vec<u64> = loads.iter().map(|l| l.res_pct).collect();
