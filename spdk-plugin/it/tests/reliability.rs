@@ -45,7 +45,8 @@
 //! again, `qos_domain_update` (capacity, period, release mode), a host moved in or out
 //! of the group, a controller reset at the initiator (`bdev_nvme_reset_controller`), a
 //! host disconnected and reconnected (its listener removed and added back; bdev_nvme
-//! reconnects and retries), host 5's QoS bdev deleted and created again.
+//! reconnects and retries), host 5's QoS bdev deleted and created again, the domain's
+//! bypass on for 0.3-1.5 s under load and off again (issue 38).
 //!
 //! Soak audit, after the run: 0 verify errors in bdevperf and no failed I/O but those
 //! SPDK's controller reset fails by design (at most one queue depth per reset); host 5
@@ -501,7 +502,7 @@ struct Churn {
 
 impl Churn {
     fn step(&mut self, t: &mut Target, b: &Bdevperf, epoch: u64) -> Option<Event> {
-        let action = self.rng.below(7);
+        let action = self.rng.below(8);
         let host = self.rng.range(1, HOSTS as u64) as usize;
         let settle = 2;
         let (name, ev): (&'static str, Option<Event>) = match action {
@@ -602,6 +603,25 @@ impl Churn {
                 let reconnect = (RECONNECT_DELAY_S * 1000 + down).div_ceil(self.period_ms) + 1;
                 let e = self.event(epoch, "disconnect", Some(host), settle + reconnect);
                 ("disconnect", Some(e))
+            }
+            6 => {
+                // The bypass (issue 38) on for a moment under load, then off: every
+                // held command goes at once and holding starts again, with nothing
+                // lost or completed twice. The periods it covers are not judged.
+                let on = self.rng.range(300, 1500);
+                let flip = |t: &mut Target, bypass: bool| {
+                    t.call("qos_domain_update", json!({"name": "d", "bypass": bypass}));
+                };
+                flip(t, true);
+                std::thread::sleep(Duration::from_millis(on));
+                flip(t, false);
+                let e = self.event(
+                    epoch,
+                    "bypass",
+                    None,
+                    settle + on.div_ceil(self.period_ms) + 1,
+                );
+                ("bypass", Some(e))
             }
             _ => {
                 t.call(
