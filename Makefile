@@ -201,7 +201,8 @@ else
 	@echo "SKIPPED: the plugins need SPDK at SPDK_DIR=$(SPDK_DIR); installed everything else"
 endif
 	install -m 644 rpc-scripts/qos_rpc.py $(DESTDIR)$(LIBDIR)/rpc-scripts/
-	install -m 644 exporter/nvmf_qos_exporter.py exporter/requirements.txt $(DESTDIR)$(LIBDIR)/exporter/
+	install -m 644 exporter/nvmf_qos_exporter.py exporter/requirements.txt exporter/requirements.lock \
+		$(DESTDIR)$(LIBDIR)/exporter/
 	install -m 644 dashboards/nvmf-qos.json dashboards/provisioning.yaml $(DESTDIR)$(DATADIR)/
 	sed -e 's|runbook: "docs/operations.md#|runbook: "$(RUNBOOK_URL)#|' dashboards/alerts.yml \
 		> $(DESTDIR)$(DATADIR)/alerts.yml
@@ -218,7 +219,7 @@ endif
 		echo '{"subsystems": []}' > $(DESTDIR)$(SYSCONFDIR)/nvmf-qos/target.json
 	$(PYTHON) -m venv --clear $(DESTDIR)$(LIBDIR)/venv
 ifeq ($(INSTALL_PYTHON_DEPS),1)
-	$(DESTDIR)$(LIBDIR)/venv/bin/pip install -q -r exporter/requirements.txt
+	$(DESTDIR)$(LIBDIR)/venv/bin/pip install -q --require-hashes -r exporter/requirements.lock
 endif
 	@echo "installed under $(DESTDIR)$(PREFIX), units in $(DESTDIR)$(UNITDIR): see docs/operations.md, Install"
 

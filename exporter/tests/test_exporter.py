@@ -388,3 +388,23 @@ def test_no_tick_gap_from_a_plugin_without_it(stub):
     _, m = scrape(s2.path, compact=False)
     assert [c for c in s2.calls if c[0] == 'qos_stats_get'] == [('qos_stats_get', None)]
     assert value(m, 'nvmf_qos_domain_longest_tick_gap_seconds', domain='d0') == pytest.approx(0.003)
+
+
+def test_requirements_are_pinned_and_the_lock_has_the_same_pins_with_hashes():
+    """requirements.txt pins exact versions; requirements.lock (make install's, pip
+    --require-hashes) pins the same ones, each with at least one sha256."""
+    def reqs(name):
+        text = open(os.path.join(EXPORTER, name)).read().replace('\\\n', ' ')
+        out = {}
+        for line in text.splitlines():
+            line = line.split('#', 1)[0].strip()
+            if line:
+                pin, *hashes = line.split()
+                assert '==' in pin, '%s: %s is not an exact pin' % (name, pin)
+                pkg, version = pin.split('==')
+                out[pkg.lower()] = (version, [h for h in hashes if h.startswith('--hash=sha256:')])
+        return out
+    pinned, locked = reqs('requirements.txt'), reqs('requirements.lock')
+    assert {k: v for k, (v, _) in pinned.items()} == {k: v for k, (v, _) in locked.items()}
+    for pkg, (_, hashes) in locked.items():
+        assert hashes and all(len(h) == len('--hash=sha256:') + 64 for h in hashes), pkg
