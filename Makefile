@@ -188,7 +188,7 @@ UNITS = spdk-plugin/systemd/nvmf-qos-target.service.in exporter/systemd/nvmf-qos
 DEFAULTS = spdk-plugin/systemd/nvmf-qos-target.default exporter/systemd/nvmf-qos-exporter.default \
 	cluster-agent/systemd/nvmf-qos-agent.default
 SUBST = sed -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
-	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g'
+	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DATADIR@|$(DATADIR)|g'
 
 install:
 	cargo build --release -p nvmf-qos-agent
@@ -208,6 +208,7 @@ endif
 	install -m 644 dashboards/nvmf-qos.json dashboards/provisioning.yaml $(DESTDIR)$(DATADIR)/
 	sed -e 's|runbook: "docs/operations.md#|runbook: "$(RUNBOOK_URL)#|' dashboards/alerts.yml \
 		> $(DESTDIR)$(DATADIR)/alerts.yml
+	$(SUBST) dashboards/prometheus.yml.in > $(DESTDIR)$(DATADIR)/prometheus.yml
 	install -m 644 docs/*.md CHANGELOG.md LICENSE $(DESTDIR)$(DOCDIR)/
 	for u in $(UNITS); do \
 		$(SUBST) $$u > $(DESTDIR)$(UNITDIR)/$$(basename $$u .in) || exit 1; \
@@ -223,6 +224,12 @@ endif
 ifeq ($(INSTALL_PYTHON_DEPS),1)
 	$(DESTDIR)$(LIBDIR)/venv/bin/pip install -q --require-hashes -r exporter/requirements.lock
 endif
+ifneq ($(DESTDIR),)
+# The venv's scripts (pip's shebang, activate) and pyvenv.cfg name it where it was made:
+# where it is installed instead.
+	grep -rlI -- '$(DESTDIR)' $(DESTDIR)$(LIBDIR)/venv/bin $(DESTDIR)$(LIBDIR)/venv/pyvenv.cfg \
+		| xargs -r sed -i 's|$(DESTDIR)||g'
+endif
 	@echo "installed under $(DESTDIR)$(PREFIX), units in $(DESTDIR)$(UNITDIR): see docs/operations.md, Install"
 
 # `make install` into a scratch prefix: every file in place, and systemd-analyze verify
@@ -234,7 +241,7 @@ test-install:
 	for f in usr/bin/nvmf-qos-agent usr/lib/nvmf-qos/rpc-scripts/qos_rpc.py \
 		usr/lib/nvmf-qos/exporter/nvmf_qos_exporter.py usr/lib/nvmf-qos/venv/bin/python \
 		usr/share/nvmf-qos/alerts.yml usr/share/nvmf-qos/nvmf-qos.json usr/share/doc/nvmf-qos/operations.md \
-		etc/default/nvmf-qos-target etc/default/nvmf-qos-exporter etc/default/nvmf-qos-agent \
+		usr/share/nvmf-qos/prometheus.yml etc/default/nvmf-qos-target etc/default/nvmf-qos-exporter etc/default/nvmf-qos-agent \
 		etc/nvmf-qos/target.json \
 		$(if $(SPDK_FOUND),usr/lib/nvmf-qos/libnvmf_qos_tgt.so usr/lib/nvmf-qos/libnvmf_qos_ini.so); do \
 		test -e $$tmp/$$f || { echo "make install did not install $$f"; exit 1; }; \
@@ -243,6 +250,8 @@ test-install:
 		grep -q "^EnvironmentFile=-$$tmp/etc/default/$$(basename $$u .service)$$" $$u \
 			|| { echo "$$u does not read $$tmp/etc/default/$$(basename $$u .service)"; exit 1; }; \
 	done && \
+	if command -v promtool > /dev/null; then promtool check config $$tmp/usr/share/nvmf-qos/prometheus.yml \
+		> $$tmp/log 2>&1 || { cat $$tmp/log; exit 1; }; fi && \
 	if grep -n 'runbook: "' $$tmp/usr/share/nvmf-qos/alerts.yml | grep -v "runbook: \"file://$$tmp/usr/share/doc/nvmf-qos/operations.md#"; then \
 		echo "installed alerts.yml: a runbook link that is not the installed operations.md"; exit 1; fi && \
 	$(MAKE) --no-print-directory install PREFIX=$$tmp/usr UNITDIR=$$tmp/units SYSCONFDIR=$$tmp/etc \

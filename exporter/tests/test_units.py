@@ -175,6 +175,13 @@ def test_each_installed_unit_starts_from_its_example_settings(tmp_path, spdk_loc
     assert make.returncode == 0, make.stdout[-3000:] + make.stderr[-3000:]
     config = destdir + SYSCONFDIR + '/nvmf-qos/target.json'
     assert json.load(open(config)) == {'subsystems': []}, 'the empty saved config'
+    # The venv names where it is installed, not the scratch directory (pip's shebang).
+    venv = destdir + PREFIX + '/lib/nvmf-qos/venv'
+    staged_names = subprocess.run(['grep', '-rlI', destdir, venv + '/bin', venv + '/pyvenv.cfg'],
+                                  capture_output=True, text=True).stdout.split()
+    assert not staged_names, staged_names
+    with open(venv + '/bin/pip') as f:
+        assert f.readline().startswith('#!%s/lib/nvmf-qos/venv/bin/python' % PREFIX)
 
     sock = str(tmp_path / 'spdk.sock')
     # The installed empty config, read from where it lies here.
