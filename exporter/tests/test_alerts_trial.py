@@ -3,12 +3,18 @@ bdevperf on another core, the exporter with its default --timeout (1 s) and a re
 Prometheus scraping and evaluating every 2 s with dashboards/alerts.yml as installed
 (not scaled):
 
-1. A load starts on a healthy target (the trial's three hosts, each held at its limit):
-   no alert fires in the 2 minutes after (NVMF_QOS_TRIAL_HEALTHY_SECS). The trial saw
-   NvmfQosReservationMissed fire 2-4 s after every load start: the first, partial
-   period counted as missed.
+1. A load starts on a healthy target (the trial's three hosts, each held at its limit),
+   four fifths into a QoS period (bdevperf -z, then perform_tests at that moment), so
+   that its first period is a short one: no alert fires in the 2 minutes after
+   (NVMF_QOS_TRIAL_HEALTHY_SECS). The trial saw NvmfQosReservationMissed 2-4 s after
+   every load start: the first, partial period counted as missed. Whether the target
+   counts that period as backlogged varies from run to run, so the test prints whether
+   the rule before issue 43, queried beside it, would have fired (the promtool fixtures
+   pin the rule down). An alert here fails the test with the target's own account of
+   the periods: a busy machine can make the target miss whole periods for real.
 2. A CPU quota on nvmf_tgt (3 ms of every 10, cgroup cpu controller): ReservationMissed
-   fires within 10 s, and nvmf_qos_domain_longest_tick_gap_seconds shows the gaps.
+   fires within 10 s, and nvmf_qos_domain_longest_tick_gap_seconds shows gaps of at
+   least the 7 ms the quota keeps the thread off its core.
 3. The target hangs (SIGSTOP): NvmfQosTargetDown fires, and the exporter keeps
    answering Prometheus (up stays 1: no NvmfQosExporterDown). The trial saw the
    opposite: its exporter's calls piled up behind a 3 s timeout.
@@ -131,6 +137,18 @@ def _bdevperf_files(tmp_path, port):
         '[%s]\nfilename=N%sn1\nrw=randread\nbs=4096\niodepth=32\n' % (name, name) for name, _, _ in HOSTS))
 
 
+def _history(c):
+    """The target's own account of the last periods (why an alert fired): per host
+    (epoch, ops, met, backlogged), and the estimator's decisions."""
+    d = c.call('qos_stats_get', {'domain': 'd', 'periods': 128})[0]
+    lines = ['%s %s %s' % (h['host_nqn'][-2:], h['periods_total'], [
+        (p['epoch'], p['ops'], int(p['met']), int(p['backlogged'])) for p in reversed(h['periods'])])
+        for h in d['hosts']]
+    lines += ['estimator %s' % [(r['epoch'], r['budget'], r['used'], r['evidence'], r['step'], r['next'],
+                                 r['longest_tick_gap_ns'] // 1000) for r in reversed(d['estimator_periods'])]]
+    return '\n'.join(lines)
+
+
 # The rule before issue 43, to say whether this load start is one it fired on.
 OLD_MISSED = ('sum by (host_nqn) (increase(nvmf_qos_host_periods_total{outcome="missed", backlogged="true"}[10m]))'
               ' / sum by (host_nqn) (increase(nvmf_qos_host_periods_total{backlogged="true"}[10m])) > 0.01')
@@ -162,17 +180,25 @@ def test_alerts_at_a_load_start_a_cpu_quota_and_a_hung_target(tmp_path, spdk_loc
 
         # 1. The load starts on a healthy target.
         print('\nstarted in %.1f s; phase 1: a load starts, %d s watched' % (time.monotonic() - t0, HEALTHY_SECS))
-        bp, _ = start_app('examples/bdevperf', ['--json', str(tmp_path / 'bdev.json'), '-j',
-                                                 str(tmp_path / 'jobs.conf'), '-t', '500', '-m', '0x2', '-i', '84'],
-                           bp_sock, tmp_path / 'bdevperf.log', max_secs=600, probe='bdev_get_bdevs')
+        bp, bpc = start_app('examples/bdevperf', ['--json', str(tmp_path / 'bdev.json'), '-j',
+                                                   str(tmp_path / 'jobs.conf'), '-t', '500', '-m', '0x2', '-i', '84',
+                                                   '-z'], bp_sock, tmp_path / 'bdevperf.log', max_secs=600,
+                             probe='bdev_get_bdevs')
         procs.append(bp)
+        # Four fifths into a period: the load's first period is a fifth of one.
+        d = c.call('qos_stats_get', {'domain': 'd', 'compact': True, 'host_nqn': ''})[0]
+        period = d['period_ns'] / 1e9
+        time.sleep((0.8 - d['elapsed_ns'] / 1e9 / period) % 1.0 * period)
+        # perform_tests answers when the run ends: sent, not waited for.
+        bpc.send('perform_tests', {})
         started = watch.now()
         old_fired = set()
         while watch.now() < started + HEALTHY_SECS:
             for s in prom.query(OLD_MISSED):
                 old_fired.add(s[0]['host_nqn'])
             time.sleep(2)
-        assert not watch.firing, 'alerts fired on a healthy target after a load start: %s' % watch.firing
+        assert not watch.firing, 'alerts fired on a healthy target after a load start: %s\n%s' % (
+            watch.firing, _history(c))
         rates = {s[0]['host_nqn']: s[1] for s in prom.query('rate(nvmf_qos_host_completed_ios_total[30s])')}
         backlogged = {s[0]['host_nqn']: s[1] for s in prom.query(
             'sum by (host_nqn) (increase(nvmf_qos_host_periods_total{backlogged="true"}[%ds]))' % HEALTHY_SECS)}
@@ -195,7 +221,7 @@ def test_alerts_at_a_load_start_a_cpu_quota_and_a_hung_target(tmp_path, spdk_loc
         fired = watch.wait_firing('NvmfQosReservationMissed', 10, since=since, instance=at)
         took = [t for t, lv in watch.fired('NvmfQosReservationMissed') if t >= since][0] - since
         gap = prom.wait_for('max_over_time(nvmf_qos_domain_longest_tick_gap_seconds{instance="%s"}[10s])' % at,
-                            lambda r: r and r[0][1] > 0.005, timeout=20)
+                            lambda r: r and r[0][1] > 0.007, timeout=20)
         print('  ReservationMissed %.1f s after the quota (%s); longest tick gap %.1f ms' % (
             took, fired['host_nqn'], gap[0][1] * 1e3))
         quota.lift()
