@@ -40,8 +40,12 @@ $(VENV)/.installed: rpc-scripts/requirements-test.txt exporter/requirements.txt
 # (Debian's `prometheus`; skipped, saying so, without it) scraping the exporter, and the
 # dashboard's queries against the exporter's metric names; the alert rules in promtool
 # fixtures and, loaded into a real Prometheus, firing on a real nvmf_tgt, bdevperf with
-# the initiator plugin and the cluster agent (test_alerts_real.py). The tests against a
-# real nvmf_tgt run where SPDK is present (see test-spdk's definition below).
+# the initiator plugin and the cluster agent (test_alerts_real.py), and unscaled as the
+# operator trial of issue 43 met them: a load start, a CPU quota, a hung target
+# (test_alerts_trial.py, about 3.5 minutes); and the installed
+# systemd units, each ExecStart run from a scratch DESTDIR install with its example
+# settings (test_units.py). The tests against a real nvmf_tgt run where SPDK is present
+# (see test-spdk's definition below).
 test-exporter: $(VENV)/.installed
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin -p nvmf-qos-agent
@@ -176,24 +180,35 @@ endif
 
 # Installation (docs/operations.md, "Install"): the agent, the plugins (where SPDK is
 # found), the rpc.py plugin and the exporter with a virtualenv of its pinned
-# dependencies (INSTALL_PYTHON_DEPS=0: the venv without them), the alert rules and the
-# dashboard, the docs, and systemd units for nvmf_tgt with the plugin, the exporter and
-# the agent. PREFIX and DESTDIR as usual; UNITDIR for the units.
+# dependencies (INSTALL_PYTHON_DEPS=0: the venv without them), the alert rules (their
+# runbook links pointing at RUNBOOK_URL, the installed operations.md unless given) and
+# the dashboard, the docs, systemd units for nvmf_tgt with the plugin, the exporter and
+# the agent, and for each unit a commented example of its settings in
+# SYSCONFDIR/default (an existing file is kept; the example goes beside it as
+# NAME.example), plus an empty saved config for the target where there is none. PREFIX
+# and DESTDIR as usual; UNITDIR for the units, SYSCONFDIR for /etc.
 PREFIX ?= /usr/local
 DESTDIR ?=
 UNITDIR ?= /etc/systemd/system
+SYSCONFDIR ?= /etc
 INSTALL_PYTHON_DEPS ?= 1
 BINDIR = $(PREFIX)/bin
 LIBDIR = $(PREFIX)/lib/nvmf-qos
 DATADIR = $(PREFIX)/share/nvmf-qos
 DOCDIR = $(PREFIX)/share/doc/nvmf-qos
+RUNBOOK_URL ?= file://$(DOCDIR)/operations.md
 UNITS = spdk-plugin/systemd/nvmf-qos-target.service.in exporter/systemd/nvmf-qos-exporter.service.in \
 	cluster-agent/systemd/nvmf-qos-agent.service.in
+DEFAULTS = spdk-plugin/systemd/nvmf-qos-target.default exporter/systemd/nvmf-qos-exporter.default \
+	cluster-agent/systemd/nvmf-qos-agent.default
+SUBST = sed -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
+	-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DATADIR@|$(DATADIR)|g'
 
 install:
 	cargo build --release -p nvmf-qos-agent
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/exporter $(DESTDIR)$(LIBDIR)/rpc-scripts \
-		$(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(UNITDIR)
+		$(DESTDIR)$(DATADIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(SYSCONFDIR)/default $(DESTDIR)$(SYSCONFDIR)/nvmf-qos
 	install -m 755 target/release/nvmf-qos-agent $(DESTDIR)$(BINDIR)/
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin
@@ -202,16 +217,32 @@ else
 	@echo "SKIPPED: the plugins need SPDK at SPDK_DIR=$(SPDK_DIR); installed everything else"
 endif
 	install -m 644 rpc-scripts/qos_rpc.py $(DESTDIR)$(LIBDIR)/rpc-scripts/
-	install -m 644 exporter/nvmf_qos_exporter.py exporter/requirements.txt $(DESTDIR)$(LIBDIR)/exporter/
-	install -m 644 dashboards/alerts.yml dashboards/nvmf-qos.json dashboards/provisioning.yaml $(DESTDIR)$(DATADIR)/
+	install -m 644 exporter/nvmf_qos_exporter.py exporter/requirements.txt exporter/requirements.lock \
+		$(DESTDIR)$(LIBDIR)/exporter/
+	install -m 644 dashboards/nvmf-qos.json dashboards/provisioning.yaml $(DESTDIR)$(DATADIR)/
+	sed -e 's|runbook: "docs/operations.md#|runbook: "$(RUNBOOK_URL)#|' dashboards/alerts.yml \
+		> $(DESTDIR)$(DATADIR)/alerts.yml
+	$(SUBST) dashboards/prometheus.yml.in > $(DESTDIR)$(DATADIR)/prometheus.yml
 	install -m 644 docs/*.md CHANGELOG.md LICENSE $(DESTDIR)$(DOCDIR)/
 	for u in $(UNITS); do \
-		sed -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' $$u \
-			> $(DESTDIR)$(UNITDIR)/$$(basename $$u .in) || exit 1; \
+		$(SUBST) $$u > $(DESTDIR)$(UNITDIR)/$$(basename $$u .in) || exit 1; \
 	done
+	for f in $(DEFAULTS); do \
+		out=$(DESTDIR)$(SYSCONFDIR)/default/$$(basename $$f .default); \
+		if [ -e $$out ]; then echo "kept $$out; the example is $$out.example"; out=$$out.example; fi; \
+		$(SUBST) $$f > $$out || exit 1; \
+	done
+	test -e $(DESTDIR)$(SYSCONFDIR)/nvmf-qos/target.json || \
+		echo '{"subsystems": []}' > $(DESTDIR)$(SYSCONFDIR)/nvmf-qos/target.json
 	$(PYTHON) -m venv --clear $(DESTDIR)$(LIBDIR)/venv
 ifeq ($(INSTALL_PYTHON_DEPS),1)
-	$(DESTDIR)$(LIBDIR)/venv/bin/pip install -q -r exporter/requirements.txt
+	$(DESTDIR)$(LIBDIR)/venv/bin/pip install -q --require-hashes -r exporter/requirements.lock
+endif
+ifneq ($(DESTDIR),)
+# The venv's scripts (pip's shebang, activate) and pyvenv.cfg name it where it was made:
+# where it is installed instead.
+	grep -rlI -- '$(DESTDIR)' $(DESTDIR)$(LIBDIR)/venv/bin $(DESTDIR)$(LIBDIR)/venv/pyvenv.cfg \
+		| xargs -r sed -i 's|$(DESTDIR)||g'
 endif
 	@echo "installed under $(DESTDIR)$(PREFIX), units in $(DESTDIR)$(UNITDIR): see docs/operations.md, Install"
 
@@ -219,14 +250,27 @@ endif
 # (systemd's own checker: syntax, and that each ExecStart exists) on the units.
 test-install:
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-	$(MAKE) --no-print-directory install PREFIX=$$tmp/usr UNITDIR=$$tmp/units INSTALL_PYTHON_DEPS=0 > $$tmp/log 2>&1 \
-		|| { cat $$tmp/log; exit 1; } && \
+	$(MAKE) --no-print-directory install PREFIX=$$tmp/usr UNITDIR=$$tmp/units SYSCONFDIR=$$tmp/etc \
+		INSTALL_PYTHON_DEPS=0 > $$tmp/log 2>&1 || { cat $$tmp/log; exit 1; } && \
 	for f in usr/bin/nvmf-qos-agent usr/lib/nvmf-qos/rpc-scripts/qos_rpc.py \
 		usr/lib/nvmf-qos/exporter/nvmf_qos_exporter.py usr/lib/nvmf-qos/venv/bin/python \
 		usr/share/nvmf-qos/alerts.yml usr/share/nvmf-qos/nvmf-qos.json usr/share/doc/nvmf-qos/operations.md \
+		usr/share/nvmf-qos/prometheus.yml etc/default/nvmf-qos-target etc/default/nvmf-qos-exporter etc/default/nvmf-qos-agent \
+		etc/nvmf-qos/target.json \
 		$(if $(SPDK_FOUND),usr/lib/nvmf-qos/libnvmf_qos_tgt.so usr/lib/nvmf-qos/libnvmf_qos_ini.so); do \
 		test -e $$tmp/$$f || { echo "make install did not install $$f"; exit 1; }; \
 	done && \
+	for u in $$tmp/units/*.service; do \
+		grep -q "^EnvironmentFile=-$$tmp/etc/default/$$(basename $$u .service)$$" $$u \
+			|| { echo "$$u does not read $$tmp/etc/default/$$(basename $$u .service)"; exit 1; }; \
+	done && \
+	if command -v promtool > /dev/null; then promtool check config $$tmp/usr/share/nvmf-qos/prometheus.yml \
+		> $$tmp/log 2>&1 || { cat $$tmp/log; exit 1; }; fi && \
+	if grep -n 'runbook: "' $$tmp/usr/share/nvmf-qos/alerts.yml | grep -v "runbook: \"file://$$tmp/usr/share/doc/nvmf-qos/operations.md#"; then \
+		echo "installed alerts.yml: a runbook link that is not the installed operations.md"; exit 1; fi && \
+	$(MAKE) --no-print-directory install PREFIX=$$tmp/usr UNITDIR=$$tmp/units SYSCONFDIR=$$tmp/etc \
+		INSTALL_PYTHON_DEPS=0 > $$tmp/log 2>&1 || { cat $$tmp/log; exit 1; } && \
+	test -e $$tmp/etc/default/nvmf-qos-target.example || { echo "a second install did not keep the settings"; exit 1; } && \
 	if command -v systemd-analyze > /dev/null; then \
 		for u in $$tmp/units/*.service; do \
 			out=$$(systemd-analyze verify $$u 2>&1 | grep -v 'sysinit.target\|multi-user.target\|network-online.target'); \

@@ -21,6 +21,8 @@ initiator side. `docs/operations.md` lists every metric.
 import argparse
 import json
 import logging
+import math
+import socket
 import sys
 import threading
 import time
@@ -40,6 +42,12 @@ PREFIX = 'nvmf_qos'
 DEFAULT_PORT = 9633
 # The rules that hold a command (qos_stats_get's `held_by`; HoldReason in qos-core).
 HOLD_REASONS = ('limit', 'burst', 'reservation', 'share', 'budget', 'window')
+DEFAULT_TIMEOUT = 1.0
+# nvmf_qos_domain_longest_tick_gap_seconds: over the periods that ended in this many
+# seconds (a scrape every 10 s or more often sees every period), at most the estimator
+# log the plugin keeps.
+TICK_GAP_WINDOW_S = 10
+ESTIMATOR_LOG_PERIODS = 64
 
 log = logging.getLogger('nvmf_qos_exporter')
 
@@ -58,7 +66,28 @@ if JSONRPCClient is not None:
         one reads 4 KiB at a time and re-parses the whole buffer after each read (and
         formats the answer for its debug log), which makes a 1 MB answer cost seconds
         in the client alone. This one reads large chunks and parses once the buffer
-        ends a JSON object."""
+        ends a JSON object.
+
+        Its constructor is its own too: the stock one connects without a timeout (a
+        stopped application whose listen queue is full blocks it for ever) and adds a
+        log handler to a logger shared by every client of the socket, one more at each
+        reconnection."""
+
+        def __init__(self, addr, timeout):  # pylint: disable=super-init-not-called
+            self._logger = logging.getLogger('nvmf_qos_exporter.rpc')
+            self.timeout = timeout
+            self._request_id = 0
+            self._recv_buf = ''
+            self._reqs = []
+            self._batch_mode = False
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            try:
+                self.sock.connect(addr)
+            except OSError as ex:
+                self.sock.close()
+                self.sock = None
+                raise JSONRPCException('cannot connect to %s: %s' % (addr, ex)) from None
 
         def recv(self):
             deadline = time.monotonic() + self.timeout
@@ -80,6 +109,8 @@ if JSONRPCClient is not None:
                 self.sock.settimeout(left)
                 try:
                     data = self.sock.recv(1 << 20)
+                except socket.timeout:
+                    raise JSONRPCException('no answer within the scrape\'s --timeout') from None
                 except OSError as ex:
                     raise JSONRPCException('Error while receiving: %s' % ex) from None
                 if not data:
@@ -103,12 +134,14 @@ def _error_of(ex):
             return RpcError(err.get('code'), err.get('message', text))
         except ValueError:
             pass
-    return RpcError(None, text)
+    return RpcError(None, ' '.join(text.split()))
 
 
 class Source:
     """One SPDK application's JSON-RPC socket; reconnects after a failure. Calls are
-    serialised (one scrape at a time talks to the socket)."""
+    serialised (one scrape at a time talks to the socket), each within the deadline of
+    its scrape: a scrape that cannot have the socket before its deadline (another one is
+    still waiting for a hung application) fails at once instead of queueing behind it."""
 
     def __init__(self, socket_path, timeout):
         self.socket_path = socket_path
@@ -116,20 +149,40 @@ class Source:
         self._client = None
         self._lock = threading.Lock()
 
-    def call(self, method, params=None):
-        with self._lock:
-            try:
-                if self._client is None:
-                    self._client = Client(self.socket_path, timeout=self.timeout)
-                return self._client.call(method, params)
-            except JSONRPCException as ex:
-                err = _error_of(ex)
-                if err.code is None:
-                    self._drop()
-                raise err from None
-            except (OSError, ValueError) as ex:
+    def deadline(self):
+        """The deadline of a scrape that starts now."""
+        return time.monotonic() + self.timeout
+
+    def call(self, method, params=None, deadline=None):
+        if deadline is None:
+            deadline = self.deadline()
+        left = deadline - time.monotonic()
+        if left <= 0 or not self._lock.acquire(timeout=left):
+            raise RpcError(None, 'no answer within --timeout %g s (%s not sent: an earlier call still waits '
+                           'for the application)' % (self.timeout, method))
+        try:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RpcError(None, 'no answer within --timeout %g s (%s not sent)' % (self.timeout, method))
+            if self._client is None:
+                self._client = Client(self.socket_path, left)
+            self._client.timeout = left
+            self._client.sock.settimeout(left)
+            return self._client.call(method, params)
+        except JSONRPCException as ex:
+            err = _error_of(ex)
+            if err.code is None:
                 self._drop()
-                raise RpcError(None, str(ex)) from None
+                raise RpcError(None, '%s: %s' % (method, err)) from None
+            raise err from None
+        except socket.timeout:
+            self._drop()
+            raise RpcError(None, '%s: not sent within the scrape\'s --timeout' % method) from None
+        except (OSError, ValueError) as ex:
+            self._drop()
+            raise RpcError(None, '%s: %s' % (method, ex)) from None
+        finally:
+            self._lock.release()
 
     def _drop(self):
         if self._client is not None:
@@ -155,31 +208,80 @@ class QosCollector(Collector):
         self.source = source
         self.compact = compact
 
+    def describe(self):
+        """Nothing to declare ahead: registering the collector must not call the
+        application (the registry would scrape once to learn the names)."""
+        return []
+
     # -- helpers ---------------------------------------------------------------------
 
-    def _try(self, method, params=None):
+    def _try(self, deadline, method, params=None):
         """The method's result, None when the plugin is not loaded; RpcError when the
-        application does not answer."""
+        application does not answer (within the scrape's deadline)."""
         try:
-            return self.source.call(method, params)
+            return self.source.call(method, params, deadline)
         except RpcError as ex:
             if ex.code == METHOD_NOT_FOUND:
                 return None
             raise
 
+    def _tick_gaps(self, deadline, target):
+        """Per domain, the longest time between two runs of its QoS monitor over the
+        periods that ended in the last TICK_GAP_WINDOW_S seconds (at least the last one):
+        `longest_tick_gap_ns` of the estimator's log, which only the full form has. The
+        compact scrape asks for it with a second call that names no host (`host_nqn`
+        that no host has: the domains' figures and log, no host built). None where the
+        plugin does not report it."""
+        domains = target if isinstance(target, list) else [target]
+        want = {}
+        for d in domains:
+            if isinstance(d, dict) and d.get('name') is not None:
+                period_s = (d.get('period_ns') or 1e9) / 1e9
+                want[d['name']] = min(ESTIMATOR_LOG_PERIODS, max(1, math.ceil(TICK_GAP_WINDOW_S / period_s)))
+        if not want:
+            return {}
+        if self.compact:
+            try:
+                logs = self._try(deadline, 'qos_stats_get', {'periods': max(want.values()), 'host_nqn': ''})
+            except RpcError as ex:
+                if ex.code is None:
+                    raise
+                return {}  # a plugin that refuses the form: no tick gap
+            logs = logs if isinstance(logs, list) else [logs]
+        else:
+            logs = domains
+        gaps = {}
+        for d in logs or []:
+            if not isinstance(d, dict) or d.get('name') not in want:
+                continue
+            recs = [r for r in d.get('estimator_periods') or []
+                    if isinstance(r, dict) and r.get('longest_tick_gap_ns') is not None]
+            if not recs:
+                continue
+            last = max(r.get('epoch', 0) for r in recs)
+            n = want[d['name']]
+            gaps[d['name']] = max(r['longest_tick_gap_ns'] for r in recs if r.get('epoch', 0) > last - n) / 1e9
+        return gaps
+
     def collect(self):
         started = time.monotonic()
+        deadline = self.source.deadline()
         up = GaugeMetricFamily(PREFIX + '_up', 'Whether the SPDK application answered the last scrape with '
-                               'this plugin loaded (1) or not (0: no answer, or an application started '
-                               'without the plugin)', labels=['plugin'])
+                               'this plugin loaded (1) or not (0: no answer within --timeout, or an '
+                               'application started without the plugin)', labels=['plugin'])
         try:
             stats_params = {'compact': True} if self.compact else None
-            target = self._try('qos_stats_get', stats_params)
-            initiator = self._try('qos_ini_stats_get')
+            target = self._try(deadline, 'qos_stats_get', stats_params)
+            initiator = self._try(deadline, 'qos_ini_stats_get')
             if initiator is None:  # an initiator plugin older than qos_ini_stats_get
-                initiator = self._try('qos_ini_bdev_get')
+                initiator = self._try(deadline, 'qos_ini_bdev_get')
+            versions = [self._try(deadline, method) if loaded else None
+                        for loaded, method in ((target is not None, 'qos_version_get'),
+                                               (initiator is not None, 'qos_ini_version_get'))]
+            gaps = self._tick_gaps(deadline, target) if target is not None else {}
         except RpcError as ex:
-            log.warning('scrape failed: %s', ex)
+            # One line: the client's messages span several.
+            log.warning('scrape failed after %.0f ms: %s', (time.monotonic() - started) * 1e3, ex)
             up.add_metric(['target'], 0)
             up.add_metric(['initiator'], 0)
             yield up
@@ -188,9 +290,9 @@ class QosCollector(Collector):
         # a target is restarted without the plugin, not find the series gone.
         up.add_metric(['target'], int(target is not None))
         up.add_metric(['initiator'], int(initiator is not None))
-        yield from self._build_info(target is not None, initiator is not None)
+        yield self._build_info(versions)
         if target is not None:
-            yield from self._target(target)
+            yield from self._target(target, gaps)
         if initiator is not None:
             yield from self._initiator(initiator)
         yield up
@@ -253,22 +355,22 @@ class QosCollector(Collector):
                     gauge(name, text, labels).add_metric(lv, a['ops'])
             cls._burst('group', g.get('burst'), lv, labels, gauge, counter)
 
-    def _build_info(self, target, initiator):
+    @staticmethod
+    def _build_info(versions):
         """`nvmf_qos_build_info`: 1 per loaded plugin, its version in the labels (plugins
         older than the version methods are left out). Asked at every scrape: a restart
         with another build changes it."""
         info = GaugeMetricFamily(PREFIX + '_build_info', "A loaded plugin's version, token protocol version "
                                  'and build (always 1)', labels=['plugin', 'version', 'wire_protocol', 'profile'])
-        for loaded, method in ((target, 'qos_version_get'), (initiator, 'qos_ini_version_get')):
-            v = self._try(method) if loaded else None
+        for v in versions:
             if isinstance(v, dict):
                 info.add_metric([str(v.get('plugin', '')), str(v.get('version', '')),
                                  str(v.get('wire_protocol', '')), str(v.get('profile', ''))], 1)
-        yield info
+        return info
 
     # -- target ----------------------------------------------------------------------
 
-    def _target(self, domains):
+    def _target(self, domains, gaps):
         if isinstance(domains, dict):
             domains = [domains]
         g = {}
@@ -296,6 +398,11 @@ class QosCollector(Collector):
             period_s = (d.get('period_ns') or 1e9) / 1e9
             self._groups(d, dom, period_s, gauge, counter)
             gauge('domain_period_seconds', 'QoS period T', ['domain']).add_metric([dom], period_s)
+            if gaps.get(dom) is not None:
+                gauge('domain_longest_tick_gap_seconds', "Longest time between two runs of the domain's QoS "
+                      'monitor over the periods that ended in the last %g s (at least the last one): near '
+                      "the check interval normally, far above it when the target's thread was off its core"
+                      % TICK_GAP_WINDOW_S, ['domain']).add_metric([dom], gaps[dom])
             gauge('domain_epoch', 'Number of the current QoS period', ['domain']).add_metric(
                 [dom], d.get('epoch', 0))
             est = d.get('capacity_estimate') or {}
@@ -510,16 +617,20 @@ def parse_args(argv):
                    help='address to serve /metrics on (default %(default)s)')
     p.add_argument('-p', '--port', type=int, default=DEFAULT_PORT,
                    help='port to serve /metrics on (default %(default)s)')
-    p.add_argument('-t', '--timeout', type=float, default=3.0,
-                   help='seconds to wait for an answer of the application, below Prometheus\'s scrape '
-                        'timeout so that a hung application is stored as nvmf_qos_up 0 (default %(default)s)')
+    p.add_argument('-t', '--timeout', type=float, default=DEFAULT_TIMEOUT,
+                   help='seconds a scrape waits for the application\'s answers, all calls together; keep it '
+                        'below the scrape timeout of Prometheus\'s job, so that a hung application is stored '
+                        'as nvmf_qos_up 0 (NvmfQosTargetDown) and not as a failed scrape (default %(default)s)')
     p.add_argument('--full', action='store_true',
                    help='ask for the full statistics (with per-period history) instead of the compact form; '
                         'for targets whose plugin predates the compact form')
     p.add_argument('-v', '--verbose', action='store_true',
                    help='log every scrape (which plugins answered, how long it took); failed scrapes are '
                         'logged either way')
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if not args.timeout > 0:
+        p.error('--timeout must be above 0 seconds')
+    return args
 
 
 def main(argv=None):

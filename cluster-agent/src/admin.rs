@@ -44,6 +44,14 @@ pub enum AdminError {
     BadNqn(String),
     #[error("{key} holds what this version cannot read: {detail}")]
     Corrupt { key: String, detail: String },
+    #[error(
+        "no target of cluster {cluster} is live after waiting {waited_s} s, so a reservation of {reserved_iops} IOPS cannot be checked against capacity. Each target's agent (`nvmf-qos-agent run --cluster {cluster}`) joins at its first interval once the cluster exists and its target answers; `nvmf-qos-agent show --cluster {cluster}` lists the live targets. Start the agents (or check their logs), then run this again (or give it longer: --wait-s)"
+    )]
+    NoLiveTargets {
+        cluster: String,
+        reserved_iops: u64,
+        waited_s: u64,
+    },
 }
 
 fn require_cluster(
@@ -155,6 +163,35 @@ pub fn host_set(
     Ok(())
 }
 
+/// `host set` as the command runs it: [`host_set`], retried every `poll` for up to
+/// `wait` while no target of the cluster is live yet (right after `cluster create` the
+/// agents join at their next interval), then refused saying what to do.
+pub fn host_set_waiting(
+    s: &mut dyn Store,
+    cluster: &str,
+    nqn: &str,
+    host: ClusterHost,
+    wait: std::time::Duration,
+    poll: std::time::Duration,
+) -> Result<(), AdminError> {
+    let until = std::time::Instant::now() + wait;
+    loop {
+        match host_set(s, cluster, nqn, host.clone()) {
+            Err(AdminError::Admission(ClusterAdmissionError::NoTargets { reserved_iops })) => {
+                if std::time::Instant::now() >= until {
+                    return Err(AdminError::NoLiveTargets {
+                        cluster: cluster.into(),
+                        reserved_iops,
+                        waited_s: wait.as_secs(),
+                    });
+                }
+                std::thread::sleep(poll);
+            }
+            r => return r,
+        }
+    }
+}
+
 /// `host remove`: the agents give the host back to each target's own settings (they
 /// remove it from their domains) at their next interval.
 pub fn host_remove(s: &mut dyn Store, cluster: &str, nqn: &str) -> Result<(), AdminError> {
@@ -253,16 +290,16 @@ pub fn show_text(v: &Value) -> String {
     for t in v["targets"].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
-            "  target {:<16} domain {:<12} capacity {:>9} IOPS  period {} ms{}",
+            "  target {:<16} domain {:<12} capacity {:>9} IOPS  period {} ms",
             t["target"].as_str().unwrap_or("?"),
             t["domain"].as_str().unwrap_or("?"),
             opt(&t["capacity_iops"]),
             opt(&t["period_ms"]),
-            t["error"]
-                .as_str()
-                .map(|e| format!("  REFUSED: {e}"))
-                .unwrap_or_default()
         );
+        // What the target refused at its agent's last interval, a line each.
+        for e in t["error"].as_str().into_iter().flat_map(str::lines) {
+            let _ = writeln!(out, "    REFUSED {e}");
+        }
     }
     for h in v["hosts"].as_array().into_iter().flatten() {
         let _ = writeln!(
@@ -297,4 +334,125 @@ pub fn show_text(v: &Value) -> String {
         let _ = writeln!(out, "unreadable: {}", b.as_str().unwrap_or("?"));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{LeaseId, MemStore};
+    use std::time::{Duration, Instant};
+
+    /// A store in which a target's agent joins (writes its member record) at the
+    /// `join_after`-th listing of the members: an agent's first interval after the
+    /// cluster was created.
+    struct Joining {
+        inner: MemStore,
+        member_lists: u32,
+        join_after: u32,
+    }
+
+    impl Store for Joining {
+        fn grant(&mut self, ttl_s: u64) -> Result<LeaseId, StoreError> {
+            self.inner.grant(ttl_s)
+        }
+        fn keep_alive(&mut self, lease: LeaseId) -> Result<bool, StoreError> {
+            self.inner.keep_alive(lease)
+        }
+        fn revoke(&mut self, lease: LeaseId) -> Result<(), StoreError> {
+            self.inner.revoke(lease)
+        }
+        fn put(&mut self, k: &str, v: &str, lease: Option<LeaseId>) -> Result<(), StoreError> {
+            self.inner.put(k, v, lease)
+        }
+        fn create(&mut self, k: &str, v: &str, lease: LeaseId) -> Result<bool, StoreError> {
+            self.inner.create(k, v, lease)
+        }
+        fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+            let k = Keys::new("c");
+            if prefix == k.members() {
+                self.member_lists += 1;
+                if self.member_lists == self.join_after {
+                    let m = MemberRecord {
+                        target: "t1".into(),
+                        domain: "d".into(),
+                        capacity_iops: 100_000,
+                        period_ms: 1000,
+                        applied: BTreeMap::new(),
+                        error: None,
+                    };
+                    let v = serde_json::to_string(&m).unwrap();
+                    self.inner.put(&k.member("t1"), &v, None)?;
+                }
+            }
+            self.inner.list(prefix)
+        }
+        fn delete_prefix(&mut self, prefix: &str) -> Result<(), StoreError> {
+            self.inner.delete_prefix(prefix)
+        }
+        fn delete(&mut self, key: &str) -> Result<(), StoreError> {
+            self.inner.delete(key)
+        }
+    }
+
+    fn host() -> ClusterHost {
+        ClusterHost {
+            reservation_iops: 1000,
+            limit_iops: None,
+            weight: 1,
+        }
+    }
+
+    #[test]
+    fn host_set_right_after_cluster_create_waits_for_an_agent_to_join() {
+        let mut s = Joining {
+            inner: MemStore::default(),
+            member_lists: 0,
+            join_after: 3,
+        };
+        cluster_create(&mut s, "c", DivideConfig::default(), false).unwrap();
+        let poll = Duration::from_millis(10);
+        host_set_waiting(&mut s, "c", "h", host(), Duration::from_secs(5), poll).unwrap();
+        assert_eq!(s.member_lists, 3, "retried until the agent joined");
+        assert!(s.inner.get(&Keys::new("c").host("h")).unwrap().is_some());
+    }
+
+    #[test]
+    fn host_set_without_any_agent_says_what_to_do_after_its_wait() {
+        let mut s = Joining {
+            inner: MemStore::default(),
+            member_lists: 0,
+            join_after: u32::MAX,
+        };
+        cluster_create(&mut s, "c", DivideConfig::default(), false).unwrap();
+        let t0 = Instant::now();
+        let wait = Duration::from_millis(300);
+        let e = host_set_waiting(&mut s, "c", "h", host(), wait, Duration::from_millis(20))
+            .unwrap_err();
+        assert!(t0.elapsed() >= wait);
+        let text = e.to_string();
+        for part in [
+            "no target of cluster c is live after waiting 0 s",
+            "`nvmf-qos-agent run --cluster c`",
+            "`nvmf-qos-agent show --cluster c`",
+            "--wait-s",
+        ] {
+            assert!(text.contains(part), "{part} not in: {text}");
+        }
+        // Without a reservation nothing waits.
+        let free = ClusterHost {
+            reservation_iops: 0,
+            ..host()
+        };
+        let t0 = Instant::now();
+        host_set_waiting(
+            &mut s,
+            "c",
+            "h2",
+            free,
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+        )
+        .unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(1));
+    }
 }

@@ -37,7 +37,11 @@ pub struct AgentConfig {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TickReport {
     pub target_ok: bool,
+    /// The interval finished its calls to etcd (its lease renewed, its records written).
     pub etcd_ok: bool,
+    /// etcd answered this interval: `etcd_ok`, or, while the target cannot be read (the
+    /// interval does not renew the lease then), a read of the cluster's settings.
+    pub etcd_reachable: bool,
     pub leader: bool,
     /// Shares written to the target (`qos_host_set`) and hosts given back
     /// (`qos_host_remove`).
@@ -49,6 +53,9 @@ pub struct TickReport {
     pub shares: BTreeMap<String, LocalShare>,
     /// The cluster's hosts and their cluster-wide contracts, as read this interval.
     pub contracts: BTreeMap<String, ClusterHost>,
+    /// Hosts whose share the target refused this interval, with why (see
+    /// [`Change::describe`]); not in `errors`.
+    pub refused: BTreeMap<String, String>,
     pub errors: Vec<String>,
 }
 
@@ -57,6 +64,30 @@ pub struct TickReport {
 pub enum Change {
     Set(String, LocalShare),
     Remove(String),
+}
+
+impl Change {
+    /// The host it is about.
+    pub fn host(&self) -> &str {
+        match self {
+            Change::Set(nqn, _) | Change::Remove(nqn) => nqn,
+        }
+    }
+
+    /// What the change is, for a person: `share of HOST (reservation 300 IOPS, limit 600
+    /// IOPS, weight 1)` or `giving HOST back`.
+    pub fn describe(&self) -> String {
+        match self {
+            Change::Set(nqn, s) => format!(
+                "share of {nqn} (reservation {} IOPS, {}, weight {})",
+                s.reservation_iops,
+                s.limit_iops
+                    .map_or("no limit".into(), |l| format!("limit {l} IOPS")),
+                s.weight
+            ),
+            Change::Remove(nqn) => format!("giving {nqn} back (qos_host_remove)"),
+        }
+    }
 }
 
 /// An agent's state between intervals.
@@ -170,8 +201,14 @@ impl Agent {
         let local = match tgt.read(&self.cfg.domain) {
             Ok(l) => l,
             Err(e) => {
-                // Not renewing the lease is how a dead target leaves the cluster.
+                // Not renewing the lease is how a dead target leaves the cluster. etcd
+                // is only asked whether it answers, so that the agent's etcd metric
+                // says what etcd does, not what the target does.
                 r.errors.push(e.to_string());
+                match store.get(&self.keys.config()) {
+                    Ok(_) => r.etcd_reachable = true,
+                    Err(e) => r.errors.push(e.to_string()),
+                }
                 return r;
             }
         };
@@ -179,7 +216,10 @@ impl Agent {
         let window = self.cfg.window_ms.unwrap_or(local.period_ms).max(1);
         let demand = self.meter.observe(now_ms, &local.counters, window);
         match self.sync(store, tgt, &local, &demand, &mut r) {
-            Ok(()) => r.etcd_ok = true,
+            Ok(()) => {
+                r.etcd_ok = true;
+                r.etcd_reachable = true;
+            }
             Err(e) => r.errors.push(e.to_string()),
         }
         r
@@ -347,7 +387,6 @@ impl Agent {
     }
 
     fn apply(&mut self, changes: Vec<Change>, tgt: &mut dyn TargetRpc, r: &mut TickReport) {
-        let mut refusal = None;
         for c in changes {
             let res = match &c {
                 Change::Set(nqn, s) => tgt.host_set(&self.cfg.domain, nqn, s).map(|_| {
@@ -360,12 +399,74 @@ impl Agent {
                 }),
             };
             if let Err(e) = res {
-                let msg = format!("{c:?}: {e}");
-                r.errors.push(msg.clone());
-                refusal = Some(msg);
+                r.refused
+                    .insert(c.host().to_string(), format!("{}: {e}", c.describe()));
             }
         }
-        self.last_refusal = refusal;
+        // Published in this target's member record (`show` prints it), one line a host.
+        self.last_refusal = (!r.refused.is_empty())
+            .then(|| r.refused.values().cloned().collect::<Vec<_>>().join("\n"));
+    }
+}
+
+/// How often a refusal that lasts is logged again.
+pub const REFUSAL_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What to log about refused shares: each refusal when it starts, once a
+/// [`REFUSAL_LOG_EVERY`] while it lasts (the agent retries at every interval: logging
+/// each would be 4-8 lines a second), and its end.
+#[derive(Debug, Default)]
+pub struct RefusalLog {
+    /// Per host: when it was last logged, and the refusals since.
+    open: BTreeMap<String, (std::time::Instant, u64)>,
+}
+
+/// A line for the log: a warning, or news that something cleared.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogLine {
+    Warn(String),
+    Info(String),
+}
+
+impl RefusalLog {
+    /// The lines to log after interval `r`, at `now`.
+    pub fn note(&mut self, r: &TickReport, now: std::time::Instant) -> Vec<LogLine> {
+        let mut out = Vec::new();
+        for (nqn, why) in &r.refused {
+            match self.open.get_mut(nqn) {
+                None => {
+                    out.push(LogLine::Warn(format!(
+                        "the target refused the {why}; retrying every interval (logged again every {} s while it lasts)",
+                        REFUSAL_LOG_EVERY.as_secs()
+                    )));
+                    self.open.insert(nqn.clone(), (now, 0));
+                }
+                Some((at, n)) => {
+                    *n += 1;
+                    if now.saturating_duration_since(*at) >= REFUSAL_LOG_EVERY {
+                        out.push(LogLine::Warn(format!(
+                            "still refused ({n} more times in {} s): {why}",
+                            now.saturating_duration_since(*at).as_secs()
+                        )));
+                        *at = now;
+                        *n = 0;
+                    }
+                }
+            }
+        }
+        // Only an interval that got to applying shares says a refusal ended.
+        if r.target_ok && r.etcd_ok {
+            self.open.retain(|nqn, _| {
+                let open = r.refused.contains_key(nqn);
+                if !open {
+                    out.push(LogLine::Info(format!(
+                        "the target no longer refuses the share of {nqn}"
+                    )));
+                }
+                open
+            });
+        }
+        out
     }
 }
 
@@ -423,5 +524,55 @@ mod tests {
         );
         // A host the operator set by hand is not the agent's to remove.
         assert!(reconcile(Some(&mine), &hosts, &have, &BTreeSet::new()).is_empty());
+    }
+
+    #[test]
+    fn a_refusal_reads_as_the_share_and_is_logged_once_a_minute() {
+        let c = Change::Set("h1".into(), share(300, Some(600)));
+        assert_eq!(
+            c.describe(),
+            "share of h1 (reservation 300 IOPS, limit 600 IOPS, weight 1)"
+        );
+        assert_eq!(
+            Change::Set("h1".into(), share(0, None)).describe(),
+            "share of h1 (reservation 0 IOPS, no limit, weight 1)"
+        );
+        let mut log = RefusalLog::default();
+        let t0 = std::time::Instant::now();
+        let r = TickReport {
+            target_ok: true,
+            etcd_ok: true,
+            refused: BTreeMap::from([("h1".to_string(), format!("{}: ENOSPC", c.describe()))]),
+            ..Default::default()
+        };
+        let first = log.note(&r, t0);
+        assert!(
+            matches!(&first[..], [LogLine::Warn(l)] if l.contains("refused the share of h1 (reservation 300 IOPS")),
+            "{first:?}"
+        );
+        // Eight intervals a second for 59 s: nothing more.
+        for i in 1..(59 * 8) {
+            let t = t0 + std::time::Duration::from_millis(125 * i);
+            assert!(log.note(&r, t).is_empty());
+        }
+        let again = log.note(&r, t0 + REFUSAL_LOG_EVERY);
+        assert!(
+            matches!(&again[..], [LogLine::Warn(l)] if l.starts_with("still refused (472 more times in 60 s)")),
+            "{again:?}"
+        );
+        // A target that cannot be read says nothing about the refusal.
+        let down = TickReport::default();
+        assert!(log.note(&down, t0 + REFUSAL_LOG_EVERY).is_empty());
+        let ok = TickReport {
+            target_ok: true,
+            etcd_ok: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            log.note(&ok, t0 + REFUSAL_LOG_EVERY),
+            vec![LogLine::Info(
+                "the target no longer refuses the share of h1".into()
+            )]
+        );
     }
 }

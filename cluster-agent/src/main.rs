@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::{ArgAction, Parser, Subcommand};
 use nvmf_qos_agent::admin::{self, AdminError};
-use nvmf_qos_agent::agent::{Agent, AgentConfig, TickReport};
+use nvmf_qos_agent::agent::{Agent, AgentConfig, LogLine, RefusalLog, TickReport};
 use nvmf_qos_agent::connect::EtcdOptions;
 use nvmf_qos_agent::keys::check_name;
 use nvmf_qos_agent::metrics::{self, AgentStatus};
@@ -153,6 +153,10 @@ enum HostOp {
         max_iops: Option<u64>,
         #[arg(long, default_value_t = 1)]
         weight: u32,
+        /// With a reservation and no live target yet (right after `cluster create`, the
+        /// agents join at their next interval): wait up to this many seconds for one.
+        #[arg(long, default_value_t = 5)]
+        wait_s: u64,
     },
     Remove {
         #[arg(long)]
@@ -253,7 +257,8 @@ fn main() -> ExitCode {
                 min_iops,
                 max_iops,
                 weight,
-            } => admin::host_set(
+                wait_s,
+            } => admin::host_set_waiting(
                 &mut etcd,
                 &cluster,
                 &host_nqn,
@@ -262,6 +267,8 @@ fn main() -> ExitCode {
                     limit_iops: max_iops,
                     weight,
                 },
+                Duration::from_secs(wait_s),
+                Duration::from_millis(250),
             ),
             HostOp::Remove { cluster, host_nqn } => {
                 admin::host_remove(&mut etcd, &cluster, &host_nqn)
@@ -286,13 +293,24 @@ fn main() -> ExitCode {
 
 fn summary(r: &TickReport) -> String {
     format!(
-        "target {} etcd {}{} shares #{} set {} removed {}",
+        "target {} etcd {}{} shares #{} set {} removed {}{}",
         if r.target_ok { "ok" } else { "DOWN" },
-        if r.etcd_ok { "ok" } else { "DOWN" },
+        if r.etcd_ok {
+            "ok"
+        } else if r.etcd_reachable {
+            "answers (lease not renewed: the target is down)"
+        } else {
+            "DOWN"
+        },
         if r.leader { " leader" } else { "" },
         r.shares_seq.map_or("-".into(), |s| s.to_string()),
         r.set,
-        r.removed
+        r.removed,
+        if r.refused.is_empty() {
+            String::new()
+        } else {
+            format!(" refused {}", r.refused.len())
+        }
     )
 }
 
@@ -337,6 +355,7 @@ fn run(
     );
     let mut tgt = SocketTarget::new(sock, Duration::from_secs(2));
     let mut agent = Agent::new(cfg);
+    let mut refusals = RefusalLog::default();
     let mut last = String::new();
     let started = Instant::now();
     let mut next = started;
@@ -369,6 +388,12 @@ fn run(
             }
         } else {
             tracing::debug!("{line}");
+        }
+        for l in refusals.note(&r, Instant::now()) {
+            match l {
+                LogLine::Warn(l) => tracing::warn!("{l}"),
+                LogLine::Info(l) => tracing::info!("{l}"),
+            }
         }
         last = state;
         next += interval;

@@ -40,6 +40,8 @@ pub struct AgentStatus {
     division_seq: Option<u64>,
     shares: BTreeMap<String, LocalShare>,
     contracts: BTreeMap<String, ClusterHost>,
+    /// Hosts whose share the target refused at the last interval that got that far.
+    refused: BTreeMap<String, String>,
     errors: BTreeMap<&'static str, u64>,
     set_total: u64,
     removed_total: u64,
@@ -61,6 +63,7 @@ impl AgentStatus {
             division_seq: None,
             shares: BTreeMap::new(),
             contracts: BTreeMap::new(),
+            refused: BTreeMap::new(),
             errors: ERROR_KINDS.iter().map(|&k| (k, 0)).collect(),
             set_total: 0,
             removed_total: 0,
@@ -72,7 +75,9 @@ impl AgentStatus {
     pub fn record(&mut self, r: &TickReport, holds_lease: bool, now: Instant, wall: SystemTime) {
         self.intervals += 1;
         self.target_up = r.target_ok;
-        self.etcd_up = r.etcd_ok;
+        // Whether etcd answered, also while the target is down (the agent then only
+        // reads from etcd: it does not renew its lease).
+        self.etcd_up = r.etcd_reachable;
         self.leader = r.leader;
         self.holds_lease = holds_lease;
         if r.etcd_ok {
@@ -80,18 +85,20 @@ impl AgentStatus {
             self.division_seq = r.shares_seq;
             self.shares = r.shares.clone();
             self.contracts = r.contracts.clone();
+            self.refused = r.refused.clone();
         }
-        // A failed target read ends the interval with that one error; a failed etcd
-        // call ends it with its error last.
+        // A failed target read ends the interval with that error (and the failed etcd
+        // check's); a failed etcd call ends it with its error last.
         let mut others = r.errors.len();
         if !r.target_ok {
             *self.errors.entry("target").or_default() += 1;
             others = others.saturating_sub(1);
-        } else if !r.etcd_ok {
+        }
+        if !r.etcd_reachable {
             *self.errors.entry("etcd").or_default() += 1;
             others = others.saturating_sub(1);
         }
-        *self.errors.entry("other").or_default() += others as u64;
+        *self.errors.entry("other").or_default() += (others + r.refused.len()) as u64;
         self.set_total += r.set as u64;
         self.removed_total += r.removed as u64;
     }
@@ -158,7 +165,7 @@ impl AgentStatus {
         m.one(
             "etcd_up",
             "gauge",
-            "1 when the last interval finished its calls to etcd",
+            "1 when etcd answered the last interval (while the target is down the agent only checks that it answers)",
             "",
             flag(self.etcd_up),
         );
@@ -214,7 +221,7 @@ impl AgentStatus {
         m.head(
             "errors_total",
             "counter",
-            "intervals that failed to read the target or to finish with etcd, and other errors (refused shares, unreadable records)",
+            "intervals that failed to read the target or to reach etcd, and other errors (refused shares, unreadable records)",
         );
         for (kind, n) in &self.errors {
             m.row("errors_total", &format!("kind=\"{kind}\""), *n as f64);
@@ -244,8 +251,12 @@ impl AgentStatus {
             );
         }
         // Every host of the division or of the cluster, once.
-        let nqns: std::collections::BTreeSet<&String> =
-            self.shares.keys().chain(self.contracts.keys()).collect();
+        let nqns: std::collections::BTreeSet<&String> = self
+            .shares
+            .keys()
+            .chain(self.contracts.keys())
+            .chain(self.refused.keys())
+            .collect();
         let hosts = |m: &mut Metrics, name, help, f: &dyn Fn(&str) -> Option<u64>| {
             m.head(name, "gauge", help);
             for nqn in &nqns {
@@ -279,6 +290,12 @@ impl AgentStatus {
             "host_limit_iops",
             "the host's limit over the whole cluster (absent: no limit)",
             &|nqn| contract(nqn).and_then(|c| c.limit_iops),
+        );
+        hosts(
+            &mut m,
+            "share_refused",
+            "1 when the target refused this host's share at the last interval (qos_host_set failed; the agent retries every interval)",
+            &|nqn| Some(u64::from(self.refused.contains_key(nqn))),
         );
         m.text
     }
@@ -430,6 +447,7 @@ mod tests {
         let ok = TickReport {
             target_ok: true,
             etcd_ok: true,
+            etcd_reachable: true,
             ..Default::default()
         };
         s.record(&ok, true, t0, SystemTime::now());
@@ -452,6 +470,7 @@ mod tests {
         let mut s = AgentStatus::new(&cfg());
         let t0 = Instant::now();
         let target_down = TickReport {
+            etcd_reachable: true,
             errors: vec!["socket".into()],
             ..Default::default()
         };
@@ -459,6 +478,7 @@ mod tests {
         let refused = TickReport {
             target_ok: true,
             etcd_ok: true,
+            etcd_reachable: true,
             leader: true,
             shares_seq: Some(7),
             shares: BTreeMap::from([(
@@ -469,7 +489,7 @@ mod tests {
                     weight: 1,
                 },
             )]),
-            errors: vec!["refused".into()],
+            refused: BTreeMap::from([("h2".to_string(), "share of h2 (...): ENOSPC".to_string())]),
             ..Default::default()
         };
         s.record(&refused, true, t0, SystemTime::now());
@@ -483,9 +503,49 @@ mod tests {
             "nvmf_qos_agent_division_seq 7",
             "nvmf_qos_agent_share_reservation_iops{host_nqn=\"h\\\"1\"} 300",
             "nvmf_qos_agent_intervals_total 2",
+            "nvmf_qos_agent_share_refused{host_nqn=\"h2\"} 1",
+            "nvmf_qos_agent_share_refused{host_nqn=\"h\\\"1\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }
         assert!(!text.contains("share_limit_iops{"), "no limit, no row");
+    }
+
+    #[test]
+    fn a_dead_target_does_not_make_etcd_look_unreachable() {
+        let mut s = AgentStatus::new(&cfg());
+        let t0 = Instant::now();
+        let lines = |s: &AgentStatus| s.render(t0);
+        // The target does not answer; etcd does (the agent checked).
+        let r = TickReport {
+            etcd_reachable: true,
+            errors: vec!["target's RPC socket".into()],
+            ..Default::default()
+        };
+        s.record(&r, false, t0, SystemTime::now());
+        let text = lines(&s);
+        for line in [
+            "nvmf_qos_agent_target_up 0",
+            "nvmf_qos_agent_etcd_up 1",
+            "nvmf_qos_agent_errors_total{kind=\"target\"} 1",
+            "nvmf_qos_agent_errors_total{kind=\"etcd\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+        // Both down: both counted, etcd_up 0.
+        let r = TickReport {
+            errors: vec!["target's RPC socket".into(), "etcd unreachable".into()],
+            ..Default::default()
+        };
+        s.record(&r, false, t0, SystemTime::now());
+        let text = lines(&s);
+        for line in [
+            "nvmf_qos_agent_etcd_up 0",
+            "nvmf_qos_agent_errors_total{kind=\"target\"} 2",
+            "nvmf_qos_agent_errors_total{kind=\"etcd\"} 1",
+            "nvmf_qos_agent_errors_total{kind=\"other\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
     }
 }

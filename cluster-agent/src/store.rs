@@ -59,9 +59,22 @@ pub enum StoreError {
         user: String,
         detail: String,
     },
+    #[error(
+        "etcd at {endpoint} refused {path}: it checks client certificates and has authentication on, and then its JSON gateway (which the agent speaks) refuses every client certificate with a Common Name (CN), whatever the user and password (etcd's answer: {answer}). Give --etcd-cert a certificate without a CN (e.g. made with `openssl req -subj /O=nvmf-qos`) and authenticate with --etcd-user and --etcd-password-file (docs/cluster.md, \"TLS and authentication\")"
+    )]
+    CommonNameWithAuth {
+        endpoint: String,
+        path: String,
+        answer: String,
+    },
     #[error(transparent)]
     Auth(#[from] AuthError),
 }
+
+/// What etcd's gateway answers (HTTP 400) to a client certificate with a Common Name
+/// when it checks client certificates and has authentication on (`embed/serve.go`):
+/// the CN cannot cross the gateway as the user, so etcd refuses it outright.
+const CN_THROUGH_GATEWAY: &str = "CommonName of client sending a request against gateway";
 
 /// Authenticating to etcd (`/v3/auth/authenticate`) did not succeed.
 #[derive(Debug, Error)]
@@ -381,6 +394,13 @@ impl EtcdGateway {
                 if body.contains("HTTP request to an HTTPS server") {
                     return Err(StoreError::NeedsTls {
                         endpoint: self.endpoint.clone(),
+                        answer: body.trim().to_string(),
+                    });
+                }
+                if body.contains(CN_THROUGH_GATEWAY) {
+                    return Err(StoreError::CommonNameWithAuth {
+                        endpoint: self.endpoint.clone(),
+                        path: path.into(),
                         answer: body.trim().to_string(),
                     });
                 }

@@ -121,11 +121,15 @@ fn the_command_line_refuses_bad_input_with_a_fix() {
     assert!(!ok && err.contains("letters, digits"), "{err}");
     let (ok, _, err) = host_set(&["--min-iops", "10", "--max-iops", "5"]);
     assert!(!ok && err.contains("lower the reservation"), "{err}");
-    let (ok, _, err) = host_set(&["--min-iops", "10"]);
+    // No agent joined the cluster: refused after --wait-s, saying what to do.
+    let t0 = std::time::Instant::now();
+    let (ok, _, err) = host_set(&["--min-iops", "10", "--wait-s", "1"]);
     assert!(
-        !ok && err.contains("start the targets' agents first"),
+        !ok && err.contains("no target of cluster c is live after waiting 1 s")
+            && err.contains("Start the agents"),
         "{err}"
     );
+    assert!(t0.elapsed() >= std::time::Duration::from_secs(1));
     // Without a reservation no capacity is needed.
     let (ok, _, err) = host_set(&["--max-iops", "500"]);
     assert!(ok, "{err}");

@@ -11,6 +11,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,14 +22,26 @@ use serde_json::{Value, json};
 
 const NQN: &str = "nqn.2014-08.org.example:metrics-host";
 
+/// What the stub target does: answer, refuse `qos_host_set`, or drop every connection
+/// unanswered (a dead target).
+const ANSWER: u8 = 0;
+const REFUSE: u8 = 1;
+const DEAD: u8 = 2;
+
 /// A target that answers `qos_stats_get` (capacity 50,000 IOPS, 500 ms periods, no
-/// I/O) and keeps what `qos_host_set` gives it for `qos_host_get`.
-fn stub_target(sock: &Path) {
+/// I/O) and keeps what `qos_host_set` gives it for `qos_host_get`; or, as `mode` says,
+/// refuses `qos_host_set` (-28, as its admission check does) or is dead.
+fn stub_target(sock: &Path) -> Arc<AtomicU8> {
     let listener = UnixListener::bind(sock).expect("bind the stub target's socket");
     let settings: Arc<Mutex<BTreeMap<String, Value>>> = Arc::default();
+    let mode = Arc::new(AtomicU8::new(ANSWER));
+    let m = Arc::clone(&mode);
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut c) = conn else { return };
+            if m.load(Ordering::SeqCst) == DEAD {
+                continue;
+            }
             let Some(Ok(req)) = serde_json::Deserializer::from_reader(&mut c)
                 .into_iter::<Value>()
                 .next()
@@ -43,6 +56,14 @@ fn stub_target(sock: &Path) {
                     "hosts": [],
                 }]),
                 "qos_host_get" => Value::Array(s.values().cloned().collect()),
+                "qos_host_set" if m.load(Ordering::SeqCst) == REFUSE => {
+                    let answer = json!({"jsonrpc": "2.0", "id": req["id"], "error": {
+                        "code": -28,
+                        "message": "reservation of 1000 IOPS exceeds the domain's capacity estimate",
+                    }});
+                    let _ = c.write_all(answer.to_string().as_bytes());
+                    continue;
+                }
                 "qos_host_set" => {
                     let p = req["params"].clone();
                     s.insert(p["host_nqn"].as_str().unwrap_or("").into(), p);
@@ -58,6 +79,7 @@ fn stub_target(sock: &Path) {
             let _ = c.write_all(answer.to_string().as_bytes());
         }
     });
+    mode
 }
 
 /// `GET path` on 127.0.0.1:port: status code and body.
@@ -117,7 +139,7 @@ fn metrics_and_health_over_a_tls_etcd() {
     };
     let mut etcd = Etcd::start_with(bin, Some(tls), &[]).unwrap_or_else(|e| panic!("{e}"));
     let sock: PathBuf = pki.dir.join("target.sock");
-    stub_target(&sock);
+    let _ = stub_target(&sock);
     let etcd_args: Vec<String> = [
         "--etcd".to_string(),
         etcd.url(),
@@ -235,4 +257,111 @@ fn metrics_and_health_over_a_tls_etcd() {
         "{text}"
     );
     assert_eq!(get(port, "/nothing").0, 404);
+}
+
+#[test]
+fn a_refused_share_and_a_dead_target_over_a_plain_etcd() {
+    let Some(bin) = etcd_or_skip("the agent's refused shares and dead target against a real etcd")
+    else {
+        return;
+    };
+    let etcd = Etcd::start(bin).unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(format!("qos-agent-refused-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("target.sock");
+    let mode = stub_target(&sock);
+    let agent = env!("CARGO_BIN_EXE_nvmf-qos-agent");
+    let admin = |args: &[&str]| {
+        Command::new(agent)
+            .args(["--etcd", &etcd.url()])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(
+        admin(&["cluster", "create", "--cluster", "r"])
+            .status
+            .success()
+    );
+    let port = free_port();
+    let log_path = dir.join("agent.log");
+    let _agent = AgentProcess(
+        Command::new(agent)
+            .args(["--etcd", &etcd.url()])
+            .args(["run", "--cluster", "r", "--target", "a", "--domain", "d"])
+            .args(["--interval-ms", "100", "--lease-ttl-s", "2"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .arg("--rpc-socket")
+            .arg(&sock)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .expect("start nvmf-qos-agent run"),
+    );
+    // Right after the agent starts: `host set` waits for it to join instead of failing.
+    mode.store(REFUSE, Ordering::SeqCst);
+    let out = admin(&[
+        "host",
+        "set",
+        "--cluster",
+        "r",
+        "--host-nqn",
+        NQN,
+        "--min-iops",
+        "1000",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let refused = format!("nvmf_qos_agent_share_refused{{host_nqn=\"{NQN}\"}}");
+    wait_for(10, "the refusal never showed in /metrics", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        (value(&get(port, "/metrics").1, &refused) == Some(1.0)).then_some(())
+    });
+    // Refused at every interval for 3 s: logged once, shown readably.
+    std::thread::sleep(Duration::from_secs(3));
+    let show = String::from_utf8(admin(&["show", "--cluster", "r"]).stdout).unwrap();
+    let want = format!(
+        "    REFUSED share of {NQN} (reservation 1000 IOPS, no limit, weight 1): target refused qos_host_set: reservation of 1000 IOPS exceeds the domain's capacity estimate (code -28)"
+    );
+    assert!(show.lines().any(|l| l == want), "{want}\nnot in\n{show}");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert_eq!(
+        log.matches("refused the share of").count(),
+        1,
+        "one line for a refusal that lasts 3 s:\n{log}"
+    );
+    assert!(!log.contains("LocalShare"), "{log}");
+    // Accepted again: the gauge goes back to 0 and the log says so.
+    mode.store(ANSWER, Ordering::SeqCst);
+    wait_for(5, "the refusal never cleared", || {
+        (value(&get(port, "/metrics").1, &refused) == Some(0.0)).then_some(())
+    });
+    // The target dies; etcd is fine, and the agent says so.
+    mode.store(DEAD, Ordering::SeqCst);
+    wait_for(5, "target_up never went to 0", || {
+        (value(&get(port, "/metrics").1, "nvmf_qos_agent_target_up") == Some(0.0)).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let (_, text) = get(port, "/metrics");
+    assert_eq!(value(&text, "nvmf_qos_agent_etcd_up"), Some(1.0), "{text}");
+    assert_eq!(
+        value(&text, "nvmf_qos_agent_errors_total{kind=\"etcd\"}"),
+        Some(0.0),
+        "{text}"
+    );
+    assert!(
+        value(&text, "nvmf_qos_agent_errors_total{kind=\"target\"}").unwrap() >= 5.0,
+        "{text}"
+    );
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        log.contains("the target no longer refuses the share of"),
+        "{log}"
+    );
+    assert!(
+        log.contains("etcd answers (lease not renewed: the target is down)"),
+        "{log}"
+    );
+    println!("{log}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -21,7 +21,9 @@ cluster agent's /metrics), each alert driven by the condition it describes:
   token-protocol commands of the initiator QoS bdevs (hosts `coop` and `unconf`:
   aborted at the disconnection, then refused with invalid opcode by the target without
   the plugin) and their engines give up (pass-through).
-- NvmfQosAgentEtcdUnreachable: nvmf-qos-agent `run --listen` with its etcd stopped.
+- NvmfQosAgentEtcdUnreachable, NvmfQosAgentShareRefused, NvmfQosAgentDown:
+  nvmf-qos-agent `run --listen` in front of a stub target that refuses a host's share,
+  then stops answering (no etcd alert then), with its etcd stopped, then killed.
 
 The rules are loaded as a copy with every duration divided by 60 (`for: 5m` becomes
 5s, a `[10m]` range 10s: a minute of the real rules is a second here), each alert's
@@ -485,10 +487,13 @@ def _agent_skip():
 
 
 @pytest.mark.skipif(_agent_skip() is not None, reason=_agent_skip() or '')
-def test_agent_etcd_unreachable_fires(tmp_path, stub):
+def test_agent_alerts_fire(tmp_path, stub):
     """nvmf-qos-agent `run --listen` in front of a stub target (the agent's RPC calls
-    answered as the plugin would), its etcd stopped: NvmfQosAgentEtcdUnreachable fires,
-    and the runbook's health check says why."""
+    answered as the plugin would): the target refuses the host's share
+    (NvmfQosAgentShareRefused, and `show` says so); the target stops answering while etcd
+    is fine (no NvmfQosAgentEtcdUnreachable: the agent still checks etcd); etcd stopped
+    (NvmfQosAgentEtcdUnreachable, and the runbook's health check says why); the agent
+    killed (NvmfQosAgentDown)."""
     rules = tmp_path / 'alerts.yml'
     rules.write_text(yaml.safe_dump(scaled_rules()))
     hosts = {}
@@ -523,6 +528,26 @@ def test_agent_etcd_unreachable_fires(tmp_path, stub):
         prom = Prometheus([], rule_files=[str(rules)], jobs={'nvmf_qos_agent': [at]})
         prom.wait_for('nvmf_qos_agent_etcd_up{instance="%s"}' % at, lambda r: r and r[0][1] == 1)
         watch = AlertWatch(prom)
+        # The target refuses the share of a host set right after the agent started.
+        target.answers['qos_host_set'] = {'error': {'code': -28, 'message': 'reservation exceeds the capacity'}}
+        nqn = 'nqn.2014-08.io.nvmf-qos:agent-h1'
+        host_set = subprocess.run([agent_binary(), '--etcd', url, 'host', 'set', '--cluster', 'c', '--host-nqn', nqn,
+                                   '--min-iops', '1000'], capture_output=True, text=True, timeout=30)
+        assert host_set.returncode == 0, host_set.stdout + host_set.stderr
+        watch.wait_firing('NvmfQosAgentShareRefused', 30, instance=at, host_nqn=nqn)
+        show = subprocess.run([agent_binary(), '--etcd', url, 'show', '--cluster', 'c'], capture_output=True,
+                              text=True, timeout=30)
+        assert 'REFUSED share of %s (reservation 1000 IOPS, no limit, weight 1): target refused qos_host_set: ' \
+            'reservation exceeds the capacity (code -28)' % nqn in show.stdout, show.stdout + show.stderr
+        target.answers['qos_host_set'] = lambda p: hosts.update({p['host_nqn']: p}) or True
+        watch.wait_resolved('NvmfQosAgentShareRefused', 30, instance=at)
+        # The target stops answering; etcd is fine: no etcd alert (5 times its `for:`).
+        stats = target.answers.pop('qos_stats_get')
+        prom.wait_for('nvmf_qos_agent_target_up{instance="%s"}' % at, lambda r: r and r[0][1] == 0)
+        time.sleep(5)
+        assert not watch.fired('NvmfQosAgentEtcdUnreachable'), watch.fired('NvmfQosAgentEtcdUnreachable')
+        target.answers['qos_stats_get'] = stats
+        prom.wait_for('nvmf_qos_agent_target_up{instance="%s"}' % at, lambda r: r and r[0][1] == 1)
         etcd.stop()
         watch.wait_firing('NvmfQosAgentEtcdUnreachable', 30, instance=at)
         book = Runbook(target.path, target.path, {9635: listen})
@@ -534,6 +559,8 @@ def test_agent_etcd_unreachable_fires(tmp_path, stub):
             body = ex.read().decode()
         assert 'etcd' in body, body
         print('\n/healthz: %s; not run here: %s' % (body.strip(), '; '.join(book.not_run)))
+        agent.stop()
+        watch.wait_firing('NvmfQosAgentDown', 30, instance=at)
     finally:
         if watch is not None:
             watch.stop()

@@ -36,7 +36,10 @@ def answers(t0=[None]):  # noqa: B006 - a clock shared by the callables
         h['max']['total']['mibps'] = 10
         h['burst'] = {'iops': 6000, 'mibps': None, 'seconds': 30, 'credit_seconds': 30 - n % 30,
                       'bursting': n % 2 == 0, 'bursting_periods': n // 100}
-        return [domain('d0', [h])]
+        d = domain('d0', [h])
+        # The estimator's log, which the exporter reads for the tick gap.
+        d['estimator_periods'] = [{'epoch': 11, 'longest_tick_gap_ns': 1_200_000}]
+        return [d]
     return {'qos_stats_get': stats, 'qos_ini_stats_get': INI}
 
 

@@ -2,8 +2,12 @@
 held-time histogram, the initiator's metrics, plugins that are not loaded, a target
 that does not answer, and the command line."""
 
+import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.request
 
 import nvmf_qos_exporter as ex
@@ -241,3 +245,177 @@ def test_help_and_one_command_serving_metrics(stub):
     finally:
         p.terminate()
         p.wait(10)
+
+
+# -- a hung application, the tick gap (issue 43) ------------------------------------------
+
+
+def _silent_socket(tmp_path, accept):
+    """A unix socket whose application never answers: like an nvmf_tgt stopped with
+    SIGSTOP. `accept`: connections are accepted (and read, never answered); otherwise
+    they stay in a listen queue of one, so that connecting blocks once it is full."""
+    path = str(tmp_path / 'hung.sock')
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1 if accept else 0)
+    conns = []
+    stop = threading.Event()
+
+    def serve():
+        srv.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+                conns.append(c)
+            except OSError:
+                pass
+    t = threading.Thread(target=serve, daemon=True)
+    if accept:
+        t.start()
+
+    def close():
+        stop.set()
+        if accept:
+            t.join(2)
+        for c in conns:
+            c.close()
+        srv.close()
+    return path, close
+
+
+@pytest.mark.parametrize('accept', [True, False], ids=['accepts-never-answers', 'listen-queue-full'])
+def test_a_hung_application_gives_up_zero_within_the_timeout_without_piling_up(tmp_path, accept):
+    """Concurrent scrapes of a hung application each end within --timeout (plus a margin)
+    with nvmf_qos_up 0: none waits for another's call, none blocks in connect."""
+    path, close = _silent_socket(tmp_path, accept)
+    try:
+        reg = CollectorRegistry()
+        reg.register(ex.QosCollector(ex.Source(path, 0.3)))
+        took, ups = [], []
+
+        def one():
+            t0 = time.monotonic()
+            text = generate_latest(reg).decode()
+            took.append(time.monotonic() - t0)
+            ups.append('nvmf_qos_up{plugin="target"} 0.0' in text)
+        threads = [threading.Thread(target=one) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(5)
+        assert not any(t.is_alive() for t in threads), 'a scrape still waits'
+        assert all(ups) and len(ups) == 8
+        assert max(took) < 0.3 + 0.25, took
+    finally:
+        close()
+
+
+def test_the_served_exporter_answers_a_hung_target_in_time_and_logs_one_line(tmp_path):
+    """The exporter as the unit runs it, --timeout 0.3, in front of a hung application:
+    12 scrapes started 50 ms apart (each overlapping the ones before, as when the scrape
+    interval is below the time a hung target takes) each answer within a second with
+    nvmf_qos_up 0, the process keeps a handful of threads, and each failed scrape is one
+    line of log."""
+    path, close = _silent_socket(tmp_path, accept=True)
+    port = free_port()
+    p = subprocess.Popen([sys.executable, EXPORTER + '/nvmf_qos_exporter.py', '-s', path, '-p', str(port),
+                          '--timeout', '0.3'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert 'serving' in p.stdout.readline()
+        bodies = []
+
+        def one():
+            t0 = time.monotonic()
+            body = urllib.request.urlopen('http://127.0.0.1:%d/metrics' % port, timeout=5).read().decode()
+            bodies.append((time.monotonic() - t0, body))
+        threads = [threading.Thread(target=one) for _ in range(12)]
+        for t in threads:
+            t.start()
+            time.sleep(0.05)
+        for t in threads:
+            t.join(10)
+        assert len(bodies) == 12
+        for took, body in bodies:
+            assert took < 1.0, took
+            assert 'nvmf_qos_up{plugin="target"} 0.0' in body
+        time.sleep(0.5)
+        assert len(os.listdir('/proc/%d/task' % p.pid)) < 8, 'threads left waiting'
+    finally:
+        p.terminate()
+        _, err = p.communicate(timeout=10)
+        close()
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 12 and all('scrape failed' in ln for ln in lines), err
+
+
+def test_timeout_must_be_positive():
+    out = subprocess.run([sys.executable, EXPORTER + '/nvmf_qos_exporter.py', '--timeout', '0'],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and '--timeout must be above 0' in out.stderr
+
+
+def _estimator_log(epochs_gaps):
+    return [{'epoch': e, 'budget': 1, 'used': 1, 'offered': 1, 'evidence': 'none', 'step': 'averaged',
+             'next': 1, 'longest_tick_gap_ns': g} for e, g in sorted(epochs_gaps, reverse=True)]
+
+
+def test_longest_tick_gap_over_the_periods_of_the_last_ten_seconds(stub):
+    """One host-less full call gives the estimator's log: the gauge is the longest gap of
+    the periods that ended in the last 10 s (1 s periods: the last 10), not older ones."""
+    d = domain('d0', [host('nqn.h1', 7, cumulative(7, 0, 0), 0)])
+    d['epoch'] = 40
+    log = dict(domain('d0', []), epoch=40, estimator_periods=_estimator_log(
+        [(39, 1_000_000), (35, 48_000_000), (30, 2_000_000), (29, 900_000_000)]))
+    fast = dict(domain('e', []), name='e', period_ns=100_000_000, epoch=500)
+    fast_log = dict(fast, estimator_periods=_estimator_log([(499, 1_500_000), (400, 700_000_000)]))
+
+    def stats(params):
+        if params.get('host_nqn') == '':
+            assert params['periods'] == 64, params  # 100 ms periods: 10 s is 100 of them, at most 64
+            return [log, fast_log]
+        return [d, fast]
+    s = stub({'qos_stats_get': stats})
+    _, m = scrape(s.path)
+    assert ('qos_stats_get', {'periods': 64, 'host_nqn': ''}) in s.calls
+    assert value(m, 'nvmf_qos_domain_longest_tick_gap_seconds', domain='d0') == pytest.approx(0.048)
+    assert value(m, 'nvmf_qos_domain_longest_tick_gap_seconds', domain='e') == pytest.approx(0.0015)
+
+
+def test_no_tick_gap_from_a_plugin_without_it(stub):
+    calls = []
+
+    def stats(params):
+        calls.append(params)
+        if params.get('host_nqn') == '':
+            return {'error': {'code': -22, 'message': 'Invalid parameters'}}
+        return [domain('d0', [])]
+    s = stub({'qos_stats_get': stats})
+    _, m = scrape(s.path)
+    assert value(m, 'nvmf_qos_up', plugin='target') == 1
+    assert 'nvmf_qos_domain_longest_tick_gap_seconds' not in m
+    # The full form has the log already: no second call.
+    full = dict(domain('d0', []), epoch=5, estimator_periods=_estimator_log([(4, 3_000_000)]))
+    s2 = stub({'qos_stats_get': [full]})
+    _, m = scrape(s2.path, compact=False)
+    assert [c for c in s2.calls if c[0] == 'qos_stats_get'] == [('qos_stats_get', None)]
+    assert value(m, 'nvmf_qos_domain_longest_tick_gap_seconds', domain='d0') == pytest.approx(0.003)
+
+
+def test_requirements_are_pinned_and_the_lock_has_the_same_pins_with_hashes():
+    """requirements.txt pins exact versions; requirements.lock (make install's, pip
+    --require-hashes) pins the same ones, each with at least one sha256."""
+    def reqs(name):
+        text = open(os.path.join(EXPORTER, name)).read().replace('\\\n', ' ')
+        out = {}
+        for line in text.splitlines():
+            line = line.split('#', 1)[0].strip()
+            if line:
+                pin, *hashes = line.split()
+                assert '==' in pin, '%s: %s is not an exact pin' % (name, pin)
+                pkg, version = pin.split('==')
+                out[pkg.lower()] = (version, [h for h in hashes if h.startswith('--hash=sha256:')])
+        return out
+    pinned, locked = reqs('requirements.txt'), reqs('requirements.lock')
+    assert {k: v for k, (v, _) in pinned.items()} == {k: v for k, (v, _) in locked.items()}
+    for pkg, (_, hashes) in locked.items():
+        assert hashes and all(len(h) == len('--hash=sha256:') + 64 for h in hashes), pkg

@@ -2,7 +2,7 @@
 """What a scrape costs the target: starts nvmf_tgt with the target plugin, configures
 one domain with N + 1 hosts and times qos_host_set (adding the last hosts, updating
 some) and qos_stats_get in its full form, its compact form (what the exporter asks
-for) and for one host, printing the app thread's busy time per call (from
+for), for one host and for no host (the exporter's call for the monitor's tick gap), printing the app thread's busy time per call (from
 thread_get_stats, less its idle load), the mean wall time per call seen by the client
 and the size of the answer.
 
@@ -92,7 +92,9 @@ def main():
         forms = [('full', {})]
         if not args.old:
             forms += [('compact', {'compact': True}),
-                      ('one host', {'compact': True, 'host_nqn': 'nqn.2014-08.io.example:host-0007'})]
+                      ('one host', {'compact': True, 'host_nqn': 'nqn.2014-08.io.example:host-0007'}),
+                      # The exporter's second call: the estimator log for the tick gap.
+                      ('no host', {'periods': 10, 'host_nqn': ''})]
         print('nvmf_tgt with %d hosts in one domain (%s)' % (args.hosts + 1, args.lib))
         print('  qos_host_set: %.2f ms wall per call on average while adding them' % set_ms)
         print('  app thread busy without calls: %.1f ms per second' % idle_ms)

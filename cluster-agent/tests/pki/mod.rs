@@ -1,13 +1,15 @@
 //! Certificates for the TLS tests, made by the test (rcgen): a CA, etcd's server
-//! certificate for 127.0.0.1 signed by it, a client certificate signed by it, and a
-//! second, unrelated CA, written as PEM files into a directory removed on drop.
+//! certificate for 127.0.0.1 signed by it, a client certificate signed by it (with a
+//! Common Name, and one without: what etcd's gateway needs when authentication is on
+//! too), and a second, unrelated CA, written as PEM files into a directory removed on
+//! drop.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair,
 };
 
 /// The files of one test's PKI.
@@ -31,6 +33,13 @@ impl Pki {
     }
     pub fn client_key(&self) -> PathBuf {
         self.dir.join("client.key")
+    }
+    /// A client certificate without a Common Name (subject O=nvmf-qos only).
+    pub fn client_no_cn_cert(&self) -> PathBuf {
+        self.dir.join("client-no-cn.pem")
+    }
+    pub fn client_no_cn_key(&self) -> PathBuf {
+        self.dir.join("client-no-cn.key")
     }
     /// A CA that signed nothing here.
     pub fn other_ca(&self) -> PathBuf {
@@ -57,7 +66,13 @@ impl Pki {
         let leaf = |cn: &str, sans: Vec<String>, usage, issuer: &CertifiedIssuer<KeyPair>| {
             let key = KeyPair::generate().unwrap();
             let mut p = CertificateParams::new(sans).unwrap();
-            p.distinguished_name.push(DnType::CommonName, cn);
+            p.distinguished_name = DistinguishedName::new();
+            if cn.is_empty() {
+                p.distinguished_name
+                    .push(DnType::OrganizationName, "nvmf-qos");
+            } else {
+                p.distinguished_name.push(DnType::CommonName, cn);
+            }
             p.extended_key_usages = usage;
             let cert = p.signed_by(&key, issuer).unwrap();
             (cert.pem(), key.serialize_pem())
@@ -83,6 +98,9 @@ impl Pki {
         );
         write(&pki.client_cert(), &cert);
         write(&pki.client_key(), &key);
+        let (cert, key) = leaf("", vec![], vec![ExtendedKeyUsagePurpose::ClientAuth], &ca);
+        write(&pki.client_no_cn_cert(), &cert);
+        write(&pki.client_no_cn_key(), &key);
         let (cert, key) = leaf(
             "stranger",
             vec![],
