@@ -601,6 +601,11 @@ impl HoldCounts {
     pub fn held(&self) -> u64 {
         self.held_by.iter().sum()
     }
+
+    /// Those held at the host's limit or burst rate: its demand capped by the contract.
+    pub fn at_limit(&self) -> u64 {
+        self.held_by[HoldReason::Limit.index()] + self.held_by[HoldReason::Burst.index()]
+    }
 }
 
 /// The per-I/O decision.
@@ -876,15 +881,18 @@ impl ChannelTokens {
         Admission::Admitted { reserved }
     }
 
-    /// Takes a command's tokens from the caches (reservation first).
+    /// Takes a command's tokens from the caches, reservation first, as far as they
+    /// go (admitted, they cover it; bypassed, what they do not cover is counted
+    /// nowhere, so the books stay exact).
     #[inline]
     fn consume(&mut self, p: usize, need: [u64; 2]) {
         for r in 0..2 {
             let from_res = self.res[p][r].min(need[r]);
+            let from_glob = self.glob[r].min(need[r] - from_res);
             self.res[p][r] -= from_res;
-            self.glob[r] -= need[r] - from_res;
+            self.glob[r] -= from_glob;
             self.consumed_res[r] += from_res;
-            self.consumed_global[r] += need[r] - from_res;
+            self.consumed_global[r] += from_glob;
         }
         self.admitted_ios += 1;
     }
@@ -905,15 +913,7 @@ impl ChannelTokens {
     ) -> Admission {
         if self.domain.bypass.load(Ordering::Relaxed) != 0 {
             self.bypassed += 1;
-            for r in 0..2 {
-                let from_res = self.res[p][r].min(need[r]);
-                let from_glob = self.glob[r].min(need[r] - from_res);
-                self.res[p][r] -= from_res;
-                self.glob[r] -= from_glob;
-                self.consumed_res[r] += from_res;
-                self.consumed_global[r] += from_glob;
-            }
-            self.admitted_ios += 1;
+            self.consume(p, need);
             return Admission::Admitted { reserved: false };
         }
         self.uncharge_limits(classes, charged);

@@ -7,7 +7,7 @@ use crate::burst::BurstBucket;
 use crate::config::{BudgetClass, HostBudgets, HostConfig, UNLIMITED};
 use crate::cost::{Amount, RES, Resource};
 use crate::estimator::UnderuseCounter;
-use crate::ledger::{ChannelParams, CounterSnapshot, HoldReason, HostShared, clamp_pool};
+use crate::ledger::{ChannelParams, CounterSnapshot, HostShared, clamp_pool};
 use crate::sync::{Arc, Ordering};
 use crate::time::{Nanos, mul_div, mul_div_ceil};
 
@@ -182,8 +182,10 @@ pub(crate) struct IntervalView {
     pub(crate) paced: bool,
     pub(crate) release_num: u64,
     pub(crate) lag_slack: u64,
-    /// The release burst (ns of the period): a host with more of its released
-    /// reservation unused than that (and its channels' caches) is behind at all.
+    /// The release burst (ns of the period): a host is behind at all when its work
+    /// lags the schedule two bursts ahead (ramped up over the period's first two
+    /// bursts), or with two pools, when more of its released reservation is unused
+    /// than one burst and its channels' caches.
     pub(crate) behind_slack: u64,
     /// The check interval (ns).
     pub(crate) interval: u64,
@@ -202,8 +204,8 @@ pub(crate) struct IntervalTotals {
     /// schedule at all in resource r (`behind_slack`, no jitter allowance): what the
     /// first-come pool's pace follows. A host that just stopped is not idle yet for
     /// [`IDLE_INTERVALS`](super::IDLE_INTERVALS) intervals, and holding the others for
-    /// it gains nothing; a lag below the jitter allowance still costs a reservation
-    /// at the period's end, and the pace only eases the others by a sixteenth.
+    /// it gains nothing; a lag below the jitter allowance still costs a reservation at
+    /// the period's end, and a shallow one shrinks the pace by only a sixteenth.
     pub(crate) behind_backlogged: u64,
     /// Bit r: some host is behind at all in resource r, with commands at the target or
     /// not.
@@ -236,9 +238,7 @@ impl HostEntry {
         epoch: u64,
     ) -> Self {
         let at_start = shared.counters();
-        let holds = shared.counters.holds();
-        let limit_held_at_start =
-            holds.held_by[HoldReason::Limit.index()] + holds.held_by[HoldReason::Burst.index()];
+        let limit_held_at_start = shared.counters.holds().at_limit();
         let burst_seen = at_start
             .consumed_res
             .saturating_add(at_start.consumed_global);
@@ -517,9 +517,7 @@ impl HostEntry {
         let service_ns = now_c.service_ns.wrapping_sub(last.service_ns);
         t.service_ns = t.service_ns.saturating_add(service_ns);
         let backlogged = now_c.held_events > last.held_events;
-        let holds = self.shared.counters.holds();
-        let limit_held =
-            holds.held_by[HoldReason::Limit.index()] + holds.held_by[HoldReason::Burst.index()];
+        let limit_held = self.shared.counters.holds().at_limit();
         t.limit_bound |= limit_held > self.outcomes.limit_held_at_start;
         self.outcomes.limit_held_at_start = limit_held;
         let hard = self.budgets.reservation_total();

@@ -421,6 +421,18 @@ struct Toggle {
     perf_counted: bool,
 }
 
+impl Toggle {
+    /// Flips whose state `qos_stats_get` did not show right after the RPC (segments
+    /// alternate A, B, A, ...: bypass on in the even ones).
+    fn flips_missed(&self) -> usize {
+        self.seen
+            .iter()
+            .enumerate()
+            .filter(|(k, on)| **on != (k % 2 == 0))
+            .count()
+    }
+}
+
 /// One bdevperf run on the QoS namespaces for `segments` seconds plus a warm-up of 3 s,
 /// the domain flipped every second, A first.
 fn toggle(
@@ -631,12 +643,7 @@ fn report_toggle(tg: &Toggle, loads: &[HostLoad], seed: u64) -> (f64, f64, f64, 
             show(sum(true, true))
         );
     }
-    let missed = tg
-        .seen
-        .iter()
-        .enumerate()
-        .filter(|(k, on)| **on != (k % 2 == 0))
-        .count();
+    let missed = tg.flips_missed();
     println!(
         "  flips: {} of {} seen in qos_stats_get's bypass right after the RPC",
         tg.seen.len() - missed,
@@ -796,12 +803,7 @@ fn toggle_instrument() {
         "  QoS against bare, {}",
         b_over_a(&rp, &rq).replacen("B/A", "QoS/bare", 1)
     );
-    let missed = tg
-        .seen
-        .iter()
-        .enumerate()
-        .filter(|(k, on)| **on != (k % 2 == 0))
-        .count();
+    let missed = tg.flips_missed();
     assert_eq!(missed, 0, "flips not seen in qos_stats_get's bypass");
     assert!(
         tg.windows.iter().all(|w| w.seg.rate() > 0.0),

@@ -6,15 +6,17 @@
 //! no reservation is at risk. Every check interval it holds a whole period's estimate,
 //! which the target cannot serve in one interval, so no command waits for global
 //! tokens whatever the estimate says (unless it is off by more than the period's count
-//! of check intervals). While a
-//! backlogged host lags behind its paced reservation, a controller on that lag paces
-//! the pool instead of closing it (PARDA's spirit): it starts at 15/16 of the global
-//! work the others did while the pool was open, shrinks by 1/16 per check interval while a
-//! host with commands at the target is behind its schedule at all (never below 1/64 of
-//! that rate), grows by 1/32 of that rate per interval once nobody is (at once, by
-//! halves, when the host behind has nothing at the target), and opens the pool again
-//! when it reaches what the others took. The pipeline never empties at once, and it
-//! holds by about the least that lets the laggard keep up.
+//! of check intervals). While a host with commands at the target is behind its
+//! reservation's schedule, a controller on that lag paces the pool instead of closing
+//! it (PARDA's spirit, additive increase and multiplicative decrease): from the global
+//! work the others did while the pool was open it shrinks by a sixteenth per check
+//! interval of schedule the host is behind (at most three quarters an interval, never
+//! below 1/64 of that rate, never above Haechi's bound), grows by 1/32 of that rate per
+//! interval while a host is close to its schedule (by halves once nobody is, or the
+//! host behind has nothing at the target), and opens the pool again when it reaches
+//! the open rate. The host behind gets what it is behind as credit meanwhile. The
+//! pipeline never empties at once, and it holds by about the least that lets the
+//! laggard keep up (docs/architecture.md, "Holding only what the contract needs").
 //! With reservations released at the period's start (Haechi's `start`) there is no
 //! schedule to lag behind: the pool is the estimate less the reservations, as in the
 //! paper.
@@ -45,8 +47,9 @@ const GROW_DIV: u64 = 32;
 /// While the host behind has no command at the target (it stopped, or it is between
 /// commands), or when every host is well ahead of its schedule, the pace closes this
 /// part of its gap to the open rate per interval (1/2): holding the others gains
-/// nothing.
+/// nothing. It opens once within this fraction of the open rate (1/64).
 const RECOVER_DIV: u64 = 2;
+const OPEN_WITHIN_DIV: u64 = 64;
 /// Weight of a new interval in the open rate's moving mean (1/8).
 const OPEN_RATE_DIV: u64 = 8;
 
@@ -129,7 +132,7 @@ impl PoolPace {
             (Some(p), Schedule::Behind(by)) => Some(shrink(p, by).max(floor)),
             (Some(p), Schedule::BehindIdle | Schedule::OnTime) => {
                 let p = p + self.open_rate.saturating_sub(p) / RECOVER_DIV + 1;
-                (p + self.open_rate / 64 < self.open_rate).then_some(p)
+                (p + self.open_rate / OPEN_WITHIN_DIV < self.open_rate).then_some(p)
             }
             (Some(p), Schedule::Close) => {
                 let p = p + self.open_rate / GROW_DIV + 1;
