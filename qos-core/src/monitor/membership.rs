@@ -16,9 +16,10 @@ use crate::ledger::{ChannelParams, HostShared};
 use crate::sync::{Arc, Ordering};
 use crate::time::{Nanos, mul_div};
 
+use super::Monitor;
+use super::capacity::make_estimators;
 use super::host::{HostEntry, with_soft};
 use super::sharing;
-use super::{Monitor, make_estimators};
 
 /// What kind of refusal a change is: the caller's one mapping to its own error codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -578,7 +579,7 @@ impl Monitor {
     /// Forgets what the capacity estimators learned: they start again from the
     /// capacity given (an operator who sends the same capacity again means it).
     pub fn reset_estimate(&mut self) {
-        self.estimators = super::make_estimators(&self.cfg, self.policy.as_ref());
+        self.estimators = make_estimators(&self.cfg, self.policy.as_ref());
     }
 
     fn set_bypass(&mut self, bypass: bool) {
