@@ -322,7 +322,14 @@ impl CapacityEstimator {
         }
         // Within the hold band: as good as saturated (a probe), since the slices left
         // unused say nothing about the target; a probe that falls as short goes back.
-        if saturated || held(self.current) {
+        let raise = saturated || held(self.current);
+        self.raise_or_average(used, raise)
+    }
+
+    /// A period that used the estimate (`raise`): it is raised, a probe (doubled while
+    /// the start-up search runs); else the period is a measurement, averaged in.
+    fn raise_or_average(&mut self, used: u64, raise: bool) -> EstimateStep {
+        if raise {
             // What the target served is remembered (ours): otherwise the window keeps
             // only periods from before a climb, and the first probe that is not used
             // takes the estimate back to them, far below what the target just served.

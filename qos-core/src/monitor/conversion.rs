@@ -23,50 +23,15 @@ impl Monitor {
     /// and the work still in flight. Then the sharing policy has its turn.
     pub(super) fn convert(&mut self, now: Nanos) {
         let paced = self.cfg.release == ReservationRelease::Paced;
-        let conversion = self.cfg.mode == TokenMode::Haechi;
         let shares = self.policy.converts_always();
-        if conversion && shares {
-            self.converting = true;
-        }
-        if conversion && !self.converting {
-            // Step S2: nothing to convert until some host has dipped into the pool.
-            let avail = self.shared.global_available();
-            let initial = self.books.global_initial;
-            if avail.ops < initial.ops || avail.bytes < initial.bytes {
-                self.converting = true;
-            }
-        }
-        let convert = conversion && self.converting;
+        let convert = self.conversion_started(shares);
         if !convert && !paced && !shares {
             self.learn_depth_alone(now);
             return;
         }
         let (num, den) = self.left_fraction(now);
         self.period_ticks += 1;
-        let view = IntervalView {
-            tag: self.tag(),
-            now,
-            left: (num, den),
-            convert,
-            paced,
-            // Paced release: a backlogged host is lagging when more of its released
-            // reservation is unused than the burst plus two check intervals of
-            // schedule (a host whose commands reach the target a little late, by
-            // network jitter or an initiator mirroring the schedule on its own clock,
-            // is not lagging).
-            release_num: (den - num)
-                .saturating_add(self.cfg.release_burst().0)
-                .min(den),
-            lag_slack: self
-                .cfg
-                .release_burst()
-                .0
-                .saturating_add((2 * self.cfg.check_interval.0).min(self.cfg.period.0 / 200)),
-            behind_slack: self.cfg.release_burst().0,
-            interval: self.cfg.check_interval.0,
-            idle_after: self.idle_after(),
-            sample_depth: self.depth_due(now),
-        };
+        let view = self.interval_view(now, convert, paced);
         let mut t = IntervalTotals::default();
         for h in &mut self.members.hosts {
             h.check_interval(&view, &mut self.books.audit, &mut t);
@@ -111,6 +76,55 @@ impl Monitor {
             members: &mut self.members,
             books: &mut self.books,
         });
+    }
+
+    /// Whether token conversion runs at this check interval (Haechi's step S2: not
+    /// until some host has dipped into the global pool, unless the policy converts
+    /// always).
+    fn conversion_started(&mut self, shares: bool) -> bool {
+        if self.cfg.mode != TokenMode::Haechi {
+            return false;
+        }
+        if shares {
+            self.converting = true;
+        }
+        if !self.converting {
+            let avail = self.shared.global_available();
+            let initial = self.books.global_initial;
+            if avail.ops < initial.ops || avail.bytes < initial.bytes {
+                self.converting = true;
+            }
+        }
+        self.converting
+    }
+
+    /// What every host's check interval is judged with at `now`.
+    fn interval_view(&self, now: Nanos, convert: bool, paced: bool) -> IntervalView {
+        let (num, den) = self.left_fraction(now);
+        IntervalView {
+            tag: self.tag(),
+            now,
+            left: (num, den),
+            convert,
+            paced,
+            // Paced release: a backlogged host is lagging when more of its released
+            // reservation is unused than the burst plus two check intervals of
+            // schedule (a host whose commands reach the target a little late, by
+            // network jitter or an initiator mirroring the schedule on its own clock,
+            // is not lagging).
+            release_num: (den - num)
+                .saturating_add(self.cfg.release_burst().0)
+                .min(den),
+            lag_slack: self
+                .cfg
+                .release_burst()
+                .0
+                .saturating_add((2 * self.cfg.check_interval.0).min(self.cfg.period.0 / 200)),
+            behind_slack: self.cfg.release_burst().0,
+            interval: self.cfg.check_interval.0,
+            idle_after: self.idle_after(),
+            sample_depth: self.depth_due(now),
+        }
     }
 
     /// Haechi's global pool: what the rest of the period can serve beyond what is

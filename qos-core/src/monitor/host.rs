@@ -354,17 +354,7 @@ impl HostEntry {
             let (w, s) = self.activity.depth_sample((c.completed.ops, c.service_ns));
             t.depth = (t.depth.0.saturating_add(w), t.depth.1.saturating_add(s));
         }
-        let spent = c.consumed_res.saturating_add(c.consumed_global);
-        let s = &self.outcomes.at_start;
-        let spent_before = s.consumed_res.saturating_add(s.consumed_global);
-        let mut used = [0u64; 2];
-        for r in 0..2 {
-            used[r] = spent.get(RES[r]).saturating_sub(spent_before.get(RES[r]));
-            t.used[r] = t.used[r].saturating_add(used[r]);
-            let global = c.consumed_global.get(RES[r]);
-            t.used_global[r] = t.used_global[r]
-                .saturating_add(global.saturating_sub(s.consumed_global.get(RES[r])));
-        }
+        let used = self.used_this_period(&c, t);
         let mut lag = 0u64;
         let mut behind = 0u64;
         let mut behind_ns = [0u64; 2];
@@ -385,41 +375,14 @@ impl HostEntry {
                 };
                 let per = self.period.res[p].get(RES[r]);
                 if v.paced && !idle && per > 0 {
-                    let unreleased = per - mul_div_ceil(per, v.release_num, den).min(per);
-                    let usable = left.saturating_sub(unreleased);
-                    let cached = self.period.res_slack.get(RES[r]);
-                    if usable > mul_div(per, v.lag_slack, den).max(1) + cached {
-                        lag |= 1 << r;
-                    }
-                    // Behind at all: one pool's work is what the host did this period
-                    // (tokens cached in channels are not work), against the schedule
-                    // two bursts ahead, so a host that keeps up has the whole
-                    // reservation two bursts before the period ends (one left periods
-                    // a few tokens short); over the period's first two bursts that
-                    // target ramps up from nothing (at twice the schedule's rate), so
-                    // nobody is behind at the period's start. Two pools go by the
-                    // pool, less what channels may cache.
-                    let burst = mul_div(per, v.behind_slack, den);
-                    let late_by = if pools == 1 {
-                        let elapsed = den - num;
-                        let ahead = elapsed.min(v.behind_slack.saturating_mul(2));
-                        let due = mul_div(per, (elapsed + ahead).min(den), den);
-                        due.saturating_sub(used[r]).saturating_sub(1)
-                    } else {
-                        usable.saturating_sub(burst.max(1) + cached)
-                    };
-                    if late_by > 0 {
-                        late_work[r] = late_work[r].max(late_by);
+                    let s = self.on_schedule(v, per, r, left, used[r], pools);
+                    lag |= (s.lagging as u64) << r;
+                    if s.late_by > 0 {
+                        late_work[r] = late_work[r].max(s.late_by);
                         behind |= 1 << r;
-                        behind_ns[r] = behind_ns[r].max(mul_div(late_by, den, per));
+                        behind_ns[r] = behind_ns[r].max(mul_div(s.late_by, den, per));
                     }
-                    let margin = mul_div(per, v.interval.saturating_mul(CLOSE_INTERVALS), den);
-                    let near = if pools == 1 {
-                        used[r] < (per - unreleased).saturating_add(margin)
-                    } else {
-                        usable + margin > burst + cached
-                    };
-                    close |= (near as u64) << r;
+                    close |= (s.close as u64) << r;
                 }
                 t.outstanding[r] = t.outstanding[r].saturating_add(left);
             }
@@ -452,6 +415,79 @@ impl HostEntry {
             t.in_flight[r] = t.in_flight[r].saturating_add(in_flight.get(RES[r]));
         }
     }
+
+    /// The work it consumed this period so far, per resource (reservation and global
+    /// tokens; tokens cached in channels are not work), added to `t`'s totals.
+    fn used_this_period(&self, c: &CounterSnapshot, t: &mut IntervalTotals) -> [u64; 2] {
+        let spent = c.consumed_res.saturating_add(c.consumed_global);
+        let s = &self.outcomes.at_start;
+        let spent_before = s.consumed_res.saturating_add(s.consumed_global);
+        let mut used = [0u64; 2];
+        for r in 0..2 {
+            used[r] = spent.get(RES[r]).saturating_sub(spent_before.get(RES[r]));
+            t.used[r] = t.used[r].saturating_add(used[r]);
+            let global = c.consumed_global.get(RES[r]);
+            t.used_global[r] = t.used_global[r]
+                .saturating_add(global.saturating_sub(s.consumed_global.get(RES[r])));
+        }
+        used
+    }
+
+    /// Where a busy host stands against its paced reservation schedule in resource
+    /// `r` of a pool of `per` per period with `left` tokens, having done `used`.
+    fn on_schedule(
+        &self,
+        v: &IntervalView,
+        per: u64,
+        r: usize,
+        left: u64,
+        used: u64,
+        pools: usize,
+    ) -> OnSchedule {
+        let (num, den) = v.left;
+        let unreleased = per - mul_div_ceil(per, v.release_num, den).min(per);
+        let usable = left.saturating_sub(unreleased);
+        let cached = self.period.res_slack.get(RES[r]);
+        let lagging = usable > mul_div(per, v.lag_slack, den).max(1) + cached;
+        // Behind at all: one pool's work is what the host did this period (tokens
+        // cached in channels are not work), against the schedule two bursts ahead, so
+        // a host that keeps up has the whole reservation two bursts before the period
+        // ends (one left periods a few tokens short); over the period's first two
+        // bursts that target ramps up from nothing (at twice the schedule's rate), so
+        // nobody is behind at the period's start. Two pools go by the pool, less what
+        // channels may cache.
+        let burst = mul_div(per, v.behind_slack, den);
+        let late_by = if pools == 1 {
+            let elapsed = den - num;
+            let ahead = elapsed.min(v.behind_slack.saturating_mul(2));
+            let due = mul_div(per, (elapsed + ahead).min(den), den);
+            due.saturating_sub(used).saturating_sub(1)
+        } else {
+            usable.saturating_sub(burst.max(1) + cached)
+        };
+        let margin = mul_div(per, v.interval.saturating_mul(CLOSE_INTERVALS), den);
+        let close = if pools == 1 {
+            used < (per - unreleased).saturating_add(margin)
+        } else {
+            usable + margin > burst + cached
+        };
+        OnSchedule {
+            lagging,
+            late_by,
+            close,
+        }
+    }
+}
+
+/// Where a host stands against its paced reservation schedule (one pool, one resource).
+struct OnSchedule {
+    /// More of its released reservation is unused than the lag slack allows: the pool
+    /// closes for it (policies that do not own the pool).
+    lagging: bool,
+    /// Work it is behind the schedule two bursts ahead (0: not behind).
+    late_by: u64,
+    /// Less than [`CLOSE_INTERVALS`] check intervals of schedule ahead.
+    close: bool,
 }
 
 /// A host less than this many check intervals of its schedule ahead is close to it.
@@ -522,16 +558,7 @@ impl HostEntry {
         self.outcomes.limit_held_at_start = limit_held;
         let hard = self.budgets.reservation_total();
         if v.count_offered {
-            let mut offered = self
-                .shared
-                .credit_available()
-                .saturating_add(now_c.cached_global);
-            if self.reach.periods > 0 {
-                // The part of its reservation it cannot reach was offered and left:
-                // without it the budget would stay at the reservations (they are
-                // what the estimate is held at) and nobody could have the rest.
-                offered = offered.saturating_add(hard.saturating_sub(completed));
-            }
+            let offered = self.offered_unused(&now_c, hard, completed);
             t.offered_unused = t.offered_unused.saturating_add(offered);
         }
         let met = Resource::ALL
@@ -554,30 +581,11 @@ impl HostEntry {
         // that started or stopped during it makes the period no measurement.
         let whole = a.ticks_active + 1 >= v.period_ticks;
         t.partial |= a.ticks_active > 0 && !whole;
-        let mut in_vain = None;
-        if active {
-            for r in Resource::ALL {
-                if completed.get(r) >= hard.get(r) {
-                    continue;
-                }
-                t.missed[r.index()] = true;
-                // A host known not to reach its reservation even with the pool closed
-                // (until it meets it again) is no evidence about the target's capacity.
-                if whole && a.lag_ticks > 0 && self.reach.backoff == 0 {
-                    t.starved[r.index()] = true;
-                }
-                // Lagging at nine check intervals of ten closed the pool to everybody
-                // else nearly all period: if it still fell more than 1 % short, its
-                // own queue depth bounds it, not the others.
-                if whole
-                    && self.reach.periods == 0
-                    && a.lag_ticks * 10 >= v.period_ticks * 9
-                    && completed.get(r).saturating_mul(100) < hard.get(r).saturating_mul(99)
-                {
-                    in_vain = Some((completed, self.reach.met_last_period));
-                }
-            }
-        }
+        let in_vain = if active {
+            self.judge_missed(v, completed, whole, t)
+        } else {
+            None
+        };
         self.reach.after_period(met, active, in_vain.is_some());
         let o = &mut self.outcomes;
         o.underuse.observe(met);
@@ -594,6 +602,59 @@ impl HostEntry {
             service_ns,
             completed_ops: completed.ops,
         };
+        in_vain
+    }
+
+    /// What it was offered and left at a period's end: the credit it holds, the global
+    /// tokens its channels cache, and the part of its reservation it cannot reach.
+    fn offered_unused(&self, now_c: &CounterSnapshot, hard: Amount, completed: Amount) -> Amount {
+        let offered = self
+            .shared
+            .credit_available()
+            .saturating_add(now_c.cached_global);
+        if self.reach.periods > 0 {
+            // The part of its reservation it cannot reach was offered and left:
+            // without it the budget would stay at the reservations (they are
+            // what the estimate is held at) and nobody could have the rest.
+            return offered.saturating_add(hard.saturating_sub(completed));
+        }
+        offered
+    }
+
+    /// An active host's missed reservation, per resource, judged into `t` (missed,
+    /// starved); returns what it completed and whether it met the period before when it
+    /// lagged in vain (see [`HostEntry::close_period`]).
+    fn judge_missed(
+        &self,
+        v: &PeriodView,
+        completed: Amount,
+        whole: bool,
+        t: &mut PeriodTotals,
+    ) -> Option<(Amount, bool)> {
+        let hard = self.budgets.reservation_total();
+        let a = &self.activity;
+        let mut in_vain = None;
+        for r in Resource::ALL {
+            if completed.get(r) >= hard.get(r) {
+                continue;
+            }
+            t.missed[r.index()] = true;
+            // A host known not to reach its reservation even with the pool closed
+            // (until it meets it again) is no evidence about the target's capacity.
+            if whole && a.lag_ticks > 0 && self.reach.backoff == 0 {
+                t.starved[r.index()] = true;
+            }
+            // Lagging at nine check intervals of ten closed the pool to everybody
+            // else nearly all period: if it still fell more than 1 % short, its
+            // own queue depth bounds it, not the others.
+            if whole
+                && self.reach.periods == 0
+                && a.lag_ticks * 10 >= v.period_ticks * 9
+                && completed.get(r).saturating_mul(100) < hard.get(r).saturating_mul(99)
+            {
+                in_vain = Some((completed, self.reach.met_last_period));
+            }
+        }
         in_vain
     }
 

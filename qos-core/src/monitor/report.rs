@@ -421,6 +421,42 @@ fn per_second(ops_per_period: u64, period: Nanos) -> u64 {
     (ops_per_period as u128 * 1_000_000_000 / period.0.max(1) as u128).min(u64::MAX as u128) as u64
 }
 
+/// One host's claim on the operating point's capacity (its weight, reservation and
+/// cap: its limit, and while it contends what its commands at the target can carry at
+/// the pipeline's latency, else what it achieved) and its report so far, from its last
+/// ended period.
+fn host_claim(h: &HostEntry, latency: u128, period: Nanos) -> (Claimant, Entitlement) {
+    let w = &h.window;
+    let ticks = w.ticks.max(1) as u128;
+    let at_base = w.service_ns as u128 * 1000 / period.0.max(1) as u128;
+    let at_target = at_base + w.held_sum as u128 * 1000 / ticks;
+    let achieved = per_second(w.completed_ops, period);
+    // The limit in effect: the burst rate while the host bursts.
+    let limit = per_second(h.limit()[BudgetClass::Total as usize].ops, period);
+    let cap = if w.contending() {
+        let by_depth = at_target * 1_000_000 / latency;
+        limit.min(by_depth.min(u64::MAX as u128) as u64)
+    } else {
+        achieved
+    };
+    let claim = Claimant {
+        weight: h.budgets.weight as u64,
+        reservation: per_second(h.budgets.reservation_total().ops, period),
+        cap,
+    };
+    let report = Entitlement {
+        contending: w.contending(),
+        held_fraction_milli: w.held_ticks as u64 * 1000 / ticks as u64,
+        at_target_milli: at_target.min(u64::MAX as u128) as u64,
+        cap,
+        entitled: 0,
+        achieved,
+        shortfall: 0,
+        queue_depth_needed_milli: 0,
+    };
+    (claim, report)
+}
+
 /// Every host's [`Entitlement`] at `op` (in the order of `m.hosts`), from the last
 /// ended period of each; none before a period has ended. `flat`: the curve shows the
 /// target saturated ([`crate::depth::saturated`]), so C\* is what the target can do;
@@ -437,37 +473,7 @@ fn entitlements(
     let reports: Vec<(Claimant, Entitlement)> = m
         .hosts
         .iter()
-        .map(|h| {
-            let w = &h.window;
-            let ticks = w.ticks.max(1) as u128;
-            let at_base = w.service_ns as u128 * 1000 / period.0.max(1) as u128;
-            let at_target = at_base + w.held_sum as u128 * 1000 / ticks;
-            let achieved = per_second(w.completed_ops, period);
-            // The limit in effect: the burst rate while the host bursts.
-            let limit = per_second(h.limit()[BudgetClass::Total as usize].ops, period);
-            let cap = if w.contending() {
-                let by_depth = at_target * 1_000_000 / latency;
-                limit.min(by_depth.min(u64::MAX as u128) as u64)
-            } else {
-                achieved
-            };
-            let claim = Claimant {
-                weight: h.budgets.weight as u64,
-                reservation: per_second(h.budgets.reservation_total().ops, period),
-                cap,
-            };
-            let report = Entitlement {
-                contending: w.contending(),
-                held_fraction_milli: w.held_ticks as u64 * 1000 / ticks as u64,
-                at_target_milli: at_target.min(u64::MAX as u128) as u64,
-                cap,
-                entitled: 0,
-                achieved,
-                shortfall: 0,
-                queue_depth_needed_milli: 0,
-            };
-            (claim, report)
-        })
+        .map(|h| host_claim(h, latency, period))
         .collect();
     // The domain's claimants: hosts without a group, then the groups (each capped at
     // what its hosts can take together).
