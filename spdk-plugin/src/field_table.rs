@@ -40,7 +40,8 @@
 ///
 /// Emitted on `*Params`: `write_fields(&self, &mut Config)` (every row but the
 /// by-hand ones), `from_fields(keys.., &Config) -> Self` (by-hand rows at their
-/// `Default`), and `apply_update(&mut self, &Update)` (every row whose kind has a rule).
+/// `Default`), `apply_update(&mut self, &Update)` (every row whose kind has a rule) and
+/// `to_json`.
 macro_rules! param_table {
     (
         params: $(#[$pa:meta])* $params:ident;
@@ -80,6 +81,11 @@ macro_rules! param_table {
             /// `u`'s changes to the fields whose kind has a rule.
             fn apply_update(&mut self, u: &$update) {
                 $( $crate::field_table::param_table!(@update $kind self.$field, u.$field); )*
+            }
+
+            /// The printed form (get methods, `save_config`).
+            pub fn to_json(&self) -> ::serde_json::Value {
+                ::serde_json::to_value(self).unwrap_or(::serde_json::Value::Null)
             }
         }
     };

@@ -14,7 +14,6 @@ use qos_core::{
     ReservationRelease, TokenMode,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::field_table::param_table;
 
@@ -180,10 +179,6 @@ impl DomainParams {
         p.apply_update(u);
         p
     }
-
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
 }
 
 param_table! {
@@ -239,10 +234,6 @@ impl HostParams {
     /// The parameters that configure `cfg` in `domain` (inverse of [`Self::to_config`]).
     pub fn from_config(domain: &str, cfg: &HostConfig) -> HostParams {
         HostParams::from_fields(domain.to_string(), cfg.host_nqn.clone(), cfg)
-    }
-
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 
     /// These parameters with `u`'s changes applied.
@@ -314,10 +305,6 @@ impl GroupParams {
         p.apply_update(u);
         clear_bucket_without_burst(&mut p.burst_seconds, p.burst_iops, p.burst_mibps);
         p
-    }
-
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
 
@@ -415,7 +402,7 @@ impl StatsQuery {
 mod tests {
     use super::*;
     use qos_core::Nanos;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn domain(v: Value) -> Result<DomainParams, Refusal> {
         parse("qos_domain_create", v)
@@ -710,7 +697,7 @@ mod schema {
     use super::schema_probe::{Method, Omitted, check_golden, check_registered, parse_as, render};
     use super::*;
     use qos_core::{Monitor, Nanos};
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     const NOW: Nanos = Nanos::from_secs(1);
 
