@@ -352,19 +352,21 @@ def _add_schema_options(p, method, helps, rules=(), schema=None):
         text, words = helps.get(dest, ('see %s in docs/rpc.md' % method.replace('_update', '_create'), None))
         default = _schema_default(param) or words
         if param.get('fixed'):
-            p.add_argument(_flag(dest), action=_Refused, help=argparse.SUPPRESS,
-                           reason='the target accepts only the current value')
+            action = p.add_argument(_flag(dest), action=_Refused, help=argparse.SUPPRESS,
+                                    reason='the target accepts only the current value')
         elif param['type'] == 'boolean':
-            p.add_argument(_flag(dest), action=argparse.BooleanOptionalAction, default=None,
-                           help=_help(text, default, update))
+            action = p.add_argument(_flag(dest), action=argparse.BooleanOptionalAction, default=None,
+                                    help=_help(text, default, update))
         elif param['type'] == 'enum':
-            p.add_argument(_flag(dest), choices=param['choices'], help=_help(text, default, update))
+            action = p.add_argument(_flag(dest), choices=param['choices'], help=_help(text, default, update))
         elif param['type'] == 'integer':
             kind = _int_range(param['min'], param['max'], param.get('or_zero', False))
-            p.add_argument(_flag(dest), type=kind, action=_Checked, rules=rules, metavar='N',
-                           required=param['required'], help=_help(text, default, update))
+            action = p.add_argument(_flag(dest), type=kind, action=_Checked, rules=rules, metavar='N',
+                                    required=param['required'], help=_help(text, default, update))
         else:
-            p.add_argument(_flag(dest), required=param['required'], help=_help(text, default, update))
+            action = p.add_argument(_flag(dest), required=param['required'], help=_help(text, default, update))
+        # tests/test_schema.py sends each of these (tests/test_commands.py need not list them).
+        action.from_schema = True
 
 
 def _sent(p):
