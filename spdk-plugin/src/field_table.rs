@@ -14,9 +14,11 @@
 ///     update: /// docs, derives, serde attributes
 ///             DomainUpdate;
 ///     config: DomainConfig;
+///     defaults: domain_defaults;         // optional: needs `Config: Default`
 ///     keys: name;                        // String fields that name the object
 ///     fields {
 ///         /// docs and serde attributes of the Params field
+///         #[serde(default = "domain_defaults::period_ms")]
 ///         period_ms: value u64 = millis(period);
 ///         capacity_iops: optional u64 = same(capacity.iops);
 ///         batch_ops: optional u64 = by_hand();
@@ -34,7 +36,10 @@
 /// | `rate`     | `Option<Type>`, left out if none | 0 clears it, else replaces it |
 /// | `hand`     | `Option<Type>`, left out if none | nothing: the caller's rule    |
 ///
-/// In `*Update` every field is `Option<Type>` (absent: keep). The codec (a module of
+/// With `defaults: m;`, module `m` has a function per `value` row giving the field's
+/// value in `Config::default()`, for the row's `#[serde(default = "m::field")]`: the
+/// parameter's default is the core's. In `*Update` every field is `Option<Type>`
+/// (absent: keep). The codec (a module of
 /// [`codec`]) converts between the field and the config at the path; `by_hand()` leaves
 /// the field to the caller both ways (fields that map to one config value together).
 ///
@@ -47,6 +52,7 @@ macro_rules! param_table {
         params: $(#[$pa:meta])* $params:ident;
         update: $(#[$ua:meta])* $update:ident;
         config: $config:ty;
+        $(defaults: $defaults:ident;)?
         keys: $($key:ident),+;
         fields {
             $(
@@ -57,6 +63,9 @@ macro_rules! param_table {
     ) => {
         $crate::field_table::param_table!(@params [$(#[$pa])*] $params [$(pub $key: String,)*]
             $( $(#[$fa])* $field : $kind $ty ; )*);
+
+        $crate::field_table::param_table!(@defaults [$($defaults)?] $config;
+            $( $field : $kind $ty = $codec ($($path)*) ; )*);
 
         $(#[$ua])*
         pub struct $update {
@@ -106,6 +115,24 @@ macro_rules! param_table {
             [$($done)* $(#[$fa])* #[serde(default, skip_serializing_if = "Option::is_none")]
              pub $field: Option<$ty>,] $($rest)*);
     };
+
+    // The config's default of each `value` row, as a function serde can name.
+    (@defaults [] $($rows:tt)*) => {};
+    (@defaults [$defaults:ident] $config:ty;
+        $( $field:ident : $kind:ident $ty:ty = $codec:ident ($($path:tt)*) ; )*) => {
+        /// Each `value` field's default: its value in the core's default configuration.
+        mod $defaults {
+            #[allow(unused_imports)]
+            use super::*;
+            $( $crate::field_table::param_table!(@default_fn $config, $field : $kind $ty = $codec ($($path)*)); )*
+        }
+    };
+    (@default_fn $config:ty, $field:ident : value $ty:ty = $codec:ident ($($path:tt)+)) => {
+        pub fn $field() -> $ty {
+            $crate::field_table::codec::$codec::from(&<$config as Default>::default().$($path)+)
+        }
+    };
+    (@default_fn $($row:tt)*) => {};
 
     (@to $cfg:ident $value:expr, by_hand ()) => {};
     (@to $cfg:ident $value:expr, $codec:ident ($($path:tt)+)) => {

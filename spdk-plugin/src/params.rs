@@ -8,10 +8,10 @@
 //! is declared once, with where it goes in the core's configuration, and the
 //! `*Params` / `*Update` structs and both directions of the mapping follow from it.
 
-use qos_core::config::{BatchSize, EstimatorConfig};
+use qos_core::config::BatchSize;
 use qos_core::{
-    CostModel, DomainConfig, ExcessSharing, GroupConfig, HostConfig, PriorityClass,
-    ReservationRelease, TokenMode,
+    DomainConfig, ExcessSharing, GroupConfig, HostConfig, PriorityClass, ReservationRelease,
+    TokenMode,
 };
 use serde::{Deserialize, Serialize};
 
@@ -19,40 +19,6 @@ use crate::field_table::param_table;
 
 /// Refusals, parameter parsing and name checks are shared with the initiator plugin.
 pub use spdk_sys::rpc::{RpcError as Refusal, check_name, code, parse};
-
-fn default_period_ms() -> u64 {
-    1000
-}
-fn default_check_interval_us() -> u64 {
-    1000
-}
-fn default_true() -> bool {
-    true
-}
-fn default_history() -> usize {
-    EstimatorConfig::default().history
-}
-fn default_increment() -> u64 {
-    EstimatorConfig::default().increment_milli
-}
-fn default_probe_backoff() -> u32 {
-    EstimatorConfig::default().probe_backoff_max
-}
-fn default_drop() -> u64 {
-    EstimatorConfig::default().drop_threshold_milli
-}
-fn default_hold() -> u64 {
-    EstimatorConfig::default().hold_milli
-}
-fn default_underuse() -> u32 {
-    EstimatorConfig::default().underuse_periods
-}
-fn default_efficiency() -> u64 {
-    qos_core::config::DEFAULT_EFFICIENCY_MILLI
-}
-fn default_write_weight() -> u64 {
-    CostModel::default().write_weight_milli
-}
 
 param_table! {
     params:
@@ -67,56 +33,57 @@ param_table! {
         #[serde(deny_unknown_fields)]
         DomainUpdate;
     config: DomainConfig;
+    defaults: domain_defaults;
     keys: name;
     fields {
         /// The target's capacity as a starting hint; absent: learned from the target.
         capacity_iops: optional u64 = same(capacity.iops);
-        #[serde(default)]
+        #[serde(default = "domain_defaults::capacity_iops_stddev")]
         capacity_iops_stddev: value u64 = same(capacity.iops_stddev);
         capacity_mibps: optional u64 = same(capacity.mibps);
-        #[serde(default)]
+        #[serde(default = "domain_defaults::capacity_mibps_stddev")]
         capacity_mibps_stddev: value u64 = same(capacity.mibps_stddev);
         per_host_max_iops: optional u64 = same(per_host_max.iops);
         per_host_max_mibps: optional u64 = same(per_host_max.mibps);
-        #[serde(default = "default_period_ms")]
+        #[serde(default = "domain_defaults::period_ms")]
         period_ms: value u64 = millis(period);
-        #[serde(default = "default_check_interval_us")]
+        #[serde(default = "domain_defaults::check_interval_us")]
         check_interval_us: value u64 = micros(check_interval);
         /// With `batch_bytes`, a fixed `global_batch`; neither: automatic.
         batch_ops: optional u64 = by_hand();
         batch_bytes: optional u64 = by_hand();
-        #[serde(default = "default_true")]
+        #[serde(default = "domain_defaults::estimator")]
         estimator: value bool = same(estimator.enabled);
-        #[serde(default = "default_history")]
+        #[serde(default = "domain_defaults::estimator_history")]
         estimator_history: value usize = same(estimator.history);
-        #[serde(default = "default_increment")]
+        #[serde(default = "domain_defaults::estimator_increment_milli")]
         estimator_increment_milli: value u64 = same(estimator.increment_milli);
-        #[serde(default = "default_probe_backoff")]
+        #[serde(default = "domain_defaults::estimator_probe_backoff")]
         estimator_probe_backoff: value u32 = same(estimator.probe_backoff_max);
-        #[serde(default = "default_drop")]
+        #[serde(default = "domain_defaults::estimator_drop_milli")]
         estimator_drop_milli: value u64 = same(estimator.drop_threshold_milli);
-        #[serde(default = "default_hold")]
+        #[serde(default = "domain_defaults::estimator_hold_milli")]
         estimator_hold_milli: value u64 = same(estimator.hold_milli);
-        #[serde(default = "default_underuse")]
+        #[serde(default = "domain_defaults::underuse_periods")]
         underuse_periods: value u32 = same(estimator.underuse_periods);
-        #[serde(default)]
+        #[serde(default = "domain_defaults::mode")]
         mode: value TokenMode = same(mode);
         /// `paced` (default) or `start` (Haechi as published).
-        #[serde(default)]
+        #[serde(default = "domain_defaults::release")]
         release: value ReservationRelease = same(release);
         release_burst_us: optional u64 = opt_micros(release_burst);
-        #[serde(default = "default_write_weight")]
+        #[serde(default = "domain_defaults::write_weight_milli")]
         write_weight_milli: value u64 = same(cost.write_weight_milli);
-        #[serde(default)]
+        #[serde(default = "domain_defaults::size_unit")]
         size_unit: value u64 = same(cost.size_unit);
         /// `first_come` (default, `ExcessSharing`'s): Haechi's open global pool, deeper
         /// queues get more; `weighted`: the unreserved capacity split by weight among
         /// backlogged hosts and groups (tenant groups need it).
-        #[serde(default)]
+        #[serde(default = "domain_defaults::sharing")]
         sharing: value ExcessSharing = same(sharing);
         /// Efficiency η of the operating point, thousandths (1 ..= 1000, default 970):
         /// the depth curve's point reported in `qos_stats_get`.
-        #[serde(default = "default_efficiency")]
+        #[serde(default = "domain_defaults::efficiency_milli")]
         efficiency_milli: value u64 = same(efficiency_milli);
         /// The operating point by its depth instead of η: Q*, commands in flight at the
         /// base in thousandths. At most one of this and `operating_latency_us`.
@@ -126,7 +93,7 @@ param_table! {
         operating_latency_us: optional u64 = opt_micros(operating_latency);
         /// Hold nothing (count and account only): an operator's switch in an incident,
         /// and the instrument's "A". Changing only this starts no new period.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        #[serde(default = "domain_defaults::bypass", skip_serializing_if = "std::ops::Not::not")]
         bypass: value bool = same(bypass);
     }
 }
