@@ -412,3 +412,7 @@ pub struct Shape<'a> {
     /// One host only.
     pub host_nqn: Option<&'a str>,
 }
+
+#[cfg(test)]
+#[path = "stats_tests.rs"]
+mod tests;
