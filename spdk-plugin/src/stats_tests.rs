@@ -301,28 +301,23 @@ pub(crate) fn sample_estimator_record() -> EstimatorRecord {
 fn every_part_of_a_full_domain_is_as_before() {
     let s = sample_domain();
     let implicit = BTreeSet::new();
-    let m = monitor().0;
-    let d = Source {
-        monitor: &m,
-        implicit: &implicit,
-        now: Nanos::ZERO,
-    };
     let h = &s.hosts[0];
+    let groups: Vec<_> = s.groups.iter().map(stats::group_out).collect();
     let parts = [
         (
             "compact_host",
-            serde_json::to_string(&stats::compact_host(&d, h)),
+            serde_json::to_string(&stats::compact_host(&implicit, h)),
         ),
         (
             "full_host",
-            serde_json::to_string(&stats::full_host(&d, h, &sample_history(), 2)),
+            serde_json::to_string(&stats::full_host(&implicit, h, &sample_history(), 2)),
         ),
         (
             "operating_point",
             serde_json::to_string(&stats::operating_point(&s)),
         ),
-        ("groups", serde_json::to_string(&stats::groups(&s))),
-        ("sharing", serde_json::to_string(&json!(s.sharing))),
+        ("groups", serde_json::to_string(&groups)),
+        ("sharing", serde_json::to_string(&s.sharing)),
     ];
     let text: String = parts
         .into_iter()
