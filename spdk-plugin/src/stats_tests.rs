@@ -325,3 +325,146 @@ fn every_part_of_a_full_domain_is_as_before() {
         .collect();
     check_golden("parts.txt", &text);
 }
+
+// The schema of the answer, read off the types that write it: compared with
+// `rpc-scripts/schema/stats.json`, which the readers' tests read.
+
+#[path = "../../rpc-scripts/schema/stats_probe.rs"]
+mod stats_probe;
+
+/// Domains that together give every field of the answer a value, and leave out or
+/// null every field that can be (each variant of the operating target once).
+fn samples() -> Vec<(DomainStats, Vec<PeriodRecord>)> {
+    let every = sample_domain();
+    let mut wide = sample_domain();
+    let rate = |iops, mibps| Rate {
+        iops: Some(iops),
+        mibps: Some(mibps),
+    };
+    wide.hosts[0].config.reservation = RateSet {
+        total: rate(1, 2),
+        read: rate(3, 4),
+        write: rate(5, 6),
+    };
+    wide.hosts[0].config.limit = wide.hosts[0].config.reservation;
+    wide.groups[0].config.reservation = rate(7, 8);
+    wide.groups[0].config.burst.mibps = Some(9);
+    wide.operating_target = OperatingTarget::InFlight(16_000);
+    // Every amount bounded (the others have unlimited ones: `null`).
+    let bounded = Amount::new(1, 4096);
+    (wide.budget, wide.global_available) = (bounded, bounded);
+    let h = &mut wide.hosts[0];
+    (h.reservation_per_period, h.reservation_tokens, h.limit_left) = (bounded, bounded, bounded);
+    wide.groups[0].limit_per_period = bounded;
+    wide.hosts[0].entitlement.as_mut().unwrap().cap = u64::MAX;
+    let mut latency = sample_domain();
+    latency.operating_target = OperatingTarget::Latency(Nanos(200_000));
+    latency.hosts[0].config.burst = Burst::default();
+    latency.groups[0].config.burst = Burst::default();
+    // Each rate with one of its two numbers.
+    let one_each = RateSet {
+        total: Rate::mibps(100),
+        read: Rate::mibps(50),
+        write: Rate::iops(1000),
+    };
+    (
+        latency.hosts[0].config.reservation,
+        latency.hosts[0].config.limit,
+    ) = (one_each, one_each);
+    latency.groups[0].config.reservation = Rate::mibps(100);
+    latency.groups[0].config.limit = Rate::iops(1000);
+    let mut rates = sample_domain();
+    let the_other_each = RateSet {
+        total: Rate::iops(1000),
+        read: Rate::iops(500),
+        write: Rate::mibps(50),
+    };
+    (
+        rates.hosts[0].config.reservation,
+        rates.hosts[0].config.limit,
+    ) = (the_other_each, the_other_each);
+    rates.groups[0].config.reservation = Rate::iops(1000);
+    rates.groups[0].config.limit = Rate::mibps(100);
+    let mut empty = sample_domain();
+    empty.capacity_learning = true;
+    empty.operating_point = None;
+    empty.depth_curve.clear();
+    // Every amount unlimited (`null`).
+    let unlimited = Amount::new(u64::MAX, u64::MAX);
+    (empty.budget, empty.reserved, empty.global_available) = (unlimited, unlimited, unlimited);
+    let h = &mut empty.hosts[0];
+    (h.reservation_per_period, h.in_flight, h.excess_granted) = (unlimited, unlimited, unlimited);
+    (h.reservation_tokens, h.credit_tokens) = (unlimited, unlimited);
+    (h.limit_left, h.soft_granted) = (unlimited, unlimited);
+    (
+        h.entitlement,
+        h.burst,
+        h.reservation_depth_needed_milli,
+        h.group,
+    ) = (None, None, None, None);
+    h.config.reservation = RateSet::NONE;
+    h.config.limit = RateSet::NONE;
+    h.config.burst = Burst::default();
+    h.last_periods.clear();
+    let g = &mut empty.groups[0];
+    g.burst = None;
+    (g.completed_this_period, g.given_this_period) = (unlimited, unlimited);
+    (g.reservation_per_period, g.limit_per_period) = (unlimited, unlimited);
+    (g.config.reservation, g.config.limit) = (Rate::NONE, Rate::NONE);
+    vec![
+        (every, sample_history()),
+        (wide, sample_history()),
+        (latency, sample_history()),
+        (rates, sample_history()),
+        (empty, Vec::new()),
+    ]
+}
+
+/// The recorded samples of each form: (full, compact).
+fn recorded_forms() -> (stats_probe::Node, stats_probe::Node) {
+    let implicit = BTreeSet::new();
+    let records = [sample_estimator_record()];
+    let samples = samples();
+    let mut full = Vec::new();
+    let mut compact = Vec::new();
+    for (s, hist) in &samples {
+        let hosts = s.hosts.iter();
+        let f = hosts
+            .clone()
+            .map(|h| stats::full_host(&implicit, h, hist, 8))
+            .collect();
+        let estimator = Some(records.iter().collect());
+        full.push(stats_probe::record(&stats::domain_out(
+            "d0",
+            s,
+            stats::Hosts::Full(f),
+            estimator,
+        )));
+        let c = hosts.map(|h| stats::compact_host(&implicit, h)).collect();
+        compact.push(stats_probe::record(&stats::domain_out(
+            "d0",
+            s,
+            stats::Hosts::Compact(c),
+            None,
+        )));
+    }
+    (stats_probe::form(&full), stats_probe::form(&compact))
+}
+
+#[test]
+fn stats_schema_matches_rpc_scripts_schema() {
+    let (full, compact) = recorded_forms();
+    // The answer is an array of domains.
+    let text = stats_probe::render(
+        &stats_probe::array_of(&full),
+        &stats_probe::array_of(&compact),
+        "the tests of spdk-plugin/src/stats.rs (UPDATE_SCHEMA=1 rewrites this file); the \
+         readers' tests check what they read against it",
+    );
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../rpc-scripts/schema/stats.json");
+    stats_probe::check_golden(
+        &path,
+        &text,
+        "SPDK_DIR=/opt/spdk cargo test -p spdk-plugin stats_schema",
+    );
+}
