@@ -292,8 +292,8 @@ mod stats_check;
 mod tests {
     use super::*;
 
-    /// A host as `spdk-plugin/src/stats.rs` writes it (`host_common`, then
-    /// `add_history` for the full form).
+    /// A host as `spdk-plugin/src/stats.rs` writes it (`CompactHost`, and `FullHost`'s
+    /// history for the full form).
     fn host(nqn: &str, full: bool) -> Value {
         let amount = |o: Option<u64>| json!({"ops": o, "bytes": null});
         let mut h = json!({

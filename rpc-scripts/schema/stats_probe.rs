@@ -284,14 +284,18 @@ fn differences(at: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
     if !old["items"].is_null() || !new["items"].is_null() {
         differences(&format!("{at}[]"), &old["items"], &new["items"], out);
     }
-    for key in [
+    // With a field added or gone, `required` and `x-order` differ too: said above.
+    let same_fields = op.keys().eq(np.keys());
+    let keys = [
         "type",
         "required",
         "x-order",
         "x-full-form-only",
         "x-rust-enum",
-    ] {
-        if old[key] != new[key] {
+    ];
+    for key in keys {
+        let listed = ["required", "x-order"].contains(&key);
+        if old[key] != new[key] && (same_fields || !listed) {
             out.push(format!("  {at}: {key} {} -> {}", old[key], new[key]));
         }
     }

@@ -94,7 +94,7 @@ struct HeldJson<'a> {
 
 /// One host of the compact form, serialised straight from the core's statistics (no
 /// `Value` tree: with a thousand hosts the tree's allocations were most of the cost).
-/// The same fields as [`host_common`].
+/// Every form's host has these fields ([`FullHost`] adds the history).
 #[derive(Debug, Serialize)]
 struct CompactHost<'a> {
     host_nqn: &'a str,

@@ -48,7 +48,7 @@ fn check_golden(name: &str, text: &str) {
         panic!(
             "qos_stats_get's answer differs from {} at byte {at}:\n  golden: ...{}\n  now:    ...{}\n\
              If the change is meant: UPDATE_GOLDEN=1 SPDK_DIR=/opt/spdk cargo test -p spdk-plugin \
-             stats_tests, then regenerate rpc-scripts/schema/stats.json (UPDATE_SCHEMA=1)",
+             stats::tests, then regenerate rpc-scripts/schema/stats.json (UPDATE_SCHEMA=1)",
             path.display(),
             &committed[from..(at + 80).min(committed.len())],
             &text[from..(at + 80).min(text.len())],
