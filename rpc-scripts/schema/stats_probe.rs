@@ -328,6 +328,15 @@ fn leaf(kind: Kind) -> Result<Node, Error> {
     })
 }
 
+/// The serializer's methods for values that are leaves of the answer.
+macro_rules! leaves {
+    ($($method:ident $t:ty => $kind:ident),* $(,)?) => {$(
+        fn $method(self, _: $t) -> Result<Node, Error> {
+            leaf(Kind::$kind)
+        }
+    )*};
+}
+
 impl ser::Serializer for Recorder {
     type Ok = Node;
     type Error = Error;
@@ -339,44 +348,12 @@ impl ser::Serializer for Recorder {
     type SerializeStruct = Obj;
     type SerializeStructVariant = Impossible<Node, Error>;
 
-    fn serialize_bool(self, _: bool) -> Result<Node, Error> {
-        leaf(Kind::Bool)
-    }
-    fn serialize_i8(self, _: i8) -> Result<Node, Error> {
-        leaf(Kind::Integer)
-    }
-    fn serialize_i16(self, _: i16) -> Result<Node, Error> {
-        leaf(Kind::Integer)
-    }
-    fn serialize_i32(self, _: i32) -> Result<Node, Error> {
-        leaf(Kind::Integer)
-    }
-    fn serialize_i64(self, _: i64) -> Result<Node, Error> {
-        leaf(Kind::Integer)
-    }
-    fn serialize_u8(self, _: u8) -> Result<Node, Error> {
-        leaf(Kind::Integer)
-    }
-    fn serialize_u16(self, _: u16) -> Result<Node, Error> {
-        leaf(Kind::Integer)
-    }
-    fn serialize_u32(self, _: u32) -> Result<Node, Error> {
-        leaf(Kind::Integer)
-    }
-    fn serialize_u64(self, _: u64) -> Result<Node, Error> {
-        leaf(Kind::Integer)
-    }
-    fn serialize_f32(self, _: f32) -> Result<Node, Error> {
-        leaf(Kind::Number)
-    }
-    fn serialize_f64(self, _: f64) -> Result<Node, Error> {
-        leaf(Kind::Number)
-    }
-    fn serialize_char(self, _: char) -> Result<Node, Error> {
-        leaf(Kind::Str)
-    }
-    fn serialize_str(self, _: &str) -> Result<Node, Error> {
-        leaf(Kind::Str)
+    leaves! {
+        serialize_bool bool => Bool, serialize_char char => Str, serialize_str &str => Str,
+        serialize_i8 i8 => Integer, serialize_i16 i16 => Integer, serialize_i32 i32 => Integer,
+        serialize_i64 i64 => Integer, serialize_u8 u8 => Integer, serialize_u16 u16 => Integer,
+        serialize_u32 u32 => Integer, serialize_u64 u64 => Integer,
+        serialize_f32 f32 => Number, serialize_f64 f64 => Number,
     }
     fn serialize_bytes(self, _: &[u8]) -> Result<Node, Error> {
         Err(ser::Error::custom("bytes are not JSON"))
@@ -565,7 +542,12 @@ impl ser::SerializeMap for Obj {
     type Ok = Node;
     type Error = Error;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
-        self.key = Some(key.serialize(KeyName)?);
+        // A key is a string in JSON (a unit variant, in the held counts).
+        let key = serde_json::to_value(key).map_err(ser::Error::custom)?;
+        let key = key
+            .as_str()
+            .ok_or_else(|| ser::Error::custom("a map key not a string"))?;
+        self.key = Some(key.to_string());
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
@@ -579,140 +561,4 @@ impl ser::SerializeMap for Obj {
     fn end(self) -> Result<Node, Error> {
         ser::SerializeStruct::end(self)
     }
-}
-
-/// A map key, which must be a string.
-struct KeyName;
-
-impl ser::Serializer for KeyName {
-    type Ok = String;
-    type Error = Error;
-    type SerializeSeq = Impossible<String, Error>;
-    type SerializeTuple = Impossible<String, Error>;
-    type SerializeTupleStruct = Impossible<String, Error>;
-    type SerializeTupleVariant = Impossible<String, Error>;
-    type SerializeMap = Impossible<String, Error>;
-    type SerializeStruct = Impossible<String, Error>;
-    type SerializeStructVariant = Impossible<String, Error>;
-
-    fn serialize_str(self, v: &str) -> Result<String, Error> {
-        Ok(v.to_string())
-    }
-
-    fn serialize_bool(self, _: bool) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_i8(self, _: i8) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_i16(self, _: i16) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_i32(self, _: i32) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_i64(self, _: i64) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_u8(self, _: u8) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_u16(self, _: u16) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_u32(self, _: u32) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_u64(self, _: u64) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_f32(self, _: f32) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_f64(self, _: f64) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_char(self, _: char) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_bytes(self, _: &[u8]) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_none(self) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_some<T: Serialize + ?Sized>(self, _: &T) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_unit(self) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_unit_struct(self, _: &'static str) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_unit_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        variant: &'static str,
-    ) -> Result<String, Error> {
-        Ok(variant.to_string())
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        value: &T,
-    ) -> Result<String, Error> {
-        value.serialize(self)
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result<String, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_tuple_struct(
-        self,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleStruct, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, Error> {
-        Err(not_a_key())
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant, Error> {
-        Err(not_a_key())
-    }
-}
-
-fn not_a_key() -> Error {
-    ser::Error::custom("a map key that is not a string")
 }
