@@ -1,8 +1,10 @@
-//! The stats RPC's answer, byte for byte: goldens of every form (`spdk-plugin/tests/
-//! stats-golden/`), written by the code before its `json!` parts became typed, so that
-//! changing how the answer is built cannot change the answer (field names, their order,
-//! how numbers print). `UPDATE_GOLDEN=1` rewrites them, for a change of the answer
-//! that is meant (then regenerate `rpc-scripts/schema/stats.json` too).
+//! The stats RPC's answer, byte for byte, and its schema. Goldens of every form
+//! (`spdk-plugin/tests/stats-golden/`), written by the code before its `json!` parts
+//! became typed, so that changing how the answer is built cannot change the answer
+//! (field names, their order, how numbers print); `UPDATE_GOLDEN=1` rewrites them, for a
+//! change of the answer that is meant. And `rpc-scripts/schema/stats.json`, read off the
+//! types that write the answer over sample domains (`stats_probe.rs`) and compared with
+//! the committed file (`UPDATE_SCHEMA=1` rewrites it; the readers' tests read it).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
