@@ -20,9 +20,9 @@
 use crate::config::{BudgetClass, UNLIMITED};
 use crate::cost::{Amount, CostModel, Direction, IoKind, RES, Resource};
 use crate::histogram::{HeldTime, HeldTimeSnapshot, SharedHeldTime};
-use crate::monitor::sharing::operating_point::{HostWindow, Slot, WindowShared};
 use crate::sync::{Arc, AtomicU64, CachePadded, EpochPool, Ordering, POOL_MAX, SeqLock, TokenPool};
 use crate::time::Nanos;
+use crate::window::{HostWindow, Slot, WindowShared};
 use crate::wire;
 
 /// Shared state of a domain.

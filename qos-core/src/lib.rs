@@ -40,6 +40,7 @@ pub mod pacer;
 pub mod share;
 pub mod sync;
 pub mod time;
+pub mod window;
 pub mod wire;
 
 pub use admission::{
@@ -57,9 +58,9 @@ pub use hold::HoldQueue;
 pub use ledger::{
     Admission, ChannelTokens, DomainShared, HoldCounts, HoldReason, HostShared, PeriodState,
 };
-pub use monitor::sharing::operating_point::{HostWindow, WindowShared};
 pub use monitor::{
     BurstStats, DomainStats, EstimatorRecord, GroupStats, HostStats, Monitor, PeriodRecord,
     PeriodReport, Tick,
 };
 pub use time::Nanos;
+pub use window::{HostWindow, WindowShared};
