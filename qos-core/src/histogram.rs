@@ -80,10 +80,17 @@ impl HeldTime {
 }
 
 /// A host's published observations (monotonic counters, shared by its channels).
+///
+/// Written by the host's channels when they flush (adds), read by the statistics; all
+/// `Relaxed`: each counter is exact by its adds alone and publishes nothing else, so a
+/// snapshot taken while channels flush may mix two flushes (statistics only).
 #[derive(Debug, Default)]
 pub struct SharedHeldTime {
+    /// Commands that left QoS, per bucket of the time they waited ([`HELD_BUCKETS_NS`]).
     counts: [AtomicU64; HELD_BUCKET_COUNT],
+    /// The time they waited, summed, ns.
     sum_ns: AtomicU64,
+    /// Commands that entered a hold queue.
     entered: AtomicU64,
 }
 

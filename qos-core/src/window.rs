@@ -4,7 +4,7 @@
 //!
 //! Owned here: the domain's slot count and the parameters the monitor publishes
 //! ([`WindowShared`]), each host's place in the weighted order ([`HostWindow`]), the
-//! per-command decision ([`WindowShared::admit`], called by
+//! per-command decision (`WindowShared::admit`, called by
 //! [`crate::ledger::ChannelTokens`]) and the dispatch both the target plugin and the
 //! lab run at a completion. The policy that sets W, V and the slack (from the depth
 //! curve, at every check interval) is the monitor's:
