@@ -11,23 +11,25 @@
 //! Each QoS bdev has a `qos_core::initiator::InitiatorEngine` ([`state`]) that mirrors
 //! its host's tokens from the target plugin's token protocol and holds I/O locally when
 //! it has none; QoS bdevs of a pacer group share a `qos_core::pacer::Pacer` that splits
-//! large transfers into chunks and paces them ([`io`], [`chunk`], [`split`]). Design and
+//! large transfers into chunks and paces them ([`channel`], [`split`]). Design and
 //! defaults: `docs/initiator-plugin.md`.
 //!
+//! The I/O path is [`channel`]: one QoS bdev on one thread (`IniChannel`), its
+//! behaviour by concern in `channel/` (`io`: entry points, sending, the poller; `held`:
+//! the hold queue; `chunk`: large transfers; `vendor`: the token protocol); its module
+//! doc maps which file owns what.
+//!
 //! Modules depend one way: `lib` → `rpc` → `node` (the bdev, on `spdk_sys::vbdev`) →
-//! `io` (entry points, sending, the poller) → `held`, `chunk`, `vendor` (the hold
-//! queue, chunking, vendor commands; `held` also names `io`'s completion callback) →
-//! `chan` (the channel state and shared types) → `state`, `split`, `params` →
-//! `spdk_sys`, `qos_core`.
+//! `channel::io` (entry points, sending, the poller) → `channel::held`,
+//! `channel::chunk`, `channel::vendor` (the hold queue, chunking, vendor commands;
+//! `held` also names `io`'s completion callback) → `channel` (the channel state and
+//! shared types) → `state`, `split`, `params` → `spdk_sys`, `qos_core`.
 
 // The registration entry points are only reachable from the constructor, which unit-test
 // and fuzz builds leave out (tests and fuzz binaries must not register with SPDK).
 #![cfg_attr(any(test, fuzzing), allow(dead_code))]
 
-pub mod chan;
-pub mod chunk;
-pub mod held;
-pub mod io;
+pub mod channel;
 pub mod node;
 pub mod params;
 /// The RPC-parameter fuzz targets: the mutation fuzzer's test, and with the feature
@@ -37,7 +39,6 @@ pub mod params_fuzz;
 pub mod rpc;
 pub mod split;
 pub mod state;
-pub mod vendor;
 
 use spdk_sys::module::Loading;
 use spdk_sys::vbdev;
@@ -46,7 +47,7 @@ use spdk_sys::vbdev;
 fn register(loading: &Loading) {
     spdk_sys::log::install();
     spdk_sys::rpc::VersionInfo::of("initiator").log_loaded();
-    vbdev::register_module::<chan::IniPolicy>(c"qos_ini", loading);
+    vbdev::register_module::<channel::IniPolicy>(c"qos_ini", loading);
     rpc::register_all();
 }
 

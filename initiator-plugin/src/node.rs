@@ -22,8 +22,7 @@ use spdk_sys::poller::PollStatus;
 use spdk_sys::spdk_bdev_io_type as T;
 use spdk_sys::vbdev::{self, BaseChannel, BaseHints, Node, Vbdev, Vbdevs};
 
-use crate::chan::{IniChannel, IniIo, IniPolicy, SHUTDOWN, now};
-use crate::io;
+use crate::channel::{IniChannel, IniIo, IniPolicy, SHUTDOWN, io, now};
 use crate::params::{
     CheckedCreate, CreateParams, OptionsPatch, PacerOptions, Refusal, SetParams, check_chunk, code,
 };

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use spdk_sys::rpc;
 use spdk_sys::vbdev;
 
-use crate::chan::IniPolicy;
+use crate::channel::IniPolicy;
 use crate::node;
 use crate::params::{CreateParams, NameQuery, Refusal, parse};
 

@@ -26,9 +26,15 @@ pub const COMPLETIONS_BETWEEN_TRIES: u32 = 8;
 /// bdev_io in the plugin, a request id in the lab); every handle that enters leaves
 /// exactly once, through [`TargetChannel::admit`], a release, [`TargetChannel::remove_first`]
 /// or [`TargetChannel::drain`].
+///
+/// Not shared: the thread that owns it calls every method (`&mut self`), so it has no
+/// memory ordering of its own; what it shares with the other threads and the monitor
+/// is its tokens' ledger ([`crate::ledger::DomainShared`], [`crate::ledger::HostShared`]).
 #[derive(Debug)]
 pub struct TargetChannel<T> {
+    /// The host's token caches on this thread, and its share of the ledger.
     tokens: ChannelTokens,
+    /// Commands waiting for tokens (or the window), in arrival order.
     held: HoldQueue<T>,
     /// Completions still to pass before one tries the held queue again.
     completions_to_skip: u32,

@@ -6,7 +6,6 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use crate::burst::{Burst, BurstBudget};
 use crate::cost::{Amount, CostModel, Direction, Resource, WEIGHT_ONE};
 use crate::time::{Nanos, mul_div};
 
@@ -1145,6 +1144,133 @@ impl HostConfig {
             priority: self.priority,
             burst,
         })
+    }
+}
+
+// Bursts (the bucket itself is `burst.rs`'s).
+
+/// The largest bucket: a day of burst.
+pub const MAX_BURST_SECONDS: u64 = 86_400;
+
+/// A burst above the total limit, as the user gives it: a rate (IOPS and/or MiB/s, each
+/// above the limit of the same resource) and the bucket's size in seconds at that rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Burst {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iops: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mibps: Option<u64>,
+    /// How long a full bucket lasts at the burst rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seconds: Option<u64>,
+}
+
+/// A validated burst, per period and in cost units. A resource without a burst has a
+/// rate of 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BurstBudget {
+    /// The burst rate per period (0 where none).
+    pub rate: Amount,
+    /// The limit it bursts above, per period (the total limit).
+    pub limit: Amount,
+    /// The bucket's length: how long a full bucket lasts at the burst rate.
+    pub seconds: Nanos,
+}
+
+impl Burst {
+    pub const NONE: Burst = Burst {
+        iops: None,
+        mibps: None,
+        seconds: None,
+    };
+    pub fn is_none(&self) -> bool {
+        *self == Burst::NONE
+    }
+    fn rate(&self) -> Rate {
+        Rate {
+            iops: self.iops,
+            mibps: self.mibps,
+        }
+    }
+
+    /// Validates the burst of `who` (`host NQN` or `group NAME`) above its total
+    /// `limit` and returns it per period.
+    pub(crate) fn budget(
+        &self,
+        who: &str,
+        limit: &Rate,
+        domain: &DomainConfig,
+    ) -> Result<BurstBudget, ConfigError> {
+        if self.is_none() {
+            return Ok(BurstBudget::default());
+        }
+        let rate = self.rate();
+        if rate.is_none() {
+            return Err(ConfigError::BurstSecondsAlone { who: who.into() });
+        }
+        let Some(seconds) = self.seconds else {
+            return Err(ConfigError::BurstWithoutSeconds { who: who.into() });
+        };
+        let min = domain.period.0.div_ceil(Nanos::from_secs(1).0).max(1);
+        if seconds < min || seconds > MAX_BURST_SECONDS {
+            return Err(ConfigError::BurstSeconds {
+                who: who.into(),
+                got: seconds,
+                min,
+                period: domain.period,
+            });
+        }
+        let mut out = BurstBudget {
+            seconds: Nanos::from_secs(seconds),
+            ..BurstBudget::default()
+        };
+        for r in Resource::ALL {
+            let Some(burst) = rate.get(r) else { continue };
+            let Some(l) = limit.get(r) else {
+                return Err(ConfigError::BurstWithoutLimit {
+                    who: who.into(),
+                    burst,
+                    unit: unit(r),
+                    field: match r {
+                        Resource::Ops => "max_iops",
+                        Resource::Bytes => "max_mibps",
+                    },
+                });
+            };
+            if burst < l {
+                return Err(ConfigError::BurstBelowLimit {
+                    who: who.into(),
+                    burst,
+                    limit: l,
+                    unit: unit(r),
+                });
+            }
+            let what = || format!("{who} burst");
+            let per_period = |v| domain.per_period_of(&rate_of(r, v), r, what);
+            out.rate.set(r, per_period(burst)?.unwrap_or(0));
+            out.limit.set(
+                r,
+                domain.per_period_of(&rate_of(r, l), r, what)?.unwrap_or(0),
+            );
+        }
+        Ok(out)
+    }
+}
+
+fn rate_of(r: Resource, v: u64) -> Rate {
+    match r {
+        Resource::Ops => Rate::iops(v),
+        Resource::Bytes => Rate::mibps(v),
+    }
+}
+
+impl BurstBudget {
+    pub fn is_on(&self, r: Resource) -> bool {
+        self.rate.get(r) != 0
+    }
+    pub fn any(&self) -> bool {
+        self.is_on(Resource::Ops) || self.is_on(Resource::Bytes)
     }
 }
 

@@ -20,22 +20,62 @@
 use crate::config::{BudgetClass, UNLIMITED};
 use crate::cost::{Amount, CostModel, Direction, IoKind, RES, Resource};
 use crate::histogram::{HeldTime, HeldTimeSnapshot, SharedHeldTime};
-use crate::monitor::sharing::operating_point::{HostWindow, Slot, WindowShared};
 use crate::sync::{Arc, AtomicU64, CachePadded, EpochPool, Ordering, POOL_MAX, SeqLock, TokenPool};
 use crate::time::Nanos;
+use crate::window::{HostWindow, Slot, WindowShared};
 use crate::wire;
 
-/// Shared state of a domain.
+/// Shared state of a domain: one per domain, behind an `Arc` held by the monitor and
+/// by every channel of its hosts.
+///
+/// **Who writes, who reads.** The monitor writes (one thread: its check intervals, the
+/// period roll-over, configuration changes; the operating-point policy also at its
+/// check intervals); every channel, on every poll-group thread, reads. The exceptions
+/// are the pools, which channels take from and give back to, and the window's slot
+/// count (see [`WindowShared`]).
+///
+/// **Memory ordering.**
+/// - The roll-over publishes a period with one Release store of `epoch`, last, after
+///   the global pools are re-armed (`global`), the hosts' pools for the period armed,
+///   and `period_start`, `release_burst`, `credit_only`, `global_closed` (0) and the
+///   hosts' `lagging` (0) stored. A channel's Acquire load of `epoch`
+///   (`ChannelTokens::sync`, `HostShared::current_tag`) pairs with it: a channel that
+///   sees the new period finds its tokens armed and its start.
+/// - `global_closed`: the monitor stores each lagging host's
+///   `HostShared::lagging` (Release) before it closes the pool with its own Release
+///   store (or `fetch_or` under `operating_point`); the channel's Acquire load in
+///   `global_open_to` pairs with it, then its Acquire load of its host's `lagging`, so
+///   a lagging host that finds the pool closed also finds itself lagging.
+/// - `period_start`: Release store, Acquire loads (the release schedule): the same
+///   pairing as `epoch` for a channel that reads the start without the epoch.
+/// - The pools' words ([`TokenPool`]): every take and give is an `AcqRel`
+///   compare-and-swap and the roll-over's re-arm an `AcqRel` swap, on the word that
+///   also carries the period's tag: a take and a re-arm are ordered by the word itself.
+/// - `conversion`, `credit_only`, `pool_paced`, `bypass` are stored with Release but
+///   read `Relaxed`: flags read for themselves, which publish nothing else (the Release
+///   pairs with no Acquire; a stale read costs one command's decision). Statistics read
+///   `global_closed` and `pool_paced` `Relaxed` too.
 #[derive(Debug)]
 pub struct DomainShared {
+    /// What an I/O costs (operations and bytes); fixed for the domain's life.
     pub(crate) cost: CostModel,
+    /// 1 when hosts' unused reservations convert to global tokens (Haechi's mode), 0
+    /// otherwise.
     pub(crate) conversion: AtomicU64,
     /// Paced release burst in ns; `u64::MAX` when reservations are released at once.
     pub(crate) release_burst: AtomicU64,
+    /// The global pool per resource (`[ops, bytes]`, cost units), tagged with its
+    /// period: the work nobody reserved, first come or handed out by the policy.
     pub(crate) global: [CachePadded<TokenPool>; 2],
+    /// The current period's number (its low 16 bits tag the pools); the roll-over's
+    /// publication, stored last.
     pub(crate) epoch: AtomicU64,
+    /// When the current period started, ns on the monitor's clock.
     pub(crate) period_start: AtomicU64,
+    /// The period's length, ns (set when the domain is made).
     pub(crate) period: AtomicU64,
+    /// The period's capacity estimate per resource (`[ops, bytes]`, cost units),
+    /// stored at each roll-over (read by nobody at present).
     pub(crate) budget: [AtomicU64; 2],
     /// Bit r is set by the monitor (paced release only) while some backlogged host
     /// lags behind its reservation schedule in resource r: the global pool of r then
@@ -55,7 +95,7 @@ pub struct DomainShared {
     /// account as usual but hold nothing; a command that would wait goes at once.
     pub(crate) bypass: AtomicU64,
     /// Commands in flight at the base against the operating point's window (sharing
-    /// `operating_point`; off otherwise).
+    /// `operating_point`; off otherwise). Its own ordering: see [`WindowShared`].
     pub(crate) window: WindowShared,
 }
 
@@ -193,10 +233,14 @@ struct LimitShortage {
 /// sequence lock whenever the host's generation changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct ChannelParams {
+    /// One reservation pool for reads and writes together (else one per direction).
     pub(crate) together: bool,
     /// Bit `class * 2 + resource` is set when that limit is enforced.
     pub(crate) limit_mask: u8,
+    /// Limit per period and class (total, read, write), cost units.
     pub(crate) limit: [Amount; 3],
+    /// How much a channel fetches at once from the host's reservation pool, the
+    /// domain's global pool and the host's limit allowance, cost units.
     pub(crate) res_batch: Amount,
     pub(crate) global_batch: Amount,
     pub(crate) limit_batch: Amount,
@@ -271,20 +315,52 @@ impl ChannelParams {
     }
 }
 
-/// Shared state of one host.
+/// Shared state of one host: one per host and domain, behind an `Arc` held by the
+/// monitor and by the host's channels (one per poll-group thread and QoS bdev).
+///
+/// **Who writes, who reads.** The monitor writes the parameters (`params`, a sequence
+/// lock with the monitor as its only writer), arms the pools for each period, moves
+/// credit, and sets `lagging` and the window's step and flags; the host's channels take
+/// from and give back to the pools, add to `counters` and `held_time` when they flush,
+/// and read everything else. The monitor's statistics read the counters.
+///
+/// **Memory ordering.**
+/// - `params`: [`SeqLock`]'s own pairing (the writer's Release fence and Release store
+///   of the generation, the readers' Acquire load and Acquire fence); a channel copies
+///   the parameters whenever the generation changed.
+/// - The pools (`res`, `credit`, `limit`): `AcqRel` compare-and-swaps on words tagged
+///   with their period, as the domain's (see [`DomainShared`]); which slot is current
+///   is the domain's `epoch` (Acquire), stored after the slots are armed (Release).
+/// - `lagging`: the monitor's Release store (or `fetch_or`) comes before its Release
+///   store that closes the domain's global pool; a channel's Acquire loads of the
+///   domain's `global_closed` and then of `lagging` pair with them (see
+///   [`DomainShared`]).
+/// - `counters`: channels add with `AcqRel` read-modify-writes; the monitor loads with
+///   Acquire. Each counter is exact by its read-modify-writes alone; the pairing orders
+///   nothing else (the monitor reads the counters one by one, so sums across them are
+///   exact only when the channels are quiet, as in the audit's tests).
+/// - `held_time`: `Relaxed` adds and loads (statistics only).
+/// - `window`: `Relaxed`, see [`HostWindow`].
 #[derive(Debug)]
 pub struct HostShared {
+    /// The host's index in its domain (order of arrival).
     pub(crate) id: u32,
+    /// The host's NQN.
     pub(crate) nqn: String,
     /// Its domain, whose epoch says which slot of each pool is the current period's.
     domain: Arc<DomainShared>,
+    /// What a channel needs of the host's configuration ([`ChannelParams`] as words),
+    /// written by the monitor.
     params: CachePadded<SeqLock<PARAM_WORDS>>,
-    /// Reservation tokens per pool and resource.
+    /// Reservation tokens per pool (one, or reads and writes apart) and resource
+    /// (`[ops, bytes]`), cost units.
     pub(crate) res: CachePadded<[[EpochPool; 2]; 2]>,
-    /// Global tokens granted to this host ahead of its I/O (cooperative initiators).
+    /// Global tokens granted to this host ahead of its I/O (cooperative initiators),
+    /// per resource, cost units.
     pub(crate) credit: CachePadded<[EpochPool; 2]>,
-    /// Limit allowance per class and resource.
+    /// Limit allowance per class (total, read, write) and resource, cost units.
     pub(crate) limit: CachePadded<[[EpochPool; 2]; 3]>,
+    /// Monotonic counters and gauges its channels publish (units per field).
     pub(crate) counters: CachePadded<HostCounters>,
     /// Time its commands spent held (published by channels when they flush).
     pub(crate) held_time: CachePadded<SharedHeldTime>,
@@ -297,23 +373,37 @@ pub struct HostShared {
 /// Monotonic counters, published by channels when they flush. In this order (`repr(C)`)
 /// so that what the monitor reads at every check interval fills two cache lines and
 /// `expired`, which only the token audit reads, is the one field beyond them.
+///
+/// Written by the host's channels (`AcqRel` adds at each flush), read by the monitor
+/// and the statistics (Acquire loads); the pairing orders nothing beyond each counter
+/// (see [`HostShared`]). Pairs are `[ops, bytes]` in cost units.
 #[derive(Debug, Default)]
 #[repr(C)]
 pub struct HostCounters {
+    /// Work completed, cost units.
     pub(crate) completed: [AtomicU64; 2],
+    /// Commands completed.
     pub(crate) completed_ios: AtomicU64,
     /// Time the completed commands spent at the base, summed (ns): by Little's law, its
     /// growth over an interval's length is the mean number of commands in flight.
     pub(crate) service_ns: AtomicU64,
+    /// Commands admitted.
     pub(crate) admitted_ios: AtomicU64,
+    /// Reservation tokens consumed by admitted commands, cost units.
     pub(crate) consumed_res: [AtomicU64; 2],
+    /// Global tokens (and credit) consumed by admitted commands, cost units.
     pub(crate) consumed_global: [AtomicU64; 2],
+    /// Refusals: a command held, and every failed retry of a held command.
     pub(crate) held_events: AtomicU64,
     /// I/O waiting in hold queues now (a gauge kept as wrapping sum of deltas).
     pub(crate) held_now: AtomicU64,
-    /// Tokens cached in channels now (gauges, as of their last flush).
+    /// Reservation tokens cached in channels now, cost units (a gauge, as of their
+    /// last flush).
     pub(crate) cached_res: [AtomicU64; 2],
+    /// Global tokens cached in channels now, cost units (a gauge, likewise).
     pub(crate) cached_global: [AtomicU64; 2],
+    /// Tokens that expired in channels, cost units: cached when their period ended, or
+    /// caught between two pools by a roll-over.
     pub(crate) expired: [AtomicU64; 2],
     /// Commands that entered a hold queue, by [`HoldReason`] (read by the statistics
     /// only, so beyond the lines the monitor reads at every check interval).

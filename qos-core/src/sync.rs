@@ -47,6 +47,13 @@ const fn unpack(w: u64) -> (u16, u64) {
 /// Takes name the period they expect, so that a channel can never take tokens of a new
 /// period believing they are of the old one (or the reverse): the roll-over that
 /// retags a pool and every take are ordered by the same compare-and-swap.
+///
+/// The word: the period's tag in the top 16 bits, the count (tokens, cost units) in
+/// the low 48 ([`POOL_MAX`]). Channels take and give, the monitor re-arms
+/// (`replace`) and caps; every change is an `AcqRel` read-modify-write and every load
+/// an Acquire, so the word's modification order alone orders takes against a re-arm.
+/// What else a re-arm publishes (the period's start, the other pools) is published by
+/// the domain's epoch, not by this word (see `ledger::DomainShared`).
 #[derive(Debug)]
 pub struct TokenPool(AtomicU64);
 
@@ -188,6 +195,9 @@ impl TokenPool {
 /// pools. Every operation names its period (tag) and works on that period's slot, whose
 /// own tag check still refuses tokens of another period: a channel that is one period
 /// behind finds the slot retagged (or not yet armed) and takes nothing.
+///
+/// Slot `tag & 1` holds period `tag`'s tokens. Writers and readers, and the ordering,
+/// are [`TokenPool`]'s, slot by slot.
 #[derive(Debug, Default)]
 pub struct EpochPool([TokenPool; 2]);
 
@@ -252,9 +262,19 @@ impl EpochPool {
 /// A sequence lock over `N` words: one writer (the monitor) publishes a whole record,
 /// many readers (channels) copy it out and retry or give up if a write overlapped.
 /// All words are atomics, so a torn read is detected, never undefined behaviour.
+///
+/// Memory ordering (the classic sequence lock): the writer makes the generation odd
+/// (`Relaxed`), then a Release fence, the words (`Relaxed`), and the even generation
+/// (Release). A reader loads the generation (Acquire, pairing with the writer's final
+/// Release store: it sees the words of that write or newer), the words (`Relaxed`),
+/// then an Acquire fence (pairing with the writer's Release fence: if it read a word of
+/// a later write, it sees that write's odd generation) and the generation again: equal
+/// and even, the copy is one write's.
 #[derive(Debug)]
 pub struct SeqLock<const N: usize> {
+    /// Even when no write is under way; +2 per write.
     gen_: AtomicU64,
+    /// The record.
     words: [AtomicU64; N],
 }
 

@@ -29,6 +29,7 @@ use qos_core::hold::HoldQueue;
 use qos_core::initiator::{InitiatorConfig, InitiatorEngine};
 use qos_core::latency::LatencyHistogram;
 use qos_core::pacer::{ChunkPlan, Pacer, PacerConfig, StreamId, plan_chunks};
+use qos_core::window::{self, Handing, WindowWaiters};
 use qos_core::wire::{Request, StateReply};
 use qos_core::{IoKind, Monitor, Nanos, TargetChannel};
 use thiserror::Error;
@@ -780,25 +781,19 @@ impl Sim {
 
     /// Sharing `operating_point`: a slot of the window may have freed; the channels
     /// waiting for one try again, lowest start tag first (a dispatcher over all
-    /// channels, which the plugin's per-thread channels do not have).
+    /// channels, which the plugin's per-thread channels do not have; the dispatch is
+    /// the core's, as the plugin's).
     fn dispatch_window(&mut self) {
-        let mut waiting: Vec<(u64, u16, u16)> = Vec::new();
-        for (h, host) in self.hosts.iter().enumerate() {
-            for (c, ch) in host.chans.iter().enumerate() {
-                if ch.waits_for_window() {
-                    waiting.push((ch.window_tag(), h as u16, c as u16));
-                }
-            }
-        }
-        if waiting.is_empty() {
+        let Some(m) = self.monitor.as_ref() else {
             return;
-        }
-        waiting.sort_unstable();
+        };
         let mut out = std::mem::take(&mut self.scratch);
-        let now = Nanos(self.now);
-        for (_, h, c) in waiting {
-            self.hosts[h as usize].chans[c as usize].retry(now, |io| out.push(io));
-        }
+        let mut waiters = LabWaiters {
+            hosts: &mut self.hosts,
+            now: Nanos(self.now),
+            out: &mut out,
+        };
+        window::dispatch(m.shared().window(), Handing::EveryWaiting, &mut waiters);
         self.enqueue_released(&mut out);
         self.scratch = out;
     }
@@ -1210,6 +1205,31 @@ impl Sim {
             efficiency_milli,
             warnings: self.warnings,
             events: self.events,
+        }
+    }
+}
+
+/// Every channel of the domain, for [`window::dispatch`]: channel `k` counts the
+/// hosts' channels in order; what a retry releases goes to `out`.
+struct LabWaiters<'a> {
+    hosts: &'a mut [Host],
+    now: Nanos,
+    out: &'a mut Vec<u32>,
+}
+
+impl WindowWaiters for LabWaiters<'_> {
+    fn each_waiting(&self, visit: &mut dyn FnMut(usize, u64)) {
+        let chans = self.hosts.iter().flat_map(|h| &h.chans);
+        for (k, ch) in chans.enumerate() {
+            if ch.waits_for_window() {
+                visit(k, ch.window_tag());
+            }
+        }
+    }
+    fn retry(&mut self, k: usize) {
+        let mut chans = self.hosts.iter_mut().flat_map(|h| &mut h.chans);
+        if let Some(ch) = chans.nth(k) {
+            ch.retry(self.now, |io| self.out.push(io));
         }
     }
 }

@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use qos_core::channel::POLL_INTERVAL;
+use qos_core::window::{self, Handing, WindowWaiters};
 use qos_core::wire::{self, RequestError, VendorCmd};
 use qos_core::{ChannelTokens, DomainShared, HostShared, IoKind, Nanos, TargetChannel};
 use spdk_sys::bdev_io::{BaseIo, IoStatus, nvme_cmd_dwords};
@@ -79,8 +80,8 @@ const SCT_GENERIC: u8 = 0;
 /// the depth curve's 10 ms samples hold thousands of completions.
 const SERVICE_SAMPLE: u32 = 8;
 
-/// Channels of one OS thread a completion's hand-off of a window slot looks at (a bit
-/// each in a `u64`).
+/// Channels of one OS thread a completion's hand-off of a window slot looks at (each
+/// pick scans them: a bound on the work of one completion).
 const HAND_OFF_MAX: usize = 64;
 
 /// Per-I/O context (in the bdev_io, through `spdk_sys::vbdev::Io::ctx`).
@@ -132,6 +133,49 @@ pub struct Core {
 thread_local! {
     /// The QoS channels created on this OS thread (a reactor), of every domain.
     static CHANNELS: RefCell<Vec<Weak<Core>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The channels of `.0`'s thread and domain (the first [`HAND_OFF_MAX`] of this
+/// thread's list), for [`window::dispatch`]: channel `k` is the list's `k`-th.
+struct ThreadWaiters<'a>(&'a Core);
+
+impl ThreadWaiters<'_> {
+    /// Channel `k`, if alive and of the same thread and domain as `.0`.
+    fn chan(&self, k: usize, list: &[Weak<Core>]) -> Option<Rc<Core>> {
+        let ch = list.get(k)?.upgrade()?;
+        let me = self.0;
+        (ch.thread == me.thread && Arc::ptr_eq(&ch.node.domain_shared, &me.node.domain_shared))
+            .then_some(ch)
+    }
+}
+
+impl WindowWaiters for ThreadWaiters<'_> {
+    fn each_waiting(&self, visit: &mut dyn FnMut(usize, u64)) {
+        CHANNELS.with(|c| {
+            let list = c.borrow();
+            for k in 0..list.len().min(HAND_OFF_MAX) {
+                let Some(ch) = self.chan(k, &list) else {
+                    continue;
+                };
+                // A channel borrowed now is up the stack (a completion inside its own
+                // submission): it tries when that returns.
+                if let Ok(st) = ch.st.try_borrow()
+                    && st.waits_for_window()
+                {
+                    visit(k, st.window_tag());
+                }
+            }
+        });
+    }
+
+    fn retry(&mut self, k: usize) {
+        // Out of the list's borrow: a retry sends, and a completion inside it may
+        // dispatch again.
+        let ch = CHANNELS.with(|c| self.chan(k, &c.borrow()));
+        if let Some(ch) = ch {
+            ch.retry_window();
+        }
+    }
 }
 
 impl std::ops::Deref for QosChannel {
@@ -258,43 +302,11 @@ impl Core {
     /// thread's channels are not ours to submit on; they still see the slot at their
     /// next completion or poll. Allocates nothing: each pick is a scan of this thread's
     /// channels (the first [`HAND_OFF_MAX`]; beyond them, channels wait for their own
-    /// completions and poller as before).
+    /// completions and poller as before). The dispatch is the core's
+    /// (`qos_core::window::dispatch`), which the lab's dispatcher runs too.
     fn hand_off(&self) {
-        let w = self.node.domain_shared.window();
-        let mut tried: u64 = 0;
-        loop {
-            // Another sharing: the limit is 0.
-            if w.in_flight() >= w.limit() {
-                return;
-            }
-            let next = CHANNELS.with(|c| {
-                let mut best: Option<(u64, usize, Rc<Core>)> = None;
-                for (k, weak) in c.borrow().iter().enumerate().take(HAND_OFF_MAX) {
-                    if tried & (1 << k) != 0 {
-                        continue;
-                    }
-                    let Some(ch) = weak.upgrade() else { continue };
-                    if ch.thread != self.thread
-                        || !Arc::ptr_eq(&ch.node.domain_shared, &self.node.domain_shared)
-                    {
-                        continue;
-                    }
-                    // A channel borrowed now is up the stack (a completion inside its
-                    // own submission): it tries when that returns.
-                    let tag = match ch.st.try_borrow() {
-                        Ok(st) if st.waits_for_window() => st.window_tag(),
-                        _ => continue,
-                    };
-                    if best.as_ref().is_none_or(|b| tag < b.0) {
-                        best = Some((tag, k, ch));
-                    }
-                }
-                best
-            });
-            let Some((_, k, ch)) = next else { return };
-            tried |= 1 << k;
-            ch.retry_window();
-        }
+        let window = self.node.domain_shared.window();
+        window::dispatch(window, Handing::WhileRoom, &mut ThreadWaiters(self));
     }
 
     /// Tries the held I/O again now (a slot of the window freed on another channel of

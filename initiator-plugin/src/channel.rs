@@ -1,10 +1,19 @@
-//! The state of one initiator QoS bdev on one thread ([`IniChannel`]) and the types its
-//! parts share: what waits in the channel ([`Item`]: an application I/O or a chunk of
-//! a [`Parent`], carried by `spdk_sys::vbdev::Split`), the engine admission, and the
-//! vendor commands in flight. The behaviour is spread by concern over `io` (entry points,
-//! sending to the base, the poller), `held` (the hold queue), `chunk` (carving and
-//! parent completion) and `vendor` (token-protocol commands and orphans); each of
-//! those imports this module and nothing of the others but `io`'s completion callback.
+//! The initiator's channel: one QoS bdev on one application thread ([`IniChannel`]),
+//! its state, and everything it does, by concern. An initiator maintainer's room: the
+//! bdev layer calls into [`io`], everything else is `impl IniChannel` in these files.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `channel.rs` (this) | [`IniChannel`] and its state (`ChState`), the types the parts share: what waits (`Item`: an application I/O or a chunk of a `Parent`, carried by `spdk_sys::vbdev::Split`), the engine's admission (`EngineAdmit`), the vendor commands in flight; the channel's construction |
+//! | [`io`] | the entry points from `spdk_sys::vbdev` (submit, channel destroy, the poller), sending to the base and its out-of-memory retries, reset, the completion of application I/O (`base_done`) |
+//! | [`held`] | the hold queue: admission by the host's token engine, release in order as tokens come, abort, reset, delete and shutdown of what waits |
+//! | [`chunk`] | large transfers: a parent carved into chunks, released by the pacer group, its completion after the last chunk |
+//! | [`vendor`] | the token protocol: the engine's state requests and acquisitions, the pacer's probes, completion credits, the orphan (a destroyed channel with vendor commands in flight) |
+//!
+//! Each part imports this module and nothing of the others but `io`'s completion
+//! callback (`held` completes through it). Outside this module: the bdev itself
+//! (`node`), the state shared by a bdev's channels and its pacer group (`state`), the
+//! scatter-gather arithmetic (`split`), the RPCs (`rpc`, `params`).
 //!
 //! Borrowing discipline: the channel state sits in a `RefCell`, borrowed only for short
 //! stretches that make no SPDK call that could complete an upper I/O (a completion can
@@ -29,6 +38,11 @@ use spdk_sys::vbdev::{BaseChannel, Io, Node, RequestId, Split};
 
 use crate::split::{Cursor, Tracker};
 use crate::state::{PacerGroup, Shared, Stats, StreamRef};
+
+pub mod chunk;
+pub mod held;
+pub mod io;
+pub mod vendor;
 
 /// Set when the bdev layer starts to finish (application shutdown): nothing is held or
 /// paced any more, so that shutdown never waits for tokens.

@@ -1,5 +1,5 @@
 //! The hold queue of an initiator channel: admission of application I/O and chunks by
-//! the host's token engine (`qos_core::HoldQueue` with [`EngineAdmit`]), their release
+//! the host's token engine (`qos_core::HoldQueue` with `EngineAdmit`), their release
 //! in order as tokens come, and what happens to what waits on reset (aborted), on
 //! delete and shutdown (sent to the base), and on an ABORT of one I/O.
 
@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 use qos_core::{IoKind, Nanos};
 use spdk_sys::bdev_io::IoStatus;
 
-use crate::chan::{ChState, EngineAdmit, IniChannel, IniIo, Item, ParentRef, now};
-use crate::io::base_done;
+use super::io::base_done;
+use super::{ChState, EngineAdmit, IniChannel, IniIo, Item, ParentRef, now};
 use crate::split::Stop;
 use crate::state::lock;
 

@@ -15,7 +15,7 @@ use spdk_sys::dma::DmaBuf;
 use spdk_sys::poller::{LocalPoller, PollStatus};
 use spdk_sys::vbdev::RequestId;
 
-use crate::chan::{IniChannel, VendorKind, VendorReq, now};
+use super::{IniChannel, VendorKind, VendorReq, now};
 use crate::state::lock;
 
 /// Completion credits are applied at most this often per thread.

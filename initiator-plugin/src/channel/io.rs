@@ -2,7 +2,7 @@
 //! points from `spdk_sys::vbdev` (submit, channel destroy, the poller), sending to the
 //! base, and the completion of application I/O.
 //!
-//! Each (QoS bdev, thread) pair has an [`IniChannel`] (`chan.rs`): the base bdev's
+//! Each (QoS bdev, thread) pair has an [`IniChannel`] (`channel.rs`): the base bdev's
 //! channel, a FIFO of I/O waiting for tokens (`held.rs`: `qos_core::HoldQueue`,
 //! admission by the bdev's shared `InitiatorEngine`), the large transfers being chunked
 //! and paced on this thread (`chunk.rs`), a retry queue for the base's out-of-memory
@@ -49,7 +49,7 @@ use spdk_sys::poller::PollStatus;
 use spdk_sys::time::now_ns;
 use spdk_sys::{spdk_bdev_io_type as T, vbdev};
 
-use crate::chan::{IniChannel, IniIo, Item, VendorKind, now};
+use super::{IniChannel, IniIo, Item, VendorKind, now};
 use crate::split::Stop;
 
 const ENOMEM: c_int = -12;

@@ -15,7 +15,7 @@ use qos_core::{IoKind, Nanos};
 use spdk_sys::bdev_io::{BaseIo, IoStatus};
 use spdk_sys::vbdev::{PieceError, Seg, Split};
 
-use crate::chan::{ChunkBuf, IniChannel, IniIo, Item, Parent, ParentRef, now};
+use super::{ChunkBuf, IniChannel, IniIo, Item, Parent, ParentRef, now};
 use crate::split::{Cursor, Failure, Stop, Tracker};
 
 impl Parent {
