@@ -149,6 +149,7 @@ endif
 
 lint:
 	cargo fmt --all --check
+	$(PYTHON) qos-core/tools/import_circles.py qos-core/src
 	cargo fmt --manifest-path fuzz/libfuzzer/Cargo.toml --check
 	cargo clippy --all-targets -- -D warnings
 	cargo clippy -p it-harness -p target-it -p initiator-it -p qos-fuzz --all-targets -- -D warnings

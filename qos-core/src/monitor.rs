@@ -23,7 +23,9 @@ mod books;
 mod capacity;
 mod conversion;
 mod host;
+mod members;
 mod membership;
+mod outcome;
 mod period;
 mod publish;
 mod report;
@@ -35,9 +37,10 @@ pub use membership::{
     AddGroupError, AddHostError, NewDomainError, RefusalKind, RemoveGroupError, RemoveHostError,
     UpdateDomainError, UpdateGroupError, UpdateHostError,
 };
+pub use outcome::{PeriodCounts, PeriodRecord};
 pub use report::{
     BurstStats, DomainStats, ESTIMATOR_LOG_PERIODS, Entitlement, EstimatorRecord, GroupStats,
-    HISTORY_PERIODS, HostStats, PeriodCounts, PeriodRecord, PeriodReport,
+    HISTORY_PERIODS, HostStats, PeriodReport,
 };
 
 use crate::burst::BurstStep;
@@ -51,7 +54,7 @@ use crate::time::{MonotonicClamp, Nanos};
 
 use books::Books;
 use capacity::make_estimators;
-use membership::Members;
+use members::Members;
 use report::Records;
 use sharing::SharingPolicy;
 

@@ -12,7 +12,7 @@ use crate::sync::{Arc, Ordering};
 use crate::time::{Nanos, mul_div, mul_div_ceil};
 
 use super::books::Audit;
-use super::report::{PeriodCounts, PeriodRecord};
+use super::outcome::{PeriodCounts, PeriodRecord};
 
 /// A host of the domain.
 #[derive(Debug)]

@@ -18,7 +18,8 @@ use crate::time::Nanos;
 
 use super::Monitor;
 use super::host::HostEntry;
-use super::membership::{GroupEntry, Members};
+use super::members::{GroupEntry, Members};
+use super::outcome::{PeriodCounts, PeriodRecord};
 
 /// How many past periods each host's history keeps for statistics.
 pub const HISTORY_PERIODS: usize = 128;
@@ -49,21 +50,6 @@ pub struct EstimatorRecord {
     pub longest_tick_gap_ns: u64,
 }
 
-/// One past period of one host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct PeriodRecord {
-    pub epoch: u64,
-    pub completed: Amount,
-    pub completed_ios: u64,
-    /// Hard reservation of that period.
-    pub reservation: Amount,
-    pub soft_granted: Amount,
-    /// Completed at least the hard reservation in every reserved resource.
-    pub met: bool,
-    /// Had I/O held for want of tokens or limit (it was backlogged).
-    pub backlogged: bool,
-}
-
 /// What happened in a period that just ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PeriodReport {
@@ -79,28 +65,6 @@ pub struct PeriodReport {
     pub hosts: std::sync::Arc<Vec<PeriodRecord>>,
     /// The hosts' NQNs (shared between reports until the host set changes).
     pub host_nqns: std::sync::Arc<[String]>,
-}
-
-/// Ended periods of one host since it was added, by outcome: reservation met or
-/// missed, while backlogged (I/O held for tokens or limit) or not. A host without a
-/// reservation meets it in every period.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct PeriodCounts {
-    pub met: u64,
-    pub missed: u64,
-    pub met_backlogged: u64,
-    pub missed_backlogged: u64,
-}
-
-impl PeriodCounts {
-    pub(crate) fn count(&mut self, met: bool, backlogged: bool) {
-        *match (met, backlogged) {
-            (true, false) => &mut self.met,
-            (false, false) => &mut self.missed,
-            (true, true) => &mut self.met_backlogged,
-            (false, true) => &mut self.missed_backlogged,
-        } += 1;
-    }
 }
 
 /// One ended period of every host: the records of its [`PeriodReport`], shared with

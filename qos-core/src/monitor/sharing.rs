@@ -28,7 +28,7 @@ use crate::ledger::DomainShared;
 use crate::time::Nanos;
 
 use super::books::Books;
-use super::membership::Members;
+use super::members::Members;
 
 /// The policy of a sharing mode.
 pub(crate) fn policy_for(sharing: ExcessSharing) -> Box<dyn SharingPolicy> {
