@@ -304,33 +304,14 @@ pub(super) fn resolve_host(
     }
     let weight = resolve_weight(ctx, h.weight, &p("weight"))?;
     let (start, stop) = host_times(ctx, j, h)?;
-    let limit_iops = ctx.positive(h.limit_iops, &p("limit_iops"), "a limit")?;
-    let reservation_mibps = ctx.positive(
-        h.reservation_mibps,
-        &p("reservation_mibps"),
-        "a reservation",
-    )?;
-    if reservation_mibps.is_some() {
-        return Err(ctx.invalid(
-            &p("reservation_mibps"),
-            "bandwidth reservations need a target bandwidth capacity, which the lab does not model yet; reserve IOPS instead",
-        ));
-    }
-    let limit_mibps = ctx.positive(h.limit_mibps, &p("limit_mibps"), "a limit")?;
+    let rates = host_rates(ctx, j, h)?;
     let priority = host_priority(ctx, j, h)?;
     let soft_reservation_iops = ctx.positive(
         h.soft_reservation_iops,
         &p("soft_reservation_iops"),
         "a soft reservation",
     )?;
-    if let Some(g) = &h.group
-        && !run.group_names.iter().any(|n| n == g)
-    {
-        return Err(ctx.invalid(
-            &p("group"),
-            format!("unknown group {g:?}; define it in a [[group]] table (name = {g:?})"),
-        ));
-    }
+    check_group(ctx, j, h, run.group_names)?;
     let name = h.name.clone().expect("named above");
     Ok(HostSpec {
         machine: h.machine.clone().unwrap_or_else(|| name.clone()),
@@ -342,9 +323,9 @@ pub(super) fn resolve_host(
         demand,
         cooperative: h.cooperative.unwrap_or(false),
         reservation_iops: reservation,
-        limit_iops,
-        reservation_mibps,
-        limit_mibps,
+        limit_iops: rates.limit_iops,
+        reservation_mibps: rates.reservation_mibps,
+        limit_mibps: rates.limit_mibps,
         weight,
         start,
         stop,
@@ -444,6 +425,55 @@ fn host_times(
         }
     };
     Ok((start, stop))
+}
+
+/// A host's limits and bandwidth reservation, real figures.
+struct HostRates {
+    limit_iops: Option<u64>,
+    reservation_mibps: Option<u64>,
+    limit_mibps: Option<u64>,
+}
+
+/// `limit_iops`, and `reservation_mibps` (refused: the lab has no bandwidth capacity)
+/// and `limit_mibps`.
+fn host_rates(ctx: &Ctx<'_>, j: usize, h: &RawHost) -> Result<HostRates, ScenarioError> {
+    let p = |k: &str| host_path(j, k);
+    let limit_iops = ctx.positive(h.limit_iops, &p("limit_iops"), "a limit")?;
+    let reservation_mibps = ctx.positive(
+        h.reservation_mibps,
+        &p("reservation_mibps"),
+        "a reservation",
+    )?;
+    if reservation_mibps.is_some() {
+        return Err(ctx.invalid(
+            &p("reservation_mibps"),
+            "bandwidth reservations need a target bandwidth capacity, which the lab does not model yet; reserve IOPS instead",
+        ));
+    }
+    let limit_mibps = ctx.positive(h.limit_mibps, &p("limit_mibps"), "a limit")?;
+    Ok(HostRates {
+        limit_iops,
+        reservation_mibps,
+        limit_mibps,
+    })
+}
+
+/// The host's group, if it names one, is one of the scenario's `[[group]]`s.
+fn check_group(
+    ctx: &Ctx<'_>,
+    j: usize,
+    h: &RawHost,
+    group_names: &[String],
+) -> Result<(), ScenarioError> {
+    if let Some(g) = &h.group
+        && !group_names.iter().any(|n| n == g)
+    {
+        return Err(ctx.invalid(
+            &host_path(j, "group"),
+            format!("unknown group {g:?}; define it in a [[group]] table (name = {g:?})"),
+        ));
+    }
+    Ok(())
 }
 
 fn host_priority(
