@@ -317,8 +317,8 @@ fn ns_limit(sc: &Scenario, scale: u64) -> NsLimit {
     )
 }
 
-/// With pacing, one pacer per machine (every machine, as today, whether or not it has
-/// cooperative hosts); pacing needs the link's bandwidth.
+/// With pacing, one pacer for every machine, including a machine without cooperative
+/// hosts; pacing needs the link's bandwidth.
 fn pacers(
     sc: &Scenario,
     policy: Policy,
