@@ -431,9 +431,42 @@ fn survivors_need(s: &ClusterScenario, f: usize) -> u64 {
 /// The table `qos-lab cluster` prints.
 pub fn report(s: &ClusterScenario, run: &ClusterRun) -> String {
     let mut out = String::new();
+    let _ = writeln!(out, "{}", s.cluster.description);
+    admission_line(&mut out, s);
+    let events = cluster_events(s);
+    let settle = 3;
+    host_rows(&mut out, s, run, settle);
+    if !events.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nperiods until each reserved host gets its reservation again:"
+        );
+        for (p, what) in &events {
+            let rec: Vec<String> = s
+                .hosts
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| h.reservation_iops > 0)
+                .map(|(k, h)| match recovery(s, run, k, *p) {
+                    Some(n) => format!("{} {n}", h.nqn),
+                    None => format!("{} never", h.nqn),
+                })
+                .collect();
+            let _ = writeln!(out, "  period {p}: {what}: {}", rec.join(", "));
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n(met: periods in which the host wanted at least its reservation and got >= 99 % of it, from {settle} periods after each demand step and {} after each failure on)",
+        s.cluster.lease_periods + settle
+    );
+    out
+}
+
+/// Whether the reservations fit the cluster, and with any one target down.
+fn admission_line(out: &mut String, s: &ClusterScenario) {
     let total_cap: u64 = s.targets.iter().map(|t| t.capacity_iops).sum();
     let reserved: u64 = s.hosts.iter().map(|h| h.reservation_iops).sum();
-    let _ = writeln!(out, "{}", s.cluster.description);
     let worst = (0..s.targets.len())
         .map(|f| {
             (
@@ -460,6 +493,10 @@ pub fn report(s: &ClusterScenario, run: &ClusterRun) -> String {
             ),
         }
     );
+}
+
+/// The scenario's events in period order: demand steps and target failures.
+fn cluster_events(s: &ClusterScenario) -> Vec<(u32, String)> {
     let mut events: Vec<(u32, String)> = Vec::new();
     for h in &s.hosts {
         for d in h.demand.iter().skip(1) {
@@ -478,7 +515,11 @@ pub fn report(s: &ClusterScenario, run: &ClusterRun) -> String {
         }
     }
     events.sort();
-    let settle = 3;
+    events
+}
+
+/// One row per host: what it got against its reservation and limit.
+fn host_rows(out: &mut String, s: &ClusterScenario, run: &ClusterRun, settle: u32) {
     let _ = writeln!(
         out,
         "\n{:<28} {:>9} {:>9} {:>10} {:>10} {:>12} {:>14}",
@@ -504,31 +545,6 @@ pub fn report(s: &ClusterScenario, run: &ClusterRun) -> String {
             format!("{met}/{of}")
         );
     }
-    if !events.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nperiods until each reserved host gets its reservation again:"
-        );
-        for (p, what) in &events {
-            let rec: Vec<String> = s
-                .hosts
-                .iter()
-                .enumerate()
-                .filter(|(_, h)| h.reservation_iops > 0)
-                .map(|(k, h)| match recovery(s, run, k, *p) {
-                    Some(n) => format!("{} {n}", h.nqn),
-                    None => format!("{} never", h.nqn),
-                })
-                .collect();
-            let _ = writeln!(out, "  period {p}: {what}: {}", rec.join(", "));
-        }
-    }
-    let _ = writeln!(
-        out,
-        "\n(met: periods in which the host wanted at least its reservation and got >= 99 % of it, from {settle} periods after each demand step and {} after each failure on)",
-        s.cluster.lease_periods + settle
-    );
-    out
 }
 
 #[cfg(test)]

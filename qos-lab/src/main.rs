@@ -9,7 +9,9 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use qos_lab::runner::{run_all, total_periods};
-use qos_lab::{RunOptions, Scenario, ScenarioError, Summary, check, plot, shipped};
+use qos_lab::{
+    Outcome, RunError, RunOptions, Scenario, ScenarioError, Summary, check, plot, shipped,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -99,49 +101,9 @@ fn check_output(p: &Path, what: &str) -> Result<(), String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Cluster { file } => match qos_lab::cluster::ClusterScenario::load(&file) {
-            Ok(s) => {
-                let run = qos_lab::cluster::simulate(&s);
-                print!("{}", qos_lab::cluster::report(&s, &run));
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(2)
-            }
-        },
-        Command::List => {
-            let width = shipped::SHIPPED
-                .iter()
-                .map(|(n, _)| n.len())
-                .max()
-                .unwrap_or(0);
-            for (name, text) in shipped::SHIPPED {
-                let desc = Scenario::parse(text, &shipped::path_of(name), name)
-                    .map(|s| s.description)
-                    .unwrap_or_else(|e| format!("(invalid: {e})"));
-                println!("{name:<width$}  {desc}");
-            }
-            println!(
-                "\nRun one with `qos-lab run NAME` or `qos-lab run qos-lab/scenarios/NAME.toml`."
-            );
-            ExitCode::SUCCESS
-        }
-        Command::Check { scenario } => match load(&scenario) {
-            Ok(s) => {
-                let rep = check::check(&s);
-                print!("{}", rep.text);
-                if rep.admitted {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(1)
-                }
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(2)
-            }
-        },
+        Command::Cluster { file } => cluster(&file),
+        Command::List => list(),
+        Command::Check { scenario } => check_scenario(&scenario),
         Command::Run {
             scenario,
             seed,
@@ -152,88 +114,163 @@ fn main() -> ExitCode {
             plot: plot_path,
             threads,
         } => {
-            let s = match load(&scenario) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            for (p, what) in [(&json, "JSON summary"), (&plot_path, "plot")] {
-                if let Some(p) = p
-                    && let Err(e) = check_output(p, what)
-                {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(1);
-                }
-            }
             let opts = RunOptions {
                 seed,
                 periods,
                 warmup_periods: warmup,
                 scale,
             };
-            let threads = threads.unwrap_or_else(|| {
-                std::thread::available_parallelism()
-                    .map(|n| n.get())
-                    .unwrap_or(1)
-                    .min(8)
-            });
-            let bar = ProgressBar::with_draw_target(
-                Some(total_periods(&s, opts)),
-                ProgressDrawTarget::stderr(),
-            );
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} periods (eta {eta})",
-                )
-                .expect("valid template"),
-            );
-            bar.set_prefix(s.name.clone());
-            let started = Instant::now();
-            let outcomes = match run_all(&s, opts, threads, &|n| bar.inc(n)) {
-                Ok(o) => o,
-                Err(e) => {
-                    bar.finish_and_clear();
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            bar.finish_and_clear();
-            let elapsed = started.elapsed();
-            let summary = Summary::new(&s, &outcomes);
-            print!("{}", summary.table());
-            let events: u64 = outcomes.iter().map(|o| o.events).sum();
-            println!(
-                "\nsimulated {} runs, {:.1} M events in {:.1} s on {} threads",
-                outcomes.len(),
-                events as f64 / 1e6,
-                elapsed.as_secs_f64(),
-                threads
-            );
-            if let Some(p) = json {
-                if let Err(e) = std::fs::write(&p, summary.to_json() + "\n") {
-                    eprintln!("error: cannot write {}: {e}", p.display());
-                    return ExitCode::from(1);
-                }
-                println!("JSON summary written to {}", p.display());
-            }
-            if let Some(p) = plot_path {
-                let with_text = plot::font().is_some();
-                if let Err(e) = plot::render(&summary, &p) {
-                    eprintln!("error: cannot draw the plot {}: {e}", p.display());
-                    return ExitCode::from(1);
-                }
-                if with_text {
-                    println!("plot written to {}", p.display());
-                } else {
-                    println!(
-                        "plot written to {} without text: no font found (install fonts-dejavu-core or set QOS_LAB_FONT to a .ttf file)",
-                        p.display()
-                    );
-                }
-            }
-            ExitCode::SUCCESS
+            run(&scenario, opts, json, plot_path, threads)
         }
     }
+}
+
+/// `qos-lab cluster FILE`.
+fn cluster(file: &Path) -> ExitCode {
+    match qos_lab::cluster::ClusterScenario::load(file) {
+        Ok(s) => {
+            let run = qos_lab::cluster::simulate(&s);
+            print!("{}", qos_lab::cluster::report(&s, &run));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `qos-lab list`.
+fn list() -> ExitCode {
+    let width = shipped::SHIPPED
+        .iter()
+        .map(|(n, _)| n.len())
+        .max()
+        .unwrap_or(0);
+    for (name, text) in shipped::SHIPPED {
+        let desc = Scenario::parse(text, &shipped::path_of(name), name)
+            .map(|s| s.description)
+            .unwrap_or_else(|e| format!("(invalid: {e})"));
+        println!("{name:<width$}  {desc}");
+    }
+    println!("\nRun one with `qos-lab run NAME` or `qos-lab run qos-lab/scenarios/NAME.toml`.");
+    ExitCode::SUCCESS
+}
+
+/// `qos-lab check SCENARIO`.
+fn check_scenario(scenario: &str) -> ExitCode {
+    match load(scenario) {
+        Ok(s) => {
+            let rep = check::check(&s);
+            print!("{}", rep.text);
+            if rep.admitted {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `qos-lab run SCENARIO`: every policy simulated, the table printed, the JSON summary
+/// and the plot written if asked.
+fn run(
+    scenario: &str,
+    opts: RunOptions,
+    json: Option<PathBuf>,
+    plot_path: Option<PathBuf>,
+    threads: Option<usize>,
+) -> ExitCode {
+    let s = match load(scenario) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for (p, what) in [(&json, "JSON summary"), (&plot_path, "plot")] {
+        if let Some(p) = p
+            && let Err(e) = check_output(p, what)
+        {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    let threads = threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(8)
+    });
+    let started = Instant::now();
+    let outcomes = match simulate_with_progress(&s, opts, threads) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let elapsed = started.elapsed();
+    let summary = Summary::new(&s, &outcomes);
+    print!("{}", summary.table());
+    let events: u64 = outcomes.iter().map(|o| o.events).sum();
+    println!(
+        "\nsimulated {} runs, {:.1} M events in {:.1} s on {} threads",
+        outcomes.len(),
+        events as f64 / 1e6,
+        elapsed.as_secs_f64(),
+        threads
+    );
+    write_outputs(&summary, json, plot_path)
+}
+
+/// Every policy of `s` on `threads` threads, with a progress bar on stderr.
+fn simulate_with_progress(
+    s: &Scenario,
+    opts: RunOptions,
+    threads: usize,
+) -> Result<Vec<Outcome>, RunError> {
+    let bar =
+        ProgressBar::with_draw_target(Some(total_periods(s, opts)), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix} [{elapsed_precise}] {wide_bar} {pos}/{len} periods (eta {eta})",
+        )
+        .expect("valid template"),
+    );
+    bar.set_prefix(s.name.clone());
+    let outcomes = run_all(s, opts, threads, &|n| bar.inc(n));
+    bar.finish_and_clear();
+    outcomes
+}
+
+/// The JSON summary and the plot, where asked.
+fn write_outputs(summary: &Summary, json: Option<PathBuf>, plot_path: Option<PathBuf>) -> ExitCode {
+    if let Some(p) = json {
+        if let Err(e) = std::fs::write(&p, summary.to_json() + "\n") {
+            eprintln!("error: cannot write {}: {e}", p.display());
+            return ExitCode::from(1);
+        }
+        println!("JSON summary written to {}", p.display());
+    }
+    if let Some(p) = plot_path {
+        let with_text = plot::font().is_some();
+        if let Err(e) = plot::render(summary, &p) {
+            eprintln!("error: cannot draw the plot {}: {e}", p.display());
+            return ExitCode::from(1);
+        }
+        if with_text {
+            println!("plot written to {}", p.display());
+        } else {
+            println!(
+                "plot written to {} without text: no font found (install fonts-dejavu-core or set QOS_LAB_FONT to a .ttf file)",
+                p.display()
+            );
+        }
+    }
+    ExitCode::SUCCESS
 }

@@ -17,6 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 use thiserror::Error;
@@ -175,7 +176,6 @@ fn policy_bars(
     log: bool,
     text: bool,
 ) -> DrawResult {
-    let n = values.len().max(1);
     let ymax = values.iter().copied().fold(1.0f64, f64::max) * if log { 3.0 } else { 1.15 };
     let mut b = ChartBuilder::on(area);
     b.margin(12)
@@ -184,69 +184,99 @@ fn policy_bars(
     if text {
         b.caption(caption, ("sans-serif", 18));
     }
-    let label = |v: &f64| crate::report::thousands(*v);
-    let x_label = |x: &f64| {
-        let i = x.floor() as usize;
-        if (x - x.floor() - 0.5).abs() < 1e-9 && i < names.len() {
-            names[i].clone()
-        } else {
-            String::new()
-        }
-    };
     if log {
-        let mut chart = b.build_cartesian_2d(0f64..n as f64, (1f64..ymax).log_scale())?;
-        let mut mesh = chart.configure_mesh();
-        mesh.disable_x_mesh();
-        if text {
-            mesh.x_labels(n * 2 + 1)
-                .x_label_formatter(&x_label)
-                .y_label_formatter(&label);
-        } else {
-            mesh.x_labels(0).y_labels(0);
-        }
-        mesh.draw()?;
-        chart.draw_series(values.iter().enumerate().map(|(i, v)| {
-            Rectangle::new(
-                [(i as f64 + 0.15, 1.0), (i as f64 + 0.85, v.max(1.0))],
-                PALETTE[i % PALETTE.len()].filled(),
-            )
-        }))?;
-        if text {
-            chart.draw_series(values.iter().enumerate().map(|(i, v)| {
-                Text::new(
-                    crate::report::thousands(*v),
-                    (i as f64 + 0.35, v.max(1.0) * 1.25),
-                    ("sans-serif", 13),
-                )
-            }))?;
-        }
+        policy_bars_log(b, names, values, ymax, text)
     } else {
-        let mut chart = b.build_cartesian_2d(0f64..n as f64, 0f64..ymax)?;
-        let mut mesh = chart.configure_mesh();
-        mesh.disable_x_mesh();
-        if text {
-            mesh.x_labels(n * 2 + 1)
-                .x_label_formatter(&x_label)
-                .y_label_formatter(&label);
-        } else {
-            mesh.x_labels(0).y_labels(0);
-        }
-        mesh.draw()?;
+        policy_bars_linear(b, names, values, ymax, text)
+    }
+}
+
+/// A policy's name under the middle of its bar.
+fn policy_name_at(names: &[String], x: f64) -> String {
+    let i = x.floor() as usize;
+    if (x - x.floor() - 0.5).abs() < 1e-9 && i < names.len() {
+        names[i].clone()
+    } else {
+        String::new()
+    }
+}
+
+/// [`policy_bars`] on a log scale from 1 up.
+fn policy_bars_log(
+    mut b: ChartBuilder<'_, '_, BitMapBackend<'_>>,
+    names: &[String],
+    values: &[f64],
+    ymax: f64,
+    text: bool,
+) -> DrawResult {
+    let n = values.len().max(1);
+    let label = |v: &f64| crate::report::thousands(*v);
+    let x_label = |x: &f64| policy_name_at(names, *x);
+    let mut chart = b.build_cartesian_2d(0f64..n as f64, (1f64..ymax).log_scale())?;
+    let mut mesh = chart.configure_mesh();
+    mesh.disable_x_mesh();
+    if text {
+        mesh.x_labels(n * 2 + 1)
+            .x_label_formatter(&x_label)
+            .y_label_formatter(&label);
+    } else {
+        mesh.x_labels(0).y_labels(0);
+    }
+    mesh.draw()?;
+    chart.draw_series(values.iter().enumerate().map(|(i, v)| {
+        Rectangle::new(
+            [(i as f64 + 0.15, 1.0), (i as f64 + 0.85, v.max(1.0))],
+            PALETTE[i % PALETTE.len()].filled(),
+        )
+    }))?;
+    if text {
         chart.draw_series(values.iter().enumerate().map(|(i, v)| {
-            Rectangle::new(
-                [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, *v)],
-                PALETTE[i % PALETTE.len()].filled(),
+            Text::new(
+                crate::report::thousands(*v),
+                (i as f64 + 0.35, v.max(1.0) * 1.25),
+                ("sans-serif", 13),
             )
         }))?;
-        if text {
-            chart.draw_series(values.iter().enumerate().map(|(i, v)| {
-                Text::new(
-                    crate::report::thousands(*v),
-                    (i as f64 + 0.35, v + ymax * 0.03),
-                    ("sans-serif", 13),
-                )
-            }))?;
-        }
+    }
+    Ok(())
+}
+
+/// [`policy_bars`] on a linear scale from 0 up.
+fn policy_bars_linear(
+    mut b: ChartBuilder<'_, '_, BitMapBackend<'_>>,
+    names: &[String],
+    values: &[f64],
+    ymax: f64,
+    text: bool,
+) -> DrawResult {
+    let n = values.len().max(1);
+    let label = |v: &f64| crate::report::thousands(*v);
+    let x_label = |x: &f64| policy_name_at(names, *x);
+    let mut chart = b.build_cartesian_2d(0f64..n as f64, 0f64..ymax)?;
+    let mut mesh = chart.configure_mesh();
+    mesh.disable_x_mesh();
+    if text {
+        mesh.x_labels(n * 2 + 1)
+            .x_label_formatter(&x_label)
+            .y_label_formatter(&label);
+    } else {
+        mesh.x_labels(0).y_labels(0);
+    }
+    mesh.draw()?;
+    chart.draw_series(values.iter().enumerate().map(|(i, v)| {
+        Rectangle::new(
+            [(i as f64 + 0.15, 0.0), (i as f64 + 0.85, *v)],
+            PALETTE[i % PALETTE.len()].filled(),
+        )
+    }))?;
+    if text {
+        chart.draw_series(values.iter().enumerate().map(|(i, v)| {
+            Text::new(
+                crate::report::thousands(*v),
+                (i as f64 + 0.35, v + ymax * 0.03),
+                ("sans-serif", 13),
+            )
+        }))?;
     }
     Ok(())
 }
@@ -254,6 +284,12 @@ fn policy_bars(
 type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
+/// The chart of per-host bars drawn by [`bars`].
+type BarChart<'a, 'b> =
+    ChartContext<'a, BitMapBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// Completed I/O per period of every host: one group of bars per host, the reservation
+/// first, then each policy's mean with a min-max whisker.
 fn bars(
     summary: &Summary,
     series: &[String],
@@ -265,17 +301,7 @@ fn bars(
         return Ok(());
     };
     let n = first.hosts.len();
-    let per = |v: u64| v as f64;
-    let mut ymax = 1.0f64;
-    for p in &summary.policies {
-        for h in &p.hosts {
-            ymax = ymax.max(h.periods.iter().copied().max().unwrap_or(0) as f64);
-            if let Some(r) = h.reservation_iops {
-                ymax = ymax.max(r as f64 * period_s);
-            }
-        }
-    }
-    ymax *= 1.12;
+    let ymax = bars_top(summary, period_s);
     let mut b = ChartBuilder::on(area);
     b.margin(12)
         .x_label_area_size(if text { 30 } else { 0 })
@@ -305,34 +331,8 @@ fn bars(
         mesh.y_labels(0);
     }
     mesh.draw()?;
-    let groups = summary.policies.len() + 1;
-    let bw = 0.8 / groups as f64;
     for i in 0..n {
-        let x0 = i as f64 + 0.1;
-        if let Some(r) = first.hosts[i].reservation_iops {
-            let v = r as f64 * period_s;
-            chart.draw_series(std::iter::once(Rectangle::new(
-                [(x0, 0.0), (x0 + bw * 0.9, v)],
-                RESERVATION.filled(),
-            )))?;
-        }
-        for (k, p) in summary.policies.iter().enumerate() {
-            let h = &p.hosts[i];
-            let mean = h.periods.iter().sum::<u64>() as f64 / h.periods.len().max(1) as f64;
-            let lo = per(h.periods.iter().copied().min().unwrap_or(0));
-            let hi = per(h.periods.iter().copied().max().unwrap_or(0));
-            let xa = x0 + bw * (k + 1) as f64;
-            let color = PALETTE[k % PALETTE.len()];
-            chart.draw_series(std::iter::once(Rectangle::new(
-                [(xa, 0.0), (xa + bw * 0.9, mean)],
-                color.filled(),
-            )))?;
-            let xm = xa + bw * 0.45;
-            chart.draw_series(std::iter::once(PathElement::new(
-                vec![(xm, lo), (xm, hi)],
-                BLACK.stroke_width(1),
-            )))?;
-        }
+        host_bars(&mut chart, summary, i, period_s)?;
         if text {
             chart.draw_series(std::iter::once(Text::new(
                 first.hosts[i].host.clone(),
@@ -342,33 +342,90 @@ fn bars(
         }
     }
     if text {
+        bars_legend(&mut chart, series)?;
+    }
+    Ok(())
+}
+
+/// The top of the bars' axis: the most any host did in a period or reserved, plus room.
+fn bars_top(summary: &Summary, period_s: f64) -> f64 {
+    let mut ymax = 1.0f64;
+    for p in &summary.policies {
+        for h in &p.hosts {
+            ymax = ymax.max(h.periods.iter().copied().max().unwrap_or(0) as f64);
+            if let Some(r) = h.reservation_iops {
+                ymax = ymax.max(r as f64 * period_s);
+            }
+        }
+    }
+    ymax * 1.12
+}
+
+/// Host `i`'s group of bars: its reservation, then each policy's mean and whisker.
+fn host_bars(
+    chart: &mut BarChart<'_, '_>,
+    summary: &Summary,
+    i: usize,
+    period_s: f64,
+) -> DrawResult {
+    let first = &summary.policies[0];
+    let per = |v: u64| v as f64;
+    let groups = summary.policies.len() + 1;
+    let bw = 0.8 / groups as f64;
+    let x0 = i as f64 + 0.1;
+    if let Some(r) = first.hosts[i].reservation_iops {
+        let v = r as f64 * period_s;
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(x0, 0.0), (x0 + bw * 0.9, v)],
+            RESERVATION.filled(),
+        )))?;
+    }
+    for (k, p) in summary.policies.iter().enumerate() {
+        let h = &p.hosts[i];
+        let mean = h.periods.iter().sum::<u64>() as f64 / h.periods.len().max(1) as f64;
+        let lo = per(h.periods.iter().copied().min().unwrap_or(0));
+        let hi = per(h.periods.iter().copied().max().unwrap_or(0));
+        let xa = x0 + bw * (k + 1) as f64;
+        let color = PALETTE[k % PALETTE.len()];
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(xa, 0.0), (xa + bw * 0.9, mean)],
+            color.filled(),
+        )))?;
+        let xm = xa + bw * 0.45;
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(xm, lo), (xm, hi)],
+            BLACK.stroke_width(1),
+        )))?;
+    }
+    Ok(())
+}
+
+/// The legend of [`bars`]: the reservation, then each series.
+fn bars_legend<'a, 'b: 'a>(chart: &mut BarChart<'a, 'b>, series: &[String]) -> DrawResult {
+    chart
+        .draw_series(std::iter::once(Rectangle::new(
+            [(0.0, 0.0), (0.0, 0.0)],
+            RESERVATION.filled(),
+        )))?
+        .label("reservation")
+        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], RESERVATION.filled()));
+    for (k, name) in series.iter().enumerate() {
+        let color = PALETTE[k % PALETTE.len()];
         chart
             .draw_series(std::iter::once(Rectangle::new(
                 [(0.0, 0.0), (0.0, 0.0)],
-                RESERVATION.filled(),
+                color.filled(),
             )))?
-            .label("reservation")
-            .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], RESERVATION.filled()));
-        for (k, name) in series.iter().enumerate() {
-            let color = PALETTE[k % PALETTE.len()];
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(0.0, 0.0), (0.0, 0.0)],
-                    color.filled(),
-                )))?
-                .label(name.clone())
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
-                });
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()?;
+            .label(name.clone())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()?;
     Ok(())
 }
 

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::scenario::Scenario;
-use crate::sim::Outcome;
+use crate::scenario::{HostSpec, Scenario};
+use crate::sim::{HostOperating, HostOutcome, Outcome};
 
 /// What the table's columns and the policies are; printed after every table and by
 /// `qos-lab run --help`.
@@ -150,6 +150,115 @@ fn round1(v: f64) -> f64 {
     (v * 10.0).round() / 10.0
 }
 
+impl PolicySummary {
+    /// One outcome of `scenario`, `measured` periods of `period_ns` at `scale`.
+    fn new(
+        scenario: &Scenario,
+        o: &Outcome,
+        scale: u64,
+        measured: u32,
+        period_ns: u64,
+    ) -> PolicySummary {
+        let run = scenario
+            .runs
+            .iter()
+            .find(|r| r.variant == o.variant)
+            .expect("outcome of a run of this scenario");
+        let hosts: Vec<HostSummary> = o
+            .hosts
+            .iter()
+            .zip(&run.hosts)
+            .map(|(h, spec)| HostSummary::new(h, spec, scale, measured, period_ns))
+            .collect();
+        PolicySummary {
+            policy: o.policy.name(),
+            variant: o.variant.clone(),
+            total_iops: round1(hosts.iter().map(|h| h.mean_iops).sum()),
+            total_mib_per_s: round1(hosts.iter().map(|h| h.mib_per_s).sum()),
+            capacity_estimate_iops: o
+                .capacity_estimate
+                .iter()
+                .map(|e| ((*e as u128 * scale as u128 * 1_000_000_000) / period_ns as u128) as u64)
+                .collect(),
+            depth: depth_summary(scenario, o, scale, period_ns),
+            hosts,
+            warnings: o.warnings.clone(),
+        }
+    }
+}
+
+impl HostSummary {
+    /// Host `h` of an outcome, described by `spec`, in the scenario's units.
+    fn new(
+        h: &HostOutcome,
+        spec: &HostSpec,
+        scale: u64,
+        measured: u32,
+        period_ns: u64,
+    ) -> HostSummary {
+        let n = measured.max(1) as f64;
+        let period_s = period_ns as f64 / 1e9;
+        let periods: Vec<u64> = h.completed.iter().map(|c| c * scale).collect();
+        let total: u64 = periods.iter().sum();
+        let bytes: u64 = h.bytes.iter().map(|b| b * scale).sum();
+        // Met is judged in simulated units, against the reservation the simulated
+        // target enforced.
+        let met = spec.reservation_iops.map(|r| {
+            let per_period = ((r / scale) as u128 * period_ns as u128 / 1_000_000_000) as u64;
+            let ok = h.completed.iter().filter(|&&c| c >= per_period).count();
+            (ok as f64 / h.completed.len().max(1) as f64 * 1e4).round() / 1e4
+        });
+        let q = |p: f64| h.latency.quantile(p).map(|v| round1(v.0 as f64 / 1e3));
+        let mean_iops = round1(total as f64 / n / period_s);
+        let operating = h
+            .operating
+            .as_ref()
+            .map(|o| OperatingSummary::new(o, scale, mean_iops, q(0.5).unwrap_or(0.0)));
+        HostSummary {
+            host: h.name.clone(),
+            reservation_iops: spec.reservation_iops,
+            limit_iops: spec.limit_iops,
+            periods,
+            mean_iops,
+            mib_per_s: round1(bytes as f64 / n / period_s / (1u64 << 20) as f64),
+            reservation_met_fraction: met,
+            latency_us: LatencySummary {
+                p50: q(0.5),
+                p99: q(0.99),
+                p999: q(0.999),
+            },
+            operating,
+        }
+    }
+}
+
+impl OperatingSummary {
+    /// A host's entitlement report `o` against its `mean_iops` and its `p50` latency
+    /// (µs).
+    fn new(o: &HostOperating, scale: u64, mean_iops: f64, p50: f64) -> OperatingSummary {
+        let known: Vec<u64> = o.entitled.iter().flatten().copied().collect();
+        let e = known.iter().sum::<u64>() as f64 / known.len().max(1) as f64 * scale as f64;
+        let contending =
+            o.contending.iter().filter(|&&c| c).count() as f64 / o.contending.len().max(1) as f64;
+        let wait_us = o.held_ns as f64 / o.admitted.max(1) as f64 / 1e3;
+        OperatingSummary {
+            contending_fraction: (contending * 1e4).round() / 1e4,
+            entitled_iops: round1(e),
+            vs_entitled: if e > 0.0 {
+                ((mean_iops / e - 1.0) * 1e4).round() / 1e4
+            } else {
+                0.0
+            },
+            mean_wait_us: (wait_us * 100.0).round() / 100.0,
+            wait_vs_p50: if p50 > 0.0 {
+                (wait_us / p50 * 1e4).round() / 1e4
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
 impl Summary {
     /// Builds the summary of `outcomes` (in the order they should appear).
     pub fn new(scenario: &Scenario, outcomes: &[Outcome]) -> Summary {
@@ -160,93 +269,9 @@ impl Summary {
             o.hosts.first().map_or(0, |h| h.completed.len() as u32)
         });
         let period_ns = scenario.qos.period.0;
-        let period_s = period_ns as f64 / 1e9;
         let policies = outcomes
             .iter()
-            .map(|o| {
-                let run = scenario
-                    .runs
-                    .iter()
-                    .find(|r| r.variant == o.variant)
-                    .expect("outcome of a run of this scenario");
-                let n = measured.max(1) as f64;
-                let hosts: Vec<HostSummary> = o
-                    .hosts
-                    .iter()
-                    .zip(&run.hosts)
-                    .map(|(h, spec)| {
-                        let periods: Vec<u64> = h.completed.iter().map(|c| c * scale).collect();
-                        let total: u64 = periods.iter().sum();
-                        let bytes: u64 = h.bytes.iter().map(|b| b * scale).sum();
-                        // Met is judged in simulated units, against the reservation the
-                        // simulated target enforced.
-                        let met = spec.reservation_iops.map(|r| {
-                            let per_period =
-                                ((r / scale) as u128 * period_ns as u128 / 1_000_000_000) as u64;
-                            let ok = h.completed.iter().filter(|&&c| c >= per_period).count();
-                            (ok as f64 / h.completed.len().max(1) as f64 * 1e4).round() / 1e4
-                        });
-                        let q = |p: f64| h.latency.quantile(p).map(|v| round1(v.0 as f64 / 1e3));
-                        let mean_iops = round1(total as f64 / n / period_s);
-                        let operating = h.operating.as_ref().map(|o| {
-                            let known: Vec<u64> = o.entitled.iter().flatten().copied().collect();
-                            let e = known.iter().sum::<u64>() as f64 / known.len().max(1) as f64
-                                * scale as f64;
-                            let contending = o.contending.iter().filter(|&&c| c).count() as f64
-                                / o.contending.len().max(1) as f64;
-                            let wait_us = o.held_ns as f64 / o.admitted.max(1) as f64 / 1e3;
-                            let p50 = q(0.5).unwrap_or(0.0);
-                            OperatingSummary {
-                                contending_fraction: (contending * 1e4).round() / 1e4,
-                                entitled_iops: round1(e),
-                                vs_entitled: if e > 0.0 {
-                                    ((mean_iops / e - 1.0) * 1e4).round() / 1e4
-                                } else {
-                                    0.0
-                                },
-                                mean_wait_us: (wait_us * 100.0).round() / 100.0,
-                                wait_vs_p50: if p50 > 0.0 {
-                                    (wait_us / p50 * 1e4).round() / 1e4
-                                } else {
-                                    0.0
-                                },
-                            }
-                        });
-                        HostSummary {
-                            host: h.name.clone(),
-                            reservation_iops: spec.reservation_iops,
-                            limit_iops: spec.limit_iops,
-                            periods,
-                            mean_iops,
-                            mib_per_s: round1(bytes as f64 / n / period_s / (1u64 << 20) as f64),
-                            reservation_met_fraction: met,
-                            latency_us: LatencySummary {
-                                p50: q(0.5),
-                                p99: q(0.99),
-                                p999: q(0.999),
-                            },
-                            operating,
-                        }
-                    })
-                    .collect();
-                PolicySummary {
-                    policy: o.policy.name(),
-                    variant: o.variant.clone(),
-                    total_iops: round1(hosts.iter().map(|h| h.mean_iops).sum()),
-                    total_mib_per_s: round1(hosts.iter().map(|h| h.mib_per_s).sum()),
-                    capacity_estimate_iops: o
-                        .capacity_estimate
-                        .iter()
-                        .map(|e| {
-                            ((*e as u128 * scale as u128 * 1_000_000_000) / period_ns as u128)
-                                as u64
-                        })
-                        .collect(),
-                    depth: depth_summary(scenario, o, scale, period_ns),
-                    hosts,
-                    warnings: o.warnings.clone(),
-                }
-            })
+            .map(|o| PolicySummary::new(scenario, o, scale, measured, period_ns))
             .collect();
         Summary {
             scenario: scenario.name.clone(),
@@ -282,97 +307,107 @@ impl Summary {
             );
         }
         for p in &self.policies {
-            let _ = writeln!(s);
-            let title = match &p.variant {
-                Some(v) => format!("{} [{}]", p.policy, v),
-                None => p.policy.clone(),
-            };
-            let _ = write!(s, "policy {title}: total {} IOPS", thousands(p.total_iops));
-            if p.total_mib_per_s >= 1.0 {
-                let _ = write!(s, ", {:.0} MiB/s", p.total_mib_per_s);
-            }
-            let _ = writeln!(s);
-            let _ = writeln!(s, "  verdict: {}", self.verdict(p));
-            if let (Some(first), Some(last)) = (
-                p.capacity_estimate_iops.first(),
-                p.capacity_estimate_iops.last(),
-            ) {
-                let _ = writeln!(
-                    s,
-                    "  capacity estimate: {} IOPS in the first measured period, {} in the last",
-                    thousands(*first as f64),
-                    thousands(*last as f64)
-                );
-            }
-            if let Some(d) = &p.depth {
-                let _ = writeln!(s, "  {}", depth_line(d));
-            }
-            let width = p
-                .hosts
-                .iter()
-                .map(|h| h.host.len())
-                .max()
-                .unwrap_or(4)
-                .max(4);
-            let lat = |q: &str| {
-                if self.scale > 1 {
-                    format!("{q}@1/{}", self.scale)
-                } else {
-                    q.to_string()
-                }
-            };
-            let _ = writeln!(
-                s,
-                "  {:<width$} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>7} {:>11} {:>11} {:>11}",
-                "host",
-                "reservation",
-                "limit",
-                "min/period",
-                "mean/period",
-                "max/period",
-                "MiB/s",
-                "met",
-                lat("p50"),
-                lat("p99"),
-                lat("p99.9")
-            );
-            for h in &p.hosts {
-                let per_period = |v: Option<u64>| {
-                    v.map_or("-".to_string(), |r| {
-                        thousands(r as f64 * self.period_ms as f64 / 1000.0)
-                    })
-                };
-                let min = h.periods.iter().min().copied().unwrap_or(0);
-                let max = h.periods.iter().max().copied().unwrap_or(0);
-                let mean = h.periods.iter().sum::<u64>() as f64 / h.periods.len().max(1) as f64;
-                let met = h
-                    .reservation_met_fraction
-                    .map_or("-".to_string(), |m| format!("{:.1}%", m * 100.0));
-                let _ = writeln!(
-                    s,
-                    "  {:<width$} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>7} {:>11} {:>11} {:>11}",
-                    h.host,
-                    per_period(h.reservation_iops),
-                    per_period(h.limit_iops),
-                    thousands(min as f64),
-                    thousands(mean),
-                    thousands(max as f64),
-                    format!("{:.1}", h.mib_per_s),
-                    met,
-                    latency(h.latency_us.p50),
-                    latency(h.latency_us.p99),
-                    latency(h.latency_us.p999),
-                );
-            }
-            if p.hosts.iter().any(|h| h.operating.is_some()) {
-                s.push_str(&self.operating_block(p, width));
-            }
-            for w in &p.warnings {
-                let _ = writeln!(s, "  warning: {w}");
-            }
+            self.policy_block(&mut s, p);
         }
         let _ = write!(s, "\n{LEGEND}");
         s
+    }
+
+    /// One policy's block of the table: its totals and verdict, then its hosts.
+    fn policy_block(&self, s: &mut String, p: &PolicySummary) {
+        let _ = writeln!(s);
+        let title = match &p.variant {
+            Some(v) => format!("{} [{}]", p.policy, v),
+            None => p.policy.clone(),
+        };
+        let _ = write!(s, "policy {title}: total {} IOPS", thousands(p.total_iops));
+        if p.total_mib_per_s >= 1.0 {
+            let _ = write!(s, ", {:.0} MiB/s", p.total_mib_per_s);
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(s, "  verdict: {}", self.verdict(p));
+        if let (Some(first), Some(last)) = (
+            p.capacity_estimate_iops.first(),
+            p.capacity_estimate_iops.last(),
+        ) {
+            let _ = writeln!(
+                s,
+                "  capacity estimate: {} IOPS in the first measured period, {} in the last",
+                thousands(*first as f64),
+                thousands(*last as f64)
+            );
+        }
+        if let Some(d) = &p.depth {
+            let _ = writeln!(s, "  {}", depth_line(d));
+        }
+        let width = p
+            .hosts
+            .iter()
+            .map(|h| h.host.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        self.host_rows(s, p, width);
+        if p.hosts.iter().any(|h| h.operating.is_some()) {
+            s.push_str(&self.operating_block(p, width));
+        }
+        for w in &p.warnings {
+            let _ = writeln!(s, "  warning: {w}");
+        }
+    }
+
+    /// The header and one row per host of a policy's block.
+    fn host_rows(&self, s: &mut String, p: &PolicySummary, width: usize) {
+        let lat = |q: &str| {
+            if self.scale > 1 {
+                format!("{q}@1/{}", self.scale)
+            } else {
+                q.to_string()
+            }
+        };
+        let _ = writeln!(
+            s,
+            "  {:<width$} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>7} {:>11} {:>11} {:>11}",
+            "host",
+            "reservation",
+            "limit",
+            "min/period",
+            "mean/period",
+            "max/period",
+            "MiB/s",
+            "met",
+            lat("p50"),
+            lat("p99"),
+            lat("p99.9")
+        );
+        for h in &p.hosts {
+            let per_period = |v: Option<u64>| {
+                v.map_or("-".to_string(), |r| {
+                    thousands(r as f64 * self.period_ms as f64 / 1000.0)
+                })
+            };
+            let min = h.periods.iter().min().copied().unwrap_or(0);
+            let max = h.periods.iter().max().copied().unwrap_or(0);
+            let mean = h.periods.iter().sum::<u64>() as f64 / h.periods.len().max(1) as f64;
+            let met = h
+                .reservation_met_fraction
+                .map_or("-".to_string(), |m| format!("{:.1}%", m * 100.0));
+            let _ = writeln!(
+                s,
+                "  {:<width$} {:>11} {:>11} {:>11} {:>11} {:>11} {:>8} {:>7} {:>11} {:>11} {:>11}",
+                h.host,
+                per_period(h.reservation_iops),
+                per_period(h.limit_iops),
+                thousands(min as f64),
+                thousands(mean),
+                thousands(max as f64),
+                format!("{:.1}", h.mib_per_s),
+                met,
+                latency(h.latency_us.p50),
+                latency(h.latency_us.p99),
+                latency(h.latency_us.p999),
+            );
+        }
     }
 
     /// Sharing `operating_point`: each host against its entitlement, and issue 26's

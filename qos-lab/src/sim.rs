@@ -26,9 +26,9 @@ use std::collections::{BinaryHeap, VecDeque};
 use qos_core::channel::POLL_INTERVAL;
 use qos_core::depth::{CurvePoint, OperatingPoint};
 use qos_core::hold::HoldQueue;
-use qos_core::initiator::{InitiatorConfig, InitiatorEngine};
+use qos_core::initiator::InitiatorEngine;
 use qos_core::latency::LatencyHistogram;
-use qos_core::pacer::{ChunkPlan, Pacer, PacerConfig, StreamId, plan_chunks};
+use qos_core::pacer::{ChunkPlan, Pacer, StreamId, plan_chunks};
 use qos_core::window::{self, Handing, WindowWaiters};
 use qos_core::wire::{Request, StateReply};
 use qos_core::{IoKind, Monitor, Nanos, TargetChannel};
@@ -37,6 +37,8 @@ use thiserror::Error;
 use crate::nslimit::{NsLimit, TIMESLICE_NS};
 use crate::scenario::{Enforcement, Pattern, Policy, RunSpec, Scenario, Service};
 use crate::server::{Link, Pipe, Server};
+
+mod build;
 
 /// Why a run could not start.
 #[derive(Debug, Error)]
@@ -379,263 +381,6 @@ pub fn simulate(
 }
 
 impl Sim {
-    fn build(
-        sc: &Scenario,
-        run: &RunSpec,
-        policy: Policy,
-        opts: RunOptions,
-    ) -> Result<Sim, RunError> {
-        let scale = opts.scale.unwrap_or(sc.scale).max(1);
-        let seed = opts.seed.unwrap_or(sc.seed);
-        let periods = opts.periods.unwrap_or(sc.periods).max(1);
-        let warmup = opts.warmup_periods.unwrap_or(sc.warmup_periods);
-        let file = sc.file.clone();
-        let zero = |what: String| RunError::Scale {
-            file: file.clone(),
-            scale,
-            what,
-        };
-        let period = sc.qos.period.0;
-        let cap = scaled(sc.target.capacity_iops, scale);
-        let cap_l = scaled(sc.target.per_host_max_iops, scale);
-        if cap == 0 || cap_l == 0 {
-            return Err(zero("the target capacity".into()));
-        }
-        let link_bps = sc.target.link_bytes_per_s.map(|b| scaled(b, scale));
-        if link_bps == Some(0) {
-            return Err(zero("the link bandwidth".into()));
-        }
-        let n = run.hosts.len();
-        let mut machine_names: Vec<String> = Vec::new();
-        let mut hosts = Vec::with_capacity(n);
-        let periods_total = (warmup + periods) as usize;
-        for (i, h) in run.hosts.iter().enumerate() {
-            let demand = match h.demand {
-                Some(d) => {
-                    let d = scaled(d, scale);
-                    if d == 0 {
-                        return Err(zero(format!("the demand of host {}", h.name)));
-                    }
-                    Some(d)
-                }
-                None => None,
-            };
-            if h.reservation_iops.is_some_and(|r| scaled(r, scale) == 0) {
-                return Err(zero(format!("the reservation of host {}", h.name)));
-            }
-            if h.limit_iops.is_some_and(|r| scaled(r, scale) == 0) {
-                return Err(zero(format!("the limit of host {}", h.name)));
-            }
-            let machine = match machine_names.iter().position(|m| *m == h.machine) {
-                Some(m) => m,
-                None => {
-                    machine_names.push(h.machine.clone());
-                    machine_names.len() - 1
-                }
-            };
-            hosts.push(Host {
-                name: h.name.clone(),
-                pattern: h.pattern,
-                qd: h.queue_depth,
-                io_bytes: h.io_bytes,
-                read_fraction: h.read_fraction,
-                demand,
-                cooperative: h.cooperative,
-                start: h.start.0,
-                stop: h.stop.map_or(u64::MAX, |s| s.0),
-                machine,
-                rng: SplitMix::new(seed ^ (i as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F)),
-                pipe: Pipe::new(cap_l as f64),
-                outstanding: 0,
-                issued_period: 0,
-                period_start: 0,
-                wake_at: u64::MAX,
-                chans: Vec::new(),
-                next_chan: 0,
-                engine: None,
-                ihold: HoldQueue::new(),
-                poll_at: u64::MAX,
-                pending_req: None,
-                pending_reply: None,
-                completed: vec![0; periods_total],
-                bytes: vec![0; periods_total],
-                latency: LatencyHistogram::default(),
-            });
-        }
-
-        // Target side QoS.
-        let mut monitor = None;
-        let mut estimates = Vec::new();
-        if let Some(q) = policy.qos() {
-            use qos_core::ExcessSharing::{OperatingPoint, Weighted};
-            let (mode, release, sharing) = (q.mode, q.release, q.sharing);
-            let groups = matches!(sharing, Weighted | OperatingPoint);
-            let domain = sc.domain_config(scale, mode, release, sharing);
-            let mut m = Monitor::new(domain, Nanos::ZERO).map_err(|source| RunError::Domain {
-                file: file.clone(),
-                source: Box::new(source),
-            })?;
-            if groups {
-                for g in &sc.groups {
-                    m.add_group(g.group_config(scale), Nanos::ZERO)
-                        .map_err(|source| RunError::AddGroup {
-                            file: file.clone(),
-                            group: g.name.clone(),
-                            source: Box::new(source),
-                        })?;
-                }
-            }
-            for (i, h) in run.hosts.iter().enumerate() {
-                let mut cfg = h.host_config(scale);
-                if !groups {
-                    // Policies without sharing by weight have no tenant groups.
-                    cfg.group = None;
-                }
-                m.add_host(cfg, Nanos::ZERO)
-                    .map_err(|source| RunError::AddHost {
-                        file: file.clone(),
-                        host: h.name.clone(),
-                        source: Box::new(source),
-                    })?;
-                let nqn = h.nqn();
-                for _ in 0..sc.target.channels_per_host {
-                    let tokens = m.channel(&nqn).expect("host just added");
-                    hosts[i].chans.push(TargetChannel::new(tokens));
-                }
-                if h.cooperative {
-                    let cfg = InitiatorConfig {
-                        acquire_ops: m.config().batch().ops.max(1),
-                        acquire_bytes: 0,
-                        ..InitiatorConfig::default()
-                    };
-                    hosts[i].engine = Some(InitiatorEngine::new(cfg, Nanos::ZERO));
-                }
-            }
-            estimates.push(m.budget().ops);
-            monitor = Some(m);
-        }
-        let ns = (policy.enforcement == Enforcement::NsLimit).then(|| {
-            NsLimit::new(
-                Some(
-                    scaled(
-                        sc.qos.ns_limit_iops.unwrap_or(sc.target.capacity_iops),
-                        scale,
-                    )
-                    .max(1),
-                ),
-                sc.qos.ns_limit_mibps.map(|m| scaled(m << 20, scale).max(1)),
-            )
-        });
-
-        // Pacers, one per machine with cooperative hosts.
-        let mut machines = Vec::new();
-        if policy.pacing {
-            let Some(bps) = link_bps else {
-                return Err(RunError::PacingWithoutLink {
-                    file,
-                    policy: policy.name(),
-                });
-            };
-            let cfg = PacerConfig {
-                chunk_bytes: sc.pacer.chunk_bytes,
-                chunk_auto: sc.pacer.chunk_auto,
-                link_mibps: (bps >> 20).max(1),
-                link_iops: scaled(sc.pacer.link_iops, scale).max(1),
-                latency_target: sc.pacer.latency_target,
-                latency_target_auto_milli: sc.pacer.latency_target_auto_milli,
-                probe_interval: sc.pacer.probe_interval,
-                aimd_interval: sc.pacer.aimd_interval,
-                ..PacerConfig::default()
-            };
-            for _ in &machine_names {
-                let pacer = Pacer::new(cfg, Nanos::ZERO).map_err(|source| RunError::Pacer {
-                    file: file.clone(),
-                    source,
-                })?;
-                machines.push(Machine {
-                    pacer,
-                    streams: VecDeque::new(),
-                    wake_at: u64::MAX,
-                    tick_at: u64::MAX,
-                });
-            }
-        }
-
-        let end = period * (warmup + periods) as u64;
-        let mut sim = Sim {
-            now: 0,
-            end,
-            period,
-            warmup,
-            measured: periods,
-            heap: BinaryHeap::with_capacity(4096),
-            seq: 0,
-            server: Server::new(cap as f64).with_half_depth(sc.target.half_depth),
-            // Times stretch by the scale as rates shrink by it.
-            link: link_bps.map(|b| Link::new(b, sc.target.link_command.0.saturating_mul(scale))),
-            base_latency: sc.target.base_latency.0,
-            service: sc.target.service,
-            svc_rng: SplitMix::new(seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED),
-            capacity: cap as f64,
-            capacity_changes: sc
-                .target
-                .capacity_changes
-                .iter()
-                .map(|&(t, f)| (t.0, f))
-                .collect(),
-            ios: Slab::new(),
-            parents: Slab::new(),
-            hosts,
-            machines,
-            monitor,
-            check_interval: sc.qos.check_interval.0,
-            ns,
-            policy,
-            scratch: Vec::new(),
-            estimates,
-            warnings: Vec::new(),
-            events: 0,
-            window: policy
-                .qos()
-                .is_some_and(|q| q.sharing == qos_core::ExcessSharing::OperatingPoint),
-            ended: 0,
-            operating: Vec::new(),
-            held_at_start: Vec::new(),
-        };
-        sim.schedule(period, Ev::Period);
-        if sim.monitor.is_some() {
-            sim.schedule(sim.check_interval, Ev::Tick);
-            // Each channel's poller, started at its own offset (channels are created
-            // at different times on a real target).
-            let mut k = 0u64;
-            for h in 0..sim.hosts.len() {
-                for c in 0..sim.hosts[h].chans.len() {
-                    let offset = (k * 37_000 + 13_000) % POLL_INTERVAL.0;
-                    sim.schedule(offset + 1, Ev::ChannelPoll(h as u16, c as u16));
-                    k += 1;
-                }
-            }
-        }
-        if sim.ns.is_some() {
-            sim.schedule(TIMESLICE_NS, Ev::Timeslice);
-        }
-        for i in 0..sim.capacity_changes.len() {
-            let t = sim.capacity_changes[i].0;
-            sim.schedule(t, Ev::Capacity(i as u16));
-        }
-        for m in 0..sim.machines.len() {
-            sim.machines[m].tick_at = 0;
-            sim.schedule(0, Ev::PacerTick(m as u16));
-        }
-        for h in 0..sim.hosts.len() {
-            if sim.hosts[h].engine.is_some() {
-                sim.engine_service(h);
-            }
-            sim.try_issue(h);
-        }
-        Ok(sim)
-    }
-
     #[inline]
     fn schedule(&mut self, t: u64, ev: Ev) {
         self.seq += 1;
@@ -662,81 +407,93 @@ impl Sim {
                 continue;
             }
             let Reverse(e) = self.heap.pop().expect("peeked");
-            match e.ev {
-                Ev::Period => {
-                    let k = (t / self.period) as u32;
-                    progress(k);
-                    for h in 0..self.hosts.len() {
-                        self.hosts[h].issued_period = 0;
-                        self.hosts[h].period_start = t;
-                        self.try_issue(h);
-                    }
-                    self.schedule(t + self.period, Ev::Period);
-                }
-                Ev::Tick => self.tick(),
-                Ev::ChannelPoll(h, c) => self.channel_poll(h as usize, c as usize),
-                Ev::Timeslice => {
-                    let mut out = std::mem::take(&mut self.scratch);
-                    if let Some(ns) = self.ns.as_mut() {
-                        ns.timeslice(|io| out.push(io));
-                    }
-                    for &io in &out {
-                        self.server_enqueue(io);
-                    }
-                    out.clear();
-                    self.scratch = out;
-                    self.schedule(t + TIMESLICE_NS, Ev::Timeslice);
-                }
-                Ev::Capacity(i) => {
-                    let f = self.capacity_changes[i as usize].1;
-                    self.server.set_capacity(t, self.capacity * f);
-                }
-                Ev::Wake(h) => {
-                    let h = h as usize;
-                    if self.hosts[h].wake_at == t {
-                        self.hosts[h].wake_at = u64::MAX;
-                        self.try_issue(h);
-                    }
-                }
-                Ev::PipeDone(io) => self.target_admit(io),
-                Ev::LinkDone(io) => self.target_done(io),
-                Ev::Deliver(io) => self.deliver(io),
-                Ev::EnginePoll(h) => {
-                    let h = h as usize;
-                    if self.hosts[h].poll_at == t {
-                        self.hosts[h].poll_at = u64::MAX;
-                        self.engine_service(h);
-                    }
-                }
-                Ev::VendorAtTarget(h) => self.vendor_at_target(h as usize),
-                Ev::VendorReply(h) => {
-                    let h = h as usize;
-                    let host = &mut self.hosts[h];
-                    if let (Some(r), Some(e)) = (host.pending_reply.take(), host.engine.as_mut()) {
-                        e.on_reply(Ok(r), Nanos(t));
-                    }
-                    self.engine_service(h);
-                }
-                Ev::PacerWake(m) => {
-                    let m = m as usize;
-                    if self.machines[m].wake_at == t {
-                        self.machines[m].wake_at = u64::MAX;
-                        self.pacer_pump(m);
-                    }
-                }
-                Ev::PacerTick(m) => {
-                    let m = m as usize;
-                    if self.machines[m].tick_at == t {
-                        self.pacer_tick(m);
-                    }
-                }
-                Ev::Probe(m, sent) => {
-                    self.machines[m as usize]
-                        .pacer
-                        .on_probe(Nanos(t - sent), Nanos(t));
+            self.handle(e.ev, t, progress);
+        }
+    }
+
+    /// One event of the heap, at its time `t`.
+    #[inline]
+    fn handle(&mut self, ev: Ev, t: u64, progress: &mut dyn FnMut(u32)) {
+        match ev {
+            Ev::Period => self.period_end(t, progress),
+            Ev::Tick => self.tick(),
+            Ev::ChannelPoll(h, c) => self.channel_poll(h as usize, c as usize),
+            Ev::Timeslice => self.timeslice(t),
+            Ev::Capacity(i) => {
+                let f = self.capacity_changes[i as usize].1;
+                self.server.set_capacity(t, self.capacity * f);
+            }
+            Ev::Wake(h) => {
+                let h = h as usize;
+                if self.hosts[h].wake_at == t {
+                    self.hosts[h].wake_at = u64::MAX;
+                    self.try_issue(h);
                 }
             }
+            Ev::PipeDone(io) => self.target_admit(io),
+            Ev::LinkDone(io) => self.target_done(io),
+            Ev::Deliver(io) => self.deliver(io),
+            Ev::EnginePoll(h) => {
+                let h = h as usize;
+                if self.hosts[h].poll_at == t {
+                    self.hosts[h].poll_at = u64::MAX;
+                    self.engine_service(h);
+                }
+            }
+            Ev::VendorAtTarget(h) => self.vendor_at_target(h as usize),
+            Ev::VendorReply(h) => {
+                let h = h as usize;
+                let host = &mut self.hosts[h];
+                if let (Some(r), Some(e)) = (host.pending_reply.take(), host.engine.as_mut()) {
+                    e.on_reply(Ok(r), Nanos(t));
+                }
+                self.engine_service(h);
+            }
+            Ev::PacerWake(m) => {
+                let m = m as usize;
+                if self.machines[m].wake_at == t {
+                    self.machines[m].wake_at = u64::MAX;
+                    self.pacer_pump(m);
+                }
+            }
+            Ev::PacerTick(m) => {
+                let m = m as usize;
+                if self.machines[m].tick_at == t {
+                    self.pacer_tick(m);
+                }
+            }
+            Ev::Probe(m, sent) => {
+                self.machines[m as usize]
+                    .pacer
+                    .on_probe(Nanos(t - sent), Nanos(t));
+            }
         }
+    }
+
+    /// A period ends at `t`: every host's demand is new again.
+    fn period_end(&mut self, t: u64, progress: &mut dyn FnMut(u32)) {
+        let k = (t / self.period) as u32;
+        progress(k);
+        for h in 0..self.hosts.len() {
+            self.hosts[h].issued_period = 0;
+            self.hosts[h].period_start = t;
+            self.try_issue(h);
+        }
+        self.schedule(t + self.period, Ev::Period);
+    }
+
+    /// SPDK's namespace limit releases what its new timeslice allows.
+    fn timeslice(&mut self, t: u64) {
+        let mut out = std::mem::take(&mut self.scratch);
+        if let Some(ns) = self.ns.as_mut() {
+            ns.timeslice(|io| out.push(io));
+        }
+        for &io in &out {
+            self.server_enqueue(io);
+        }
+        out.clear();
+        self.scratch = out;
+        self.schedule(t + TIMESLICE_NS, Ev::Timeslice);
     }
 
     /// The monitor's check interval (it reads the counters the channels' pollers
