@@ -217,6 +217,7 @@ else
 	@echo "SKIPPED: the plugins need SPDK at SPDK_DIR=$(SPDK_DIR); installed everything else"
 endif
 	install -m 644 rpc-scripts/qos_rpc.py $(DESTDIR)$(LIBDIR)/rpc-scripts/
+	install -D -m 644 rpc-scripts/schema/target.json $(DESTDIR)$(LIBDIR)/rpc-scripts/schema/target.json
 	install -m 644 exporter/nvmf_qos_exporter.py exporter/requirements.txt exporter/requirements.lock \
 		$(DESTDIR)$(LIBDIR)/exporter/
 	install -m 644 dashboards/nvmf-qos.json dashboards/provisioning.yaml $(DESTDIR)$(DATADIR)/
@@ -252,7 +253,7 @@ test-install:
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	$(MAKE) --no-print-directory install PREFIX=$$tmp/usr UNITDIR=$$tmp/units SYSCONFDIR=$$tmp/etc \
 		INSTALL_PYTHON_DEPS=0 > $$tmp/log 2>&1 || { cat $$tmp/log; exit 1; } && \
-	for f in usr/bin/nvmf-qos-agent usr/lib/nvmf-qos/rpc-scripts/qos_rpc.py \
+	for f in usr/bin/nvmf-qos-agent usr/lib/nvmf-qos/rpc-scripts/qos_rpc.py usr/lib/nvmf-qos/rpc-scripts/schema/target.json \
 		usr/lib/nvmf-qos/exporter/nvmf_qos_exporter.py usr/lib/nvmf-qos/venv/bin/python \
 		usr/share/nvmf-qos/alerts.yml usr/share/nvmf-qos/nvmf-qos.json usr/share/doc/nvmf-qos/operations.md \
 		usr/share/nvmf-qos/prometheus.yml etc/default/nvmf-qos-target etc/default/nvmf-qos-exporter etc/default/nvmf-qos-agent \

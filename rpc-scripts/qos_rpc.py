@@ -20,6 +20,7 @@ them with schema/*.json, which the plugins' tests read off their parameter struc
 
 import argparse
 import json
+import os
 import string
 import sys
 import uuid
@@ -303,9 +304,75 @@ _COST_OPTIONS = [
     ('size_unit', _size_unit,
      "when set, a command costs one op per started size_unit bytes; 0 or >= 512", '0'),
 ]
-_DOMAIN_PARAMS = (['name'] + [o[0] for o in _DOMAIN_OPTIONS]
-                  + ['estimator', 'mode', 'release', 'sharing', 'bypass']
-                  + [o[0] for o in _COST_OPTIONS])
+# Help of the domain parameters that _add_schema_options declares from the schema:
+# (text, what a left-out option does when the target prints no default). Optional: a
+# parameter without an entry gets an option all the same, whose help points to docs/rpc.md.
+_DOMAIN_HELP = {
+    'bypass': ('hold nothing: every command goes to the base at once, counted and accounted '
+               'as usual (qos_stats_get: held_by.bypassed); for an incident, or to measure '
+               'what the QoS costs; changing only this starts no new period', ': off'),
+}
+
+
+def _load_schema(name):
+    """The methods of schema/<name> beside this file (the target's parameters, read off
+    its structs; make install puts it there too), or {} without it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'schema', name)
+    try:
+        with open(path, encoding='utf-8') as f:
+            return json.load(f)['methods']
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+_TARGET_SCHEMA = _load_schema('target.json')
+
+
+def _schema_default(p):
+    """The default a left-out parameter takes, as _help writes it, or None."""
+    value = p.get('default')
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return 'on' if value else 'off'
+    return '"%s"' % value if p['type'] == 'string' else str(value)
+
+
+def _add_schema_options(p, method, helps, rules=(), schema=None):
+    """An option for each parameter of `method` in the target's schema that `p` has no
+    option for: its flag, type, range or choices and default are the schema's, its help
+    `helps`'s entry. So a new target parameter needs no edit here."""
+    schema = _TARGET_SCHEMA if schema is None else schema
+    update = method.endswith('_update')
+    declared = {a.dest for a in p._actions}
+    for param in (schema.get(method) or {}).get('params', []):
+        dest = param['name']
+        if dest in declared:
+            continue
+        text, words = helps.get(dest, ('see %s in docs/rpc.md' % method.replace('_update', '_create'), None))
+        default = _schema_default(param) or words
+        if param.get('fixed'):
+            action = p.add_argument(_flag(dest), action=_Refused, help=argparse.SUPPRESS,
+                                    reason='the target accepts only the current value')
+        elif param['type'] == 'boolean':
+            action = p.add_argument(_flag(dest), action=argparse.BooleanOptionalAction, default=None,
+                                    help=_help(text, default, update))
+        elif param['type'] == 'enum':
+            action = p.add_argument(_flag(dest), choices=param['choices'], help=_help(text, default, update))
+        elif param['type'] == 'integer':
+            kind = _int_range(param['min'], param['max'], param.get('or_zero', False))
+            action = p.add_argument(_flag(dest), type=kind, action=_Checked, rules=rules, metavar='N',
+                                    required=param['required'], help=_help(text, default, update))
+        else:
+            action = p.add_argument(_flag(dest), required=param['required'], help=_help(text, default, update))
+        # tests/test_schema.py sends each of these (tests/test_commands.py need not list them).
+        action.from_schema = True
+
+
+def _sent(p):
+    """Makes the command send every option of `p` that is a parameter (the ones given)."""
+    p.set_defaults(qos_params=[a.dest for a in p._actions
+                               if not isinstance(a, (argparse._HelpAction, _Refused))])
 
 
 def _add_domain_options(p, create):
@@ -317,10 +384,6 @@ def _add_domain_options(p, create):
                        rules=_DOMAIN_RULES, metavar='N', help=_help(text, default, update))
     p.add_argument('--estimator', action=argparse.BooleanOptionalAction, default=None,
                    help=_help('adaptive capacity estimation, Haechi Algorithm 1', 'on', update))
-    p.add_argument('--bypass', action=argparse.BooleanOptionalAction, default=None,
-                   help=_help('hold nothing: every command goes to the base at once, counted and accounted '
-                              'as usual (qos_stats_get: held_by.bypassed); for an incident, or to measure '
-                              'what the QoS costs; changing only this starts no new period', ': off', update))
     p.add_argument('--mode', choices=['haechi', 'basic'],
                    help=_help('haechi: unused reservation becomes global tokens; basic: none', 'haechi', update))
     p.add_argument('--release', choices=['paced', 'start'],
@@ -340,14 +403,16 @@ def _add_domain_options(p, create):
         else:
             p.add_argument(_flag(dest), action=_Refused, help=argparse.SUPPRESS,
                            reason="the cost model of a domain cannot change; delete and create the domain")
+    _add_schema_options(p, 'qos_domain_create' if create else 'qos_domain_update', _DOMAIN_HELP, _DOMAIN_RULES)
+    _sent(p)
 
 
 def qos_domain_create(args):
-    _print_result(args.client.call('qos_domain_create', _params(args, _DOMAIN_PARAMS)))
+    _print_result(args.client.call('qos_domain_create', _params(args, args.qos_params)))
 
 
 def qos_domain_update(args):
-    _print_result(args.client.call('qos_domain_update', _params(args, _DOMAIN_PARAMS)))
+    _print_result(args.client.call('qos_domain_update', _params(args, args.qos_params)))
 
 
 def qos_domain_delete(args):

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use qos_core::cluster::LocalShare;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use thiserror::Error;
 
@@ -100,45 +101,88 @@ fn malformed(method: &str, detail: impl Into<String>) -> TargetError {
     }
 }
 
-/// Reads `qos_stats_get`'s compact answer for one domain: the capacity estimate per
-/// second, the period, each host's counters (the settings are left empty: they come
-/// from `qos_host_get`).
+/// What the agent reads of one domain of `qos_stats_get`'s answer; the tests check
+/// these fields against `rpc-scripts/schema/stats.json` (written from the plugin's
+/// types). Every field but the period and the host's NQN may be missing (read as 0).
+#[derive(Debug, Deserialize)]
+struct StatsDomain {
+    #[serde(default)]
+    period_ns: u64,
+    /// A target still learning its capacity (created without one) has no estimate yet.
+    #[serde(default)]
+    capacity_learning: bool,
+    #[serde(default)]
+    capacity_estimate: StatsAmount,
+    #[serde(default)]
+    hosts: Vec<StatsHost>,
+}
+
+/// `{ops, bytes}`, `null` for unlimited; the agent reads the operations.
+#[derive(Debug, Default, Deserialize)]
+struct StatsAmount {
+    #[serde(default)]
+    ops: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct StatsHost {
+    host_nqn: String,
+    #[serde(default)]
+    completed_total: StatsWork,
+    #[serde(default)]
+    held_time: StatsHeldTime,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct StatsWork {
+    #[serde(default)]
+    ops: u64,
+    #[serde(default)]
+    bytes: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct StatsHeldTime {
+    #[serde(default)]
+    sum_ns: u64,
+}
+
+/// Reads `qos_stats_get`'s answer for one domain: the capacity estimate per second, the
+/// period, each host's counters (the settings are left empty: they come from
+/// `qos_host_get`).
 pub fn parse_stats(v: &Value) -> Result<LocalState, TargetError> {
     let m = "qos_stats_get";
     let d = v
         .as_array()
         .and_then(|a| a.first())
         .ok_or_else(|| malformed(m, "no domain in the answer"))?;
-    let period_ns = d["period_ns"]
-        .as_u64()
-        .filter(|&p| p > 0)
-        .ok_or_else(|| malformed(m, "no period_ns"))?;
-    // A target still learning its capacity (created without one) has no estimate yet:
-    // its unbounded budget is no capacity to admit cluster reservations against.
-    let learning = d["capacity_learning"].as_bool().unwrap_or(false);
-    let ops = if learning {
+    let d = StatsDomain::deserialize(d).map_err(|e| malformed(m, e.to_string()))?;
+    if d.period_ns == 0 {
+        return Err(malformed(m, "no period_ns"));
+    }
+    // A target still learning its capacity has no estimate yet: its unbounded budget is
+    // no capacity to admit cluster reservations against.
+    let ops = if d.capacity_learning {
         0
     } else {
-        d["capacity_estimate"]["ops"].as_u64().unwrap_or(0)
+        d.capacity_estimate.ops.unwrap_or(0)
     };
-    let capacity = (ops as u128 * 1_000_000_000 / period_ns as u128).min(u64::MAX as u128) as u64;
-    let mut counters = BTreeMap::new();
-    for h in d["hosts"].as_array().into_iter().flatten() {
-        let nqn = h["host_nqn"]
-            .as_str()
-            .ok_or_else(|| malformed(m, "a host without host_nqn"))?;
-        counters.insert(
-            nqn.to_string(),
-            HostCounters {
-                completed_ops: h["completed_total"]["ops"].as_u64().unwrap_or(0),
-                completed_bytes: h["completed_total"]["bytes"].as_u64().unwrap_or(0),
-                held_ns: h["held_time"]["sum_ns"].as_u64().unwrap_or(0),
-            },
-        );
-    }
+    let capacity = (ops as u128 * 1_000_000_000 / d.period_ns as u128).min(u64::MAX as u128) as u64;
+    let counters = d
+        .hosts
+        .into_iter()
+        .map(|h| {
+            let counters = HostCounters {
+                completed_ops: h.completed_total.ops,
+                completed_bytes: h.completed_total.bytes,
+                held_ns: h.held_time.sum_ns,
+            };
+            (h.host_nqn, counters)
+        })
+        .collect();
     Ok(LocalState {
         capacity_iops: capacity,
-        period_ms: period_ns / 1_000_000,
+        period_ms: d.period_ns / 1_000_000,
         counters,
         settings: BTreeMap::new(),
     })
@@ -207,8 +251,39 @@ impl TargetRpc for SocketTarget {
 }
 
 #[cfg(test)]
+#[path = "../../rpc-scripts/schema/stats_check.rs"]
+mod stats_check;
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the agent reads is in `rpc-scripts/schema/stats.json`, with the types it
+    /// takes: a field the plugin renames (and regenerates the schema for) fails here.
+    #[test]
+    fn the_stats_reader_reads_what_the_schema_says() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../rpc-scripts/schema/stats.json"
+        );
+        let schema = stats_check::load(path.as_ref());
+        if let Err(e) = stats_check::check::<Vec<StatsDomain>>(&schema) {
+            panic!("the agent's qos_stats_get reader disagrees with the schema:\n{e}");
+        }
+    }
+
+    #[test]
+    fn a_malformed_answer_is_refused() {
+        let no_period = json!([{ "name": "d", "hosts": [] }]);
+        assert!(matches!(
+            parse_stats(&no_period),
+            Err(TargetError::Malformed { .. })
+        ));
+        let no_nqn = json!([{ "name": "d", "period_ns": 1, "hosts": [{}] }]);
+        let e = parse_stats(&no_nqn).unwrap_err().to_string();
+        assert!(e.contains("host_nqn"), "{e}");
+        assert!(parse_stats(&json!([])).is_err());
+    }
 
     #[test]
     fn stats_become_counters_and_a_capacity_per_second() {

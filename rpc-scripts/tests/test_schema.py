@@ -310,3 +310,72 @@ def test_names_take_the_targets_form(command):
                     _flag(command, name), value if len(value) < 20 else value[:8] + '...', len(value),
                     'accepted' if ok else 'refused'))
     _check(problems)
+
+
+# A new domain parameter needs no edit in qos_rpc.py: the options qos_rpc.py does not
+# declare by hand are declared from schema/target.json (bypass is one).
+
+with open(os.path.join(RPC_SCRIPTS, 'schema', 'target.json'), encoding='utf-8') as _f:
+    SCHEMA_TARGET = json.load(_f)['methods']
+
+def test_the_plugin_reads_the_committed_schema():
+    assert qos_rpc._TARGET_SCHEMA == SCHEMA_TARGET, "qos_rpc.py did not find schema/target.json beside itself"
+
+
+
+def _parser_with(schema, monkeypatch):
+    """rpc.py's parser had the target's schema been `schema`."""
+    monkeypatch.setattr(qos_rpc, '_TARGET_SCHEMA', schema)
+    return make_parser()
+
+
+def _with_new_parameters(method):
+    schema = json.loads(json.dumps(SCHEMA_TARGET))
+    keep = {'omitted': 'keep'} if method.endswith('_update') else {}
+    schema[method]['params'] += [
+        dict({'name': 'new_knob', 'type': 'integer', 'min': 1, 'max': 10, 'required': False}, default=5, **keep),
+        dict({'name': 'new_switch', 'type': 'boolean', 'required': False}, default=None, **keep),
+        dict({'name': 'new_way', 'type': 'enum', 'choices': ['a', 'b'], 'required': False}, default='a', **keep),
+    ]
+    return schema
+
+
+@pytest.mark.parametrize('method', ['qos_domain_create', 'qos_domain_update'])
+def test_a_new_domain_parameter_gets_its_option_from_the_schema(method, monkeypatch):
+    parser = _parser_with(_with_new_parameters(method), monkeypatch)
+
+    def run(*extra):
+        client, err = FakeClient(), io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                args = parser.parse_args([method, '-n', 'd', *extra])
+            except SystemExit:
+                return None, err.getvalue()
+        args.client = client
+        args.func(args)
+        return client.calls[0][1], ''
+
+    assert run('--new-knob', '3', '--new-switch', '--new-way', 'b')[0] == {
+        'name': 'd', 'new_knob': 3, 'new_switch': True, 'new_way': 'b'}
+    assert run('--no-new-switch')[0] == {'name': 'd', 'new_switch': False}
+    assert run()[0] == {'name': 'd'}, "left out: not sent"
+    sent, err = run('--new-knob', '11')
+    assert sent is None and 'must be 1 ..= 10 (got 11)' in err
+    assert run('--new-way', 'c')[0] is None
+    command = next(a for a in parser._actions if a.dest == 'called_rpc_name').choices[method]
+    helps = {a.dest: a.help for a in command._actions}
+    if method.endswith('_update'):
+        assert KEEPS in helps['new_knob']
+    else:
+        assert '(default 5)' in helps['new_knob'] and '(default a)' in helps['new_way']
+        assert 'docs/rpc.md' in helps['new_switch']
+
+
+def test_bypass_is_declared_from_the_schema(monkeypatch):
+    monkeypatch.setattr(qos_rpc, '_DOMAIN_HELP', {})
+    schema = json.loads(json.dumps(SCHEMA_TARGET))
+    for method in ('qos_domain_create', 'qos_domain_update'):
+        schema[method]['params'] = [p for p in schema[method]['params'] if p['name'] != 'bypass']
+    parser = _parser_with(schema, monkeypatch)
+    command = next(a for a in parser._actions if a.dest == 'called_rpc_name').choices['qos_domain_create']
+    assert 'bypass' not in {a.dest for a in command._actions}, "a hand-written --bypass is left in qos_rpc.py"

@@ -18,7 +18,8 @@
 //!
 //! Modules depend one way: `lib` → `rpc` → `qos_bdev` (the bdev) → `registry` (domains,
 //! hosts, the list of bdevs) → `io` (the policy and its channels) → `spdk_sys`,
-//! `qos_core`; `stats` (used by `rpc`) reads `registry`; `params` imports nothing of ours.
+//! `qos_core`; `stats` (used by `rpc`) reads `registry`; `params` imports only `field_table` (the
+//! table its parameter structs are declared with).
 
 // The registration entry points are only reachable from the constructor, which unit-test
 // and fuzz builds leave out (tests and fuzz binaries must not register with SPDK).
@@ -26,6 +27,7 @@
 
 #[cfg(test)]
 mod control_plane_tests;
+pub mod field_table;
 pub mod io;
 pub mod params;
 /// The RPC-parameter fuzz targets: the mutation fuzzer's test, and with the feature

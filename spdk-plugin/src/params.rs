@@ -3,158 +3,99 @@
 //!
 //! Unknown parameters are refused (`deny_unknown_fields`), so a typo is an error, not a
 //! silently ignored setting.
+//!
+//! Domains, hosts and groups are each one field table ([`param_table!`]): a parameter
+//! is declared once, with where it goes in the core's configuration, and the
+//! `*Params` / `*Update` structs and both directions of the mapping follow from it.
 
-use qos_core::config::{BatchSize, Burst, Capacity, EstimatorConfig};
+use qos_core::config::BatchSize;
 use qos_core::{
-    CostModel, DomainConfig, ExcessSharing, GroupConfig, HostConfig, Nanos, PriorityClass, Rate,
-    RateSet, ReservationRelease, TokenMode,
+    DomainConfig, ExcessSharing, GroupConfig, HostConfig, PriorityClass, ReservationRelease,
+    TokenMode,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+use crate::field_table::param_table;
 
 /// Refusals, parameter parsing and name checks are shared with the initiator plugin.
 pub use spdk_sys::rpc::{RpcError as Refusal, check_name, code, parse};
 
-fn default_period_ms() -> u64 {
-    1000
-}
-fn default_check_interval_us() -> u64 {
-    1000
-}
-fn default_true() -> bool {
-    true
-}
-fn default_history() -> usize {
-    EstimatorConfig::default().history
-}
-fn default_increment() -> u64 {
-    EstimatorConfig::default().increment_milli
-}
-fn default_probe_backoff() -> u32 {
-    EstimatorConfig::default().probe_backoff_max
-}
-fn default_drop() -> u64 {
-    EstimatorConfig::default().drop_threshold_milli
-}
-fn default_hold() -> u64 {
-    EstimatorConfig::default().hold_milli
-}
-fn default_underuse() -> u32 {
-    EstimatorConfig::default().underuse_periods
-}
-fn default_efficiency() -> u64 {
-    qos_core::config::DEFAULT_EFFICIENCY_MILLI
-}
-fn default_write_weight() -> u64 {
-    CostModel::default().write_weight_milli
-}
-
-/// `qos_domain_create` parameters; also what `qos_domain_get` and `save_config` print.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DomainParams {
-    pub name: String,
-    /// The target's capacity as a starting hint; absent: learned from the target.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capacity_iops: Option<u64>,
-    #[serde(default)]
-    pub capacity_iops_stddev: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub capacity_mibps: Option<u64>,
-    #[serde(default)]
-    pub capacity_mibps_stddev: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub per_host_max_iops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub per_host_max_mibps: Option<u64>,
-    #[serde(default = "default_period_ms")]
-    pub period_ms: u64,
-    #[serde(default = "default_check_interval_us")]
-    pub check_interval_us: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch_ops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub batch_bytes: Option<u64>,
-    #[serde(default = "default_true")]
-    pub estimator: bool,
-    #[serde(default = "default_history")]
-    pub estimator_history: usize,
-    #[serde(default = "default_increment")]
-    pub estimator_increment_milli: u64,
-    #[serde(default = "default_probe_backoff")]
-    pub estimator_probe_backoff: u32,
-    #[serde(default = "default_drop")]
-    pub estimator_drop_milli: u64,
-    #[serde(default = "default_hold")]
-    pub estimator_hold_milli: u64,
-    #[serde(default = "default_underuse")]
-    pub underuse_periods: u32,
-    #[serde(default)]
-    pub mode: TokenMode,
-    /// `paced` (default) or `start` (Haechi as published).
-    #[serde(default)]
-    pub release: ReservationRelease,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub release_burst_us: Option<u64>,
-    #[serde(default = "default_write_weight")]
-    pub write_weight_milli: u64,
-    #[serde(default)]
-    pub size_unit: u64,
-    /// `first_come` (default, `ExcessSharing`'s): Haechi's open global pool, deeper
-    /// queues get more; `weighted`: the unreserved capacity split by weight among
-    /// backlogged hosts and groups (tenant groups need it).
-    #[serde(default)]
-    pub sharing: ExcessSharing,
-    /// Efficiency η of the operating point, thousandths (1 ..= 1000, default 970): the
-    /// depth curve's point reported in `qos_stats_get`.
-    #[serde(default = "default_efficiency")]
-    pub efficiency_milli: u64,
-    /// The operating point by its depth instead of η: Q*, commands in flight at the base
-    /// in thousandths. At most one of this and `operating_latency_us`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operating_in_flight_milli: Option<u64>,
-    /// The operating point by its latency instead of η: L*, a command's time at the
-    /// base in microseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operating_latency_us: Option<u64>,
-    /// Hold nothing (count and account only): an operator's switch in an incident, and
-    /// the instrument's "A". Changing only this starts no new period.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub bypass: bool,
-}
-
-/// `qos_domain_update` parameters: `name` and whatever changes.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DomainUpdate {
-    pub name: String,
-    pub capacity_iops: Option<u64>,
-    pub capacity_iops_stddev: Option<u64>,
-    pub capacity_mibps: Option<u64>,
-    pub capacity_mibps_stddev: Option<u64>,
-    pub per_host_max_iops: Option<u64>,
-    pub per_host_max_mibps: Option<u64>,
-    pub period_ms: Option<u64>,
-    pub check_interval_us: Option<u64>,
-    pub batch_ops: Option<u64>,
-    pub batch_bytes: Option<u64>,
-    pub estimator: Option<bool>,
-    pub estimator_history: Option<usize>,
-    pub estimator_increment_milli: Option<u64>,
-    pub estimator_probe_backoff: Option<u32>,
-    pub estimator_drop_milli: Option<u64>,
-    pub estimator_hold_milli: Option<u64>,
-    pub underuse_periods: Option<u32>,
-    pub mode: Option<TokenMode>,
-    pub release: Option<ReservationRelease>,
-    pub release_burst_us: Option<u64>,
-    pub write_weight_milli: Option<u64>,
-    pub size_unit: Option<u64>,
-    pub sharing: Option<ExcessSharing>,
-    pub efficiency_milli: Option<u64>,
-    pub operating_in_flight_milli: Option<u64>,
-    pub operating_latency_us: Option<u64>,
-    pub bypass: Option<bool>,
+param_table! {
+    params:
+        /// `qos_domain_create` parameters; also what `qos_domain_get` and `save_config`
+        /// print.
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        DomainParams;
+    update:
+        /// `qos_domain_update` parameters: `name` and whatever changes.
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        DomainUpdate;
+    config: DomainConfig;
+    defaults: domain_defaults;
+    keys: name;
+    fields {
+        /// The target's capacity as a starting hint; absent: learned from the target.
+        capacity_iops: optional u64 = same(capacity.iops);
+        #[serde(default = "domain_defaults::capacity_iops_stddev")]
+        capacity_iops_stddev: value u64 = same(capacity.iops_stddev);
+        capacity_mibps: optional u64 = same(capacity.mibps);
+        #[serde(default = "domain_defaults::capacity_mibps_stddev")]
+        capacity_mibps_stddev: value u64 = same(capacity.mibps_stddev);
+        per_host_max_iops: optional u64 = same(per_host_max.iops);
+        per_host_max_mibps: optional u64 = same(per_host_max.mibps);
+        #[serde(default = "domain_defaults::period_ms")]
+        period_ms: value u64 = millis(period);
+        #[serde(default = "domain_defaults::check_interval_us")]
+        check_interval_us: value u64 = micros(check_interval);
+        /// With `batch_bytes`, a fixed `global_batch`; neither: automatic.
+        batch_ops: optional u64 = by_hand();
+        batch_bytes: optional u64 = by_hand();
+        #[serde(default = "domain_defaults::estimator")]
+        estimator: value bool = same(estimator.enabled);
+        #[serde(default = "domain_defaults::estimator_history")]
+        estimator_history: value usize = same(estimator.history);
+        #[serde(default = "domain_defaults::estimator_increment_milli")]
+        estimator_increment_milli: value u64 = same(estimator.increment_milli);
+        #[serde(default = "domain_defaults::estimator_probe_backoff")]
+        estimator_probe_backoff: value u32 = same(estimator.probe_backoff_max);
+        #[serde(default = "domain_defaults::estimator_drop_milli")]
+        estimator_drop_milli: value u64 = same(estimator.drop_threshold_milli);
+        #[serde(default = "domain_defaults::estimator_hold_milli")]
+        estimator_hold_milli: value u64 = same(estimator.hold_milli);
+        #[serde(default = "domain_defaults::underuse_periods")]
+        underuse_periods: value u32 = same(estimator.underuse_periods);
+        #[serde(default = "domain_defaults::mode")]
+        mode: value TokenMode = same(mode);
+        /// `paced` (default) or `start` (Haechi as published).
+        #[serde(default = "domain_defaults::release")]
+        release: value ReservationRelease = same(release);
+        release_burst_us: optional u64 = opt_micros(release_burst);
+        #[serde(default = "domain_defaults::write_weight_milli")]
+        write_weight_milli: value u64 = same(cost.write_weight_milli);
+        #[serde(default = "domain_defaults::size_unit")]
+        size_unit: value u64 = same(cost.size_unit);
+        /// `first_come` (default, `ExcessSharing`'s): Haechi's open global pool, deeper
+        /// queues get more; `weighted`: the unreserved capacity split by weight among
+        /// backlogged hosts and groups (tenant groups need it).
+        #[serde(default = "domain_defaults::sharing")]
+        sharing: value ExcessSharing = same(sharing);
+        /// Efficiency η of the operating point, thousandths (1 ..= 1000, default 970):
+        /// the depth curve's point reported in `qos_stats_get`.
+        #[serde(default = "domain_defaults::efficiency_milli")]
+        efficiency_milli: value u64 = same(efficiency_milli);
+        /// The operating point by its depth instead of η: Q*, commands in flight at the
+        /// base in thousandths. At most one of this and `operating_latency_us`.
+        operating_in_flight_milli: optional u64 = same(operating_in_flight_milli);
+        /// The operating point by its latency instead of η: L*, a command's time at the
+        /// base in microseconds.
+        operating_latency_us: optional u64 = opt_micros(operating_latency);
+        /// Hold nothing (count and account only): an operator's switch in an incident,
+        /// and the instrument's "A". Changing only this starts no new period.
+        #[serde(default = "domain_defaults::bypass", skip_serializing_if = "std::ops::Not::not")]
+        bypass: value bool = same(bypass);
+    }
 }
 
 impl DomainParams {
@@ -170,77 +111,30 @@ impl DomainParams {
                 ));
             }
         };
-        let cfg = DomainConfig {
-            period: Nanos::from_millis(self.period_ms),
-            check_interval: Nanos::from_micros(self.check_interval_us),
-            capacity: Capacity {
-                iops: self.capacity_iops,
-                iops_stddev: self.capacity_iops_stddev,
-                mibps: self.capacity_mibps,
-                mibps_stddev: self.capacity_mibps_stddev,
-            },
-            per_host_max: Rate {
-                iops: self.per_host_max_iops,
-                mibps: self.per_host_max_mibps,
-            },
+        let mut cfg = DomainConfig {
             global_batch,
-            estimator: EstimatorConfig {
-                enabled: self.estimator,
-                increment_milli: self.estimator_increment_milli,
-                history: self.estimator_history,
-                underuse_periods: self.underuse_periods,
-                probe_backoff_max: self.estimator_probe_backoff,
-                drop_threshold_milli: self.estimator_drop_milli,
-                hold_milli: self.estimator_hold_milli,
-                ..EstimatorConfig::default()
-            },
-            mode: self.mode,
-            release: self.release,
-            release_burst: self.release_burst_us.map(Nanos::from_micros),
-            cost: CostModel {
-                write_weight_milli: self.write_weight_milli,
-                size_unit: self.size_unit,
-            },
-            sharing: self.sharing,
-            efficiency_milli: self.efficiency_milli,
-            operating_in_flight_milli: self.operating_in_flight_milli,
-            operating_latency: self.operating_latency_us.map(Nanos::from_micros),
-            bypass: self.bypass,
+            ..DomainConfig::default()
         };
+        self.write_fields(&mut cfg);
         cfg.validate()
             .map_err(|e| Refusal::invalid(format!("domain {}: {e}", self.name)))?;
         Ok(cfg)
     }
 
+    /// The parameters that configure `cfg` as domain `name` (inverse of
+    /// [`Self::to_config`]): what `qos_domain_get` and `save_config` print.
+    pub fn from_config(name: &str, cfg: &DomainConfig) -> DomainParams {
+        let mut p = DomainParams::from_fields(name.to_string(), cfg);
+        (p.batch_ops, p.batch_bytes) = match cfg.global_batch {
+            BatchSize::Auto => (None, None),
+            BatchSize::Fixed { ops, bytes } => (Some(ops), Some(bytes)),
+        };
+        p
+    }
+
     /// These parameters with `u`'s changes applied.
     pub fn updated(&self, u: &DomainUpdate) -> DomainParams {
         let mut p = self.clone();
-        macro_rules! set {
-            ($($f:ident),*) => { $( if let Some(v) = u.$f { p.$f = v; } )* };
-        }
-        macro_rules! set_opt {
-            ($($f:ident),*) => { $( if u.$f.is_some() { p.$f = u.$f; } )* };
-        }
-        set!(
-            capacity_iops_stddev,
-            capacity_mibps_stddev,
-            period_ms,
-            check_interval_us,
-            estimator,
-            estimator_history,
-            estimator_increment_milli,
-            estimator_probe_backoff,
-            estimator_drop_milli,
-            estimator_hold_milli,
-            underuse_periods,
-            mode,
-            release,
-            write_weight_milli,
-            size_unit,
-            sharing,
-            efficiency_milli,
-            bypass
-        );
         // The operating point is given one way: whichever way an update gives replaces
         // the others (η stays as the value the others replace).
         if u.efficiency_milli.is_some() || u.operating_in_flight_milli.is_some() {
@@ -249,174 +143,77 @@ impl DomainParams {
         if u.efficiency_milli.is_some() || u.operating_latency_us.is_some() {
             p.operating_in_flight_milli = None;
         }
-        set_opt!(
-            operating_in_flight_milli,
-            operating_latency_us,
-            capacity_iops,
-            capacity_mibps,
-            per_host_max_iops,
-            per_host_max_mibps,
-            batch_ops,
-            batch_bytes,
-            release_burst_us
-        );
+        p.apply_update(u);
         p
-    }
-
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
 
-/// `qos_host_set` parameters; also what `qos_host_get` and `save_config` print.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostParams {
-    pub domain: String,
-    pub host_nqn: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_iops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_mibps: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_read_iops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_read_mibps: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_write_iops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_write_mibps: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_iops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_mibps: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_read_iops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_read_mibps: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_write_iops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_write_mibps: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weight: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<PriorityClass>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub soft_min_iops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub soft_min_mibps: Option<u64>,
-    /// Tenant group (created by `qos_group_create`); none: a lone host.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group: Option<String>,
-    /// Burst above `max_iops` / `max_mibps` on credit earned under them (issue 28).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst_iops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst_mibps: Option<u64>,
-    /// How long a full bucket lasts at the burst rate.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst_seconds: Option<u64>,
+param_table! {
+    params:
+        /// `qos_host_set` parameters; also what `qos_host_get` and `save_config` print.
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        HostParams;
+    update:
+        /// `qos_host_update` parameters: `domain`, `host_nqn` and whatever changes (a rate
+        /// of 0 removes it, a `group` of `""` makes the host a lone host again).
+        /// `qos_host_set` replaces every setting; this keeps what it is not given.
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        HostUpdate;
+    config: HostConfig;
+    keys: domain, host_nqn;
+    fields {
+        min_iops: rate u64 = same(reservation.total.iops);
+        min_mibps: rate u64 = same(reservation.total.mibps);
+        min_read_iops: rate u64 = same(reservation.read.iops);
+        min_read_mibps: rate u64 = same(reservation.read.mibps);
+        min_write_iops: rate u64 = same(reservation.write.iops);
+        min_write_mibps: rate u64 = same(reservation.write.mibps);
+        max_iops: rate u64 = same(limit.total.iops);
+        max_mibps: rate u64 = same(limit.total.mibps);
+        max_read_iops: rate u64 = same(limit.read.iops);
+        max_read_mibps: rate u64 = same(limit.read.mibps);
+        max_write_iops: rate u64 = same(limit.write.iops);
+        max_write_mibps: rate u64 = same(limit.write.mibps);
+        weight: optional u32 = weight(weight);
+        priority: optional PriorityClass = or_default(priority);
+        soft_min_iops: rate u64 = same(soft_reservation.iops);
+        soft_min_mibps: rate u64 = same(soft_reservation.mibps);
+        /// Tenant group (created by `qos_group_create`); none: a lone host.
+        group: hand String = same(group);
+        /// Burst above `max_iops` / `max_mibps` on credit earned under them (issue 28).
+        burst_iops: rate u64 = same(burst.iops);
+        burst_mibps: rate u64 = same(burst.mibps);
+        /// How long a full bucket lasts at the burst rate.
+        burst_seconds: rate u64 = same(burst.seconds);
+    }
 }
 
 impl HostParams {
     /// The core's host configuration (validated later against the domain).
     pub fn to_config(&self) -> HostConfig {
-        let rate = |iops, mibps| Rate { iops, mibps };
-        HostConfig {
-            host_nqn: self.host_nqn.clone(),
-            reservation: RateSet {
-                total: rate(self.min_iops, self.min_mibps),
-                read: rate(self.min_read_iops, self.min_read_mibps),
-                write: rate(self.min_write_iops, self.min_write_mibps),
-            },
-            limit: RateSet {
-                total: rate(self.max_iops, self.max_mibps),
-                read: rate(self.max_read_iops, self.max_read_mibps),
-                write: rate(self.max_write_iops, self.max_write_mibps),
-            },
-            weight: self.weight.unwrap_or(1),
-            priority: self.priority.unwrap_or_default(),
-            soft_reservation: rate(self.soft_min_iops, self.soft_min_mibps),
-            group: self.group.clone(),
-            burst: Burst {
-                iops: self.burst_iops,
-                mibps: self.burst_mibps,
-                seconds: self.burst_seconds,
-            },
-        }
+        let mut cfg = HostConfig::new(self.host_nqn.clone());
+        self.write_fields(&mut cfg);
+        cfg
     }
 
     /// The parameters that configure `cfg` in `domain` (inverse of [`Self::to_config`]).
     pub fn from_config(domain: &str, cfg: &HostConfig) -> HostParams {
-        let (r, l) = (&cfg.reservation, &cfg.limit);
-        HostParams {
-            domain: domain.to_string(),
-            host_nqn: cfg.host_nqn.clone(),
-            min_iops: r.total.iops,
-            min_mibps: r.total.mibps,
-            min_read_iops: r.read.iops,
-            min_read_mibps: r.read.mibps,
-            min_write_iops: r.write.iops,
-            min_write_mibps: r.write.mibps,
-            max_iops: l.total.iops,
-            max_mibps: l.total.mibps,
-            max_read_iops: l.read.iops,
-            max_read_mibps: l.read.mibps,
-            max_write_iops: l.write.iops,
-            max_write_mibps: l.write.mibps,
-            weight: Some(cfg.weight),
-            priority: Some(cfg.priority),
-            soft_min_iops: cfg.soft_reservation.iops,
-            soft_min_mibps: cfg.soft_reservation.mibps,
-            group: cfg.group.clone(),
-            burst_iops: cfg.burst.iops,
-            burst_mibps: cfg.burst.mibps,
-            burst_seconds: cfg.burst.seconds,
+        HostParams::from_fields(domain.to_string(), cfg.host_nqn.clone(), cfg)
+    }
+
+    /// These parameters with `u`'s changes applied.
+    pub fn updated(&self, u: &HostUpdate) -> HostParams {
+        let mut p = self.clone();
+        p.apply_update(u);
+        clear_bucket_without_burst(&mut p.burst_seconds, p.burst_iops, p.burst_mibps);
+        match u.group.as_deref() {
+            Some("") => p.group = None,
+            Some(g) => p.group = Some(g.to_string()),
+            None => {}
         }
-    }
-
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-}
-
-/// `qos_host_update` parameters: `domain`, `host_nqn` and whatever changes (a rate of 0
-/// removes it, a `group` of `""` makes the host a lone host again). `qos_host_set`
-/// replaces every setting; this keeps what it is not given.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostUpdate {
-    pub domain: String,
-    pub host_nqn: String,
-    pub min_iops: Option<u64>,
-    pub min_mibps: Option<u64>,
-    pub min_read_iops: Option<u64>,
-    pub min_read_mibps: Option<u64>,
-    pub min_write_iops: Option<u64>,
-    pub min_write_mibps: Option<u64>,
-    pub max_iops: Option<u64>,
-    pub max_mibps: Option<u64>,
-    pub max_read_iops: Option<u64>,
-    pub max_read_mibps: Option<u64>,
-    pub max_write_iops: Option<u64>,
-    pub max_write_mibps: Option<u64>,
-    pub weight: Option<u32>,
-    pub priority: Option<PriorityClass>,
-    pub soft_min_iops: Option<u64>,
-    pub soft_min_mibps: Option<u64>,
-    pub group: Option<String>,
-    pub burst_iops: Option<u64>,
-    pub burst_mibps: Option<u64>,
-    pub burst_seconds: Option<u64>,
-}
-
-/// A rate after an update: 0 clears it, a value sets it, absent keeps it.
-fn updated_rate(old: Option<u64>, new: Option<u64>) -> Option<u64> {
-    match new {
-        Some(0) => None,
-        Some(v) => Some(v),
-        None => old,
+        p
     }
 }
 
@@ -428,147 +225,53 @@ fn clear_bucket_without_burst(seconds: &mut Option<u64>, iops: Option<u64>, mibp
     }
 }
 
-impl HostParams {
-    /// These parameters with `u`'s changes applied.
-    pub fn updated(&self, u: &HostUpdate) -> HostParams {
-        let mut p = self.clone();
-        macro_rules! rates {
-            ($($f:ident),*) => { $( p.$f = updated_rate(p.$f, u.$f); )* };
-        }
-        rates!(
-            min_iops,
-            min_mibps,
-            min_read_iops,
-            min_read_mibps,
-            min_write_iops,
-            min_write_mibps,
-            max_iops,
-            max_mibps,
-            max_read_iops,
-            max_read_mibps,
-            max_write_iops,
-            max_write_mibps,
-            soft_min_iops,
-            soft_min_mibps,
-            burst_iops,
-            burst_mibps,
-            burst_seconds
-        );
-        clear_bucket_without_burst(&mut p.burst_seconds, p.burst_iops, p.burst_mibps);
-        if u.weight.is_some() {
-            p.weight = u.weight;
-        }
-        if u.priority.is_some() {
-            p.priority = u.priority;
-        }
-        match u.group.as_deref() {
-            Some("") => p.group = None,
-            Some(g) => p.group = Some(g.to_string()),
-            None => {}
-        }
-        p
+param_table! {
+    params:
+        /// `qos_group_create` parameters; also what `qos_group_get` and `save_config`
+        /// print.
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        GroupParams;
+    update:
+        /// `qos_group_update` parameters: `domain`, `name` and whatever changes (a rate of
+        /// 0 removes it).
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        GroupUpdate;
+    config: GroupConfig;
+    keys: domain, name;
+    fields {
+        min_iops: rate u64 = same(reservation.iops);
+        min_mibps: rate u64 = same(reservation.mibps);
+        max_iops: rate u64 = same(limit.iops);
+        max_mibps: rate u64 = same(limit.mibps);
+        weight: optional u32 = weight(weight);
+        /// Burst above the group's limit on credit it earned under it (issue 28).
+        burst_iops: rate u64 = same(burst.iops);
+        burst_mibps: rate u64 = same(burst.mibps);
+        burst_seconds: rate u64 = same(burst.seconds);
     }
-}
-
-/// `qos_group_create` parameters; also what `qos_group_get` and `save_config` print.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GroupParams {
-    pub domain: String,
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_iops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_mibps: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_iops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_mibps: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub weight: Option<u32>,
-    /// Burst above the group's limit on credit it earned under it (issue 28).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst_iops: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst_mibps: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst_seconds: Option<u64>,
-}
-
-/// `qos_group_update` parameters: `domain`, `name` and whatever changes (a rate of 0
-/// removes it).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GroupUpdate {
-    pub domain: String,
-    pub name: String,
-    pub min_iops: Option<u64>,
-    pub min_mibps: Option<u64>,
-    pub max_iops: Option<u64>,
-    pub max_mibps: Option<u64>,
-    pub weight: Option<u32>,
-    pub burst_iops: Option<u64>,
-    pub burst_mibps: Option<u64>,
-    pub burst_seconds: Option<u64>,
 }
 
 impl GroupParams {
     /// The core's group configuration (validated later against the domain).
     pub fn to_config(&self) -> GroupConfig {
-        GroupConfig {
-            name: self.name.clone(),
-            reservation: Rate {
-                iops: self.min_iops,
-                mibps: self.min_mibps,
-            },
-            limit: Rate {
-                iops: self.max_iops,
-                mibps: self.max_mibps,
-            },
-            weight: self.weight.unwrap_or(1),
-            burst: Burst {
-                iops: self.burst_iops,
-                mibps: self.burst_mibps,
-                seconds: self.burst_seconds,
-            },
-        }
+        let mut cfg = GroupConfig::new(self.name.clone());
+        self.write_fields(&mut cfg);
+        cfg
     }
 
     /// The parameters that configure `cfg` in `domain`.
     pub fn from_config(domain: &str, cfg: &GroupConfig) -> GroupParams {
-        GroupParams {
-            domain: domain.to_string(),
-            name: cfg.name.clone(),
-            min_iops: cfg.reservation.iops,
-            min_mibps: cfg.reservation.mibps,
-            max_iops: cfg.limit.iops,
-            max_mibps: cfg.limit.mibps,
-            weight: Some(cfg.weight),
-            burst_iops: cfg.burst.iops,
-            burst_mibps: cfg.burst.mibps,
-            burst_seconds: cfg.burst.seconds,
-        }
+        GroupParams::from_fields(domain.to_string(), cfg.name.clone(), cfg)
     }
 
     /// These parameters with `u`'s changes applied (0 clears a rate).
     pub fn updated(&self, u: &GroupUpdate) -> GroupParams {
         let mut p = self.clone();
-        p.min_iops = updated_rate(p.min_iops, u.min_iops);
-        p.min_mibps = updated_rate(p.min_mibps, u.min_mibps);
-        p.max_iops = updated_rate(p.max_iops, u.max_iops);
-        p.max_mibps = updated_rate(p.max_mibps, u.max_mibps);
-        p.burst_iops = updated_rate(p.burst_iops, u.burst_iops);
-        p.burst_mibps = updated_rate(p.burst_mibps, u.burst_mibps);
-        p.burst_seconds = updated_rate(p.burst_seconds, u.burst_seconds);
+        p.apply_update(u);
         clear_bucket_without_burst(&mut p.burst_seconds, p.burst_iops, p.burst_mibps);
-        if u.weight.is_some() {
-            p.weight = u.weight;
-        }
         p
-    }
-
-    pub fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
     }
 }
 
@@ -665,7 +368,8 @@ impl StatsQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use qos_core::Nanos;
+    use serde_json::{Value, json};
 
     fn domain(v: Value) -> Result<DomainParams, Refusal> {
         parse("qos_domain_create", v)
@@ -859,6 +563,43 @@ mod tests {
         assert!(e.message.contains("bypass"), "{e}");
     }
 
+    /// The registry keeps a domain's configuration only: what `qos_domain_get` and
+    /// `save_config` print is read off it, and must be what configured it.
+    #[test]
+    fn a_domain_prints_back_the_parameters_that_configured_it() {
+        let every = json!({"name": "d", "capacity_iops": 100000, "capacity_iops_stddev": 5000,
+            "capacity_mibps": 2000, "capacity_mibps_stddev": 10, "per_host_max_iops": 60000,
+            "per_host_max_mibps": 900, "period_ms": 500, "check_interval_us": 2000,
+            "batch_ops": 64, "batch_bytes": 262144, "estimator": false,
+            "estimator_history": 7, "estimator_increment_milli": 20,
+            "estimator_probe_backoff": 5, "estimator_drop_milli": 60,
+            "estimator_hold_milli": 30, "underuse_periods": 9, "mode": "basic",
+            "release": "start", "release_burst_us": 3000, "write_weight_milli": 1500,
+            "size_unit": 4096, "sharing": "weighted", "efficiency_milli": 800,
+            "operating_latency_us": 250, "bypass": true});
+        let given = [
+            json!({"name": "d"}),
+            json!({"name": "d", "operating_in_flight_milli": 40000}),
+            every.clone(),
+        ];
+        for v in given {
+            let p = domain(v.clone()).unwrap();
+            let printed = DomainParams::from_config("d", &p.to_config().unwrap());
+            assert_eq!(printed, p, "{v}");
+        }
+        let p = domain(every).unwrap();
+        assert_eq!(
+            DomainParams::from_config("d", &p.to_config().unwrap()).to_json(),
+            p.to_json(),
+            "every parameter given and printed"
+        );
+        // A latency beyond the nanosecond clock (584 years) saturates it, and is
+        // printed as the largest number.
+        let p = domain(json!({"name": "d", "operating_latency_us": u64::MAX})).unwrap();
+        let c = p.to_config().unwrap();
+        assert_eq!(DomainParams::from_config("d", &c), p);
+    }
+
     #[test]
     fn domain_params_round_trip_through_json() {
         let p = domain(json!({"name": "d", "capacity_iops": 1000, "batch_ops": 4, "batch_bytes": 4096, "mode": "basic"}))
@@ -922,8 +663,8 @@ mod schema_probe;
 mod schema {
     use super::schema_probe::{Method, Omitted, check_golden, check_registered, parse_as, render};
     use super::*;
-    use qos_core::Monitor;
-    use serde_json::json;
+    use qos_core::{Monitor, Nanos};
+    use serde_json::{Value, json};
 
     const NOW: Nanos = Nanos::from_secs(1);
 

@@ -92,13 +92,20 @@ fn state(d: &Domain) -> String {
         .group_configs()
         .map(|g| format!("{g:?}"))
         .collect();
-    format!("{:?} {hosts:?} {groups:?}", d.params)
+    format!("{:?} {hosts:?} {groups:?}", d.params())
 }
 
+/// The model's one domain, kept as the registry keeps it: a name and a monitor.
 struct Domain {
-    params: DomainParams,
+    name: String,
     monitor: Monitor,
     now: Nanos,
+}
+
+impl Domain {
+    fn params(&self) -> DomainParams {
+        DomainParams::from_config(&self.name, self.monitor.config())
+    }
 }
 
 fn refused(r: &Refusal) {
@@ -112,6 +119,17 @@ fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(met
         again.as_ref().ok(),
         Some(p),
         "{method}: its own form does not parse back"
+    );
+}
+
+/// A domain's printed parameters (`qos_domain_get`, `save_config`, read off its
+/// configuration) configure it as it is.
+fn replays_as_configured(name: &str, cfg: &qos_core::DomainConfig) {
+    let printed = DomainParams::from_config(name, cfg);
+    assert_eq!(
+        printed.to_config().as_ref().ok(),
+        Some(cfg),
+        "qos_domain_create: its printed form {printed:?} configures another domain"
     );
 }
 
@@ -129,20 +147,20 @@ fn call_value(d: &mut Domain, v: &Value) -> &'static str {
             round_trip(&method, &p);
             let cfg = p.to_config()?;
             let monitor = Monitor::new(cfg, now).map_err(|e| Refusal::invalid(e.to_string()))?;
+            replays_as_configured(&p.name, monitor.config());
             *d = Domain {
-                params: p,
+                name: p.name,
                 monitor,
                 now,
             };
             Ok(())
         }),
         "qos_domain_update" => parse::<DomainUpdate>(&method, params).and_then(|u| {
-            let p = d.params.updated(&u);
-            let cfg = p.to_config()?;
+            let cfg = d.params().updated(&u).to_config()?;
             d.monitor
                 .update_domain(cfg, now)
                 .map_err(|e| Refusal::invalid(e.to_string()))?;
-            d.params = p;
+            replays_as_configured(&d.name, d.monitor.config());
             Ok(())
         }),
         "qos_host_set" => parse::<HostParams>(&method, params).and_then(|p| {
@@ -232,7 +250,7 @@ fn fresh() -> Domain {
     let now = Nanos::from_secs(1);
     let monitor = Monitor::new(params.to_config().expect("seed domain"), now).expect("monitor");
     Domain {
-        params,
+        name: params.name,
         monitor,
         now,
     }
@@ -292,7 +310,7 @@ mod tests {
             .filter(|v| call_value(&mut d, v) != "accepted")
             .collect();
         assert!(refused.is_empty(), "refused: {refused:?}");
-        assert_eq!(d.params.name, "d");
+        assert_eq!(d.name, "d");
         assert!(d.monitor.host("nqn.2014-08.org.example:h1").is_some());
         assert!(calls.iter().any(|v| v["method"] == "qos_bdev_create"));
     }

@@ -107,7 +107,9 @@ impl Vbdev for QosTgt {
         registry::with(|r| {
             let mut out = Vec::new();
             for (name, d) in &r.domains {
-                out.push(json!({"method": "qos_domain_create", "params": d.params.to_json()}));
+                out.push(
+                    json!({"method": "qos_domain_create", "params": d.params(name).to_json()}),
+                );
                 // Groups before hosts: a host names its group.
                 if let Ok(groups) = registry::group_params(r, name) {
                     for g in groups {

@@ -25,10 +25,10 @@ use crate::params::{
     DomainParams, DomainUpdate, GroupParams, GroupUpdate, HostParams, HostUpdate, Refusal, code,
 };
 
-/// One QoS domain.
+/// One QoS domain. Its settings are the monitor's configuration (as hosts' and
+/// groups' are): [`Domain::params`] prints them back.
 #[derive(Debug)]
 pub struct Domain {
-    pub params: DomainParams,
     pub monitor: Monitor,
     /// Hosts added on behalf of a QoS bdev, not by `qos_host_set`.
     pub implicit: BTreeSet<String>,
@@ -68,6 +68,14 @@ pub fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
 
 fn unknown_domain(name: &str) -> Refusal {
     Refusal::new(code::ENOENT, format!("unknown QoS domain {name:?}"))
+}
+
+impl Domain {
+    /// The domain's `qos_domain_create` parameters, as `qos_domain_get` and
+    /// `save_config` print them.
+    pub fn params(&self, name: &str) -> DomainParams {
+        DomainParams::from_config(name, self.monitor.config())
+    }
 }
 
 impl Registry {
@@ -138,7 +146,6 @@ pub fn create_domain(p: DomainParams) -> Result<(), Refusal> {
         r.domains.insert(
             name.clone(),
             Domain {
-                params: p,
                 monitor,
                 implicit: BTreeSet::new(),
                 poller: None,
@@ -157,7 +164,7 @@ const MONITOR_SLACK_US: u64 = 100;
 /// gave has passed: a period rolls over within that slack of its end, not up to a
 /// whole check interval late (hosts held at a limit waited for it once a period).
 fn start_monitor(name: &str) -> Result<(), Refusal> {
-    let interval = with(|r| r.domain(name).map(|d| d.params.check_interval_us))?;
+    let interval = with(|r| r.domain(name).map(|d| d.params(name).check_interval_us))?;
     let key = name.to_string();
     let mut due = Nanos(0);
     let poller = Poller::new(c"qos_monitor", interval.min(MONITOR_SLACK_US), move || {
@@ -198,8 +205,8 @@ fn start_monitor(name: &str) -> Result<(), Refusal> {
 pub fn update_domain(u: &DomainUpdate) -> Result<(), Refusal> {
     let restart = with(|r| {
         let d = r.domain_mut(&u.name)?;
-        let p = d.params.updated(u);
-        let cfg = p.to_config()?;
+        let cfg = d.params(&u.name).updated(u).to_config()?;
+        let restart = cfg.check_interval != d.monitor.config().check_interval;
         d.monitor
             .update_domain(cfg, now())
             .map_err(|e| refused(e.kind(), format!("domain {}: {e}", u.name)))?;
@@ -207,8 +214,6 @@ pub fn update_domain(u: &DomainUpdate) -> Result<(), Refusal> {
             // A capacity given again, even the same one, restarts the estimate there.
             d.monitor.reset_estimate();
         }
-        let restart = p.check_interval_us != d.params.check_interval_us;
-        d.params = p;
         Ok::<_, Refusal>(restart)
     })?;
     if restart {

@@ -40,9 +40,12 @@ fn domain_delete(p: Value) -> Result<Value, Refusal> {
 fn domain_get(p: Value) -> Result<Value, Refusal> {
     let q: NameQuery = parse("qos_domain_get", p)?;
     registry::with(|r| match &q.name {
-        Some(n) => Ok(json!([r.domain(n)?.params.to_json()])),
+        Some(n) => Ok(json!([r.domain(n)?.params(n).to_json()])),
         None => Ok(Value::Array(
-            r.domains.values().map(|d| d.params.to_json()).collect(),
+            r.domains
+                .iter()
+                .map(|(n, d)| d.params(n).to_json())
+                .collect(),
         )),
     })
 }

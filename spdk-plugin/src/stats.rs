@@ -5,19 +5,20 @@
 //! periods by outcome). `compact` leaves the history out and `host_nqn` builds one host
 //! only, so a scrape of a target with a thousand hosts stays cheap on the app thread.
 
-use qos_core::Amount;
 use qos_core::burst::Burst;
+use qos_core::depth::OperatingTarget;
 use qos_core::histogram::HELD_BUCKETS_NS;
 use qos_core::monitor::{
-    BurstStats, DomainStats, Entitlement, EstimatorRecord, HostStats, PeriodCounts, PeriodRecord,
+    BurstStats, DomainStats, Entitlement, EstimatorRecord, GroupStats, HostStats, PeriodCounts,
+    PeriodRecord,
 };
 use qos_core::sync::POOL_MAX;
+use qos_core::{Amount, ExcessSharing, Rate};
 use qos_core::{PriorityClass, RateSet};
 use std::collections::BTreeSet;
 
 use qos_core::{Monitor, Nanos};
 use serde::Serialize;
-use serde_json::{Value, json};
 
 use crate::registry::{Domain, now};
 
@@ -42,16 +43,12 @@ impl<'a> Source<'a> {
     }
 }
 
-/// A count, or `null` where the core's value stands for "unlimited".
-fn count(v: u64) -> Value {
-    if v >= POOL_MAX { Value::Null } else { json!(v) }
+/// A count, or `None` (`null`) where the core's value stands for "unlimited".
+fn count(v: u64) -> Option<u64> {
+    (v < POOL_MAX).then_some(v)
 }
 
-fn amount(a: Amount) -> Value {
-    json!({"ops": count(a.ops), "bytes": count(a.bytes)})
-}
-
-/// `{ops, bytes}` with `null` for "unlimited", typed (see [`amount`]).
+/// `{ops, bytes}` with `null` for "unlimited".
 #[derive(Debug, Serialize)]
 struct Amt {
     ops: Option<u64>,
@@ -59,10 +56,25 @@ struct Amt {
 }
 
 fn amt(a: Amount) -> Amt {
-    let c = |v: u64| (v < POOL_MAX).then_some(v);
     Amt {
-        ops: c(a.ops),
-        bytes: c(a.bytes),
+        ops: count(a.ops),
+        bytes: count(a.bytes),
+    }
+}
+
+/// A group's amounts: [`Amt`] with `bytes` first. The groups were built as JSON maps,
+/// whose keys serde_json sorts; the order is kept so that the answer did not change
+/// when they became typed.
+#[derive(Debug, Serialize)]
+struct GroupAmt {
+    bytes: Option<u64>,
+    ops: Option<u64>,
+}
+
+fn group_amt(a: Amount) -> GroupAmt {
+    GroupAmt {
+        bytes: count(a.bytes),
+        ops: count(a.ops),
     }
 }
 
@@ -82,7 +94,7 @@ struct HeldJson<'a> {
 
 /// One host of the compact form, serialised straight from the core's statistics (no
 /// `Value` tree: with a thousand hosts the tree's allocations were most of the cost).
-/// The same fields as [`host_common`].
+/// Every form's host has these fields ([`FullHost`] adds the history).
 #[derive(Debug, Serialize)]
 struct CompactHost<'a> {
     host_nqn: &'a str,
@@ -116,7 +128,7 @@ struct CompactHost<'a> {
     in_flight_at_base: f64,
     reservation_depth_needed: Option<f64>,
     entitlement: Option<EntitlementOut>,
-    burst: Value,
+    burst: Option<BurstOut>,
 }
 
 /// A host's entitlement at the operating point, as the stats RPC shows it (rates in
@@ -146,10 +158,11 @@ fn entitlement_out(e: &Option<Entitlement>) -> Option<EntitlementOut> {
     })
 }
 
-fn compact_host<'a>(d: &Source<'_>, h: &'a HostStats) -> CompactHost<'a> {
+/// Host `h` of the compact form; `implicit`: the hosts no `qos_host_set` configured.
+fn compact_host<'a>(implicit: &BTreeSet<String>, h: &'a HostStats) -> CompactHost<'a> {
     CompactHost {
         host_nqn: &h.host_nqn,
-        configured: !d.implicit.contains(&h.host_nqn),
+        configured: !implicit.contains(&h.host_nqn),
         min: &h.config.reservation,
         max: &h.config.limit,
         weight: h.config.weight,
@@ -193,19 +206,31 @@ fn compact_host<'a>(d: &Source<'_>, h: &'a HostStats) -> CompactHost<'a> {
     }
 }
 
-/// A burst's configuration and its credit now; `null` without a burst.
-fn burst(cfg: &Burst, now: Option<&BurstStats>) -> Value {
-    match now {
-        None => Value::Null,
-        Some(b) => json!({
-            "iops": cfg.iops,
-            "mibps": cfg.mibps,
-            "seconds": cfg.seconds,
-            "credit_seconds": b.credit_seconds,
-            "bursting": b.bursting,
-            "bursting_periods": b.bursting_periods,
-        }),
-    }
+/// A burst's configuration and its credit now (the keys in alphabetical order, as the
+/// JSON map it was built as had them).
+#[derive(Debug, Serialize)]
+struct BurstOut {
+    bursting: bool,
+    /// Ended periods in which it burst (monotonic).
+    bursting_periods: u64,
+    /// Seconds at the burst rate the credit left lasts.
+    credit_seconds: f64,
+    iops: Option<u64>,
+    mibps: Option<u64>,
+    /// How long a full bucket lasts at the burst rate.
+    seconds: Option<u64>,
+}
+
+/// A burst's configuration and its credit now; `None` (`null`) without a burst.
+fn burst(cfg: &Burst, now: Option<&BurstStats>) -> Option<BurstOut> {
+    now.map(|b| BurstOut {
+        bursting: b.bursting,
+        bursting_periods: b.bursting_periods,
+        credit_seconds: b.credit_seconds,
+        iops: cfg.iops,
+        mibps: cfg.mibps,
+        seconds: cfg.seconds,
+    })
 }
 
 /// One past period of a host in the full form (newest first).
@@ -236,7 +261,7 @@ struct FullHost<'a> {
 
 /// Host `h` of the full form, `hist` its history (oldest first), `n` past periods.
 fn full_host<'a>(
-    d: &Source<'_>,
+    implicit: &BTreeSet<String>,
     h: &'a HostStats,
     hist: &[PeriodRecord],
     n: usize,
@@ -259,7 +284,7 @@ fn full_host<'a>(
         .filter(|p| p.backlogged)
         .fold((0u64, 0u64), |(b, m), p| (b + 1, m + p.met as u64));
     FullHost {
-        common: compact_host(d, h),
+        common: compact_host(implicit, h),
         last_periods: h.last_periods.iter().map(|a| a.ops).collect(),
         periods,
         reservation_met_fraction_backlogged: (backlogged > 0)
@@ -268,24 +293,80 @@ fn full_host<'a>(
     }
 }
 
+/// The hosts of a domain's answer, in the form asked for.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Hosts<'a> {
+    Compact(Vec<CompactHost<'a>>),
+    Full(Vec<FullHost<'a>>),
+}
+
+/// One domain of `qos_stats_get`'s answer. Every part is a typed struct (no `json!`):
+/// `rpc-scripts/schema/stats.json` is read off these types.
+#[derive(Debug, Serialize)]
+struct DomainOut<'a> {
+    name: &'a str,
+    epoch: u64,
+    period_ns: u64,
+    elapsed_ns: u64,
+    capacity_estimate: Amt,
+    capacity_learning: bool,
+    reserved: Amt,
+    global_available: Amt,
+    bypass: bool,
+    pool_paced: bool,
+    sharing: ExcessSharing,
+    operating_point: OperatingPointOut,
+    held_time_bounds_ns: &'a [u64],
+    hosts: Hosts<'a>,
+    groups: Vec<GroupOut<'a>>,
+    /// What the estimator did in the last periods (newest first), as many as
+    /// asked; the full form only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimator_periods: Option<Vec<&'a EstimatorRecord>>,
+}
+
+/// Domain `name`'s answer from its statistics `s`, its hosts in the form asked for and
+/// the estimator's records (the full form).
+fn domain_out<'a>(
+    name: &'a str,
+    s: &'a DomainStats,
+    hosts: Hosts<'a>,
+    estimator_periods: Option<Vec<&'a EstimatorRecord>>,
+) -> DomainOut<'a> {
+    DomainOut {
+        name,
+        epoch: s.epoch,
+        period_ns: s.period_ns,
+        elapsed_ns: s.elapsed_ns,
+        capacity_estimate: amt(s.budget),
+        capacity_learning: s.capacity_learning,
+        reserved: amt(s.reserved),
+        global_available: amt(s.global_available),
+        bypass: s.bypass,
+        pool_paced: s.pool_paced,
+        sharing: s.sharing,
+        operating_point: operating_point(s),
+        held_time_bounds_ns: &HELD_BUCKETS_NS,
+        hosts,
+        groups: s.groups.iter().map(group_out).collect(),
+        estimator_periods,
+    }
+}
+
 /// A domain's statistics in the shape asked for, serialised.
 pub fn domain(name: &str, d: &Source<'_>, shape: Shape<'_>) -> String {
     let s = d.monitor.stats_of(d.now, shape.host_nqn);
-    #[derive(Serialize)]
-    #[serde(untagged)]
-    enum Hosts<'a> {
-        Compact(Vec<CompactHost<'a>>),
-        Full(Vec<FullHost<'a>>),
-    }
+    let implicit = d.implicit;
     let hosts = if shape.compact {
-        Hosts::Compact(s.hosts.iter().map(|h| compact_host(d, h)).collect())
+        Hosts::Compact(s.hosts.iter().map(|h| compact_host(implicit, h)).collect())
     } else if shape.host_nqn.is_some() {
         Hosts::Full(
             s.hosts
                 .iter()
                 .map(|h| {
                     let hist = d.monitor.history(&h.host_nqn).unwrap_or_default();
-                    full_host(d, h, &hist, shape.periods)
+                    full_host(implicit, h, &hist, shape.periods)
                 })
                 .collect(),
         )
@@ -297,57 +378,19 @@ pub fn domain(name: &str, d: &Source<'_>, shape: Shape<'_>) -> String {
                 .zip(d.monitor.histories())
                 .map(|(h, (nqn, hist))| {
                     debug_assert_eq!(nqn, h.host_nqn);
-                    full_host(d, h, &hist, shape.periods)
+                    full_host(implicit, h, &hist, shape.periods)
                 })
                 .collect(),
         )
     };
-    #[derive(Serialize)]
-    struct Out<'a> {
-        name: &'a str,
-        epoch: u64,
-        period_ns: u64,
-        elapsed_ns: u64,
-        capacity_estimate: Amt,
-        capacity_learning: bool,
-        reserved: Amt,
-        global_available: Amt,
-        bypass: bool,
-        pool_paced: bool,
-        sharing: Value,
-        operating_point: Value,
-        held_time_bounds_ns: &'a [u64],
-        hosts: Hosts<'a>,
-        groups: Value,
-        /// What the estimator did in the last periods (newest first), as many as
-        /// asked; the full form only.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        estimator_periods: Option<Vec<&'a EstimatorRecord>>,
-    }
-    let out = Out {
-        name,
-        epoch: s.epoch,
-        period_ns: s.period_ns,
-        elapsed_ns: s.elapsed_ns,
-        capacity_estimate: amt(s.budget),
-        capacity_learning: s.capacity_learning,
-        reserved: amt(s.reserved),
-        global_available: amt(s.global_available),
-        bypass: s.bypass,
-        pool_paced: s.pool_paced,
-        sharing: json!(s.sharing),
-        operating_point: operating_point(&s),
-        held_time_bounds_ns: &HELD_BUCKETS_NS,
-        hosts,
-        groups: groups(&s),
-        estimator_periods: (!shape.compact).then(|| {
-            d.monitor
-                .estimator_log()
-                .rev()
-                .take(shape.periods)
-                .collect()
-        }),
-    };
+    let estimator_periods = (!shape.compact).then(|| {
+        d.monitor
+            .estimator_log()
+            .rev()
+            .take(shape.periods)
+            .collect()
+    });
+    let out = domain_out(name, &s, hosts, estimator_periods);
     serde_json::to_string(&out).unwrap_or_else(|_| "null".into())
 }
 
@@ -356,50 +399,87 @@ fn milli(v: u64) -> f64 {
     v as f64 / 1000.0
 }
 
-/// Where the learned depth curve puts the operating point (null before the curve has
-/// a sample), and the curve itself: operations (cost units) per second.
-fn operating_point(s: &DomainStats) -> Value {
-    let curve: Vec<Value> = s
-        .depth_curve
-        .iter()
-        .map(|p| json!({"in_flight": milli(p.in_flight_milli), "ops_per_s": p.rate}))
-        .collect();
-    // `by`: {"efficiency": milli}, {"in_flight": milli} or {"latency": ns}.
-    let by = json!(s.operating_target);
-    match s.operating_point {
-        Some(op) => json!({
-            "efficiency_milli": s.efficiency_milli,
-            "by": by,
-            "in_flight": milli(op.in_flight_milli),
-            "ops_per_s": op.rate,
-            "max_ops_per_s": op.max_rate,
-            "latency_ns": op.latency.0,
-            "depth_curve": curve,
+/// Where the learned depth curve puts the operating point, and the curve itself:
+/// operations (cost units) per second. The keys are in alphabetical order, as the JSON
+/// map it was built as had them.
+#[derive(Debug, Serialize)]
+struct OperatingPointOut {
+    /// `{"efficiency": milli}`, `{"in_flight": milli}` or `{"latency": ns}`.
+    by: OperatingTarget,
+    depth_curve: Vec<CurvePointOut>,
+    efficiency_milli: u64,
+    /// The point; absent before the curve has a sample.
+    #[serde(flatten)]
+    point: Option<PointOut>,
+}
+
+/// The operating point on the curve (see [`OperatingPointOut`]).
+#[derive(Debug, Serialize)]
+struct PointOut {
+    in_flight: f64,
+    latency_ns: u64,
+    max_ops_per_s: u64,
+    ops_per_s: u64,
+}
+
+/// One point of the depth curve.
+#[derive(Debug, Serialize)]
+struct CurvePointOut {
+    in_flight: f64,
+    ops_per_s: u64,
+}
+
+fn operating_point(s: &DomainStats) -> OperatingPointOut {
+    OperatingPointOut {
+        by: s.operating_target,
+        depth_curve: s
+            .depth_curve
+            .iter()
+            .map(|p| CurvePointOut {
+                in_flight: milli(p.in_flight_milli),
+                ops_per_s: p.rate,
+            })
+            .collect(),
+        efficiency_milli: s.efficiency_milli,
+        point: s.operating_point.map(|op| PointOut {
+            in_flight: milli(op.in_flight_milli),
+            latency_ns: op.latency.0,
+            max_ops_per_s: op.max_rate,
+            ops_per_s: op.rate,
         }),
-        None => json!({"efficiency_milli": s.efficiency_milli, "by": by, "depth_curve": curve}),
     }
 }
 
-fn groups(s: &DomainStats) -> Value {
-    Value::Array(
-        s.groups
-            .iter()
-            .map(|g| {
-                json!({
-                    "name": g.name,
-                    "hosts": g.hosts,
-                    "min": g.config.reservation,
-                    "max": g.config.limit,
-                    "weight": g.config.weight,
-                    "reservation_per_period": amount(g.reservation_per_period),
-                    "limit_per_period": amount(g.limit_per_period),
-                    "completed_this_period": amount(g.completed_this_period),
-                    "given_this_period": amount(g.given_this_period),
-                    "burst": burst(&g.config.burst, g.burst.as_ref()),
-                })
-            })
-            .collect(),
-    )
+/// A tenant group (the keys in alphabetical order, as the JSON map it was built as had
+/// them).
+#[derive(Debug, Serialize)]
+struct GroupOut<'a> {
+    burst: Option<BurstOut>,
+    completed_this_period: GroupAmt,
+    given_this_period: GroupAmt,
+    /// Its hosts' NQNs.
+    hosts: &'a [String],
+    limit_per_period: GroupAmt,
+    max: &'a Rate,
+    min: &'a Rate,
+    name: &'a str,
+    reservation_per_period: GroupAmt,
+    weight: u32,
+}
+
+fn group_out(g: &GroupStats) -> GroupOut<'_> {
+    GroupOut {
+        burst: burst(&g.config.burst, g.burst.as_ref()),
+        completed_this_period: group_amt(g.completed_this_period),
+        given_this_period: group_amt(g.given_this_period),
+        hosts: &g.hosts,
+        limit_per_period: group_amt(g.limit_per_period),
+        max: &g.config.limit,
+        min: &g.config.reservation,
+        name: &g.name,
+        reservation_per_period: group_amt(g.reservation_per_period),
+        weight: g.config.weight,
+    }
 }
 
 /// What to put in the answer.
@@ -412,3 +492,7 @@ pub struct Shape<'a> {
     /// One host only.
     pub host_nqn: Option<&'a str>,
 }
+
+#[cfg(test)]
+#[path = "stats_tests.rs"]
+mod tests;
