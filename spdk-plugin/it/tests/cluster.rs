@@ -63,6 +63,21 @@ fn ctrl(name: &str, host: usize, port: u16) -> Controller {
     }
 }
 
+/// Targets A (host X and local host Y) and B (X and Z), and bdevperf's controllers:
+/// XA, XB (one host NQN, one controller per target), Y, Z.
+fn two_targets(s: &Setup) -> (Target, Target, [Controller; 4]) {
+    let (port_a, port_b) = (s.port, free_port());
+    let ta = target(s, port_a, 2);
+    let tb = target(s, port_b, 3);
+    let ctrls = [
+        ctrl("XA", X, port_a),
+        ctrl("XB", X, port_b),
+        ctrl("Y", 2, port_a),
+        ctrl("Z", 3, port_b),
+    ];
+    (ta, tb, ctrls)
+}
+
 /// `nvmf-qos-agent`, built by this workspace.
 fn agent_bin() -> Result<PathBuf, String> {
     built_lib("nvmf-qos-agent", "NVMF_QOS_AGENT", "nvmf-qos-agent")
@@ -408,16 +423,7 @@ fn a_host_s_contract_held_across_two_targets() {
     };
     let agent = agent_bin().unwrap_or_else(|e| panic!("{e}"));
     let mut etcd = Etcd::start(etcd_bin).unwrap_or_else(|e| panic!("{e}"));
-    let (port_a, port_b) = (s.port, free_port());
-    let mut ta = target(&s, port_a, 2);
-    let mut tb = target(&s, port_b, 3);
-
-    let ctrls = [
-        ctrl("XA", X, port_a),
-        ctrl("XB", X, port_b),
-        ctrl("Y", 2, port_a),
-        ctrl("Z", 3, port_b),
-    ];
+    let (mut ta, mut tb, ctrls) = two_targets(&s);
     // X keeps twice the local hosts' queue depth at each target, so that what it can
     // get there (first come: by queue depth) is above its limit and the limit binds.
     let jobs = ctrls
@@ -613,15 +619,7 @@ fn a_writer_s_mibps_contract_held_across_two_targets() {
     };
     let agent = agent_bin().unwrap_or_else(|e| panic!("{e}"));
     let etcd = Etcd::start(etcd_bin).unwrap_or_else(|e| panic!("{e}"));
-    let (port_a, port_b) = (s.port, free_port());
-    let mut ta = target(&s, port_a, 2);
-    let mut tb = target(&s, port_b, 3);
-    let ctrls = [
-        ctrl("XA", X, port_a),
-        ctrl("XB", X, port_b),
-        ctrl("Y", 2, port_a),
-        ctrl("Z", 3, port_b),
-    ];
+    let (mut ta, mut tb, ctrls) = two_targets(&s);
     let jobs = ctrls
         .iter()
         .map(|c| match c.hostnqn == host_nqn(X) {
