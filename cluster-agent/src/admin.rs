@@ -247,6 +247,7 @@ pub fn show(s: &mut dyn Store, cluster: &str) -> Result<Value, AdminError> {
                         "share": shares.as_ref().and_then(|s| s.plan.get(&m.target)).and_then(|p| p.get(nqn)),
                         "applied": m.applied.get(nqn),
                         "served_iops": d.map(|d| d.served),
+                        "served_mibps": d.map(|d| d.served_bytes as f64 / (1u64 << 20) as f64),
                         "backlogged": d.map(|d| d.backlogged),
                         "held": d.map(|d| d.held_milli as f64 / 1000.0),
                     })
@@ -256,6 +257,8 @@ pub fn show(s: &mut dyn Store, cluster: &str) -> Result<Value, AdminError> {
                 "host_nqn": nqn,
                 "reservation_iops": h.reservation_iops,
                 "limit_iops": h.limit_iops,
+                "reservation_mibps": h.reservation_mibps,
+                "limit_mibps": h.limit_mibps,
                 "weight": h.weight,
                 "served_iops": served,
                 "targets": per_target,
@@ -311,6 +314,16 @@ pub fn show_text(v: &Value) -> String {
             opt(&h["weight"]),
             opt(&h["served_iops"])
         );
+        // A MiB/s contract gets a line of its own, its shares beside the IOPS ones.
+        let mibps = h["reservation_mibps"].as_u64().unwrap_or(0) > 0 || h["limit_mibps"].is_u64();
+        if mibps {
+            let _ = writeln!(
+                out,
+                "     reservation {} MiB/s  limit {} MiB/s",
+                opt(&h["reservation_mibps"]),
+                opt(&h["limit_mibps"]),
+            );
+        }
         for t in h["targets"].as_array().into_iter().flatten() {
             let _ = writeln!(
                 out,
@@ -328,6 +341,20 @@ pub fn show_text(v: &Value) -> String {
                     ""
                 }
             );
+            if mibps {
+                let _ = writeln!(
+                    out,
+                    "       {:<16} MiB/s {:>9} / {:>9}          {:>9} / {:>9}  served {:>9}",
+                    "",
+                    opt(&t["share"]["reservation_mibps"]),
+                    opt(&t["share"]["limit_mibps"]),
+                    opt(&t["applied"]["reservation_mibps"]),
+                    opt(&t["applied"]["limit_mibps"]),
+                    t["served_mibps"]
+                        .as_f64()
+                        .map_or("-".into(), |m| format!("{m:.1}")),
+                );
+            }
         }
     }
     for b in v["unreadable"].as_array().into_iter().flatten() {
@@ -399,6 +426,7 @@ mod tests {
             reservation_iops: 1000,
             limit_iops: None,
             weight: 1,
+            ..Default::default()
         }
     }
 

@@ -78,13 +78,25 @@ impl Change {
     /// IOPS, weight 1)` or `giving HOST back`.
     pub fn describe(&self) -> String {
         match self {
-            Change::Set(nqn, s) => format!(
-                "share of {nqn} (reservation {} IOPS, {}, weight {})",
-                s.reservation_iops,
-                s.limit_iops
-                    .map_or("no limit".into(), |l| format!("limit {l} IOPS")),
-                s.weight
-            ),
+            Change::Set(nqn, s) => {
+                let mibps = if s.reservation_mibps > 0 || s.limit_mibps.is_some() {
+                    format!(
+                        ", reservation {} MiB/s, {}",
+                        s.reservation_mibps,
+                        s.limit_mibps
+                            .map_or("no MiB/s limit".into(), |l| format!("limit {l} MiB/s"))
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "share of {nqn} (reservation {} IOPS, {}{mibps}, weight {})",
+                    s.reservation_iops,
+                    s.limit_iops
+                        .map_or("no limit".into(), |l| format!("limit {l} IOPS")),
+                    s.weight
+                )
+            }
             Change::Remove(nqn) => format!("giving {nqn} back (qos_host_remove)"),
         }
     }
@@ -122,12 +134,21 @@ fn differs_by(a: u64, b: u64, milli: u64) -> bool {
 
 fn share_differs(have: &LocalShare, want: &LocalShare) -> bool {
     have.weight != want.weight
-        || differs_by(
-            have.reservation_iops,
-            want.reservation_iops,
-            HYSTERESIS_MILLI,
+        || amounts_differ(
+            (have.reservation_iops, have.limit_iops),
+            (want.reservation_iops, want.limit_iops),
         )
-        || match (have.limit_iops, want.limit_iops) {
+        || amounts_differ(
+            (have.reservation_mibps, have.limit_mibps),
+            (want.reservation_mibps, want.limit_mibps),
+        )
+}
+
+/// One resource's (reservation, limit) moved enough to apply: see [`HYSTERESIS_MILLI`]
+/// and [`LIMIT_DOWN_MILLI`].
+fn amounts_differ(have: (u64, Option<u64>), want: (u64, Option<u64>)) -> bool {
+    differs_by(have.0, want.0, HYSTERESIS_MILLI)
+        || match (have.1, want.1) {
             (Some(a), Some(b)) if b < a => differs_by(a, b, LIMIT_DOWN_MILLI),
             (Some(a), Some(b)) => differs_by(a, b, HYSTERESIS_MILLI),
             (None, None) => false,
@@ -483,6 +504,7 @@ mod tests {
             reservation_iops: r,
             limit_iops: l,
             weight: 1,
+            ..Default::default()
         }
     }
 
@@ -491,6 +513,7 @@ mod tests {
             reservation_iops: 100,
             limit_iops: Some(200),
             weight: 1,
+            ..Default::default()
         }
     }
 

@@ -66,6 +66,7 @@ impl DemandMeter {
                 continue;
             }
             let ops = c.completed_ops - c0.completed_ops;
+            let bytes = c.completed_bytes.saturating_sub(c0.completed_bytes);
             // Summed wait over the window's length: commands waiting on average.
             let held_milli = ((c.held_ns - c0.held_ns) as u128 / (dt as u128 * 1000))
                 .min(u64::MAX as u128) as u64;
@@ -76,6 +77,7 @@ impl DemandMeter {
                     backlogged: held_milli >= HELD_MILLI
                         && (c.held_ns - c0.held_ns) >= ops.saturating_mul(HELD_WAIT_NS),
                     held_milli,
+                    served_bytes: (bytes as u128 * 1000 / dt as u128).min(u64::MAX as u128) as u64,
                 },
             );
         }
@@ -92,6 +94,7 @@ mod tests {
             "h".to_string(),
             HostCounters {
                 completed_ops: ops,
+                completed_bytes: ops * 4096,
                 held_ns: held_ms * 1_000_000,
             },
         )])
@@ -108,6 +111,7 @@ mod tests {
             (d["h"].served, d["h"].held_milli, d["h"].backlogged),
             (1000, 0, false)
         );
+        assert_eq!(d["h"].served_bytes, 1000 * 4096);
         // A burst held briefly (3 ms waited in 300 ms) is not wanting more.
         let d = m.observe(400, &at(350, 3), 250);
         assert_eq!(

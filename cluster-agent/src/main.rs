@@ -151,6 +151,12 @@ enum HostOp {
         /// Limit over the whole cluster, IOPS.
         #[arg(long)]
         max_iops: Option<u64>,
+        /// Reservation over the whole cluster, MiB/s (divided like IOPS).
+        #[arg(long, default_value_t = 0)]
+        min_mibps: u64,
+        /// Limit over the whole cluster, MiB/s.
+        #[arg(long)]
+        max_mibps: Option<u64>,
         #[arg(long, default_value_t = 1)]
         weight: u32,
         /// With a reservation and no live target yet (right after `cluster create`, the
@@ -256,6 +262,8 @@ fn main() -> ExitCode {
                 host_nqn,
                 min_iops,
                 max_iops,
+                min_mibps,
+                max_mibps,
                 weight,
                 wait_s,
             } => admin::host_set_waiting(
@@ -266,6 +274,8 @@ fn main() -> ExitCode {
                     reservation_iops: min_iops,
                     limit_iops: max_iops,
                     weight,
+                    reservation_mibps: min_mibps,
+                    limit_mibps: max_mibps,
                 },
                 Duration::from_secs(wait_s),
                 Duration::from_millis(250),

@@ -293,6 +293,34 @@ impl AgentStatus {
         );
         hosts(
             &mut m,
+            "share_reservation_mibps",
+            "this target's share of the host's cluster MiB/s reservation (absent: none)",
+            &|nqn| share(nqn).map(|s| s.reservation_mibps).filter(|&v| v > 0),
+        );
+        hosts(
+            &mut m,
+            "share_limit_mibps",
+            "this target's share of the host's cluster MiB/s limit (absent: no limit)",
+            &|nqn| share(nqn).and_then(|s| s.limit_mibps),
+        );
+        hosts(
+            &mut m,
+            "host_reservation_mibps",
+            "the host's MiB/s reservation over the whole cluster (absent: none)",
+            &|nqn| {
+                contract(nqn)
+                    .map(|c| c.reservation_mibps)
+                    .filter(|&v| v > 0)
+            },
+        );
+        hosts(
+            &mut m,
+            "host_limit_mibps",
+            "the host's MiB/s limit over the whole cluster (absent: no limit)",
+            &|nqn| contract(nqn).and_then(|c| c.limit_mibps),
+        );
+        hosts(
+            &mut m,
             "share_refused",
             "1 when the target refused this host's share at the last interval (qos_host_set failed; the agent retries every interval)",
             &|nqn| Some(u64::from(self.refused.contains_key(nqn))),
@@ -487,6 +515,7 @@ mod tests {
                     reservation_iops: 300,
                     limit_iops: None,
                     weight: 1,
+                    ..Default::default()
                 },
             )]),
             refused: BTreeMap::from([("h2".to_string(), "share of h2 (...): ENOSPC".to_string())]),

@@ -29,11 +29,14 @@ pub enum TargetError {
 }
 
 /// A host's monotonic counters at the target (`qos_stats_get`'s `completed_total.ops`
-/// and `held_time.sum_ns`): the agent turns their changes over a window into demand.
+/// and `.bytes`, and `held_time.sum_ns`): the agent turns their changes over a window
+/// into demand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HostCounters {
     /// Work completed since the host was added, operations.
     pub completed_ops: u64,
+    /// Work completed since the host was added, bytes.
+    pub completed_bytes: u64,
     /// Time its admitted commands waited in QoS, summed, nanoseconds.
     pub held_ns: u64,
 }
@@ -134,6 +137,8 @@ struct StatsHost {
 struct StatsWork {
     #[serde(default)]
     ops: u64,
+    #[serde(default)]
+    bytes: u64,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -169,6 +174,7 @@ pub fn parse_stats(v: &Value) -> Result<LocalState, TargetError> {
         .map(|h| {
             let counters = HostCounters {
                 completed_ops: h.completed_total.ops,
+                completed_bytes: h.completed_total.bytes,
                 held_ns: h.held_time.sum_ns,
             };
             (h.host_nqn, counters)
@@ -182,7 +188,7 @@ pub fn parse_stats(v: &Value) -> Result<LocalState, TargetError> {
     })
 }
 
-/// Reads `qos_host_get`'s answer: each configured host's IOPS settings.
+/// Reads `qos_host_get`'s answer: each configured host's IOPS and MiB/s settings.
 pub fn parse_hosts(v: &Value) -> Result<BTreeMap<String, LocalShare>, TargetError> {
     let m = "qos_host_get";
     let mut out = BTreeMap::new();
@@ -196,6 +202,8 @@ pub fn parse_hosts(v: &Value) -> Result<BTreeMap<String, LocalShare>, TargetErro
                 reservation_iops: h["min_iops"].as_u64().unwrap_or(0),
                 limit_iops: h["max_iops"].as_u64(),
                 weight: h["weight"].as_u64().unwrap_or(1) as u32,
+                reservation_mibps: h["min_mibps"].as_u64().unwrap_or(0),
+                limit_mibps: h["max_mibps"].as_u64(),
             },
         );
     }
@@ -210,6 +218,12 @@ pub fn host_set_params(domain: &str, nqn: &str, s: &LocalShare) -> Value {
     }
     if let Some(l) = s.limit_iops {
         p["max_iops"] = json!(l);
+    }
+    if s.reservation_mibps > 0 {
+        p["min_mibps"] = json!(s.reservation_mibps);
+    }
+    if let Some(l) = s.limit_mibps {
+        p["max_mibps"] = json!(l);
     }
     p
 }
@@ -288,6 +302,7 @@ mod tests {
             st.counters["h1"],
             HostCounters {
                 completed_ops: 1000,
+                completed_bytes: 0,
                 held_ns: 7
             }
         );
@@ -305,12 +320,24 @@ mod tests {
             "d",
             "h",
             &LocalShare {
-                reservation_iops: 0,
-                limit_iops: None,
                 weight: 3,
+                ..Default::default()
             },
         );
         assert_eq!(p, json!({ "domain": "d", "host_nqn": "h", "weight": 3 }));
+        let p = host_set_params(
+            "d",
+            "h",
+            &LocalShare {
+                reservation_mibps: 40,
+                limit_mibps: Some(90),
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            p,
+            json!({ "domain": "d", "host_nqn": "h", "weight": 1, "min_mibps": 40, "max_mibps": 90 })
+        );
     }
 
     #[test]

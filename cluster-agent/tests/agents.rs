@@ -126,6 +126,7 @@ fn a_removed_host_is_given_back_and_bad_commands_are_refused() {
         reservation_iops: 250_000,
         limit_iops: None,
         weight: 1,
+        ..Default::default()
     };
     // Two live stub targets estimate 100,000 IOPS each.
     let e = admin::host_set(&mut c.store, "c1", "h2", big).unwrap_err();
@@ -138,6 +139,7 @@ fn a_removed_host_is_given_back_and_bad_commands_are_refused() {
             reservation_iops: 1,
             limit_iops: None,
             weight: 1,
+            ..Default::default()
         },
     )
     .unwrap_err();

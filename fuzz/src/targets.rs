@@ -163,6 +163,8 @@ pub fn agent_input(b: &[u8]) {
         reservation_iops: u64::MAX / 3,
         limit_iops: Some(u64::MAX),
         weight: 1,
+        reservation_mibps: u64::MAX / 5,
+        limit_mibps: Some(u64::MAX / 2),
     });
     let cfg = DivideConfig {
         floor_milli: cfg.floor_milli.min(1000),
@@ -180,6 +182,19 @@ pub fn agent_input(b: &[u8]) {
             "{nqn}: {res} > {}",
             h.reservation_iops
         );
+        let res: u128 = p.values().map(|t| t[nqn].reservation_mibps as u128).sum();
+        assert!(
+            res <= h.reservation_mibps as u128,
+            "{nqn}: {res} MiB/s > {}",
+            h.reservation_mibps
+        );
+        for t in p.values() {
+            let s = t[nqn];
+            assert!(
+                s.limit_mibps.is_none_or(|l| s.reservation_mibps <= l),
+                "{s:?}"
+            );
+        }
     }
     for d in reports.values() {
         let paths: Vec<_> = d.values().copied().collect();

@@ -45,6 +45,14 @@ pub struct PathDemand {
     /// count as backlogged; shown to operators).
     #[serde(default)]
     pub held_milli: u64,
+    /// Bytes per second it completed there (0 from an agent older than the MiB/s
+    /// division: its paths then split a MiB/s amount as cold paths do).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub served_bytes: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// The division's two knobs.
@@ -171,7 +179,8 @@ fn fit_under(res: &mut [u64], lim: &[u64]) {
     }
 }
 
-/// A host's cluster-wide contract, as the operator set it.
+/// A host's cluster-wide contract, as the operator set it. The MiB/s amounts are left
+/// out of the record when unset, so a record without them reads as before.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterHost {
     /// Reservation, operations per second over the whole cluster (0: none).
@@ -180,6 +189,25 @@ pub struct ClusterHost {
     pub limit_iops: Option<u64>,
     /// Weight of the host at every target (1 ..= 1000).
     pub weight: u32,
+    /// Reservation, MiB per second over the whole cluster (0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reservation_mibps: u64,
+    /// Limit, MiB per second over the whole cluster (`None`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_mibps: Option<u64>,
+}
+
+impl Default for ClusterHost {
+    /// No reservation, no limit, weight 1.
+    fn default() -> Self {
+        ClusterHost {
+            reservation_iops: 0,
+            limit_iops: None,
+            weight: 1,
+            reservation_mibps: 0,
+            limit_mibps: None,
+        }
+    }
 }
 
 /// One target's share of one host's contract.
@@ -190,6 +218,25 @@ pub struct LocalShare {
     /// `None`: no limit.
     pub limit_iops: Option<u64>,
     pub weight: u32,
+    /// 0: no MiB/s reservation at this target.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reservation_mibps: u64,
+    /// `None`: no MiB/s limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_mibps: Option<u64>,
+}
+
+impl Default for LocalShare {
+    /// Nothing reserved, nothing limited, weight 1.
+    fn default() -> Self {
+        LocalShare {
+            reservation_iops: 0,
+            limit_iops: None,
+            weight: 1,
+            reservation_mibps: 0,
+            limit_mibps: None,
+        }
+    }
 }
 
 /// Every live target's share of every host: target -> host NQN -> share.
@@ -199,7 +246,8 @@ pub type Plan = BTreeMap<String, BTreeMap<String, LocalShare>>;
 /// `demand` (target -> NQN -> what the host did there; missing entries count as a cold
 /// path). Per host, the reservation shares add up to its reservation and the limit
 /// shares to its limit (a limit share is at least 1 operation per second: a target
-/// refuses a limit of 0), and no reservation share is above its limit share.
+/// refuses a limit of 0), and no reservation share is above its limit share. MiB/s
+/// amounts likewise, in whole MiB/s (paths weighed by the KiB/s they served).
 pub fn plan(
     hosts: &BTreeMap<String, ClusterHost>,
     targets: &[String],
@@ -224,34 +272,98 @@ pub fn plan(
                     .unwrap_or_default()
             })
             .collect();
-        // No headroom for reservations: a reservation share above what the host uses at
-        // a target is lost to it at the others (a limit share above it is not lost: the
-        // limits only cap). Its bursts above the share compete for the target's excess.
-        let res_cfg = DivideConfig {
-            headroom_milli: 0,
-            ..*cfg
-        };
-        let res = divide(host.reservation_iops, &paths, &res_cfg);
-        let lim = host.limit_iops.map(|l| divide(l, &paths, cfg));
-        let mut res = res;
-        if let Some(lim) = &lim {
-            fit_under(&mut res, lim);
+        let (res, lim) = split(host.reservation_iops, host.limit_iops, &paths, cfg);
+        // MiB/s is divided like IOPS, over what each path served in KiB/s (a MiB is
+        // too coarse a unit to weigh paths by), then rounded to whole MiB/s.
+        let by_bytes: Vec<PathDemand> = paths
+            .iter()
+            .map(|p| PathDemand {
+                served: p.served_bytes / KIB,
+                ..*p
+            })
+            .collect();
+        let (res_kib, lim_kib) = split(
+            host.reservation_mibps.saturating_mul(KIB),
+            host.limit_mibps.map(|l| l.saturating_mul(KIB)),
+            &by_bytes,
+            cfg,
+        );
+        let mut res_mib = in_units(&res_kib, KIB);
+        let lim_mib = lim_kib.map(|l| in_units(&l, KIB));
+        if let Some(lim) = &lim_mib {
+            // Rounded apart, a reservation share may have rounded up past its limit's.
+            fit_under(&mut res_mib, lim);
         }
         for (i, t) in targets.iter().enumerate() {
-            let limit_iops = lim.as_ref().map(|l| l[i].max(1));
-            let reservation_iops = match limit_iops {
-                Some(l) => res[i].min(l),
-                None => res[i],
-            };
+            let (reservation_iops, limit_iops) = share_at(&res, &lim, i);
+            let (reservation_mibps, limit_mibps) = share_at(&res_mib, &lim_mib, i);
             out.get_mut(t).expect("one entry per target").insert(
                 nqn.clone(),
                 LocalShare {
                     reservation_iops,
                     limit_iops,
                     weight: host.weight,
+                    reservation_mibps,
+                    limit_mibps,
                 },
             );
         }
+    }
+    out
+}
+
+/// KiB in a MiB: the MiB/s division's working unit is KiB/s.
+const KIB: u64 = 1024;
+
+/// One resource's reservation and limit split over `paths`: the reservation without
+/// headroom (a reservation share above what the host uses at a target is lost to it at
+/// the others; a limit share above it is not lost, the limits only cap: its bursts
+/// above the share compete for the target's excess), then fitted under the limit
+/// shares.
+fn split(
+    reservation: u64,
+    limit: Option<u64>,
+    paths: &[PathDemand],
+    cfg: &DivideConfig,
+) -> (Vec<u64>, Option<Vec<u64>>) {
+    let res_cfg = DivideConfig {
+        headroom_milli: 0,
+        ..*cfg
+    };
+    let mut res = divide(reservation, paths, &res_cfg);
+    let lim = limit.map(|l| divide(l, paths, cfg));
+    if let Some(lim) = &lim {
+        fit_under(&mut res, lim);
+    }
+    (res, lim)
+}
+
+/// Path `i`'s reservation and limit: a limit share is at least 1 (a target refuses a
+/// limit of 0), and the reservation never above it.
+fn share_at(res: &[u64], lim: &Option<Vec<u64>>, i: usize) -> (u64, Option<u64>) {
+    let limit = lim.as_ref().map(|l| l[i].max(1));
+    let reservation = match limit {
+        Some(l) => res[i].min(l),
+        None => res[i],
+    };
+    (reservation, limit)
+}
+
+/// `parts` (adding up to a multiple of `unit`) in whole units, adding up to the same
+/// total: each part rounded down, the units left over one each to the largest
+/// remainders, ties to the earlier index. A part below half a unit may round to 0.
+fn in_units(parts: &[u64], unit: u64) -> Vec<u64> {
+    let total = parts.iter().fold(0u64, |a, &p| a.saturating_add(p)) / unit;
+    let mut out: Vec<u64> = parts.iter().map(|&p| p / unit).collect();
+    let mut order: Vec<(u64, usize)> = parts.iter().map(|&p| p % unit).zip(0..).collect();
+    order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let mut left = total.saturating_sub(out.iter().sum::<u64>());
+    for &(_, i) in &order {
+        if left == 0 {
+            break;
+        }
+        out[i] += 1;
+        left -= 1;
     }
     out
 }
@@ -260,12 +372,14 @@ pub fn plan(
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ClusterAdmissionError {
     #[error(
-        "host {nqn}: reservation {reservation_iops} IOPS is above its limit {limit_iops} IOPS; lower the reservation or raise the limit"
+        "host {nqn}: reservation {reservation} {unit} is above its limit {limit} {unit}; lower the reservation or raise the limit"
     )]
     ReservationAboveLimit {
         nqn: String,
-        reservation_iops: u64,
-        limit_iops: u64,
+        reservation: u64,
+        limit: u64,
+        /// `IOPS` or `MiB/s`.
+        unit: &'static str,
     },
     #[error("host {nqn}: weight {weight} is outside 1 ..= 1000")]
     Weight { nqn: String, weight: u32 },
@@ -283,9 +397,11 @@ pub enum ClusterAdmissionError {
     },
 }
 
-/// The cluster's admission check: each contract consistent, and the sum of the
-/// reservations within the sum of the live targets' capacity estimates (operations per
-/// second). Each target then checks its local share itself when the share is applied.
+/// The cluster's admission check: each contract consistent (IOPS and MiB/s), and the
+/// sum of the IOPS reservations within the sum of the live targets' capacity estimates
+/// (operations per second; the targets estimate no MiB/s capacity unless configured
+/// with one, so MiB/s reservations are checked by each target when its share is
+/// applied). Each target then checks its local share itself when the share is applied.
 pub fn check_cluster_admission(
     hosts: &BTreeMap<String, ClusterHost>,
     capacities_iops: &[u64],
@@ -297,14 +413,20 @@ pub fn check_cluster_admission(
                 weight: h.weight,
             });
         }
-        if let Some(l) = h.limit_iops
-            && h.reservation_iops > l
-        {
-            return Err(ClusterAdmissionError::ReservationAboveLimit {
-                nqn: nqn.clone(),
-                reservation_iops: h.reservation_iops,
-                limit_iops: l,
-            });
+        for (reservation, limit, unit) in [
+            (h.reservation_iops, h.limit_iops, "IOPS"),
+            (h.reservation_mibps, h.limit_mibps, "MiB/s"),
+        ] {
+            if let Some(limit) = limit
+                && reservation > limit
+            {
+                return Err(ClusterAdmissionError::ReservationAboveLimit {
+                    nqn: nqn.clone(),
+                    reservation,
+                    limit,
+                    unit,
+                });
+            }
         }
     }
     let reserved: u128 = hosts.values().map(|h| h.reservation_iops as u128).sum();
@@ -333,7 +455,7 @@ mod tests {
         PathDemand {
             served,
             backlogged,
-            held_milli: 0,
+            ..Default::default()
         }
     }
 
@@ -412,7 +534,7 @@ mod tests {
                     ClusterHost {
                         reservation_iops: r,
                         limit_iops: l,
-                        weight: 1,
+                        ..Default::default()
                     },
                 )
             })
@@ -433,7 +555,7 @@ mod tests {
             LocalShare {
                 reservation_iops: 4000,
                 limit_iops: Some(9000),
-                weight: 1
+                ..Default::default()
             }
         );
     }
@@ -459,6 +581,84 @@ mod tests {
         let h = hosts(&[("h1", 600, Some(500))]);
         let e = check_cluster_admission(&h, &[10_000]).unwrap_err();
         assert!(e.to_string().contains("lower the reservation"), "{e}");
+    }
+
+    #[test]
+    fn mibps_is_divided_like_iops_over_what_each_path_served_in_bytes() {
+        let h = BTreeMap::from([(
+            "w".to_string(),
+            ClusterHost {
+                reservation_mibps: 300,
+                limit_mibps: Some(1000),
+                ..Default::default()
+            },
+        )]);
+        let targets = ["a".to_string(), "b".to_string()];
+        // The writer moved to b: a served 100 MiB/s, not held; b is held at its share.
+        let at = |mib: u64, held: bool| PathDemand {
+            served: mib * 4,
+            backlogged: held,
+            served_bytes: mib << 20,
+            ..Default::default()
+        };
+        let demand = BTreeMap::from([
+            (
+                "a".to_string(),
+                BTreeMap::from([("w".to_string(), at(100, false))]),
+            ),
+            (
+                "b".to_string(),
+                BTreeMap::from([("w".to_string(), at(400, true))]),
+            ),
+        ]);
+        let plan = plan(&h, &targets, &demand, &DivideConfig::default());
+        let (a, b) = (plan["a"]["w"], plan["b"]["w"]);
+        assert_eq!(a.reservation_mibps + b.reservation_mibps, 300);
+        assert_eq!(a.limit_mibps.unwrap() + b.limit_mibps.unwrap(), 1000);
+        // a gets what it served (and headroom for the limit), b the rest.
+        assert_eq!(a.reservation_mibps, 100, "{plan:?}");
+        assert_eq!(a.limit_mibps, Some(110), "{plan:?}");
+        // No IOPS contract, none divided.
+        assert_eq!((a.reservation_iops, a.limit_iops), (0, None));
+    }
+
+    #[test]
+    fn records_without_mibps_read_and_write_as_before() {
+        let old = r#"{"reservation_iops":100,"limit_iops":200,"weight":2}"#;
+        let h: ClusterHost = serde_json::from_str(old).unwrap();
+        assert_eq!((h.reservation_mibps, h.limit_mibps), (0, None));
+        assert_eq!(serde_json::to_string(&h).unwrap(), old);
+        let share = r#"{"reservation_iops":5,"limit_iops":null,"weight":1}"#;
+        let s: LocalShare = serde_json::from_str(share).unwrap();
+        assert_eq!(serde_json::to_string(&s).unwrap(), share);
+        let d = r#"{"served":7,"backlogged":false,"held_milli":0}"#;
+        let p: PathDemand = serde_json::from_str(d).unwrap();
+        assert_eq!(serde_json::to_string(&p).unwrap(), d);
+    }
+
+    #[test]
+    fn admission_checks_mibps_too() {
+        let h = BTreeMap::from([(
+            "h1".to_string(),
+            ClusterHost {
+                reservation_mibps: 600,
+                limit_mibps: Some(500),
+                ..Default::default()
+            },
+        )]);
+        let e = check_cluster_admission(&h, &[10_000]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("600 MiB/s is above its limit 500 MiB/s"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn whole_units_add_up_to_the_whole() {
+        assert_eq!(in_units(&[1536, 512, 1024], 1024), vec![2, 0, 1]);
+        assert_eq!(in_units(&[512, 512], 1024), vec![1, 0]);
+        assert_eq!(in_units(&[], 1024), Vec::<u64>::new());
     }
 
     fn paths() -> impl Strategy<Value = Vec<PathDemand>> {
@@ -499,6 +699,36 @@ mod tests {
                 let l = s.limit_iops.unwrap();
                 prop_assert!(s.reservation_iops <= l);
                 res += s.reservation_iops;
+                lim += l;
+            }
+            prop_assert!(lim >= r + extra && lim <= r + extra + targets.len() as u64);
+            prop_assert_eq!(res, r);
+        }
+
+        /// The same for MiB/s, in whole MiB/s, whatever the paths served in bytes.
+        #[test]
+        fn plan_keeps_each_mibps_contract(r in 0u64..100_000, extra in 0u64..100_000,
+                                          d in proptest::collection::vec((0u64..(1 << 34), any::<bool>()), 1..5)) {
+            let h = BTreeMap::from([("h".to_string(), ClusterHost {
+                reservation_mibps: r,
+                limit_mibps: Some(r + extra),
+                ..Default::default()
+            })]);
+            let targets: Vec<String> = (0..d.len()).map(|i| format!("t{i}")).collect();
+            let demand = targets.iter().zip(&d)
+                .map(|(t, &(bytes, b))| (t.clone(), BTreeMap::from([("h".to_string(), PathDemand {
+                    backlogged: b,
+                    served_bytes: bytes,
+                    ..Default::default()
+                })])))
+                .collect();
+            let plan = plan(&h, &targets, &demand, &DivideConfig::default());
+            let (mut res, mut lim) = (0, 0);
+            for t in &targets {
+                let s = plan[t]["h"];
+                let l = s.limit_mibps.unwrap();
+                prop_assert!(s.reservation_mibps <= l);
+                res += s.reservation_mibps;
                 lim += l;
             }
             prop_assert!(lim >= r + extra && lim <= r + extra + targets.len() as u64);

@@ -301,6 +301,8 @@ pub fn simulate(s: &ClusterScenario) -> ClusterRun {
                     reservation_iops: h.reservation_iops,
                     limit_iops: h.limit_iops,
                     weight: h.weight,
+                    // The lab's cluster model is of operations only.
+                    ..Default::default()
                 },
             )
         })
@@ -350,7 +352,7 @@ pub fn simulate(s: &ClusterScenario) -> ClusterRun {
                     PathDemand {
                         served: served[k],
                         backlogged: served[k] < w[k],
-                        held_milli: 0,
+                        ..Default::default()
                     },
                 );
             }

@@ -114,6 +114,7 @@ impl<S: Store> Cluster<S> {
             reservation_iops: reservation,
             limit_iops: Some(limit),
             weight: 1,
+            ..Default::default()
         };
         let e = admin::host_set(&mut store, "c1", NQN, host.clone()).unwrap_err();
         assert!(

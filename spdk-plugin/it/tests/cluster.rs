@@ -63,6 +63,21 @@ fn ctrl(name: &str, host: usize, port: u16) -> Controller {
     }
 }
 
+/// Targets A (host X and local host Y) and B (X and Z), and bdevperf's controllers:
+/// XA, XB (one host NQN, one controller per target), Y, Z.
+fn two_targets(s: &Setup) -> (Target, Target, [Controller; 4]) {
+    let (port_a, port_b) = (s.port, free_port());
+    let ta = target(s, port_a, 2);
+    let tb = target(s, port_b, 3);
+    let ctrls = [
+        ctrl("XA", X, port_a),
+        ctrl("XB", X, port_b),
+        ctrl("Y", 2, port_a),
+        ctrl("Z", 3, port_b),
+    ];
+    (ta, tb, ctrls)
+}
+
 /// `nvmf-qos-agent`, built by this workspace.
 fn agent_bin() -> Result<PathBuf, String> {
     built_lib("nvmf-qos-agent", "NVMF_QOS_AGENT", "nvmf-qos-agent")
@@ -142,52 +157,93 @@ fn agent_cmd(bin: &PathBuf, etcd: &Etcd, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into()
 }
 
-/// Completed ops of a host at a target (its counter since it was added), or `None`
-/// when the target does not answer.
-fn completed(t: &mut Target, host: usize) -> Option<u64> {
+/// What a contract is in: operations or MiB per second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Iops,
+    Mibps,
+}
+
+impl Unit {
+    /// How it is written: after a figure, and in the targets' parameter names
+    /// (`min_iops`, `capacity_mibps`, the agent's `--min-mibps`).
+    fn label(self) -> &'static str {
+        match self {
+            Unit::Iops => "IOPS",
+            Unit::Mibps => "MiB/s",
+        }
+    }
+    fn param(self) -> &'static str {
+        match self {
+            Unit::Iops => "iops",
+            Unit::Mibps => "mibps",
+        }
+    }
+    /// A host's completed work in this unit's numerator (operations, or MiB as a
+    /// fraction).
+    fn of(self, c: &target_it::stats::Work) -> f64 {
+        match self {
+            Unit::Iops => c.ops as f64,
+            Unit::Mibps => c.bytes as f64 / (1u64 << 20) as f64,
+        }
+    }
+}
+
+/// Completed work of a host at a target (its counter since it was added, in `unit`),
+/// or `None` when the target does not answer.
+fn completed(t: &mut Target, host: usize, unit: Unit) -> Option<f64> {
     let s = t
         .try_stats(json!({"domain": "d", "host_nqn": host_nqn(host), "compact": true}))
         .ok()?;
-    Some(s.hosts.first()?.completed_total.ops)
+    Some(unit.of(&s.hosts.first()?.completed_total))
 }
 
-/// All hosts' completed ops at a target.
-fn domain_completed(t: &mut Target) -> u64 {
+/// All hosts' completed work at a target, in `unit`.
+fn domain_completed(t: &mut Target, unit: Unit) -> f64 {
     let s = t.compact_stats("d");
-    s.hosts.iter().map(|h| h.completed_total.ops).sum()
+    s.hosts.iter().map(|h| unit.of(&h.completed_total)).sum()
 }
 
-/// X's local settings at a target: (min_iops, max_iops).
-fn x_settings(t: &mut Target) -> Option<(u64, u64)> {
+/// X's local settings at a target: (min, max) in `unit`.
+fn x_settings(t: &mut Target, unit: Unit) -> Option<(u64, u64)> {
     let v = t
         .rpc(
             "qos_host_get",
             json!({"domain": "d", "host_nqn": host_nqn(X)}),
         )
         .ok()?;
+    let p = unit.param();
     Some((
-        v[0]["min_iops"].as_u64().unwrap_or(0),
-        v[0]["max_iops"].as_u64()?,
+        v[0][format!("min_{p}")].as_u64().unwrap_or(0),
+        v[0][format!("max_{p}")].as_u64()?,
     ))
 }
 
-/// X's IOPS at A and B per window of one period, sampled by the test.
-#[derive(Default)]
+/// X's rate (in `unit`) at A and B per window of one period, sampled by the test.
 struct Windows {
-    /// (start, end, X's IOPS at A, at B).
+    unit: Unit,
+    /// (start, end, X's rate at A, at B).
     rows: Vec<(Instant, Instant, f64, f64)>,
-    last: Option<(Instant, Option<u64>, Option<u64>)>,
+    last: Option<(Instant, Option<f64>, Option<f64>)>,
 }
 
 impl Windows {
+    fn new(unit: Unit) -> Windows {
+        Windows {
+            unit,
+            rows: Vec::new(),
+            last: None,
+        }
+    }
+
     fn sample(&mut self, a: Option<&mut Target>, b: &mut Target) {
         let now = Instant::now();
-        let ca = a.and_then(|t| completed(t, X));
-        let cb = completed(b, X);
+        let ca = a.and_then(|t| completed(t, X, self.unit));
+        let cb = completed(b, X, self.unit);
         if let Some((t0, pa, pb)) = self.last {
             let dt = now.duration_since(t0).as_secs_f64();
-            let rate = |p: Option<u64>, c: Option<u64>| match (p, c) {
-                (Some(p), Some(c)) => c.saturating_sub(p) as f64 / dt,
+            let rate = |p: Option<f64>, c: Option<f64>| match (p, c) {
+                (Some(p), Some(c)) => (c - p).max(0.0) / dt,
                 _ => 0.0,
             };
             self.rows.push((t0, now, rate(pa, ca), rate(pb, cb)));
@@ -215,21 +271,25 @@ fn run_for(w: &mut Windows, a: Option<&mut Target>, b: &mut Target, secs: f64) {
     }
 }
 
-fn set_demand(bp: &Bdevperf, a: u64, b: u64) {
-    for (bdev, iops) in [("XAn1", a), ("XBn1", b)] {
-        bp.call(
-            "bdev_set_qos_limit",
-            json!({"name": bdev, "rw_ios_per_sec": iops}),
-        );
+/// X's demand at A and B, shaped at the initiator by SPDK's bdev QoS (IOPS in
+/// multiples of 1,000, MiB/s whole).
+fn set_demand(bp: &Bdevperf, unit: Unit, a: u64, b: u64) {
+    let key = match unit {
+        Unit::Iops => "rw_ios_per_sec",
+        Unit::Mibps => "rw_mbytes_per_sec",
+    };
+    for (bdev, rate) in [("XAn1", a), ("XBn1", b)] {
+        bp.call("bdev_set_qos_limit", json!({"name": bdev, key: rate}));
     }
 }
 
-fn summarize(what: &str, rows: &[(f64, f64)], r: u64, l: u64) -> (usize, usize, f64) {
+fn summarize(what: &str, unit: Unit, rows: &[(f64, f64)], r: u64, l: u64) -> (usize, usize, f64) {
     let totals: Vec<f64> = rows.iter().map(|(a, b)| a + b).collect();
     let met = totals.iter().filter(|&&t| t >= 0.99 * r as f64).count();
     let max = totals.iter().cloned().fold(0.0, f64::max);
+    let u = unit.label();
     println!(
-        "  {what}: {} windows, reservation ({r} IOPS) met in {met}, most {max:.0} IOPS ({:+.2} % of the limit {l}); per window A+B: {}",
+        "  {what}: {} windows, reservation ({r} {u}) met in {met}, most {max:.0} {u} ({:+.2} % of the limit {l}); per window A+B: {}",
         rows.len(),
         (max / l as f64 - 1.0) * 100.0,
         rows.iter()
@@ -238,6 +298,118 @@ fn summarize(what: &str, rows: &[(f64, f64)], r: u64, l: u64) -> (usize, usize, 
             .join(" ")
     );
     (rows.len(), met, max)
+}
+
+/// X's rate at A and at B over one window.
+type WindowRates = (f64, f64);
+
+/// What all hosts of each target do together, measured over 4 s after 2 s of warm-up,
+/// in `unit`: the domains are then sized at 90 % of the slower target (C, returned).
+fn calibrate(ta: &mut Target, tb: &mut Target, unit: Unit) -> u64 {
+    std::thread::sleep(Duration::from_secs(2));
+    let (a0, b0, t0) = (
+        domain_completed(ta, unit),
+        domain_completed(tb, unit),
+        Instant::now(),
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let dt = t0.elapsed().as_secs_f64();
+    let cap_a = (domain_completed(ta, unit) - a0) / dt;
+    let cap_b = (domain_completed(tb, unit) - b0) / dt;
+    let c = (0.9 * cap_a.min(cap_b)) as u64;
+    let u = unit.label();
+    println!("  calibration: target A {cap_a:.0} {u}, B {cap_b:.0} {u}; domains at C = {c}");
+    c
+}
+
+/// Both domains at capacity `c` (in `unit`), each target's local host reserving 2/5 of
+/// it.
+fn size_domains(ta: &mut Target, tb: &mut Target, unit: Unit, c: u64) {
+    let p = unit.param();
+    for (t, other) in [(ta, 2), (tb, 3)] {
+        t.call(
+            "qos_domain_update",
+            json!({"name": "d", format!("capacity_{p}"): c, format!("capacity_{p}_stddev"): c / 20}),
+        );
+        t.call(
+            "qos_host_set",
+            json!({"domain": "d", "host_nqn": host_nqn(other), format!("min_{p}"): c * 2 / 5}),
+        );
+    }
+}
+
+/// The cluster around the two targets: the agent binary, etcd, and the unit of X's
+/// contract.
+struct Cluster<'a> {
+    agent: &'a PathBuf,
+    etcd: &'a Etcd,
+    unit: Unit,
+}
+
+impl Cluster<'_> {
+    /// Creates the cluster, starts an agent per target, and sets X's contract
+    /// (reservation `r`, limit `l`; `d` is its demand, for the log).
+    fn start(&self, ta: &Target, tb: &Target, r: u64, l: u64, d: u64) -> [AgentProc; 2] {
+        agent_cmd(
+            self.agent,
+            self.etcd,
+            &["cluster", "create", "--cluster", "it"],
+        );
+        let agents = [
+            AgentProc::start(self.agent, self.etcd, "a", ta),
+            AgentProc::start(self.agent, self.etcd, "b", tb),
+        ];
+        std::thread::sleep(Duration::from_millis(1000));
+        let p = self.unit.param();
+        let (min, max) = (format!("--min-{p}"), format!("--max-{p}"));
+        let nqn = host_nqn(X);
+        let (r_s, l_s) = (r.to_string(), l.to_string());
+        let args = [
+            "host",
+            "set",
+            "--cluster",
+            "it",
+            "--host-nqn",
+            &nqn,
+            &min,
+            &r_s,
+            &max,
+            &l_s,
+        ];
+        agent_cmd(self.agent, self.etcd, &args);
+        let u = self.unit.label();
+        println!("  X: reservation {r} {u}, limit {l} {u} over the cluster; demand {d} {u}");
+        agents
+    }
+
+    /// X's demand `d` 80/20 for 10 s, then 20/80 for 10 s: the windows from two
+    /// periods after each move (steady), and every window.
+    fn demand_moves(
+        &self,
+        w: &mut Windows,
+        bp: &Bdevperf,
+        ta: &mut Target,
+        tb: &mut Target,
+        d: u64,
+    ) -> (Vec<WindowRates>, Vec<WindowRates>) {
+        let delay = Duration::from_millis(2 * PERIOD_MS);
+        set_demand(bp, self.unit, d * 4 / 5, d / 5);
+        let p1 = Instant::now();
+        run_for(w, Some(ta), tb, 10.0);
+        let shares_8020 = (x_settings(ta, self.unit), x_settings(tb, self.unit));
+        set_demand(bp, self.unit, d / 5, d * 4 / 5);
+        let p2 = Instant::now();
+        run_for(w, Some(ta), tb, 10.0);
+        let shares_2080 = (x_settings(ta, self.unit), x_settings(tb, self.unit));
+        println!("  X's (min, max) at A, B: 80/20 {shares_8020:?}; 20/80 {shares_2080:?}");
+        println!(
+            "{}",
+            agent_cmd(self.agent, self.etcd, &["show", "--cluster", "it"])
+        );
+        let mut steady = w.between(p1 + delay, p2);
+        steady.extend(w.between(p2 + delay, Instant::now()));
+        (steady, w.between(p1, Instant::now()))
+    }
 }
 
 #[test]
@@ -251,16 +423,7 @@ fn a_host_s_contract_held_across_two_targets() {
     };
     let agent = agent_bin().unwrap_or_else(|e| panic!("{e}"));
     let mut etcd = Etcd::start(etcd_bin).unwrap_or_else(|e| panic!("{e}"));
-    let (port_a, port_b) = (s.port, free_port());
-    let mut ta = target(&s, port_a, 2);
-    let mut tb = target(&s, port_b, 3);
-
-    let ctrls = [
-        ctrl("XA", X, port_a),
-        ctrl("XB", X, port_b),
-        ctrl("Y", 2, port_a),
-        ctrl("Z", 3, port_b),
-    ];
+    let (mut ta, mut tb, ctrls) = two_targets(&s);
     // X keeps twice the local hosts' queue depth at each target, so that what it can
     // get there (first come: by queue depth) is above its limit and the limit binds.
     let jobs = ctrls
@@ -277,98 +440,53 @@ fn a_host_s_contract_held_across_two_targets() {
     let secs = 90;
     let bp = s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs, &["-f"]);
     // Calibration: X at 40,000 IOPS at most, 80/20, the others unbounded.
-    set_demand(&bp, 32_000, 8_000);
+    set_demand(&bp, Unit::Iops, 32_000, 8_000);
     let perform = bp.start_tests();
-    std::thread::sleep(Duration::from_secs(2));
-    let (a0, b0, t0) = (
-        domain_completed(&mut ta),
-        domain_completed(&mut tb),
-        Instant::now(),
-    );
-    std::thread::sleep(Duration::from_secs(4));
-    let dt = t0.elapsed().as_secs_f64();
-    let cap_a = (domain_completed(&mut ta) - a0) as f64 / dt;
-    let cap_b = (domain_completed(&mut tb) - b0) as f64 / dt;
-    let c = (0.9 * cap_a.min(cap_b)) as u64;
-    println!("  calibration: target A {cap_a:.0} IOPS, B {cap_b:.0} IOPS; domains at C = {c}");
+    let c = calibrate(&mut ta, &mut tb, Unit::Iops);
     // X wants half of C (80/20, then 20/80); reservation 0.22 C, limit C/4 (about what
     // it gets against the saturating local hosts, so that the limit comes into play).
     // SPDK's bdev QoS takes IOPS in thousands: the demand is a multiple of 5,000.
     let d = ((c as f64 * 0.5 / 5000.0).round() as u64).max(1) * 5000;
     let (r, l) = (c * 22 / 100, c / 4);
-    for (t, other) in [(&mut ta, 2), (&mut tb, 3)] {
-        t.call(
-            "qos_domain_update",
-            json!({"name": "d", "capacity_iops": c, "capacity_iops_stddev": c / 20}),
-        );
-        t.call(
-            "qos_host_set",
-            json!({"domain": "d", "host_nqn": host_nqn(other), "min_iops": c * 2 / 5}),
-        );
-    }
-
-    agent_cmd(&agent, &etcd, &["cluster", "create", "--cluster", "it"]);
-    let agents = [
-        AgentProc::start(&agent, &etcd, "a", &ta),
-        AgentProc::start(&agent, &etcd, "b", &tb),
-    ];
-    std::thread::sleep(Duration::from_millis(1000));
-    agent_cmd(
-        &agent,
-        &etcd,
-        &[
-            "host",
-            "set",
-            "--cluster",
-            "it",
-            "--host-nqn",
-            &host_nqn(X),
-            "--min-iops",
-            &r.to_string(),
-            "--max-iops",
-            &l.to_string(),
-        ],
-    );
-    println!("  X: reservation {r} IOPS, limit {l} IOPS over the cluster; demand {d} IOPS");
+    let cl = Cluster {
+        agent: &agent,
+        etcd: &etcd,
+        unit: Unit::Iops,
+    };
+    size_domains(&mut ta, &mut tb, Unit::Iops, c);
+    let agents = cl.start(&ta, &tb, r, l, d);
 
     // Phase 1: 80/20, then 20/80.
-    let mut w = Windows::default();
+    let mut w = Windows::new(Unit::Iops);
     let delay = Duration::from_millis(2 * PERIOD_MS);
-    set_demand(&bp, d * 4 / 5, d / 5);
-    let p1 = Instant::now();
-    run_for(&mut w, Some(&mut ta), &mut tb, 10.0);
-    let shares_8020 = (x_settings(&mut ta), x_settings(&mut tb));
-    set_demand(&bp, d / 5, d * 4 / 5);
-    let p2 = Instant::now();
-    run_for(&mut w, Some(&mut ta), &mut tb, 10.0);
-    let shares_2080 = (x_settings(&mut ta), x_settings(&mut tb));
-    println!("  X's (min, max) at A, B: 80/20 {shares_8020:?}; 20/80 {shares_2080:?}");
-    println!("{}", agent_cmd(&agent, &etcd, &["show", "--cluster", "it"]));
-    let mut steady = w.between(p1 + delay, p2);
-    steady.extend(w.between(p2 + delay, Instant::now()));
-    let (n, met, max) = summarize("80/20 then 20/80, steady", &steady, r, l);
-    let (_, _, max_all) = summarize(
-        "the same, every window",
-        &w.between(p1, Instant::now()),
-        r,
-        l,
-    );
+    let (steady, every) = cl.demand_moves(&mut w, &bp, &mut ta, &mut tb, d);
+    let (n, met, max) = summarize("80/20 then 20/80, steady", Unit::Iops, &steady, r, l);
+    let (_, _, max_all) = summarize("the same, every window", Unit::Iops, &every, r, l);
 
     // Phase 2: etcd away for 10 s while the demand moves back to 80/20.
-    let before_outage = (x_settings(&mut ta), x_settings(&mut tb));
+    let before_outage = (
+        x_settings(&mut ta, Unit::Iops),
+        x_settings(&mut tb, Unit::Iops),
+    );
     etcd.stop();
-    set_demand(&bp, d * 4 / 5, d / 5);
+    set_demand(&bp, Unit::Iops, d * 4 / 5, d / 5);
     let p3 = Instant::now();
     run_for(&mut w, Some(&mut ta), &mut tb, 10.0);
     let outage = w.between(p3, Instant::now());
-    let during_outage = (x_settings(&mut ta), x_settings(&mut tb));
+    let during_outage = (
+        x_settings(&mut ta, Unit::Iops),
+        x_settings(&mut tb, Unit::Iops),
+    );
     etcd.restart().unwrap_or_else(|e| panic!("{e}"));
     let p4 = Instant::now();
     let mut resumed = None;
     let mut trace = Vec::new();
     while p4.elapsed() < Duration::from_secs(8) {
         run_for(&mut w, Some(&mut ta), &mut tb, 0.5);
-        let (a, b) = (x_settings(&mut ta), x_settings(&mut tb));
+        let (a, b) = (
+            x_settings(&mut ta, Unit::Iops),
+            x_settings(&mut tb, Unit::Iops),
+        );
         trace.push(format!(
             "{:.1} s: A {a:?} B {b:?}",
             p4.elapsed().as_secs_f64()
@@ -384,10 +502,22 @@ fn a_host_s_contract_held_across_two_targets() {
             "  X's (min, max) after etcd restarted: {}",
             trace.join("; ")
         );
-        summarize("after etcd restarted", &w.between(p4, Instant::now()), r, l);
+        summarize(
+            "after etcd restarted",
+            Unit::Iops,
+            &w.between(p4, Instant::now()),
+            r,
+            l,
+        );
         println!("{}", agent_cmd(&agent, &etcd, &["show", "--cluster", "it"]));
     }
-    let (_, _, max_outage) = summarize("etcd stopped, demand back to 80/20", &outage, r, l);
+    let (_, _, max_outage) = summarize(
+        "etcd stopped, demand back to 80/20",
+        Unit::Iops,
+        &outage,
+        r,
+        l,
+    );
     println!(
         "  X's (min, max) before the outage {before_outage:?}, at its end {during_outage:?}; shares followed {resumed:?} after etcd restarted"
     );
@@ -395,11 +525,11 @@ fn a_host_s_contract_held_across_two_targets() {
     // Phase 3: target A dies; X fails over to B (the test moves its demand).
     ta.kill_hard();
     let killed = Instant::now();
-    set_demand(&bp, 1000, d);
+    set_demand(&bp, Unit::Iops, 1000, d);
     let mut failed_over = None;
     while killed.elapsed() < Duration::from_secs(LEASE_TTL_S + 6) {
         std::thread::sleep(Duration::from_millis(50));
-        if failed_over.is_none() && x_settings(&mut tb) == Some((r, l)) {
+        if failed_over.is_none() && x_settings(&mut tb, Unit::Iops) == Some((r, l)) {
             failed_over = Some(killed.elapsed());
         }
         if failed_over.is_some() {
@@ -409,7 +539,13 @@ fn a_host_s_contract_held_across_two_targets() {
     let p5 = Instant::now();
     run_for(&mut w, None, &mut tb, 6.0);
     let after_kill = w.between(p5 + delay, Instant::now());
-    let (nk, metk, maxk) = summarize("after A was killed, all at B", &after_kill, r, l);
+    let (nk, metk, maxk) = summarize(
+        "after A was killed, all at B",
+        Unit::Iops,
+        &after_kill,
+        r,
+        l,
+    );
     println!(
         "  B held X's whole contract {failed_over:?} after A's SIGKILL (lease TTL {LEASE_TTL_S} s)"
     );
@@ -465,4 +601,76 @@ fn a_host_s_contract_held_across_two_targets() {
         );
     }
     println!("  steady windows: most {max:.0} IOPS for the limit {l}");
+}
+
+/// Issue 42's MiB/s acceptance: a 1 MiB writer's MiB/s contract (reservation 0.22 C,
+/// limit C/4, C in MiB/s) divided over the two targets by the agents as the IOPS one
+/// is, its demand (C/2) moving 80/20 then 20/80; each target's local host writes
+/// 128 KiB commands against a local MiB/s reservation. Always asserted: the shares add
+/// up and the limit holds (+2 %). With `NVMF_QOS_ACCEPTANCE=1`: the reservation in at
+/// least 99 % of the steady windows, which is not met yet: at the target its demand left,
+/// the writer (served just under its share there, 1 MiB commands waiting for paced
+/// reservation tokens: about 4 waiting on average) counts as held by the agent's rule,
+/// so the division splits evenly instead of following the move (docs/cluster.md, "Not
+/// built"); the test prints the windows.
+#[test]
+fn a_writer_s_mibps_contract_held_across_two_targets() {
+    let what = "cluster of two targets, MiB/s";
+    let Some(etcd_bin) = etcd_or_skip(what) else {
+        return;
+    };
+    let Some(s) = setup_or_skip(what) else {
+        return;
+    };
+    let agent = agent_bin().unwrap_or_else(|e| panic!("{e}"));
+    let etcd = Etcd::start(etcd_bin).unwrap_or_else(|e| panic!("{e}"));
+    let (mut ta, mut tb, ctrls) = two_targets(&s);
+    let jobs = ctrls
+        .iter()
+        .map(|c| match c.hostnqn == host_nqn(X) {
+            true => Job::new(&c.bdev(), "write", 1 << 20, 16),
+            false => Job::new(&c.bdev(), "write", 128 << 10, 16),
+        })
+        .collect();
+    let bp = s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, 36, &["-f"]);
+    let perform = bp.start_tests();
+    let c = calibrate(&mut ta, &mut tb, Unit::Mibps);
+    let d = (c / 2).max(2);
+    let (r, l) = (c * 22 / 100, c / 4);
+    size_domains(&mut ta, &mut tb, Unit::Mibps, c);
+    let cl = Cluster {
+        agent: &agent,
+        etcd: &etcd,
+        unit: Unit::Mibps,
+    };
+    let agents = cl.start(&ta, &tb, r, l, d);
+    let mut w = Windows::new(Unit::Mibps);
+    let (steady, every) = cl.demand_moves(&mut w, &bp, &mut ta, &mut tb, d);
+    let (n, met, _) = summarize("80/20 then 20/80, steady", Unit::Mibps, &steady, r, l);
+    let (_, _, max_all) = summarize("the same, every window", Unit::Mibps, &every, r, l);
+    for (name, a) in ["a", "b"].iter().zip(&agents) {
+        println!("  agent {name} log:\n{}", a.log_tail(6));
+    }
+    drop(agents);
+    let _ = perform.wait();
+    drop(bp);
+    assert!(
+        max_all <= 1.02 * l as f64,
+        "MiB/s limit exceeded: {max_all:.1} > {l} + 2 %"
+    );
+    let (a, b) = (
+        x_settings(&mut ta, Unit::Mibps),
+        x_settings(&mut tb, Unit::Mibps),
+    );
+    let (a, b) = (a.expect("X's share at A"), b.expect("X's share at B"));
+    assert!(
+        a.0 + b.0 == r && (l..=l + 2).contains(&(a.1 + b.1)),
+        "X's MiB/s shares {a:?} + {b:?} do not add up to ({r}, {l})"
+    );
+    if acceptance() {
+        assert!(
+            met * 100 >= n * 99,
+            "MiB/s reservation met in {met} of {n} steady windows"
+        );
+    }
 }
