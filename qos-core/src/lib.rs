@@ -101,6 +101,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![forbid(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
 pub mod admission;
 pub mod burst;

@@ -16,6 +16,7 @@
 //! - [`shipped`]: the scenarios shipped in `qos-lab/scenarios/`.
 //! - [`locate`]: file positions and field paths for error messages.
 #![forbid(unsafe_code)]
+#![warn(clippy::too_many_lines)]
 
 pub mod check;
 pub mod cluster;

@@ -1,6 +1,7 @@
 //! The `qos-lab` command: `run` a scenario (all its policies) and print the per-host
 //! table, optionally writing the JSON summary and a PNG plot; `check` a scenario's
 //! reservations with admission control only; `list` the shipped scenarios.
+#![warn(clippy::too_many_lines)]
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
