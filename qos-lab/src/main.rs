@@ -129,6 +129,23 @@ fn main() -> ExitCode {
 /// `qos-lab cluster FILE`.
 fn cluster(file: &Path) -> ExitCode {
     match qos_lab::cluster::ClusterScenario::load(file) {
+        Ok(s) if s.fleet.is_some() => {
+            let started = std::time::Instant::now();
+            let periods = s.cluster.periods;
+            let run = qos_lab::cluster::simulate_with_progress(&s, &mut |p| {
+                if (p + 1) % 10 == 0 || p + 1 == periods {
+                    eprintln!(
+                        "period {} of {periods} ({:.1} s)",
+                        p + 1,
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            });
+            print!("{}", qos_lab::cluster::fleet_report(&s, &run));
+            println!("{}", qos_lab::cluster::division_time_line(&run));
+            println!("simulated in {:.1} s", started.elapsed().as_secs_f64());
+            ExitCode::SUCCESS
+        }
         Ok(s) => {
             let run = qos_lab::cluster::simulate(&s);
             print!("{}", qos_lab::cluster::report(&s, &run));
