@@ -234,3 +234,114 @@ impl FleetSpec {
         iops
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{ClusterScenario, fleet_report, recovery, simulate};
+
+    const SMALL: &str = r#"
+[cluster]
+periods = 40
+lease_periods = 4
+demand_window_periods = 2
+apply_delay_periods = 1
+[fleet]
+seed = 7
+targets = 4
+hosts = 200
+capacity_iops = [150000, 200000]
+reserved_fraction = 0.5
+reservation_iops = [200, 1000]
+limit_iops = [1000, 4000]
+weight = [1, 5]
+demand_iops = [500, 3000]
+paths = 2
+moves = [ { at = 10, fraction = 0.2 } ]
+failures = [ { at = 25, target = 1 } ]
+"#;
+
+    fn percentile99(mut v: Vec<u32>) -> u32 {
+        v.sort_unstable();
+        v[(v.len() - 1) * 99 / 100]
+    }
+
+    #[test]
+    fn a_seeded_fleet_settles_and_keeps_its_limits() {
+        let s = ClusterScenario::parse(SMALL, "t").unwrap();
+        assert_eq!((s.targets.len(), s.hosts.len()), (4, 200));
+        let again = ClusterScenario::parse(SMALL, "t").unwrap();
+        assert_eq!(
+            format!("{:?}", s.hosts),
+            format!("{:?}", again.hosts),
+            "the seed gives the same fleet"
+        );
+        let run = simulate(&s);
+        let reserved: Vec<usize> = (0..200)
+            .filter(|&k| s.hosts[k].reservation_iops > 0)
+            .collect();
+        let movers: Vec<usize> = reserved
+            .iter()
+            .copied()
+            .filter(|&k| s.hosts[k].demand.len() > 1)
+            .collect();
+        assert!(!movers.is_empty());
+        let after_move: Vec<u32> = movers
+            .iter()
+            .map(|&k| recovery(&s, &run, k, 10).expect("settles"))
+            .collect();
+        assert!(percentile99(after_move.clone()) <= 3, "{after_move:?}");
+        let after_failure: Vec<u32> = reserved
+            .iter()
+            .map(|&k| recovery(&s, &run, k, 25).expect("settles"))
+            .collect();
+        assert!(
+            percentile99(after_failure.clone()) <= 4 + 2,
+            "{after_failure:?}"
+        );
+        // Σ limit shares never above a host's limit + 1 per target; nobody above its limit.
+        assert_eq!(run.limit_share_excess, 0);
+        for (p, shares) in run.shares.iter().enumerate() {
+            for (k, h) in s.hosts.iter().enumerate() {
+                let sum: u64 = shares.iter().filter_map(|t| t[k]?.limit_iops).sum();
+                let limit = h.limit_iops.unwrap();
+                assert!(sum <= limit + 4, "period {p} host {k}: {sum} > {limit}");
+                assert!(run.periods[p][k].served <= limit);
+            }
+        }
+        let text = fleet_report(&s, &run);
+        assert!(text.contains("period 10: "), "{text}");
+        assert!(text.contains("target t001 fails"), "{text}");
+        assert!(text.contains("0 hosts got more than their limit"), "{text}");
+    }
+
+    #[test]
+    fn bad_fleets_name_the_field() {
+        let cases = [
+            ("paths = 2", "paths = 5", "fleet.paths"),
+            ("[200, 1000]", "[1000, 200]", "fleet.reservation_iops"),
+            ("weight = [1, 5]", "weight = [0, 5]", "fleet.weight"),
+            (
+                "fraction = 0.2",
+                "fraction = 1.5",
+                "fleet.moves[0].fraction",
+            ),
+            ("target = 1 }", "target = 4 }", "fleet.failures[0].target"),
+            ("hosts = 200", "hosts = 2000000", "fleet.hosts"),
+            (
+                "reserved_fraction = 0.5",
+                "reserved_fraction = -1",
+                "fleet.reserved_fraction",
+            ),
+        ];
+        for (from, to, field) in cases {
+            let text = SMALL.replace(from, to);
+            let e = ClusterScenario::parse(&text, "f").unwrap_err().to_string();
+            assert!(e.contains(field), "{to}: {e}");
+        }
+        let with_target = format!("{SMALL}[[target]]\nname = \"a\"\ncapacity_iops = 1\n");
+        let e = ClusterScenario::parse(&with_target, "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("fleet") && e.contains("no [[target]]"), "{e}");
+    }
+}
