@@ -31,6 +31,53 @@ fn json_len<T: Serialize>(v: &T) -> u64 {
     c.0
 }
 
+/// Decimal digits of `v`.
+fn digits(v: u64) -> u64 {
+    v.checked_ilog10().map_or(1, |d| d as u64 + 1)
+}
+
+/// The JSON length of a string (quoted, escaped).
+fn key_len(k: &str) -> u64 {
+    if k.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        k.len() as u64 + 2
+    } else {
+        json_len(&k)
+    }
+}
+
+/// The JSON length of a share, counted rather than written: a fleet's records hold
+/// hundreds of thousands of them every interval.
+fn share_len(s: &LocalShare) -> u64 {
+    let mut n = r#"{"reservation_iops":,"limit_iops":,"weight":}"#.len() as u64;
+    n += digits(s.reservation_iops) + s.limit_iops.map_or(4, digits) + digits(s.weight as u64);
+    if s.reservation_mibps != 0 {
+        n += r#","reservation_mibps":"#.len() as u64 + digits(s.reservation_mibps);
+    }
+    if let Some(l) = s.limit_mibps {
+        n += r#","limit_mibps":"#.len() as u64 + digits(l);
+    }
+    n
+}
+
+/// The JSON length of a map of NQN to share.
+fn shares_map_len<'a>(entries: impl Iterator<Item = (&'a str, &'a LocalShare)>) -> u64 {
+    let (mut n, mut count) = (2u64, 0u64);
+    for (k, s) in entries {
+        n += key_len(k) + 1 + share_len(s);
+        count += 1;
+    }
+    n + count.saturating_sub(1)
+}
+
+/// The JSON length of a plan.
+fn plan_len(plan: &Plan) -> u64 {
+    let inner: u64 = plan
+        .iter()
+        .map(|(t, m)| key_len(t) + 1 + shares_map_len(m.iter().map(|(k, s)| (k.as_str(), s))))
+        .sum();
+    2 + inner + (plan.len() as u64).saturating_sub(1)
+}
+
 /// The agent's `DemandRecord`.
 #[derive(Serialize)]
 struct DemandRecord<'a> {
@@ -44,6 +91,7 @@ struct MemberRecord<'a> {
     domain: &'a str,
     capacity_iops: u64,
     period_ms: u64,
+    /// Left empty: its length is counted apart ([`shares_map_len`]).
     applied: BTreeMap<&'a str, LocalShare>,
     error: Option<String>,
 }
@@ -92,12 +140,14 @@ impl EtcdLoad {
     pub fn shares_written(&mut self, leader: (usize, &str), members: &[String], plan: &Plan) {
         let (leader, leader_name) = leader;
         self.last_seq += 1;
+        let empty = Plan::new();
         let len = json_len(&SharesRecord {
             seq: self.last_seq,
             leader: leader_name,
             members,
-            plan,
-        });
+            plan: &empty,
+        }) - 2
+            + plan_len(plan);
         self.shares_writes += 1;
         self.shares_largest = self.shares_largest.max(len);
         self.writes[leader] += 1;
@@ -121,24 +171,64 @@ impl EtcdLoad {
     ) {
         let d = json_len(&DemandRecord { hosts: demand });
         let m = *self.member_size[i].get_or_insert_with(|| {
-            json_len(&MemberRecord {
+            let head = json_len(&MemberRecord {
                 target: name,
                 domain: "",
                 capacity_iops: s.targets[i].capacity_iops,
                 period_ms: s.cluster.interval_ms,
-                applied: s
-                    .hosts
-                    .iter()
-                    .zip(applied)
-                    .filter_map(|(h, a)| a.map(|a| (h.nqn.as_str(), a)))
-                    .collect(),
+                applied: BTreeMap::new(),
                 error: None,
-            })
+            });
+            // The agent's map is in NQN order; its length does not depend on the order.
+            let entries = s
+                .hosts
+                .iter()
+                .zip(applied)
+                .filter_map(|(h, a)| a.as_ref().map(|a| (h.nqn.as_str(), a)));
+            head - 2 + shares_map_len(entries)
         });
         self.demand_largest[i] = self.demand_largest[i].max(d);
         self.member_largest[i] = self.member_largest[i].max(m);
         // Two puts, the lease's keep-alive, the leader key's create transaction.
         self.writes[i] += 4;
         self.bytes[i] += d + m + name.len() as u64;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counted_lengths_are_the_json_lengths() {
+        let shares = [
+            LocalShare::default(),
+            LocalShare {
+                reservation_iops: 1_000_000_007,
+                limit_iops: Some(9),
+                weight: 1000,
+                reservation_mibps: 12,
+                limit_mibps: Some(0),
+            },
+            LocalShare {
+                reservation_iops: 10,
+                limit_iops: Some(100),
+                weight: 7,
+                reservation_mibps: 0,
+                limit_mibps: Some(10_000),
+            },
+        ];
+        for s in &shares {
+            assert_eq!(share_len(s), json_len(s), "{s:?}");
+        }
+        let mut plan = Plan::new();
+        for (t, n) in [("a", 0), ("t\"x", 1), ("t001", 3)] {
+            let m: BTreeMap<String, LocalShare> = (0..n)
+                .map(|k| (format!("nqn.h\u{1}{k}"), shares[k % 3]))
+                .collect();
+            plan.insert(t.to_string(), m);
+        }
+        assert_eq!(plan_len(&plan), json_len(&plan));
+        assert_eq!(plan_len(&Plan::new()), json_len(&Plan::new()));
     }
 }
