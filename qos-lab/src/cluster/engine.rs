@@ -5,13 +5,13 @@
 //! the last `demand_window_periods`; while etcd is away nothing is divided, read or
 //! reported. It also counts what the agents would write to etcd and times `plan`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use qos_core::cluster::{ClusterHost, LocalShare, PathDemand, Plan, plan};
 use qos_core::share::{Claim, water_fill};
 
-use super::etcd::EtcdLoad;
+use super::etcd::{EtcdLoad, key_len, share_len};
 use super::{ClusterScenario, HostSpec};
 
 /// One host in one period.
@@ -120,7 +120,10 @@ struct Engine<'a> {
     s: &'a ClusterScenario,
     names: Vec<String>,
     contracts: BTreeMap<String, ClusterHost>,
-    index: HashMap<&'a str, usize>,
+    /// The hosts in NQN order (the order of every map of a division), those of one
+    /// NQN together, and each NQN's JSON length.
+    groups: Vec<Vec<usize>>,
+    nqn_len: Vec<u64>,
     /// Per target, the hosts that can ever want something there, in host order.
     at: Vec<Vec<usize>>,
     /// Per target, per local host, the served figures of the last periods (a ring).
@@ -150,16 +153,16 @@ impl<'a> Engine<'a> {
             .iter()
             .map(|hs| vec![VecDeque::new(); hs.len()])
             .collect();
+        let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (k, h) in s.hosts.iter().enumerate() {
+            groups.entry(h.nqn.as_str()).or_default().push(k);
+        }
         Engine {
             s,
             names: s.targets.iter().map(|t| t.name.clone()).collect(),
             contracts: contracts(s),
-            index: s
-                .hosts
-                .iter()
-                .enumerate()
-                .map(|(k, h)| (h.nqn.as_str(), k))
-                .collect(),
+            groups: groups.values().cloned().collect(),
+            nqn_len: groups.keys().map(|n| key_len(n)).collect(),
             at,
             history,
             reports: BTreeMap::new(),
@@ -187,23 +190,27 @@ impl<'a> Engine<'a> {
             &self.s.divide_config(),
         );
         self.run.division_times.push(started.elapsed());
-        self.check_limits(&division, members.len() as u64);
         let changed = self
             .written
             .as_ref()
             .is_none_or(|(m, old)| m != members || *old != division);
-        let mut dense = vec![vec![None; self.s.hosts.len()]; self.names.len()];
-        for (i, name) in self.names.iter().enumerate() {
-            for (nqn, share) in division.get(name).into_iter().flatten() {
-                dense[i][self.index[nqn.as_str()]] = Some(*share);
-            }
-        }
+        let dense = self.densify(&division);
+        self.check_limits(&dense, members.len() as u64);
         if changed {
             let leader = self.leader(p);
             let name = self.names[leader].clone();
+            let maps: Vec<(&str, u64)> = (0..self.names.len())
+                .filter(|&i| members.contains(&self.names[i]))
+                .map(|i| {
+                    (
+                        self.names[i].as_str(),
+                        row_len(&self.groups, &self.nqn_len, &dense[i]),
+                    )
+                })
+                .collect();
             self.run
                 .etcd
-                .shares_written((leader, &name), members, &division);
+                .shares_written((leader, &name), members, &maps);
             self.written = Some((members.to_vec(), division));
         }
         if self.run.division_times.len() == 1 {
@@ -227,13 +234,32 @@ impl<'a> Engine<'a> {
             .unwrap_or(0)
     }
 
-    fn check_limits(&mut self, division: &Plan, members: u64) {
-        for (nqn, h) in &self.contracts {
-            let Some(limit) = h.limit_iops else { continue };
-            let sum: u64 = division
-                .values()
-                .filter_map(|d| d.get(nqn).and_then(|s| s.limit_iops))
-                .sum();
+    /// The division as `[target][host]`: every map of a division holds every
+    /// contract in NQN order, as `groups` does.
+    fn densify(&self, division: &Plan) -> Dense {
+        let mut dense = vec![vec![None; self.s.hosts.len()]; self.names.len()];
+        for (i, name) in self.names.iter().enumerate() {
+            let Some(m) = division.get(name) else {
+                continue;
+            };
+            assert_eq!(m.len(), self.groups.len(), "a share of every contract");
+            for (share, g) in m.values().zip(&self.groups) {
+                for &k in g {
+                    dense[i][k] = Some(*share);
+                }
+            }
+        }
+        dense
+    }
+
+    fn check_limits(&mut self, dense: &Dense, members: u64) {
+        for g in &self.groups {
+            // The contract of an NQN given twice is the last one's.
+            let k = *g.last().expect("a group has a host");
+            let Some(limit) = self.s.hosts[k].limit_iops else {
+                continue;
+            };
+            let sum: u64 = dense.iter().filter_map(|d| d[k]?.limit_iops).sum();
             if sum > limit + members {
                 self.run.limit_share_excess += 1;
             }
@@ -314,9 +340,11 @@ impl<'a> Engine<'a> {
             if etcd_up {
                 self.report(i, &served);
                 let rep = &self.reports[&self.names[i]];
+                let (groups, lens, row) = (&self.groups, &self.nqn_len, &self.applied[i]);
+                let applied = || row_len(groups, lens, row);
                 self.run
                     .etcd
-                    .agent_interval(i, &self.names[i], s, rep, &self.applied[i]);
+                    .agent_interval(i, &self.names[i], s, rep, applied);
             }
         }
         self.run.periods.push(row);
@@ -324,6 +352,19 @@ impl<'a> Engine<'a> {
             self.run.shares.push(self.applied.clone());
         }
     }
+}
+
+/// The JSON length of a target's map of shares (NQN -> share), from the hosts in NQN
+/// order and each NQN's JSON length.
+fn row_len(groups: &[Vec<usize>], nqn_len: &[u64], row: &[Option<LocalShare>]) -> u64 {
+    let (mut n, mut count) = (2u64, 0u64);
+    for (g, len) in groups.iter().zip(nqn_len) {
+        if let Some(s) = &row[g[0]] {
+            n += len + 1 + share_len(s);
+            count += 1;
+        }
+    }
+    n + count.saturating_sub(1)
 }
 
 /// The hosts' cluster-wide contracts, as the operator set them.

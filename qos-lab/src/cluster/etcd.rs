@@ -37,7 +37,7 @@ fn digits(v: u64) -> u64 {
 }
 
 /// The JSON length of a string (quoted, escaped).
-fn key_len(k: &str) -> u64 {
+pub(super) fn key_len(k: &str) -> u64 {
     if k.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
         k.len() as u64 + 2
     } else {
@@ -47,7 +47,7 @@ fn key_len(k: &str) -> u64 {
 
 /// The JSON length of a share, counted rather than written: a fleet's records hold
 /// hundreds of thousands of them every interval.
-fn share_len(s: &LocalShare) -> u64 {
+pub(super) fn share_len(s: &LocalShare) -> u64 {
     let mut n = r#"{"reservation_iops":,"limit_iops":,"weight":}"#.len() as u64;
     n += digits(s.reservation_iops) + s.limit_iops.map_or(4, digits) + digits(s.weight as u64);
     if s.reservation_mibps != 0 {
@@ -60,6 +60,7 @@ fn share_len(s: &LocalShare) -> u64 {
 }
 
 /// The JSON length of a map of NQN to share.
+#[cfg(test)]
 fn shares_map_len<'a>(entries: impl Iterator<Item = (&'a str, &'a LocalShare)>) -> u64 {
     let (mut n, mut count) = (2u64, 0u64);
     for (k, s) in entries {
@@ -69,13 +70,10 @@ fn shares_map_len<'a>(entries: impl Iterator<Item = (&'a str, &'a LocalShare)>) 
     n + count.saturating_sub(1)
 }
 
-/// The JSON length of a plan.
-fn plan_len(plan: &Plan) -> u64 {
-    let inner: u64 = plan
-        .iter()
-        .map(|(t, m)| key_len(t) + 1 + shares_map_len(m.iter().map(|(k, s)| (k.as_str(), s))))
-        .sum();
-    2 + inner + (plan.len() as u64).saturating_sub(1)
+/// The JSON length of a plan, from each target's name and its map's length.
+fn plan_len(maps: &[(&str, u64)]) -> u64 {
+    let inner: u64 = maps.iter().map(|(t, m)| key_len(t) + 1 + m).sum();
+    2 + inner + (maps.len() as u64).saturating_sub(1)
 }
 
 /// The agent's `DemandRecord`.
@@ -137,7 +135,13 @@ impl EtcdLoad {
     }
 
     /// The leader (target `leader`) puts a new shares record.
-    pub fn shares_written(&mut self, leader: (usize, &str), members: &[String], plan: &Plan) {
+    /// `maps`: each member's name and the JSON length of its map of shares.
+    pub fn shares_written(
+        &mut self,
+        leader: (usize, &str),
+        members: &[String],
+        maps: &[(&str, u64)],
+    ) {
         let (leader, leader_name) = leader;
         self.last_seq += 1;
         let empty = Plan::new();
@@ -147,7 +151,7 @@ impl EtcdLoad {
             members,
             plan: &empty,
         }) - 2
-            + plan_len(plan);
+            + plan_len(maps);
         self.shares_writes += 1;
         self.shares_largest = self.shares_largest.max(len);
         self.writes[leader] += 1;
@@ -167,7 +171,7 @@ impl EtcdLoad {
         name: &str,
         s: &ClusterScenario,
         demand: &BTreeMap<String, PathDemand>,
-        applied: &[Option<LocalShare>],
+        applied_len: impl FnOnce() -> u64,
     ) {
         let d = json_len(&DemandRecord { hosts: demand });
         let m = *self.member_size[i].get_or_insert_with(|| {
@@ -179,13 +183,7 @@ impl EtcdLoad {
                 applied: BTreeMap::new(),
                 error: None,
             });
-            // The agent's map is in NQN order; its length does not depend on the order.
-            let entries = s
-                .hosts
-                .iter()
-                .zip(applied)
-                .filter_map(|(h, a)| a.as_ref().map(|a| (h.nqn.as_str(), a)));
-            head - 2 + shares_map_len(entries)
+            head - 2 + applied_len()
         });
         self.demand_largest[i] = self.demand_largest[i].max(d);
         self.member_largest[i] = self.member_largest[i].max(m);
@@ -228,7 +226,14 @@ mod tests {
                 .collect();
             plan.insert(t.to_string(), m);
         }
-        assert_eq!(plan_len(&plan), json_len(&plan));
-        assert_eq!(plan_len(&Plan::new()), json_len(&Plan::new()));
+        let maps: Vec<(&str, u64)> = plan
+            .iter()
+            .map(|(t, m)| {
+                let entries = m.iter().map(|(k, s)| (k.as_str(), s));
+                (t.as_str(), shares_map_len(entries))
+            })
+            .collect();
+        assert_eq!(plan_len(&maps), json_len(&plan));
+        assert_eq!(plan_len(&[]), json_len(&Plan::new()));
     }
 }
