@@ -62,7 +62,8 @@ enum Command {
     /// List the shipped scenarios.
     List,
     /// A cluster of targets sharing hosts: each host's reservation and limit divided
-    /// among the targets by the cluster agents' rule, demand moves and target failures
+    /// among the targets by the cluster agents' rule, demand moves and target failures,
+    /// the agents' timing and etcd outages, or a generated fleet of targets and hosts
     /// (docs/cluster.md, "Planning in the lab").
     Cluster {
         /// A cluster scenario file (qos-lab/scenarios/cluster/*.toml).

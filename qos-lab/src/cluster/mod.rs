@@ -10,6 +10,11 @@
 //! a cluster asks: do the reservations fit, also with any one target down; how many
 //! periods until a host's reservation holds again after its demand moves or a target
 //! fails; does any host ever exceed its limit.
+//!
+//! This module owns the scenario file and the per-host table; the period loop is in
+//! `engine` (with the agents' timing and etcd outages, opt-in `[cluster]` fields),
+//! what the agents would write to etcd in `etcd`, a generated fleet (`[fleet]`) in
+//! `fleet` and its report over hosts in `scale`.
 
 use std::fmt::Write as _;
 use std::path::Path;
