@@ -62,7 +62,8 @@ enum Command {
     /// List the shipped scenarios.
     List,
     /// A cluster of targets sharing hosts: each host's reservation and limit divided
-    /// among the targets by the cluster agents' rule, demand moves and target failures
+    /// among the targets by the cluster agents' rule, demand moves and target failures,
+    /// the agents' timing and etcd outages, or a generated fleet of targets and hosts
     /// (docs/cluster.md, "Planning in the lab").
     Cluster {
         /// A cluster scenario file (qos-lab/scenarios/cluster/*.toml).
@@ -129,6 +130,23 @@ fn main() -> ExitCode {
 /// `qos-lab cluster FILE`.
 fn cluster(file: &Path) -> ExitCode {
     match qos_lab::cluster::ClusterScenario::load(file) {
+        Ok(s) if s.fleet.is_some() => {
+            let started = std::time::Instant::now();
+            let periods = s.cluster.periods;
+            let run = qos_lab::cluster::simulate_with_progress(&s, &mut |p| {
+                if (p + 1) % 10 == 0 || p + 1 == periods {
+                    eprintln!(
+                        "period {} of {periods} ({:.1} s)",
+                        p + 1,
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            });
+            print!("{}", qos_lab::cluster::fleet_report(&s, &run));
+            println!("{}", qos_lab::cluster::division_time_line(&run));
+            println!("simulated in {:.1} s", started.elapsed().as_secs_f64());
+            ExitCode::SUCCESS
+        }
         Ok(s) => {
             let run = qos_lab::cluster::simulate(&s);
             print!("{}", qos_lab::cluster::report(&s, &run));

@@ -10,15 +10,28 @@
 //! a cluster asks: do the reservations fit, also with any one target down; how many
 //! periods until a host's reservation holds again after its demand moves or a target
 //! fails; does any host ever exceed its limit.
+//!
+//! This module owns the scenario file and the per-host table; the period loop is in
+//! `engine` (with the agents' timing and etcd outages, opt-in `[cluster]` fields),
+//! what the agents would write to etcd in `etcd`, a generated fleet (`[fleet]`) in
+//! `fleet` and its report over hosts in `scale`.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use qos_core::cluster::{ClusterHost, DivideConfig, LocalShare, PathDemand, plan};
-use qos_core::share::{Claim, water_fill};
+use qos_core::cluster::DivideConfig;
 use serde::Deserialize;
 use thiserror::Error;
+
+mod engine;
+mod etcd;
+mod fleet;
+mod scale;
+
+pub use engine::{ClusterRun, HostPeriod, simulate, simulate_with_progress};
+pub use etcd::EtcdLoad;
+pub use fleet::{FleetFailure, FleetMove, FleetSpec};
+pub use scale::{division_time_line, fleet_report};
 
 /// The largest rate a cluster scenario takes (a million million IOPS): sums over
 /// targets and hosts stay far from overflowing.
@@ -57,6 +70,44 @@ pub struct ClusterSettings {
     pub floor_milli: u32,
     #[serde(default = "default_headroom")]
     pub headroom_milli: u32,
+    /// The periods a target's demand report averages over (the agent's demand window
+    /// in agent intervals; a period is one interval). 1: the last period only.
+    #[serde(default = "default_window")]
+    pub demand_window_periods: u32,
+    /// The periods from the leader's division to the targets applying it. 0: in the
+    /// period it is made (the targets read it in the same interval).
+    #[serde(default)]
+    pub apply_delay_periods: u32,
+    /// Periods in which etcd cannot be reached: no division is made or read, no report
+    /// written; the targets keep their last shares.
+    #[serde(default)]
+    pub etcd_outages: Vec<EtcdOutage>,
+    /// The agents' interval in milliseconds (one period): turns writes per interval
+    /// into writes per second.
+    #[serde(default = "default_interval_ms")]
+    pub interval_ms: u64,
+}
+
+/// etcd cannot be reached from period `from` up to (not including) period `to`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EtcdOutage {
+    pub from: u32,
+    pub to: u32,
+}
+
+impl ClusterSettings {
+    /// Whether etcd answers in period `p`.
+    pub fn etcd_up(&self, p: u32) -> bool {
+        !self.etcd_outages.iter().any(|o| o.from <= p && p < o.to)
+    }
+}
+
+fn default_window() -> u32 {
+    1
+}
+fn default_interval_ms() -> u64 {
+    1000
 }
 
 fn default_lease() -> u32 {
@@ -100,6 +151,10 @@ pub struct HostSpec {
     /// moves evenly to the live ones. `false`: it is lost with the target.
     #[serde(default = "default_multipath")]
     pub multipath: bool,
+    /// The targets the host reaches (a generated fleet's hosts reach some only): where
+    /// a failed target's demand moves to. `None`: every target.
+    #[serde(skip)]
+    pub paths: Option<Vec<usize>>,
 }
 
 fn default_multipath() -> bool {
@@ -115,9 +170,11 @@ fn default_weight() -> u32 {
 #[serde(deny_unknown_fields)]
 pub struct ClusterScenario {
     pub cluster: ClusterSettings,
-    #[serde(rename = "target")]
+    /// A generated fleet instead of listed targets and hosts.
+    pub fleet: Option<FleetSpec>,
+    #[serde(rename = "target", default)]
     pub targets: Vec<TargetSpec>,
-    #[serde(rename = "host")]
+    #[serde(rename = "host", default)]
     pub hosts: Vec<HostSpec>,
 }
 
@@ -132,17 +189,29 @@ impl ClusterScenario {
     }
 
     pub fn parse(text: &str, path: &str) -> Result<ClusterScenario, ClusterScenarioError> {
-        let s: ClusterScenario = toml::from_str(text).map_err(|e| ClusterScenarioError::Parse {
-            path: path.into(),
-            message: e.to_string(),
-        })?;
+        let mut s: ClusterScenario =
+            toml::from_str(text).map_err(|e| ClusterScenarioError::Parse {
+                path: path.into(),
+                message: e.to_string(),
+            })?;
         let bad = |field: String, message: String| ClusterScenarioError::Invalid {
             path: path.into(),
             field,
             message,
         };
-        if s.cluster.periods == 0 {
-            return Err(bad("cluster.periods".into(), "at least 1".into()));
+        s.check_timing().map_err(|(f, m)| bad(f, m))?;
+        if let Some(fleet) = &s.fleet {
+            if !s.targets.is_empty() || !s.hosts.is_empty() {
+                return Err(bad(
+                    "fleet".into(),
+                    "a [fleet] makes the targets and hosts: no [[target]] or [[host]] with it"
+                        .into(),
+                ));
+            }
+            fleet.check().map_err(|(f, m)| bad(f, m))?;
+            let (targets, hosts) = fleet.generate();
+            s.targets = targets;
+            s.hosts = hosts;
         }
         DivideConfig {
             floor_milli: s.cluster.floor_milli,
@@ -201,168 +270,37 @@ impl ClusterScenario {
         Ok(s)
     }
 
+    /// The `[cluster]` fields of timing: (field, what is wrong).
+    fn check_timing(&self) -> Result<(), (String, String)> {
+        let c = &self.cluster;
+        if c.periods == 0 {
+            return Err(("cluster.periods".into(), "at least 1".into()));
+        }
+        if !(1..=1000).contains(&c.demand_window_periods) {
+            return Err(("cluster.demand_window_periods".into(), "1 ..= 1000".into()));
+        }
+        if c.apply_delay_periods > 1000 {
+            return Err(("cluster.apply_delay_periods".into(), "0 ..= 1000".into()));
+        }
+        if !(1..=3_600_000).contains(&c.interval_ms) {
+            return Err(("cluster.interval_ms".into(), "1 ..= 3600000".into()));
+        }
+        for (i, o) in c.etcd_outages.iter().enumerate() {
+            if o.from >= o.to {
+                return Err((
+                    format!("cluster.etcd_outages[{i}]"),
+                    format!("`from` ({}) must be below `to` ({})", o.from, o.to),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn divide_config(&self) -> DivideConfig {
         DivideConfig {
             floor_milli: self.cluster.floor_milli,
             headroom_milli: self.cluster.headroom_milli,
         }
-    }
-}
-
-/// One host in one period.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct HostPeriod {
-    /// What it wanted over the cluster (after failover) and what it got.
-    pub wanted: u64,
-    pub served: u64,
-}
-
-/// The simulation's result: per period and host.
-#[derive(Debug, Clone)]
-pub struct ClusterRun {
-    pub periods: Vec<Vec<HostPeriod>>,
-    /// Per period, each target's (reservation share, limit share) of each host.
-    pub shares: Vec<Vec<Vec<Option<LocalShare>>>>,
-}
-
-/// What a host wants at each target in period `p`, with a dead target's demand moved
-/// evenly to the alive ones.
-fn wanted_at(s: &ClusterScenario, h: &HostSpec, p: u32, alive: &[bool]) -> Vec<u64> {
-    let step = h
-        .demand
-        .iter()
-        .rev()
-        .find(|d| d.from <= p)
-        .expect("from = 0 checked");
-    let n_alive = alive.iter().filter(|&&a| a).count() as u64;
-    let moved: u64 = if !h.multipath {
-        0
-    } else {
-        step.iops
-            .iter()
-            .zip(alive)
-            .filter(|(_, a)| !**a)
-            .map(|(w, _)| *w)
-            .sum()
-    };
-    (0..s.targets.len())
-        .map(|i| {
-            if !alive[i] || n_alive == 0 {
-                0
-            } else {
-                step.iops[i] + moved / n_alive
-            }
-        })
-        .collect()
-}
-
-/// One target's period: reservation shares first, then weighted max-min within limits.
-fn serve(capacity: u64, wants: &[u64], shares: &[Option<LocalShare>]) -> Vec<u64> {
-    let cap_of = |k: usize| shares[k].and_then(|s| s.limit_iops).unwrap_or(u64::MAX);
-    let res: Vec<u64> = (0..wants.len())
-        .map(|k| {
-            let r = shares[k].map_or(0, |s| s.reservation_iops);
-            wants[k].min(r).min(cap_of(k))
-        })
-        .collect();
-    let total_res: u64 = res.iter().sum();
-    let mut served: Vec<u64> = if total_res > capacity {
-        res.iter()
-            .map(|&r| (r as u128 * capacity as u128 / total_res as u128) as u64)
-            .collect()
-    } else {
-        res
-    };
-    let left = capacity - served.iter().sum::<u64>().min(capacity);
-    let claims: Vec<Claim> = (0..wants.len())
-        .map(|k| Claim {
-            weight: shares[k].map_or(1, |s| s.weight as u64),
-            demand: wants[k].min(cap_of(k)).saturating_sub(served[k]),
-        })
-        .collect();
-    let mut extra = vec![0; wants.len()];
-    water_fill(left, &claims, &mut extra);
-    for (s, e) in served.iter_mut().zip(extra) {
-        *s += e;
-    }
-    served
-}
-
-/// Runs the scenario.
-pub fn simulate(s: &ClusterScenario) -> ClusterRun {
-    let names: Vec<String> = s.targets.iter().map(|t| t.name.clone()).collect();
-    let hosts: BTreeMap<String, ClusterHost> = s
-        .hosts
-        .iter()
-        .map(|h| {
-            (
-                h.nqn.clone(),
-                ClusterHost {
-                    reservation_iops: h.reservation_iops,
-                    limit_iops: h.limit_iops,
-                    weight: h.weight,
-                    // The lab's cluster model is of operations only.
-                    ..Default::default()
-                },
-            )
-        })
-        .collect();
-    let cfg = s.divide_config();
-    let mut reports: BTreeMap<String, BTreeMap<String, PathDemand>> = BTreeMap::new();
-    let mut periods = Vec::new();
-    let mut all_shares = Vec::new();
-    for p in 0..s.cluster.periods {
-        let alive: Vec<bool> = s
-            .targets
-            .iter()
-            .map(|t| t.fail_at.is_none_or(|f| p < f))
-            .collect();
-        let members: Vec<String> = s
-            .targets
-            .iter()
-            .filter(|t| t.fail_at.is_none_or(|f| p < f + s.cluster.lease_periods))
-            .map(|t| t.name.clone())
-            .collect();
-        let division = plan(&hosts, &members, &reports, &cfg);
-        let wants: Vec<Vec<u64>> = s.hosts.iter().map(|h| wanted_at(s, h, p, &alive)).collect();
-        let mut row = vec![HostPeriod::default(); s.hosts.len()];
-        let mut shares_row = Vec::new();
-        // A dead target's last report stays in etcd under its lease, as its shares do.
-        reports.retain(|t, _| {
-            members.contains(t) && !alive[names.iter().position(|n| n == t).expect("known")]
-        });
-        for (i, t) in s.targets.iter().enumerate() {
-            let shares: Vec<Option<LocalShare>> = s
-                .hosts
-                .iter()
-                .map(|h| division.get(&names[i]).and_then(|d| d.get(&h.nqn)).copied())
-                .collect();
-            shares_row.push(shares.clone());
-            if !alive[i] {
-                continue;
-            }
-            let w: Vec<u64> = wants.iter().map(|w| w[i]).collect();
-            let served = serve(t.capacity_iops, &w, &shares);
-            let rep = reports.entry(names[i].clone()).or_default();
-            for (k, h) in s.hosts.iter().enumerate() {
-                row[k].wanted += w[k];
-                row[k].served += served[k];
-                rep.insert(
-                    h.nqn.clone(),
-                    PathDemand {
-                        served: served[k],
-                        backlogged: served[k] < w[k],
-                        ..Default::default()
-                    },
-                );
-            }
-        }
-        periods.push(row);
-        all_shares.push(shares_row);
-    }
-    ClusterRun {
-        periods,
-        shares: all_shares,
     }
 }
 
@@ -647,5 +585,106 @@ multipath = false
         assert!(e.to_string().contains("target[0].capacity_iops"), "{e}");
         let e = ClusterScenario::parse("[cluster]\nperiods = 1\nbogus = 2\n", "f").unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod timing_tests {
+    use super::*;
+
+    const MOVE: &str = r#"
+[cluster]
+periods = 30
+[[target]]
+name = "a"
+capacity_iops = 100000
+[[target]]
+name = "b"
+capacity_iops = 100000
+[[host]]
+nqn = "x"
+reservation_iops = 30000
+limit_iops = 40000
+demand = [ { from = 0, iops = [40000, 10000] }, { from = 10, iops = [10000, 40000] } ]
+[[host]]
+nqn = "y"
+reservation_iops = 50000
+demand = [ { from = 0, iops = [100000, 100000] } ]
+"#;
+
+    fn with(fields: &str) -> ClusterScenario {
+        ClusterScenario::parse(
+            &MOVE.replace("periods = 30", &format!("periods = 30\n{fields}")),
+            "t",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_defaults_are_the_model_of_before() {
+        let s = with("");
+        assert_eq!(s.cluster.demand_window_periods, 1);
+        assert_eq!(s.cluster.apply_delay_periods, 0);
+        assert!(s.cluster.etcd_outages.is_empty());
+        assert_eq!(s.cluster.interval_ms, 1000);
+        let run = simulate(&s);
+        assert_eq!(recovery(&s, &run, 0, 10), Some(1));
+    }
+
+    #[test]
+    fn the_agents_timing_follows_a_move_in_about_two_periods() {
+        let s = with("demand_window_periods = 2\napply_delay_periods = 1");
+        let run = simulate(&s);
+        let rec = recovery(&s, &run, 0, 10).unwrap();
+        assert!((2..=3).contains(&rec), "x back after {rec} periods");
+        assert!(run.periods.iter().all(|r| r[0].served <= 40_000));
+    }
+
+    #[test]
+    fn no_division_while_etcd_is_away() {
+        let s = with("etcd_outages = [ { from = 8, to = 15 } ]");
+        let run = simulate(&s);
+        // The move at 10 is not followed while etcd is away; at 15 the leader divides
+        // from the reports of before the outage and the targets report again, so the
+        // division of 16 follows the move.
+        assert_eq!(
+            recovery(&s, &run, 0, 10),
+            Some(6),
+            "{:?}",
+            recovery(&s, &run, 0, 10)
+        );
+        assert_eq!(
+            run.shares[12], run.shares[7],
+            "the targets keep their last shares"
+        );
+        assert_eq!(run.etcd.intervals, 30 - 7);
+        assert_eq!(run.division_times.len(), 30 - 7);
+    }
+
+    #[test]
+    fn bad_timing_names_the_field() {
+        for (fields, field) in [
+            ("demand_window_periods = 0", "cluster.demand_window_periods"),
+            ("apply_delay_periods = 1001", "cluster.apply_delay_periods"),
+            ("interval_ms = 0", "cluster.interval_ms"),
+            (
+                "etcd_outages = [ { from = 5, to = 5 } ]",
+                "cluster.etcd_outages[0]",
+            ),
+        ] {
+            let text = MOVE.replace("periods = 30", &format!("periods = 30\n{fields}"));
+            let e = ClusterScenario::parse(&text, "f").unwrap_err().to_string();
+            assert!(e.contains(field), "{fields}: {e}");
+        }
+        let e = ClusterScenario::parse(
+            &MOVE.replace(
+                "periods = 30",
+                "periods = 30\netcd_outages = [ { from = 1 } ]",
+            ),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("to"), "{e}");
     }
 }

@@ -1,0 +1,402 @@
+//! The cluster model's period loop: each period the leader divides (with the real
+//! `qos_core::cluster::plan`) from the reports in etcd, the division reaches the
+//! targets `apply_delay_periods` later, each live target serves its hosts (reservation
+//! shares first, then weighted max-min within limit shares) and reports the mean of
+//! the last `demand_window_periods`; while etcd is away nothing is divided, read or
+//! reported. It also counts what the agents would write to etcd and times `plan`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use qos_core::cluster::{ClusterHost, LocalShare, PathDemand, Plan, plan};
+use qos_core::share::{Claim, water_fill};
+
+use super::etcd::{EtcdLoad, key_len, share_len};
+use super::{ClusterScenario, HostSpec};
+
+/// One host in one period.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostPeriod {
+    /// What it wanted over the cluster (after failover) and what it got.
+    pub wanted: u64,
+    pub served: u64,
+}
+
+/// Shares kept per period only up to this many (target, host) pairs: a fleet's would
+/// fill the memory.
+const KEEP_SHARES_UP_TO: usize = 10_000;
+
+/// The simulation's result: per period and host.
+#[derive(Debug, Clone)]
+pub struct ClusterRun {
+    pub periods: Vec<Vec<HostPeriod>>,
+    /// Per period, each target's (reservation share, limit share) of each host (empty
+    /// for scenarios of more than 10,000 target-host pairs).
+    pub shares: Vec<Vec<Vec<Option<LocalShare>>>>,
+    /// What the agents would have written to etcd.
+    pub etcd: EtcdLoad,
+    /// The wall time of each call of `plan` (measured: not deterministic).
+    pub division_times: Vec<Duration>,
+    /// Divisions in which a host's limit shares added up to more than its limit plus
+    /// one per member (a target refuses a limit of 0): 0 unless the division is wrong.
+    pub limit_share_excess: usize,
+}
+
+/// Each target's share of each host, dense: `[target][host]`.
+type Dense = Vec<Vec<Option<LocalShare>>>;
+
+/// What a host wants at each target in period `p`, with a dead target's demand moved
+/// evenly to the alive targets among its paths.
+fn wanted_at(h: &HostSpec, n_targets: usize, p: u32, alive: &[bool]) -> Vec<u64> {
+    let step = h
+        .demand
+        .iter()
+        .rev()
+        .find(|d| d.from <= p)
+        .expect("from = 0 checked");
+    let mut path_mask = vec![h.paths.is_none(); n_targets];
+    for &i in h.paths.iter().flatten() {
+        path_mask[i] = true;
+    }
+    let on_path = |i: usize| path_mask[i];
+    let n_alive = (0..n_targets).filter(|&i| alive[i] && on_path(i)).count() as u64;
+    let moved: u64 = if !h.multipath {
+        0
+    } else {
+        step.iops
+            .iter()
+            .zip(alive)
+            .filter(|(_, a)| !**a)
+            .map(|(w, _)| *w)
+            .sum()
+    };
+    (0..n_targets)
+        .map(|i| {
+            if !alive[i] || n_alive == 0 {
+                0
+            } else if on_path(i) {
+                step.iops[i] + moved / n_alive
+            } else {
+                step.iops[i]
+            }
+        })
+        .collect()
+}
+
+/// One target's period: reservation shares first, then weighted max-min within limits.
+fn serve(capacity: u64, wants: &[u64], shares: &[Option<LocalShare>]) -> Vec<u64> {
+    let cap_of = |k: usize| shares[k].and_then(|s| s.limit_iops).unwrap_or(u64::MAX);
+    let res: Vec<u64> = (0..wants.len())
+        .map(|k| {
+            let r = shares[k].map_or(0, |s| s.reservation_iops);
+            wants[k].min(r).min(cap_of(k))
+        })
+        .collect();
+    let total_res: u64 = res.iter().sum();
+    let mut served: Vec<u64> = if total_res > capacity {
+        res.iter()
+            .map(|&r| (r as u128 * capacity as u128 / total_res as u128) as u64)
+            .collect()
+    } else {
+        res
+    };
+    let left = capacity - served.iter().sum::<u64>().min(capacity);
+    let claims: Vec<Claim> = (0..wants.len())
+        .map(|k| Claim {
+            weight: shares[k].map_or(1, |s| s.weight as u64),
+            demand: wants[k].min(cap_of(k)).saturating_sub(served[k]),
+        })
+        .collect();
+    let mut extra = vec![0; wants.len()];
+    water_fill(left, &claims, &mut extra);
+    for (s, e) in served.iter_mut().zip(extra) {
+        *s += e;
+    }
+    served
+}
+
+/// The loop's state between periods.
+struct Engine<'a> {
+    s: &'a ClusterScenario,
+    names: Vec<String>,
+    contracts: BTreeMap<String, ClusterHost>,
+    /// The hosts in NQN order (the order of every map of a division), those of one
+    /// NQN together, and each NQN's JSON length.
+    groups: Vec<Vec<usize>>,
+    nqn_len: Vec<u64>,
+    /// Per target, the hosts that can ever want something there, in host order.
+    at: Vec<Vec<usize>>,
+    /// Per target, per local host, the served figures of the last periods (a ring).
+    history: Vec<Vec<VecDeque<u64>>>,
+    reports: BTreeMap<String, BTreeMap<String, PathDemand>>,
+    pending: VecDeque<(u32, Dense)>,
+    applied: Dense,
+    written: Option<(Vec<String>, Plan)>,
+    run: ClusterRun,
+}
+
+impl<'a> Engine<'a> {
+    fn new(s: &'a ClusterScenario) -> Self {
+        let n = s.targets.len();
+        let at: Vec<Vec<usize>> = (0..n)
+            .map(|i| {
+                (0..s.hosts.len())
+                    .filter(|&k| {
+                        let h = &s.hosts[k];
+                        let on_path = h.paths.as_ref().is_none_or(|ps| ps.contains(&i));
+                        h.demand.iter().any(|d| d.iops[i] > 0) || (h.multipath && on_path)
+                    })
+                    .collect()
+            })
+            .collect();
+        let history = at
+            .iter()
+            .map(|hs| vec![VecDeque::new(); hs.len()])
+            .collect();
+        let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (k, h) in s.hosts.iter().enumerate() {
+            groups.entry(h.nqn.as_str()).or_default().push(k);
+        }
+        Engine {
+            s,
+            names: s.targets.iter().map(|t| t.name.clone()).collect(),
+            contracts: contracts(s),
+            groups: groups.values().cloned().collect(),
+            nqn_len: groups.keys().map(|n| key_len(n)).collect(),
+            at,
+            history,
+            reports: BTreeMap::new(),
+            pending: VecDeque::new(),
+            applied: vec![vec![None; s.hosts.len()]; n],
+            written: None,
+            run: ClusterRun {
+                periods: Vec::new(),
+                shares: Vec::new(),
+                etcd: EtcdLoad::new(n),
+                division_times: Vec::new(),
+                limit_share_excess: 0,
+            },
+        }
+    }
+
+    /// The leader's interval: divide, count the write if the division changed, and
+    /// queue it for the targets.
+    fn divide(&mut self, p: u32, members: &[String]) {
+        let started = Instant::now();
+        let division = plan(
+            &self.contracts,
+            members,
+            &self.reports,
+            &self.s.divide_config(),
+        );
+        self.run.division_times.push(started.elapsed());
+        let changed = self
+            .written
+            .as_ref()
+            .is_none_or(|(m, old)| m != members || *old != division);
+        let dense = self.densify(&division);
+        self.check_limits(&dense, members.len() as u64);
+        if changed {
+            let leader = self.leader(p);
+            let name = self.names[leader].clone();
+            let maps: Vec<(&str, u64)> = (0..self.names.len())
+                .filter(|&i| members.contains(&self.names[i]))
+                .map(|i| {
+                    (
+                        self.names[i].as_str(),
+                        row_len(&self.groups, &self.nqn_len, &dense[i]),
+                    )
+                })
+                .collect();
+            self.run
+                .etcd
+                .shares_written((leader, &name), members, &maps);
+            self.written = Some((members.to_vec(), division));
+        }
+        if self.run.division_times.len() == 1 {
+            // The run starts with the cluster already divided: the targets hold the
+            // first division from the start (with no shares they would limit nobody).
+            self.applied = dense.clone();
+            self.run.etcd.applied_changed();
+        }
+        self.pending
+            .push_back((p + self.s.cluster.apply_delay_periods, dense));
+        while self.pending.front().is_some_and(|(at, _)| *at <= p) {
+            self.applied = self.pending.pop_front().expect("checked").1;
+            self.run.etcd.applied_changed();
+        }
+    }
+
+    /// The leader: the first live target.
+    fn leader(&self, p: u32) -> usize {
+        (0..self.names.len())
+            .find(|&i| self.s.targets[i].fail_at.is_none_or(|f| p < f))
+            .unwrap_or(0)
+    }
+
+    /// The division as `[target][host]`: every map of a division holds every
+    /// contract in NQN order, as `groups` does.
+    fn densify(&self, division: &Plan) -> Dense {
+        let mut dense = vec![vec![None; self.s.hosts.len()]; self.names.len()];
+        for (i, name) in self.names.iter().enumerate() {
+            let Some(m) = division.get(name) else {
+                continue;
+            };
+            assert_eq!(m.len(), self.groups.len(), "a share of every contract");
+            for (share, g) in m.values().zip(&self.groups) {
+                for &k in g {
+                    dense[i][k] = Some(*share);
+                }
+            }
+        }
+        dense
+    }
+
+    fn check_limits(&mut self, dense: &Dense, members: u64) {
+        for g in &self.groups {
+            // The contract of an NQN given twice is the last one's.
+            let k = *g.last().expect("a group has a host");
+            let Some(limit) = self.s.hosts[k].limit_iops else {
+                continue;
+            };
+            let sum: u64 = dense.iter().filter_map(|d| d[k]?.limit_iops).sum();
+            if sum > limit + members {
+                self.run.limit_share_excess += 1;
+            }
+        }
+    }
+
+    /// Target `i` serves period `p`; returns what each of its hosts wanted and got.
+    fn serve_target(&mut self, i: usize, wants: &[Vec<u64>]) -> Vec<(usize, u64, u64)> {
+        let hs = &self.at[i];
+        let w: Vec<u64> = hs.iter().map(|&k| wants[k][i]).collect();
+        let shares: Vec<Option<LocalShare>> = hs.iter().map(|&k| self.applied[i][k]).collect();
+        let served = serve(self.s.targets[i].capacity_iops, &w, &shares);
+        let window = self.s.cluster.demand_window_periods as usize;
+        for (j, &got) in served.iter().enumerate() {
+            let ring = &mut self.history[i][j];
+            ring.push_back(got);
+            if ring.len() > window {
+                ring.pop_front();
+            }
+        }
+        hs.iter()
+            .zip(w)
+            .zip(served)
+            .map(|((&k, w), got)| (k, w, got))
+            .collect()
+    }
+
+    /// Target `i` writes its demand report: each host's mean over the demand window,
+    /// held if it got less than it wanted in the last period.
+    fn report(&mut self, i: usize, served: &[(usize, u64, u64)]) {
+        let rep = self.reports.entry(self.names[i].clone()).or_default();
+        for (j, &(k, w, got)) in served.iter().enumerate() {
+            let ring = &self.history[i][j];
+            let mean = ring.iter().sum::<u64>() / ring.len().max(1) as u64;
+            rep.insert(
+                self.s.hosts[k].nqn.clone(),
+                PathDemand {
+                    served: mean,
+                    backlogged: got < w,
+                    ..Default::default()
+                },
+            );
+        }
+    }
+
+    fn period(&mut self, p: u32) {
+        let s = self.s;
+        let alive: Vec<bool> = s
+            .targets
+            .iter()
+            .map(|t| t.fail_at.is_none_or(|f| p < f))
+            .collect();
+        let members: Vec<String> = s
+            .targets
+            .iter()
+            .filter(|t| t.fail_at.is_none_or(|f| p < f + s.cluster.lease_periods))
+            .map(|t| t.name.clone())
+            .collect();
+        let etcd_up = s.cluster.etcd_up(p);
+        if etcd_up {
+            self.run.etcd.intervals += 1;
+            self.divide(p, &members);
+            // A dead target's last report stays in etcd under its lease, as its shares do.
+            let names = &self.names;
+            self.reports.retain(|t, _| {
+                members.contains(t) && !alive[names.iter().position(|n| n == t).expect("known")]
+            });
+        }
+        let n = s.targets.len();
+        let wants: Vec<Vec<u64>> = s.hosts.iter().map(|h| wanted_at(h, n, p, &alive)).collect();
+        let mut row = vec![HostPeriod::default(); s.hosts.len()];
+        for i in (0..n).filter(|&i| alive[i]) {
+            let served = self.serve_target(i, &wants);
+            for &(k, w, got) in &served {
+                row[k].wanted += w;
+                row[k].served += got;
+            }
+            if etcd_up {
+                self.report(i, &served);
+                let rep = &self.reports[&self.names[i]];
+                let (groups, lens, row) = (&self.groups, &self.nqn_len, &self.applied[i]);
+                let applied = || row_len(groups, lens, row);
+                self.run
+                    .etcd
+                    .agent_interval(i, &self.names[i], s, rep, applied);
+            }
+        }
+        self.run.periods.push(row);
+        if n * s.hosts.len() <= KEEP_SHARES_UP_TO {
+            self.run.shares.push(self.applied.clone());
+        }
+    }
+}
+
+/// The JSON length of a target's map of shares (NQN -> share), from the hosts in NQN
+/// order and each NQN's JSON length.
+fn row_len(groups: &[Vec<usize>], nqn_len: &[u64], row: &[Option<LocalShare>]) -> u64 {
+    let (mut n, mut count) = (2u64, 0u64);
+    for (g, len) in groups.iter().zip(nqn_len) {
+        if let Some(s) = &row[g[0]] {
+            n += len + 1 + share_len(s);
+            count += 1;
+        }
+    }
+    n + count.saturating_sub(1)
+}
+
+/// The hosts' cluster-wide contracts, as the operator set them.
+fn contracts(s: &ClusterScenario) -> BTreeMap<String, ClusterHost> {
+    s.hosts
+        .iter()
+        .map(|h| {
+            (
+                h.nqn.clone(),
+                ClusterHost {
+                    reservation_iops: h.reservation_iops,
+                    limit_iops: h.limit_iops,
+                    weight: h.weight,
+                    // The lab's cluster model is of operations only.
+                    ..Default::default()
+                },
+            )
+        })
+        .collect()
+}
+
+/// Runs the scenario.
+pub fn simulate(s: &ClusterScenario) -> ClusterRun {
+    simulate_with_progress(s, &mut |_| {})
+}
+
+/// Runs the scenario, calling `progress` after each period.
+pub fn simulate_with_progress(s: &ClusterScenario, progress: &mut dyn FnMut(u32)) -> ClusterRun {
+    let mut e = Engine::new(s);
+    for p in 0..s.cluster.periods {
+        e.period(p);
+        progress(p);
+    }
+    e.run
+}
