@@ -349,7 +349,9 @@ struct Cluster<'a> {
 impl Cluster<'_> {
     /// Creates the cluster, starts an agent per target, and sets X's contract
     /// (reservation `r`, limit `l`; `d` is its demand, for the log).
-    fn start(&self, ta: &Target, tb: &Target, r: u64, l: u64, d: u64) -> [AgentProc; 2] {
+    /// Waits (up to 5 s) until both targets enforce a limit share of X: the windows
+    /// measured after that are of the cluster's contract, not of X unlimited.
+    fn start(&self, ta: &mut Target, tb: &mut Target, r: u64, l: u64, d: u64) -> [AgentProc; 2] {
         agent_cmd(
             self.agent,
             self.etcd,
@@ -379,6 +381,16 @@ impl Cluster<'_> {
         agent_cmd(self.agent, self.etcd, &args);
         let u = self.unit.label();
         println!("  X: reservation {r} {u}, limit {l} {u} over the cluster; demand {d} {u}");
+        let set = Instant::now();
+        while set.elapsed() < Duration::from_secs(5)
+            && (x_settings(ta, self.unit).is_none() || x_settings(tb, self.unit).is_none())
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        println!(
+            "  X's shares in force at both targets {:?} after host set",
+            set.elapsed()
+        );
         agents
     }
 
@@ -401,6 +413,17 @@ impl Cluster<'_> {
         let p2 = Instant::now();
         run_for(w, Some(ta), tb, 10.0);
         let shares_2080 = (x_settings(ta, self.unit), x_settings(tb, self.unit));
+        for (name, t) in [("A", &mut *ta), ("B", &mut *tb)] {
+            if let Ok(v) = t.rpc(
+                "qos_stats_get",
+                json!({"domain": "d", "host_nqn": host_nqn(X), "compact": true}),
+            ) {
+                println!(
+                    "  X's held_by at {name} after 20/80: {}",
+                    v[0]["hosts"][0]["held_by"]
+                );
+            }
+        }
         println!("  X's (min, max) at A, B: 80/20 {shares_8020:?}; 20/80 {shares_2080:?}");
         println!(
             "{}",
@@ -454,7 +477,7 @@ fn a_host_s_contract_held_across_two_targets() {
         unit: Unit::Iops,
     };
     size_domains(&mut ta, &mut tb, Unit::Iops, c);
-    let agents = cl.start(&ta, &tb, r, l, d);
+    let agents = cl.start(&mut ta, &mut tb, r, l, d);
 
     // Phase 1: 80/20, then 20/80.
     let mut w = Windows::new(Unit::Iops);
@@ -607,12 +630,13 @@ fn a_host_s_contract_held_across_two_targets() {
 /// limit C/4, C in MiB/s) divided over the two targets by the agents as the IOPS one
 /// is, its demand (C/2) moving 80/20 then 20/80; each target's local host writes
 /// 128 KiB commands against a local MiB/s reservation. Always asserted: the shares add
-/// up and the limit holds (+2 %). With `NVMF_QOS_ACCEPTANCE=1`: the reservation in at
-/// least 99 % of the steady windows, which is not met yet: at the target its demand left,
-/// the writer (served just under its share there, 1 MiB commands waiting for paced
-/// reservation tokens: about 4 waiting on average) counts as held by the agent's rule,
-/// so the division splits evenly instead of following the move (docs/cluster.md, "Not
-/// built"); the test prints the windows.
+/// up and the limit holds (+2 %, and one 1 MiB command per target and window). With
+/// `NVMF_QOS_ACCEPTANCE=1`: the reservation in at least 99 % of the steady windows,
+/// which is not met yet: at the target its demand left, the writer (served just under
+/// its shares there, its 1 MiB commands waiting for paced reservation and limit tokens:
+/// about 4 waiting on average) counts as held by the agent's rule, so the division
+/// splits evenly instead of following the move (docs/cluster.md, "Not built"); the
+/// test prints the windows and the hold reasons.
 #[test]
 fn a_writer_s_mibps_contract_held_across_two_targets() {
     let what = "cluster of two targets, MiB/s";
@@ -643,7 +667,7 @@ fn a_writer_s_mibps_contract_held_across_two_targets() {
         etcd: &etcd,
         unit: Unit::Mibps,
     };
-    let agents = cl.start(&ta, &tb, r, l, d);
+    let agents = cl.start(&mut ta, &mut tb, r, l, d);
     let mut w = Windows::new(Unit::Mibps);
     let (steady, every) = cl.demand_moves(&mut w, &bp, &mut ta, &mut tb, d);
     let (n, met, _) = summarize("80/20 then 20/80, steady", Unit::Mibps, &steady, r, l);
@@ -651,16 +675,20 @@ fn a_writer_s_mibps_contract_held_across_two_targets() {
     for (name, a) in ["a", "b"].iter().zip(&agents) {
         println!("  agent {name} log:\n{}", a.log_tail(6));
     }
-    drop(agents);
-    let _ = perform.wait();
-    drop(bp);
-    assert!(
-        max_all <= 1.02 * l as f64,
-        "MiB/s limit exceeded: {max_all:.1} > {l} + 2 %"
-    );
+    // The shares while both agents are in the cluster (a stopped agent leaves it).
     let (a, b) = (
         x_settings(&mut ta, Unit::Mibps),
         x_settings(&mut tb, Unit::Mibps),
+    );
+    drop(agents);
+    let _ = perform.wait();
+    drop(bp);
+    // A target admits whole commands: a window of half a second can hold one 1 MiB
+    // command more per target than its share (2 MiB/s each), beside the IOPS test's 2 %.
+    let slack = 2.0 * 2.0;
+    assert!(
+        max_all <= 1.02 * l as f64 + slack,
+        "MiB/s limit exceeded: {max_all:.1} > {l} + 2 % + {slack} MiB/s"
     );
     let (a, b) = (a.expect("X's share at A"), b.expect("X's share at B"));
     assert!(
