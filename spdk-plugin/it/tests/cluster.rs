@@ -143,9 +143,12 @@ impl Drop for AgentProc {
     }
 }
 
+/// An admin command of the agent's CLI. Its etcd calls may wait up to 5 s: both cores
+/// busy-poll here (two targets on one, bdevperf on the other) and etcd, starved, once
+/// took longer than the CLI's default 500 ms to answer `cluster create`.
 fn agent_cmd(bin: &PathBuf, etcd: &Etcd, args: &[&str]) -> String {
     let out = Command::new(bin)
-        .args(["--etcd", &etcd.url()])
+        .args(["--etcd", &etcd.url(), "--etcd-timeout-ms", "5000"])
         .args(args)
         .output()
         .expect("run nvmf-qos-agent");
