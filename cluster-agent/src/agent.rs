@@ -123,10 +123,14 @@ pub struct Agent {
 /// the reservation in 32 of 35 windows; at 3 %, in 35 of 35.
 pub const HYSTERESIS_MILLI: u64 = 30;
 
-/// A limit share that goes down is applied from this many thousandths on: applying
-/// decreases sooner than increases keeps the limits the targets hold adding up to at
-/// most the host's limit (plus this), while another target's increase waits.
-pub const LIMIT_DOWN_MILLI: u64 = 5;
+/// A reservation share that goes up, or a limit share that goes down, is applied from
+/// this many thousandths on: when the division moves a share from one target to
+/// another, the move toward the contract is applied at once and the other waits, so the
+/// reservations the targets hold add up to at least the host's reservation (less this)
+/// and the limits to at most its limit (plus this). The waiting side is what the
+/// hysteresis costs: up to 3 % more reserved, or up to 3 % less allowed, than the
+/// contract while the demand moves.
+pub const PROMPT_MILLI: u64 = 5;
 
 fn differs_by(a: u64, b: u64, milli: u64) -> bool {
     a.abs_diff(b) as u128 * 1000 > a.max(b) as u128 * milli as u128
@@ -145,11 +149,16 @@ fn share_differs(have: &LocalShare, want: &LocalShare) -> bool {
 }
 
 /// One resource's (reservation, limit) moved enough to apply: see [`HYSTERESIS_MILLI`]
-/// and [`LIMIT_DOWN_MILLI`].
+/// and [`PROMPT_MILLI`].
 fn amounts_differ(have: (u64, Option<u64>), want: (u64, Option<u64>)) -> bool {
-    differs_by(have.0, want.0, HYSTERESIS_MILLI)
+    let reservation_milli = if want.0 > have.0 {
+        PROMPT_MILLI
+    } else {
+        HYSTERESIS_MILLI
+    };
+    differs_by(have.0, want.0, reservation_milli)
         || match (have.1, want.1) {
-            (Some(a), Some(b)) if b < a => differs_by(a, b, LIMIT_DOWN_MILLI),
+            (Some(a), Some(b)) if b < a => differs_by(a, b, PROMPT_MILLI),
             (Some(a), Some(b)) => differs_by(a, b, HYSTERESIS_MILLI),
             (None, None) => false,
             _ => true,
@@ -525,8 +534,14 @@ mod tests {
             let mine = BTreeMap::from([("h".to_string(), share(r, l))]);
             reconcile(Some(&mine), &hosts, &have, &BTreeSet::new()).len()
         };
-        assert_eq!(moves(1020, Some(2000)), 0, "reservation +2 %");
-        assert_eq!(moves(1040, Some(2000)), 1, "reservation +4 %");
+        assert_eq!(
+            moves(1020, Some(2000)),
+            1,
+            "reservation +2 %: applied at once"
+        );
+        assert_eq!(moves(1004, Some(2000)), 0, "reservation +0.4 %");
+        assert_eq!(moves(980, Some(2000)), 0, "reservation -2 %");
+        assert_eq!(moves(960, Some(2000)), 1, "reservation -4 %");
         assert_eq!(moves(1000, Some(2040)), 0, "limit +2 %");
         assert_eq!(moves(1000, Some(1980)), 1, "limit -1 %: applied at once");
         assert_eq!(moves(1000, Some(1995)), 0, "limit -0.25 %");
