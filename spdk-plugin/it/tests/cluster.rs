@@ -207,8 +207,11 @@ fn domain_completed(t: &mut Target, unit: Unit) -> f64 {
     s.hosts.iter().map(|h| unit.of(&h.completed_total)).sum()
 }
 
+/// X's (reservation, limit) at one target; `None` while it has no limit there.
+type Settings = Option<(u64, u64)>;
+
 /// X's local settings at a target: (min, max) in `unit`.
-fn x_settings(t: &mut Target, unit: Unit) -> Option<(u64, u64)> {
+fn x_settings(t: &mut Target, unit: Unit) -> Settings {
     let v = t
         .rpc(
             "qos_host_get",
@@ -227,7 +230,7 @@ fn x_settings(t: &mut Target, unit: Unit) -> Option<(u64, u64)> {
 /// add up to at least the reservation (less 0.5 %) and at most 3 % more, the limits to
 /// at most the limit (plus 0.5 %) and at least 3 % less; each bound two units wider (each
 /// part is rounded).
-fn adds_up(a: Option<(u64, u64)>, b: Option<(u64, u64)>, (r, l): (u64, u64)) -> bool {
+fn adds_up(a: Settings, b: Settings, (r, l): (u64, u64)) -> bool {
     let Some(((ra, la), (rb, lb))) = a.zip(b) else {
         return false;
     };
@@ -248,7 +251,7 @@ fn shares_read_until_held(
     tb: &mut Target,
     unit: Unit,
     contract: (u64, u64),
-) -> Vec<(Option<(u64, u64)>, Option<(u64, u64)>)> {
+) -> Vec<(Settings, Settings)> {
     let mut reads = Vec::new();
     for _ in 0..10 {
         let pair = (x_settings(ta, unit), x_settings(tb, unit));
