@@ -112,6 +112,7 @@ pub mod cost;
 pub mod depth;
 pub mod entitlement;
 pub mod estimator;
+pub mod handover;
 pub mod histogram;
 pub mod hold;
 pub mod initiator;
