@@ -406,6 +406,7 @@ mod tests {
                         period_ms: 1000,
                         applied: BTreeMap::new(),
                         error: None,
+                        handover_url: None,
                     };
                     let v = serde_json::to_string(&m).unwrap();
                     self.inner.put(&k.member("t1"), &v, None)?;

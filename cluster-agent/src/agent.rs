@@ -4,17 +4,21 @@
 //! the I/O goes through [`Store`] and [`TargetRpc`], so tests drive agents against an
 //! in-memory store and stub targets as well as a real etcd and real targets.
 //!
-//! Failure rules: when etcd cannot be reached the target keeps the shares it has (the
-//! agent applies nothing it could not read) and I/O never waits on etcd; when the target
-//! cannot be reached the agent stops renewing its lease, so the cluster gives its shares
-//! to the other targets once the lease expires.
+//! Failure rules: when etcd cannot be reached the target keeps the division's shares,
+//! moved only by what the agents trade directly ([`qos_core::handover`]: a target
+//! releases a host's unused share to a peer that holds the host back, which takes
+//! exactly that), and I/O never waits on etcd; when the target cannot be reached the
+//! agent stops renewing its lease, so the cluster gives its shares to the other targets
+//! once the lease expires.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use qos_core::cluster::{ClusterHost, LocalShare, PathDemand, Plan, plan};
+use qos_core::cluster::{ClusterHost, DivideConfig, LocalShare, PathDemand, Plan, plan};
+use qos_core::handover::{Handover, HandoverConfig, HandoverReport};
 
 use crate::demand::DemandMeter;
 use crate::keys::{ClusterRecord, DemandRecord, Keys, MemberRecord, SharesRecord, hosts_of, parse};
+use crate::peers::Peers;
 use crate::store::{LeaseId, Store, StoreError};
 use crate::target::{LocalState, TargetRpc};
 
@@ -31,6 +35,9 @@ pub struct AgentConfig {
     pub lease_ttl_s: u64,
     /// Window of the demand measurement; `None`: the domain's period.
     pub window_ms: Option<u64>,
+    /// Where the other agents read this one's handover report (`http://ADDR/handover`);
+    /// `None`: it serves none, and trades nothing while etcd is away.
+    pub handover_url: Option<String>,
 }
 
 /// What one interval did.
@@ -56,6 +63,10 @@ pub struct TickReport {
     /// Hosts whose share the target refused this interval, with why (see
     /// [`Change::describe`]); not in `errors`.
     pub refused: BTreeMap<String, String>,
+    /// With etcd away: the peers whose handover report was read, and the shares moved
+    /// by trading (counted in `set` too).
+    pub peers_read: usize,
+    pub traded: usize,
     pub errors: Vec<String>,
 }
 
@@ -102,18 +113,35 @@ impl Change {
     }
 }
 
+/// A division as its leader wrote it: `seq` and what a new one is compared with.
+#[derive(Debug, PartialEq)]
+struct Written {
+    seq: u64,
+    members: Vec<String>,
+    plan: Plan,
+    peers: BTreeMap<String, String>,
+}
+
 /// An agent's state between intervals.
 #[derive(Debug)]
 pub struct Agent {
     cfg: AgentConfig,
     keys: Keys,
     lease: Option<LeaseId>,
+    /// This agent held the leader key at its last interval that reached etcd.
+    leading: bool,
     /// What this agent last wrote as leader.
-    written: Option<(u64, Vec<String>, Plan)>,
+    written: Option<Written>,
     /// Hosts this agent configured on its target (it removes only those).
     managed: BTreeSet<String>,
     last_refusal: Option<String>,
     meter: DemandMeter,
+    handover: Handover,
+    /// From the last division read: the peers' handover URLs, the contracts and the
+    /// cluster's division settings, to trade by while etcd is away.
+    peer_urls: BTreeMap<String, String>,
+    contracts: BTreeMap<String, ClusterHost>,
+    divide: DivideConfig,
 }
 
 /// Shares move at the target only when they change by more than this many thousandths
@@ -199,15 +227,26 @@ pub fn reconcile(
 impl Agent {
     pub fn new(cfg: AgentConfig) -> Agent {
         let keys = Keys::new(&cfg.cluster);
+        let handover = Handover::new(&cfg.target);
         Agent {
             cfg,
             keys,
             lease: None,
+            leading: false,
             written: None,
             managed: BTreeSet::new(),
             last_refusal: None,
             meter: DemandMeter::default(),
+            handover,
+            peer_urls: BTreeMap::new(),
+            contracts: BTreeMap::new(),
+            divide: DivideConfig::default(),
         }
+    }
+
+    /// What this agent publishes to its peers (`GET /handover`).
+    pub fn handover_report(&self) -> HandoverReport {
+        self.handover.report()
     }
 
     pub fn config(&self) -> &AgentConfig {
@@ -220,12 +259,14 @@ impl Agent {
         self.lease.is_some()
     }
 
-    /// One interval, at `now_ms` (any monotonic clock in milliseconds).
+    /// One interval, at `now_ms` (any monotonic clock in milliseconds); `peers` is read
+    /// only while etcd is away.
     pub fn tick(
         &mut self,
         now_ms: u64,
         store: &mut dyn Store,
         tgt: &mut dyn TargetRpc,
+        peers: &mut dyn Peers,
     ) -> TickReport {
         let mut r = TickReport::default();
         let local = match tgt.read(&self.cfg.domain) {
@@ -245,14 +286,79 @@ impl Agent {
         r.target_ok = true;
         let window = self.cfg.window_ms.unwrap_or(local.period_ms).max(1);
         let demand = self.meter.observe(now_ms, &local.counters, window);
+        self.handover.observe(&demand);
         match self.sync(store, tgt, &local, &demand, &mut r) {
             Ok(()) => {
                 r.etcd_ok = true;
                 r.etcd_reachable = true;
             }
-            Err(e) => r.errors.push(e.to_string()),
+            Err(e) => {
+                r.errors.push(e.to_string());
+                // A leader that lost etcd waits an interval when it is back, then
+                // writes a new division, even an equal one: it starts the trade books
+                // over.
+                self.leading = false;
+                self.written = None;
+                self.trade(&demand, &local, tgt, peers, &mut r);
+            }
         }
         r
+    }
+
+    /// With etcd away: reads the peers' reports, releases and takes, and applies the
+    /// shares exactly (a lowered share must be in force before its release is
+    /// published). Nothing before the agent read a division.
+    fn trade(
+        &mut self,
+        demand: &BTreeMap<String, PathDemand>,
+        local: &LocalState,
+        tgt: &mut dyn TargetRpc,
+        peers: &mut dyn Peers,
+        r: &mut TickReport,
+    ) {
+        if self.handover.seq().is_none() || self.cfg.handover_url.is_none() {
+            return;
+        }
+        let mut reports = Vec::new();
+        for (t, url) in &self.peer_urls {
+            if *t == self.cfg.target {
+                continue;
+            }
+            match peers.fetch(url) {
+                Ok(rep) if rep.target == *t => reports.push(rep),
+                Ok(rep) => r.errors.push(format!(
+                    "the handover report at {url} is {}'s, not {t}'s: ignored",
+                    rep.target
+                )),
+                Err(e) => r.errors.push(format!("peer {t}: {e}")),
+            }
+        }
+        r.peers_read = reports.len();
+        let cfg = HandoverConfig {
+            headroom_milli: self.divide.headroom_milli,
+            ..HandoverConfig::default()
+        };
+        let step = self.handover.step(demand, &reports, &self.contracts, &cfg);
+        let mut applied = BTreeSet::new();
+        for (nqn, want) in &step.shares {
+            if local.settings.get(nqn) == Some(want) {
+                applied.insert(nqn.clone());
+                continue;
+            }
+            let c = Change::Set(nqn.clone(), *want);
+            match tgt.host_set(&self.cfg.domain, nqn, want) {
+                Ok(()) => {
+                    applied.insert(nqn.clone());
+                    r.set += 1;
+                    r.traded += 1;
+                }
+                Err(e) => {
+                    r.refused
+                        .insert(nqn.clone(), format!("{}: {e}", c.describe()));
+                }
+            }
+        }
+        self.handover.commit(&step, |n| applied.contains(n));
     }
 
     /// Leaves the cluster at once (on SIGTERM): the lease goes, and with it this
@@ -326,6 +432,7 @@ impl Agent {
                 .map(|(n, s)| (n.clone(), *s))
                 .collect(),
             error: self.last_refusal.clone(),
+            handover_url: self.cfg.handover_url.clone(),
         };
         store.put(
             &self.keys.member(&self.cfg.target),
@@ -336,8 +443,15 @@ impl Agent {
         store.create(&self.keys.leader(), &self.cfg.target, lease)?;
         if store.get(&self.keys.leader())?.as_deref() == Some(self.cfg.target.as_str()) {
             r.leader = true;
-            self.lead(store, &cluster, &hosts, r)?;
+            // A new leader divides from its second interval on: the live targets whose
+            // leases expired while etcd was away re-join in this one, and a division
+            // over the first to come back would give it every host's whole contract.
+            if self.leading {
+                self.lead(store, &cluster, &hosts, r)?;
+            }
+            self.leading = true;
         } else {
+            self.leading = false;
             self.written = None;
         }
 
@@ -352,10 +466,26 @@ impl Agent {
             }
         };
         let mine = shares.plan.get(&self.cfg.target);
-        if let Some(m) = mine {
-            r.shares_seq = Some(shares.seq);
-            r.shares = m.clone();
-        }
+        self.peer_urls = shares.peers.clone();
+        self.contracts = hosts.clone();
+        self.divide = cluster.divide;
+        // What this target traded while etcd was away stands until the next division
+        // (made from the demand the traded shares let through): no jump back.
+        let book;
+        let mine = match mine {
+            Some(m) => {
+                r.shares_seq = Some(shares.seq);
+                r.shares = m.clone();
+                self.handover.rebase(shares.seq, m);
+                if self.handover.traded() {
+                    book = self.handover.shares(&hosts);
+                    Some(&book)
+                } else {
+                    Some(m)
+                }
+            }
+            None => None,
+        };
         self.apply(
             reconcile(mine, &hosts, &local.settings, &self.managed),
             tgt,
@@ -372,11 +502,20 @@ impl Agent {
         r: &mut TickReport,
     ) -> Result<(), StoreError> {
         let mprefix = self.keys.members();
-        let members: Vec<String> = store
-            .list(&mprefix)?
-            .into_iter()
-            .filter_map(|(k, _)| k.strip_prefix(&mprefix).map(str::to_string))
-            .collect();
+        let mut members: Vec<String> = Vec::new();
+        let mut peers: BTreeMap<String, String> = BTreeMap::new();
+        for (k, v) in store.list(&mprefix)? {
+            let Some(t) = k.strip_prefix(&mprefix) else {
+                continue;
+            };
+            members.push(t.to_string());
+            if let Some(url) = parse::<MemberRecord>(&k, &v)
+                .ok()
+                .and_then(|m| m.handover_url)
+            {
+                peers.insert(t.to_string(), url);
+            }
+        }
         let dprefix = self.keys.demands();
         let mut demand: BTreeMap<String, BTreeMap<String, PathDemand>> = BTreeMap::new();
         for (k, v) in store.list(&dprefix)? {
@@ -391,15 +530,16 @@ impl Agent {
             }
         }
         let p = plan(hosts, &members, &demand, &cluster.divide);
-        if let Some((_, m, old)) = &self.written
-            && *m == members
-            && *old == p
+        if let Some(w) = &self.written
+            && w.members == members
+            && w.plan == p
+            && w.peers == peers
         {
             return Ok(());
         }
         // A new leader continues the sequence of the record it finds.
         let last_seq = match &self.written {
-            Some((s, _, _)) => *s,
+            Some(w) => w.seq,
             None => store
                 .get(&self.keys.shares())?
                 .and_then(|t| parse::<SharesRecord>("shares", &t).ok())
@@ -410,9 +550,15 @@ impl Agent {
             leader: self.cfg.target.clone(),
             members: members.clone(),
             plan: p.clone(),
+            peers: peers.clone(),
         };
         store.put(&self.keys.shares(), &json(&rec), None)?;
-        self.written = Some((rec.seq, members, p));
+        self.written = Some(Written {
+            seq: rec.seq,
+            members,
+            plan: p,
+            peers,
+        });
         Ok(())
     }
 

@@ -143,6 +143,10 @@ pub struct MemberRecord {
     pub applied: BTreeMap<String, LocalShare>,
     /// The last refusal of the target, if its share could not be applied.
     pub error: Option<String>,
+    /// Where its peers read its handover report (`http://ADDR/handover`) while etcd is
+    /// away; absent when the agent serves no HTTP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover_url: Option<String>,
 }
 
 /// What each host did at one target in its last ended period.
@@ -160,6 +164,9 @@ pub struct SharesRecord {
     /// The live targets the division was made over.
     pub members: Vec<String>,
     pub plan: Plan,
+    /// The members' handover URLs, for the agents to trade by while etcd is away.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub peers: BTreeMap<String, String>,
 }
 
 /// Parses a record; the message names the key.

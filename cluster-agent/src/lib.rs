@@ -9,7 +9,9 @@
 //! - [`keys`]: the key layout and the records stored at each key.
 //! - [`target`]: reading counters and capacity from the target, applying shares to it.
 //! - [`demand`]: the hosts' demand at the target, over a sliding window.
-//! - [`agent`]: one interval of an agent (report, lead, apply).
+//! - [`agent`]: one interval of an agent (report, lead, apply; trade while etcd is
+//!   away).
+//! - [`peers`]: reading the other agents' handover reports over HTTP.
 //! - [`admin`]: the operator's commands (create a cluster, set hosts, show).
 //! - [`metrics`]: the agent's own metrics and health, served for Prometheus.
 
@@ -19,5 +21,6 @@ pub mod connect;
 pub mod demand;
 pub mod keys;
 pub mod metrics;
+pub mod peers;
 pub mod store;
 pub mod target;

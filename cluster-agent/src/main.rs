@@ -2,6 +2,7 @@
 //! cluster (`cluster`, `host`, `show`), logging through `tracing` to stderr.
 //! docs/cluster.md has a walkthrough.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +15,7 @@ use nvmf_qos_agent::agent::{Agent, AgentConfig, LogLine, RefusalLog, TickReport}
 use nvmf_qos_agent::connect::EtcdOptions;
 use nvmf_qos_agent::keys::check_name;
 use nvmf_qos_agent::metrics::{self, AgentStatus};
+use nvmf_qos_agent::peers::HttpPeers;
 use nvmf_qos_agent::store::EtcdGateway;
 use nvmf_qos_agent::target::SocketTarget;
 use qos_core::cluster::{ClusterHost, DivideConfig};
@@ -93,6 +95,15 @@ enum Cmd {
         /// (127.0.0.1:9635, or 0.0.0.0:9635 for a remote Prometheus); off when not given.
         #[arg(long, env = "NVMF_QOS_AGENT_LISTEN")]
         listen: Option<String>,
+        /// The address:port the other agents reach this one's --listen at, to read
+        /// its handover report while etcd is away (default: the address --listen
+        /// bound; give it when that is 0.0.0.0 or [::]). Without --listen the agent
+        /// trades nothing while etcd is away.
+        #[arg(long, env = "NVMF_QOS_AGENT_ADVERTISE")]
+        advertise: Option<String>,
+        /// How long reading a peer's handover report may take, milliseconds.
+        #[arg(long, default_value_t = 100)]
+        peer_timeout_ms: u64,
     },
     /// Create, update or delete a cluster.
     Cluster {
@@ -222,6 +233,8 @@ fn main() -> ExitCode {
             lease_ttl_s,
             window_ms,
             listen,
+            advertise,
+            peer_timeout_ms,
         } => {
             return run(
                 &mut etcd,
@@ -231,10 +244,15 @@ fn main() -> ExitCode {
                     domain,
                     lease_ttl_s: lease_ttl_s.max(1),
                     window_ms,
+                    handover_url: None,
                 },
-                rpc_socket,
+                Endpoints {
+                    sock: rpc_socket,
+                    listen,
+                    advertise,
+                    peer_timeout: Duration::from_millis(peer_timeout_ms.max(1)),
+                },
                 Duration::from_millis(interval_ms.max(10)),
-                listen.as_deref(),
             );
         }
         Cmd::Cluster { op } => match op {
@@ -303,7 +321,7 @@ fn main() -> ExitCode {
 
 fn summary(r: &TickReport) -> String {
     format!(
-        "target {} etcd {}{} shares #{} set {} removed {}{}",
+        "target {} etcd {}{} shares #{} set {} removed {}{}{}",
         if r.target_ok { "ok" } else { "DOWN" },
         if r.etcd_ok {
             "ok"
@@ -320,16 +338,45 @@ fn summary(r: &TickReport) -> String {
             String::new()
         } else {
             format!(" refused {}", r.refused.len())
+        },
+        if r.etcd_ok {
+            String::new()
+        } else {
+            format!(
+                " handover: {} peers read, {} traded",
+                r.peers_read, r.traded
+            )
         }
     )
 }
 
+/// Where a running agent talks: its target's socket, its HTTP listener, and how its
+/// peers reach that listener.
+struct Endpoints {
+    sock: PathBuf,
+    listen: Option<String>,
+    advertise: Option<String>,
+    peer_timeout: Duration,
+}
+
+/// The URL the peers read this agent's handover report at: `advertise`, or the address
+/// the listener bound unless that is a wildcard (the peers cannot reach it).
+fn handover_url(bound: SocketAddr, advertise: Option<&str>) -> Result<String, String> {
+    match advertise {
+        Some(a) => Ok(format!("http://{a}/handover")),
+        None if bound.ip().is_unspecified() => Err(format!(
+            "--listen bound {bound}, which the other agents cannot reach: give --advertise \
+             ADDR:PORT so they can read this agent's handover report while etcd is away"
+        )),
+        None => Ok(format!("http://{bound}/handover")),
+    }
+}
+
 fn run(
     etcd: &mut EtcdGateway,
-    cfg: AgentConfig,
-    sock: PathBuf,
+    mut cfg: AgentConfig,
+    ends: Endpoints,
     interval: Duration,
-    listen: Option<&str>,
 ) -> ExitCode {
     for (what, name) in [("cluster", &cfg.cluster), ("target", &cfg.target)] {
         if let Err(e) = check_name(what, name) {
@@ -345,15 +392,25 @@ fn run(
         }
     }
     let status = Arc::new(Mutex::new(AgentStatus::new(&cfg)));
-    if let Some(addr) = listen {
+    if let Some(addr) = &ends.listen {
         match metrics::serve(addr, Arc::clone(&status)) {
-            Ok(bound) => tracing::info!("serving /metrics and /healthz on http://{bound}"),
+            Ok(bound) => {
+                tracing::info!("serving /metrics, /healthz and /handover on http://{bound}");
+                match handover_url(bound, ends.advertise.as_deref()) {
+                    Ok(url) => cfg.handover_url = Some(url),
+                    Err(e) => tracing::warn!("{e}"),
+                }
+            }
             Err(e) => {
                 tracing::error!("{e}");
                 return ExitCode::from(2);
             }
         }
     }
+    let mut peers = HttpPeers {
+        timeout: ends.peer_timeout,
+    };
+    let sock = ends.sock;
     tracing::info!(
         cluster = cfg.cluster,
         target = cfg.target,
@@ -370,13 +427,17 @@ fn run(
     let started = Instant::now();
     let mut next = started;
     while !stop.load(Ordering::Relaxed) {
-        let r = agent.tick(started.elapsed().as_millis() as u64, etcd, &mut tgt);
-        status.lock().unwrap_or_else(|p| p.into_inner()).record(
-            &r,
-            agent.holds_lease(),
-            Instant::now(),
-            SystemTime::now(),
+        let r = agent.tick(
+            started.elapsed().as_millis() as u64,
+            etcd,
+            &mut tgt,
+            &mut peers,
         );
+        {
+            let mut s = status.lock().unwrap_or_else(|p| p.into_inner());
+            s.record(&r, agent.holds_lease(), Instant::now(), SystemTime::now());
+            s.set_handover(&agent.handover_report());
+        }
         let line = summary(&r);
         // The shares number moves every division: report changes of state and errors
         // at info (warn when something is down), every interval at debug.

@@ -3,7 +3,9 @@
 //! `GET /metrics` (Prometheus text format: this target's share of each host's cluster
 //! contract, lease, leadership, last etcd contact, errors) and `GET /healthz` (200
 //! while etcd was reached within the lease TTL, 503 otherwise) on a small HTTP listener
-//! of its own thread, so a slow scrape never delays an interval.
+//! of its own thread, so a slow scrape never delays an interval. It also answers
+//! `GET /handover`, the report the other agents trade by while etcd is away
+//! ([`qos_core::handover`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -45,6 +47,9 @@ pub struct AgentStatus {
     errors: BTreeMap<&'static str, u64>,
     set_total: u64,
     removed_total: u64,
+    /// The agent's handover report, as JSON.
+    handover: String,
+    traded_total: u64,
 }
 
 impl AgentStatus {
@@ -67,7 +72,14 @@ impl AgentStatus {
             errors: ERROR_KINDS.iter().map(|&k| (k, 0)).collect(),
             set_total: 0,
             removed_total: 0,
+            handover: "{}".into(),
+            traded_total: 0,
         }
+    }
+
+    /// What `GET /handover` answers from now on.
+    pub fn set_handover(&mut self, report: &qos_core::handover::HandoverReport) {
+        self.handover = serde_json::to_string(report).expect("a report serialises");
     }
 
     /// Takes in one interval's report, made at `now` (`wall`: the same moment by the
@@ -101,6 +113,7 @@ impl AgentStatus {
         *self.errors.entry("other").or_default() += (others + r.refused.len()) as u64;
         self.set_total += r.set as u64;
         self.removed_total += r.removed as u64;
+        self.traded_total += r.traded as u64;
     }
 
     /// Time since etcd was last reached, `None` before the first time.
@@ -240,6 +253,13 @@ impl AgentStatus {
             "share_changes_total",
             "change=\"remove\"",
             self.removed_total as f64,
+        );
+        m.one(
+            "handover_traded_total",
+            "counter",
+            "shares moved by trading with the other agents while etcd was away",
+            "",
+            self.traded_total as f64,
         );
         if let Some(seq) = self.division_seq {
             m.one(
@@ -436,7 +456,15 @@ fn answer(mut c: TcpStream, status: &Mutex<AgentStatus>) -> std::io::Result<()> 
             let (code, text) = s.health(now);
             (code, "text/plain; charset=utf-8", text)
         }
-        ("GET", _) => (404, "text/plain", "try /metrics or /healthz\n".into()),
+        ("GET", "/handover") => {
+            let s = status.lock().unwrap_or_else(|p| p.into_inner());
+            (200, "application/json", s.handover.clone())
+        }
+        ("GET", _) => (
+            404,
+            "text/plain",
+            "try /metrics, /healthz or /handover\n".into(),
+        ),
         _ => (405, "text/plain", "GET only\n".into()),
     };
     let reason = match code {
@@ -464,6 +492,7 @@ mod tests {
             domain: "d".into(),
             lease_ttl_s: 2,
             window_ms: None,
+            handover_url: None,
         }
     }
 

@@ -16,6 +16,7 @@ fn mem(reservation: u64, limit: u64) -> Cluster<MemStore> {
         |s, ms| s.advance(ms),
         reservation,
         limit,
+        true,
     )
 }
 
@@ -78,8 +79,14 @@ fn a_dead_target_s_shares_go_to_the_survivor_once_its_lease_expires() {
 }
 
 #[test]
-fn with_etcd_down_targets_keep_their_shares_and_resume_after() {
-    let mut c = mem(3_000, 6_000);
+fn with_etcd_down_and_no_handover_targets_keep_their_shares_and_resume_after() {
+    let mut c = Cluster::new(
+        MemStore::default(),
+        |s, ms| s.advance(ms),
+        3_000,
+        6_000,
+        false,
+    );
     c.want(8_000, 2_000);
     for _ in 0..8 {
         c.interval();
@@ -101,6 +108,51 @@ fn with_etcd_down_targets_keep_their_shares_and_resume_after() {
     }
     let s = c.limit_shares();
     assert!(s[1] > s[0], "the move is followed once etcd is back: {s:?}");
+    assert!(c.served() >= 5_700);
+}
+
+#[test]
+fn with_etcd_down_the_targets_trade_the_move_without_exceeding_the_contract() {
+    let mut c = mem(3_000, 6_000);
+    c.want(8_000, 2_000);
+    for _ in 0..8 {
+        c.interval();
+    }
+    let before = c.limit_shares();
+    assert!(before[0] > before[1], "{before:?}");
+    c.store.down = true;
+    c.want(2_000, 8_000);
+    let mut followed = None;
+    for i in 0..40 {
+        c.interval();
+        let (r, l) = (c.reservation_shares(), c.limit_shares());
+        assert!(
+            r.iter().sum::<u64>() <= 3_000,
+            "reservations {r:?} over 3000"
+        );
+        assert!(l.iter().sum::<u64>() <= 6_000, "limits {l:?} over 6000");
+        if followed.is_none() && l[1] > l[0] {
+            followed = Some(i + 1);
+        }
+    }
+    let during = c.limit_shares();
+    // One interval for the demand window to show the move, one for A's release, one
+    // for B's take.
+    assert!(
+        followed.is_some_and(|n| n <= 4),
+        "followed after {followed:?} intervals: {during:?}"
+    );
+    assert!(c.served() >= 5_500, "served {} of 6000", c.served());
+    // Both paths use their reservation share (each serves 2000 or more): none moves.
+    assert_eq!(c.reservation_shares().iter().sum::<u64>(), 3_000);
+    // etcd back: the next division takes over from the traded shares, with no jump back.
+    c.store.down = false;
+    for _ in 0..6 {
+        c.interval();
+        let l = c.limit_shares();
+        assert!(l[1] > l[0], "jumped back to the old division: {l:?}");
+        assert!(l.iter().sum::<u64>() <= 6_000 * 1005 / 1000 + 2, "{l:?}");
+    }
     assert!(c.served() >= 5_700);
 }
 

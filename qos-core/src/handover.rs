@@ -186,6 +186,24 @@ impl Handover {
         }
     }
 
+    /// The shares this target holds by its book (the division's, moved by what it
+    /// traded), for the hosts in `contracts`.
+    pub fn shares(
+        &self,
+        contracts: &BTreeMap<String, ClusterHost>,
+    ) -> BTreeMap<String, LocalShare> {
+        let none = BTreeMap::new();
+        self.base
+            .iter()
+            .filter_map(|(nqn, base)| {
+                let c = contracts.get(nqn)?;
+                let released = self.released.get(nqn).unwrap_or(&none);
+                let taken = self.taken.get(nqn).unwrap_or(&none);
+                Some((nqn.clone(), book_share(base, released, taken, c)))
+            })
+            .collect()
+    }
+
     /// Records whether each host is held here (published while etcd answers too, so the
     /// peers know where a host wants more the moment etcd goes away).
     pub fn observe(&mut self, demand: &BTreeMap<String, PathDemand>) {

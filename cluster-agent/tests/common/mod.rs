@@ -1,15 +1,18 @@
 //! What the agent tests share: stub targets (each serves a host what it wants there, up
 //! to the limit share it holds) and a two-target cluster of agents over any [`Store`],
-//! moved one interval at a time.
+//! moved one interval at a time, each reading the others' handover reports as they were
+//! at the end of the last interval.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 
 use nvmf_qos_agent::admin;
 use nvmf_qos_agent::agent::{Agent, AgentConfig};
+use nvmf_qos_agent::peers::Peers;
 use nvmf_qos_agent::store::Store;
 use nvmf_qos_agent::target::{HostCounters, LocalState, TargetError, TargetRpc};
 use qos_core::cluster::{ClusterHost, DivideConfig, LocalShare};
+use qos_core::handover::HandoverReport;
 
 pub const NQN: &str = "nqn.2014-08.org.nvmexpress:uuid:host-x";
 
@@ -79,6 +82,19 @@ impl TargetRpc for StubTarget {
     }
 }
 
+/// The agents' handover reports by URL (`mem://a`); a peer not in it is unreachable.
+#[derive(Debug, Default)]
+pub struct MemPeers(pub BTreeMap<String, HandoverReport>);
+
+impl Peers for MemPeers {
+    fn fetch(&mut self, url: &str) -> Result<HandoverReport, String> {
+        self.0
+            .get(url)
+            .cloned()
+            .ok_or_else(|| format!("{url}: unreachable"))
+    }
+}
+
 pub struct Cluster<S: Store> {
     pub store: S,
     pub agents: Vec<Agent>,
@@ -90,7 +106,15 @@ pub struct Cluster<S: Store> {
 }
 
 impl<S: Store> Cluster<S> {
-    pub fn new(mut store: S, pass: fn(&mut S, u64), reservation: u64, limit: u64) -> Cluster<S> {
+    /// Two agents; `handover`: each serves its handover report (`--listen`), so the
+    /// two trade while etcd is away.
+    pub fn new(
+        mut store: S,
+        pass: fn(&mut S, u64),
+        reservation: u64,
+        limit: u64,
+        handover: bool,
+    ) -> Cluster<S> {
         admin::cluster_create(&mut store, "c1", DivideConfig::default(), false).unwrap();
         let mut agents: Vec<Agent> = ["a", "b"]
             .iter()
@@ -101,6 +125,7 @@ impl<S: Store> Cluster<S> {
                     domain: "d".into(),
                     lease_ttl_s: 2,
                     window_ms: None,
+                    handover_url: handover.then(|| format!("mem://{t}")),
                 })
             })
             .collect();
@@ -123,7 +148,7 @@ impl<S: Store> Cluster<S> {
         );
         // The targets join (capacity estimates published), then the host is admitted.
         for (a, t) in agents.iter_mut().zip(&mut targets) {
-            a.tick(0, &mut store, t);
+            a.tick(0, &mut store, t, &mut MemPeers::default());
         }
         admin::host_set(&mut store, "c1", NQN, host).unwrap();
         Cluster {
@@ -144,9 +169,22 @@ impl<S: Store> Cluster<S> {
     pub fn interval(&mut self) {
         (self.pass)(&mut self.store, INTERVAL_MS);
         self.now_ms += INTERVAL_MS;
+        let mut peers = MemPeers(
+            self.agents
+                .iter()
+                .filter_map(|a| Some((a.config().handover_url.clone()?, a.handover_report())))
+                .collect(),
+        );
         for (a, t) in self.agents.iter_mut().zip(&mut self.targets) {
-            a.tick(self.now_ms, &mut self.store, t);
+            a.tick(self.now_ms, &mut self.store, t, &mut peers);
         }
+    }
+
+    pub fn reservation_shares(&self) -> Vec<u64> {
+        self.targets
+            .iter()
+            .map(|t| t.settings.get(NQN).map_or(0, |s| s.reservation_iops))
+            .collect()
     }
 
     pub fn limit_shares(&self) -> Vec<u64> {
