@@ -128,9 +128,10 @@ pub fn scenario(b: &[u8]) {
     }
 }
 
-/// What the cluster agent reads from outside (etcd's records, a target's answers): a
-/// JSON text tried as every record and answer; what parses is then divided by
-/// `qos_core::cluster::plan` (any numbers: the shares must still add up).
+/// What the cluster agent reads from outside (etcd's records, a target's answers, a
+/// peer's handover report): a JSON text tried as every record and answer; what parses
+/// is then divided by `qos_core::cluster::plan` (any numbers: the shares must still add
+/// up) and traded against (the shares never above the contract).
 pub fn agent_input(b: &[u8]) {
     use nvmf_qos_agent::keys::{ClusterRecord, DemandRecord, MemberRecord, SharesRecord, parse};
     use nvmf_qos_agent::target::{parse_hosts, parse_stats};
@@ -206,6 +207,47 @@ pub fn agent_input(b: &[u8]) {
             );
         }
     }
+    handover_from(b, &p, &hosts, &reports);
+}
+
+/// A peer's `/handover` answer (the bytes as they came, and as the body of a 200):
+/// parsed, then traded against by target "a" on the division `p`, its shares never
+/// above a host's contract whatever the report says.
+fn handover_from(
+    b: &[u8],
+    p: &qos_core::cluster::Plan,
+    hosts: &std::collections::BTreeMap<String, qos_core::cluster::ClusterHost>,
+    reports: &std::collections::BTreeMap<
+        String,
+        std::collections::BTreeMap<String, qos_core::cluster::PathDemand>,
+    >,
+) {
+    use nvmf_qos_agent::peers::parse_response;
+    use qos_core::handover::{Handover, HandoverConfig};
+    let _ = parse_response(b);
+    let Ok(peer) = parse_response(&[&b"HTTP/1.1 200 OK\r\n\r\n"[..], b].concat()) else {
+        return;
+    };
+    let mut book = Handover::new("a");
+    book.rebase(peer.seq.unwrap_or(0), &p["a"]);
+    let demand = reports.get("a").cloned().unwrap_or_default();
+    book.observe(&demand);
+    let step = book.step(&demand, &[peer], hosts, &HandoverConfig::default());
+    for (nqn, s) in &step.shares {
+        let c = &hosts[nqn];
+        assert!(s.reservation_iops <= c.reservation_iops, "{nqn}: {s:?}");
+        assert!(
+            s.limit_iops <= c.limit_iops.map(|l| l.max(1)),
+            "{nqn}: {s:?}"
+        );
+        assert!(s.reservation_mibps <= c.reservation_mibps, "{nqn}: {s:?}");
+        assert!(
+            s.limit_mibps <= c.limit_mibps.map(|l| l.max(1)),
+            "{nqn}: {s:?}"
+        );
+    }
+    book.commit(&step, |_| true);
+    let _ = serde_json::to_string(&book.report()).expect("a report serialises");
 }
 
 /// A lab cluster scenario file: parsed (errors name a field), then simulated for at

@@ -170,11 +170,12 @@ impl Handover {
             .any(|m| !m.is_empty())
     }
 
-    /// What to publish to peers.
+    /// What to publish to peers: the hosts held here or released from here (a host
+    /// that is neither is left out: at fleet size most hosts are).
     pub fn report(&self) -> HandoverReport {
         let mut hosts: BTreeMap<String, HostHandover> = BTreeMap::new();
-        for (nqn, &held) in &self.held {
-            hosts.entry(nqn.clone()).or_default().held = held;
+        for (nqn, _) in self.held.iter().filter(|(_, h)| **h) {
+            hosts.entry(nqn.clone()).or_default().held = true;
         }
         for (nqn, to) in &self.released {
             hosts.entry(nqn.clone()).or_default().released = to.clone();
@@ -228,49 +229,61 @@ impl Handover {
             taken: self.taken.clone(),
             ..Default::default()
         };
+        // (The hosts of the book are all stepped below; these keep the counters of
+        // hosts that left the contracts.)
         let Some(seq) = self.seq else {
             return out;
         };
-        let peers: Vec<&HandoverReport> = peers
+        // Per host, what the peers on this division say of it (one pass over the
+        // reports: a fleet's hosts are mostly in none).
+        let mut said: BTreeMap<&str, Vec<(&str, &HostHandover)>> = BTreeMap::new();
+        for p in peers
             .iter()
             .filter(|p| p.seq == Some(seq) && p.target != self.target)
-            .collect();
+        {
+            for (nqn, h) in &p.hosts {
+                said.entry(nqn.as_str()).or_default().push((&p.target, h));
+            }
+        }
+        let nobody = Vec::new();
         for (nqn, base) in &self.base {
             let Some(contract) = contracts.get(nqn) else {
                 continue;
             };
-            let taken = out.taken.entry(nqn.clone()).or_default();
-            for p in &peers {
-                let offered = p
-                    .hosts
-                    .get(nqn)
-                    .and_then(|h| h.released.get(&self.target))
-                    .copied()
-                    .unwrap_or_default();
-                let t = taken.entry(p.target.clone()).or_default();
-                *t = t.max(offered);
+            // Most hosts trade nothing: no map is made for them.
+            let said = said.get(nqn.as_str()).unwrap_or(&nobody);
+            let mut taken = self.taken.get(nqn).cloned().unwrap_or_default();
+            for (from, h) in said {
+                if let Some(offered) = h.released.get(&self.target).filter(|a| !a.is_zero()) {
+                    let t = taken.entry(from.to_string()).or_default();
+                    *t = t.max(*offered);
+                }
             }
-            taken.retain(|_, a| !a.is_zero());
-            let released = out.released.entry(nqn.clone()).or_default();
-            let mut share = book_share(base, released, taken, contract);
+            let mut released = self.released.get(nqn).cloned().unwrap_or_default();
+            let mut share = book_share(base, &released, &taken, contract);
             let d = demand.get(nqn).copied().unwrap_or_default();
-            let to = peers
+            let to = said
                 .iter()
-                .find(|p| p.hosts.get(nqn).is_some_and(|h| h.held))
-                .map(|p| p.target.clone());
+                .filter(|(_, h)| h.held)
+                .map(|(t, _)| *t)
+                .min()
+                .map(str::to_string);
             if let (false, Some(to)) = (d.backlogged, to) {
                 let give = unused(&share, &d, cfg);
                 if !give.is_zero() {
                     let r = released.entry(to).or_default();
                     *r = r.plus(give);
-                    share = book_share(base, released, taken, contract);
+                    share = book_share(base, &released, &taken, contract);
                 }
             }
-            released.retain(|_, a| !a.is_zero());
+            if !taken.is_empty() {
+                out.taken.insert(nqn.clone(), taken);
+            }
+            if !released.is_empty() {
+                out.released.insert(nqn.clone(), released);
+            }
             out.shares.insert(nqn.clone(), share);
         }
-        out.released.retain(|_, m| !m.is_empty());
-        out.taken.retain(|_, m| !m.is_empty());
         out
     }
 

@@ -3,12 +3,15 @@
 //! targets `apply_delay_periods` later, each live target serves its hosts (reservation
 //! shares first, then weighted max-min within limit shares) and reports the mean of
 //! the last `demand_window_periods`; while etcd is away nothing is divided, read or
-//! reported. It also counts what the agents would write to etcd and times `plan`.
+//! reported, and with `handover` the targets trade unused shares with the real
+//! `qos_core::handover`. It also counts what the agents would write to etcd and times
+//! `plan`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use qos_core::cluster::{ClusterHost, LocalShare, PathDemand, Plan, plan};
+use qos_core::handover::{Handover, HandoverConfig, HandoverReport};
 use qos_core::share::{Claim, water_fill};
 
 use super::etcd::{EtcdLoad, key_len, share_len};
@@ -126,8 +129,16 @@ struct Engine<'a> {
     nqn_len: Vec<u64>,
     /// Per target, the hosts that can ever want something there, in host order.
     at: Vec<Vec<usize>>,
-    /// Per target, per local host, the served figures of the last periods (a ring).
+    /// Per target, per local host, the served figures of the last periods (a ring), and
+    /// whether it got less than it wanted in the last one.
     history: Vec<Vec<VecDeque<u64>>>,
+    held: Vec<Vec<bool>>,
+    /// Per target, its handover book (with `handover`), the divisions applied, and
+    /// whether the books still start from an older one (they are rebased when a trade
+    /// needs them: copying every share every period would be most of a fleet's run).
+    books: Option<Vec<Handover>>,
+    seq: u64,
+    books_behind: bool,
     reports: BTreeMap<String, BTreeMap<String, PathDemand>>,
     pending: VecDeque<(u32, Dense)>,
     applied: Dense,
@@ -153,6 +164,11 @@ impl<'a> Engine<'a> {
             .iter()
             .map(|hs| vec![VecDeque::new(); hs.len()])
             .collect();
+        let held = at.iter().map(|hs| vec![false; hs.len()]).collect();
+        let books = s
+            .cluster
+            .handover
+            .then(|| s.targets.iter().map(|t| Handover::new(&t.name)).collect());
         let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (k, h) in s.hosts.iter().enumerate() {
             groups.entry(h.nqn.as_str()).or_default().push(k);
@@ -165,6 +181,10 @@ impl<'a> Engine<'a> {
             nqn_len: groups.keys().map(|n| key_len(n)).collect(),
             at,
             history,
+            held,
+            books,
+            seq: 0,
+            books_behind: false,
             reports: BTreeMap::new(),
             pending: VecDeque::new(),
             applied: vec![vec![None; s.hosts.len()]; n],
@@ -216,15 +236,89 @@ impl<'a> Engine<'a> {
         if self.run.division_times.len() == 1 {
             // The run starts with the cluster already divided: the targets hold the
             // first division from the start (with no shares they would limit nobody).
-            self.applied = dense.clone();
-            self.run.etcd.applied_changed();
+            self.apply(dense.clone());
         }
         self.pending
             .push_back((p + self.s.cluster.apply_delay_periods, dense));
         while self.pending.front().is_some_and(|(at, _)| *at <= p) {
-            self.applied = self.pending.pop_front().expect("checked").1;
-            self.run.etcd.applied_changed();
+            let d = self.pending.pop_front().expect("checked").1;
+            self.apply(d);
         }
+    }
+
+    /// The targets apply a division; their handover books start over from it.
+    fn apply(&mut self, dense: Dense) {
+        self.applied = dense;
+        self.run.etcd.applied_changed();
+        self.seq += 1;
+        self.books_behind = true;
+    }
+
+    /// The books start from the division the targets hold.
+    fn rebase_books(&mut self) {
+        let Some(books) = &mut self.books else {
+            return;
+        };
+        self.books_behind = false;
+        for (i, book) in books.iter_mut().enumerate() {
+            let mine: BTreeMap<String, LocalShare> = self
+                .groups
+                .iter()
+                .filter_map(|g| Some((self.s.hosts[g[0]].nqn.clone(), self.applied[i][g[0]]?)))
+                .collect();
+            book.rebase(self.seq, &mine);
+        }
+    }
+
+    /// With etcd away and `handover`: each live target trades from what its hosts did
+    /// (as its report would say) and its peers' reports of the period before.
+    fn trade(&mut self, alive: &[bool], members: u64) {
+        if self.books_behind {
+            self.rebase_books();
+        }
+        let Some(books) = &mut self.books else {
+            return;
+        };
+        let reports: Vec<HandoverReport> = books
+            .iter()
+            .zip(alive)
+            .filter(|(_, a)| **a)
+            .map(|(b, _)| b.report())
+            .collect();
+        let cfg = HandoverConfig {
+            headroom_milli: self.s.cluster.headroom_milli,
+            ..HandoverConfig::default()
+        };
+        for i in (0..books.len()).filter(|&i| alive[i]) {
+            let demand: BTreeMap<String, PathDemand> = self.at[i]
+                .iter()
+                .enumerate()
+                .map(|(j, &k)| {
+                    let ring = &self.history[i][j];
+                    let mean = ring.iter().sum::<u64>() / ring.len().max(1) as u64;
+                    let d = PathDemand {
+                        served: mean,
+                        backlogged: self.held[i][j],
+                        ..Default::default()
+                    };
+                    (self.s.hosts[k].nqn.clone(), d)
+                })
+                .collect();
+            books[i].observe(&demand);
+            let step = books[i].step(&demand, &reports, &self.contracts, &cfg);
+            books[i].commit(&step, |_| true);
+            for g in &self.groups {
+                if let Some(share) = step.shares.get(&self.s.hosts[g[0]].nqn) {
+                    for &k in g {
+                        self.applied[i][k] = Some(*share);
+                    }
+                }
+            }
+        }
+        self.run.etcd.applied_changed();
+        let applied = std::mem::take(&mut self.applied);
+        self.check_limits(&applied, members);
+        self.applied = applied;
     }
 
     /// The leader: the first live target.
@@ -274,6 +368,7 @@ impl<'a> Engine<'a> {
         let served = serve(self.s.targets[i].capacity_iops, &w, &shares);
         let window = self.s.cluster.demand_window_periods as usize;
         for (j, &got) in served.iter().enumerate() {
+            self.held[i][j] = got < w[j];
             let ring = &mut self.history[i][j];
             ring.push_back(got);
             if ring.len() > window {
@@ -321,12 +416,18 @@ impl<'a> Engine<'a> {
         let etcd_up = s.cluster.etcd_up(p);
         if etcd_up {
             self.run.etcd.intervals += 1;
-            self.divide(p, &members);
+            // After an outage the leader divides from its second interval on (as the
+            // agents do): the targets write their reports in the first.
+            if p == 0 || s.cluster.etcd_up(p - 1) {
+                self.divide(p, &members);
+            }
             // A dead target's last report stays in etcd under its lease, as its shares do.
             let names = &self.names;
             self.reports.retain(|t, _| {
                 members.contains(t) && !alive[names.iter().position(|n| n == t).expect("known")]
             });
+        } else {
+            self.trade(&alive, members.len() as u64);
         }
         let n = s.targets.len();
         let wants: Vec<Vec<u64>> = s.hosts.iter().map(|h| wanted_at(h, n, p, &alive)).collect();

@@ -86,6 +86,11 @@ pub struct ClusterSettings {
     /// into writes per second.
     #[serde(default = "default_interval_ms")]
     pub interval_ms: u64,
+    /// While etcd is away the targets trade unused shares directly
+    /// (`qos_core::handover`, as agents run with `--listen` do), reading each other's
+    /// reports of the period before. Off: they keep their last shares.
+    #[serde(default)]
+    pub handover: bool,
 }
 
 /// etcd cannot be reached from period `from` up to (not including) period `to`.
@@ -644,9 +649,9 @@ demand = [ { from = 0, iops = [100000, 100000] } ]
     fn no_division_while_etcd_is_away() {
         let s = with("etcd_outages = [ { from = 8, to = 15 } ]");
         let run = simulate(&s);
-        // The move at 10 is not followed while etcd is away; at 15 the leader divides
-        // from the reports of before the outage and the targets report again, so the
-        // division of 16 follows the move.
+        // The move at 10 is not followed while etcd is away; at 15 the targets report
+        // again and the leader waits (its first interval back), so the division of 16
+        // follows the move.
         assert_eq!(
             recovery(&s, &run, 0, 10),
             Some(6),
@@ -658,7 +663,40 @@ demand = [ { from = 0, iops = [100000, 100000] } ]
             "the targets keep their last shares"
         );
         assert_eq!(run.etcd.intervals, 30 - 7);
-        assert_eq!(run.division_times.len(), 30 - 7);
+        assert_eq!(run.division_times.len(), 30 - 7 - 1);
+    }
+
+    #[test]
+    fn with_handover_a_move_is_followed_while_etcd_is_away() {
+        let s = with("etcd_outages = [ { from = 8, to = 15 } ]\nhandover = true");
+        let run = simulate(&s);
+        // The move at 10: b's service shows x held; b reports it held at 11 (its peers
+        // read the reports of the period before), a releases at 12, b takes at 13.
+        let rec = recovery(&s, &run, 0, 10);
+        assert_eq!(rec, Some(3), "{rec:?}");
+        for (p, row) in run.shares.iter().enumerate() {
+            let l: u64 = row.iter().filter_map(|t| t[0]?.limit_iops).sum();
+            let r: u64 = row
+                .iter()
+                .filter_map(|t| t[0].map(|s| s.reservation_iops))
+                .sum();
+            assert!(l <= 40_000 && r <= 30_000, "period {p}: x holds {r} / {l}");
+        }
+        assert_ne!(run.shares[13], run.shares[7], "the targets traded");
+        assert_eq!(run.limit_share_excess, 0);
+        // Without a move nothing is traded.
+        let still = ClusterScenario::parse(
+            &MOVE
+                .replace("{ from = 10, iops = [10000, 40000] }", "")
+                .replace(
+                    "periods = 30",
+                    "periods = 30\netcd_outages = [ { from = 8, to = 15 } ]\nhandover = true",
+                ),
+            "t",
+        )
+        .unwrap();
+        let run = simulate(&still);
+        assert_eq!(run.shares[14], run.shares[7]);
     }
 
     #[test]

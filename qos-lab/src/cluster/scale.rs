@@ -73,6 +73,8 @@ fn fleet_line(out: &mut String, s: &ClusterScenario) {
         c.lease_periods,
         if outages.is_empty() {
             "none".into()
+        } else if c.handover {
+            format!("{} (the targets trade meanwhile)", outages.join(", "))
         } else {
             outages.join(", ")
         }
