@@ -319,6 +319,10 @@ fn book_share(
     let inn = Amounts::sum(taken.values());
     // In then out: a target may release what it took.
     let at = |b: u64, o: u64, i: u64, cap: u64| b.saturating_add(i).saturating_sub(o).min(cap);
+    // A limit share stays a limit (and at least 1); no limit stays none.
+    let limit = |b: Option<u64>, o: u64, i: u64, cap: Option<u64>| {
+        b.map(|b| at(b, o, i, cap.unwrap_or(u64::MAX)).max(1))
+    };
     LocalShare {
         reservation_iops: at(
             base.reservation_iops,
@@ -326,15 +330,12 @@ fn book_share(
             inn.reservation_iops,
             contract.reservation_iops,
         ),
-        limit_iops: base.limit_iops.map(|b| {
-            at(
-                b,
-                out.limit_iops,
-                inn.limit_iops,
-                contract.limit_iops.unwrap_or(u64::MAX),
-            )
-            .max(1)
-        }),
+        limit_iops: limit(
+            base.limit_iops,
+            out.limit_iops,
+            inn.limit_iops,
+            contract.limit_iops,
+        ),
         weight: base.weight,
         reservation_mibps: at(
             base.reservation_mibps,
@@ -342,15 +343,12 @@ fn book_share(
             inn.reservation_mibps,
             contract.reservation_mibps,
         ),
-        limit_mibps: base.limit_mibps.map(|b| {
-            at(
-                b,
-                out.limit_mibps,
-                inn.limit_mibps,
-                contract.limit_mibps.unwrap_or(u64::MAX),
-            )
-            .max(1)
-        }),
+        limit_mibps: limit(
+            base.limit_mibps,
+            out.limit_mibps,
+            inn.limit_mibps,
+            contract.limit_mibps,
+        ),
     }
 }
 
