@@ -15,7 +15,8 @@ use thiserror::Error;
 /// Where etcd is and how to prove who we are to it.
 #[derive(Debug, Clone, Default)]
 pub struct EtcdOptions {
-    /// etcd's client URL, `http://...` or `https://...`.
+    /// etcd's client URL, `http://...` or `https://...`; several members' URLs
+    /// separated by commas (see [`endpoints`]).
     pub endpoint: String,
     pub timeout: Duration,
     /// PEM file of the CA that signed etcd's server certificate (`https://` only).
@@ -52,6 +53,10 @@ pub enum ConnectError {
         "--etcd {0}: give etcd's client URL starting with http:// or https:// (as in etcd's --advertise-client-urls)"
     )]
     Scheme(String),
+    #[error(
+        "--etcd {0}: the members' URLs mix http:// and https://; an etcd cluster serves its clients one way: give them all the same scheme"
+    )]
+    MixedSchemes(String),
     #[error(
         "--etcd {endpoint} is http:// but {flag} was given: TLS needs an https:// URL (etcd started with --cert-file serves https only); use https://, or drop {flag}"
     )]
@@ -99,15 +104,38 @@ pub enum ConnectError {
     NoUser,
 }
 
-/// Whether the endpoint is `https://` (after checking it is one of the two).
-pub fn is_tls(endpoint: &str) -> Result<bool, ConnectError> {
-    if endpoint.starts_with("https://") {
-        Ok(true)
-    } else if endpoint.starts_with("http://") {
-        Ok(false)
-    } else {
-        Err(ConnectError::Scheme(endpoint.into()))
+/// The members' URLs of `--etcd` (`https://10.0.0.1:2379,https://10.0.0.2:2379`, one
+/// or more, separated by commas), without trailing slashes; each checked for its scheme,
+/// all of one scheme.
+pub fn endpoints(list: &str) -> Result<Vec<String>, ConnectError> {
+    let urls: Vec<String> = list
+        .split(',')
+        .map(|u| u.trim().trim_end_matches('/').to_string())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if urls.is_empty() {
+        return Err(ConnectError::Scheme(list.into()));
     }
+    let mut tls = None;
+    for u in &urls {
+        let this = if u.starts_with("https://") {
+            true
+        } else if u.starts_with("http://") {
+            false
+        } else {
+            return Err(ConnectError::Scheme(u.clone()));
+        };
+        if tls.is_some_and(|t| t != this) {
+            return Err(ConnectError::MixedSchemes(list.into()));
+        }
+        tls = Some(this);
+    }
+    Ok(urls)
+}
+
+/// Whether the endpoints are `https://` (after checking them, see [`endpoints`]).
+pub fn is_tls(endpoint: &str) -> Result<bool, ConnectError> {
+    Ok(endpoints(endpoint)?[0].starts_with("https://"))
 }
 
 fn read(flag: &'static str, path: &Path) -> Result<Vec<u8>, ConnectError> {
@@ -241,6 +269,15 @@ mod tests {
         o.ca = Some("/etc/ca.pem".into());
         let e = http_agent(&o).unwrap_err();
         assert!(e.to_string().contains("use https://"), "{e}");
+        let e = http_agent(&opts("http://127.0.0.1:2379,https://127.0.0.1:2380")).unwrap_err();
+        assert!(e.to_string().contains("mix http:// and https://"), "{e}");
+        let e = http_agent(&opts("http://127.0.0.1:2379,127.0.0.1:2380")).unwrap_err();
+        assert!(e.to_string().contains("--etcd 127.0.0.1:2380"), "{e}");
+        assert_eq!(
+            endpoints(" http://a:1/, http://b:2 ,").unwrap(),
+            ["http://a:1", "http://b:2"]
+        );
+        assert!(endpoints(",").is_err());
     }
 
     #[test]

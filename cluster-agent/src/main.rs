@@ -27,7 +27,8 @@ use qos_core::cluster::{ClusterHost, DivideConfig};
     about = "nvmf-qos cluster agent and cluster commands"
 )]
 struct Cli {
-    /// etcd's client URL.
+    /// etcd's client URL; for an etcd cluster, its members' URLs separated by commas
+    /// (a call that finds its member down or without a leader goes to the next).
     #[arg(
         long,
         global = true,
@@ -417,7 +418,7 @@ fn run(
         domain = cfg.domain,
         "agent started: target socket {}, etcd {}, every {} ms",
         sock.display(),
-        etcd.endpoint(),
+        etcd.endpoints().join(","),
         interval.as_millis()
     );
     let mut tgt = SocketTarget::new(sock, Duration::from_secs(2));

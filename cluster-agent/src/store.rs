@@ -124,10 +124,14 @@ pub trait Store {
 /// user: the token of `/v3/auth/authenticate` goes in each call's `Authorization`
 /// header and is fetched again when etcd no longer accepts it (simple tokens expire
 /// after etcd's `--auth-token-ttl` without use, default 300 s; a restart of etcd
-/// forgets them all).
+/// forgets them all). Given several members' URLs, a call that finds its member
+/// unreachable or without a leader (HTTP 503) is tried at the next member, which the
+/// gateway then keeps using.
 #[derive(Debug)]
 pub struct EtcdGateway {
+    /// The member calls go to now, one of `endpoints`.
     endpoint: String,
+    endpoints: Vec<String>,
     http: ureq::Agent,
     credentials: Option<Credentials>,
     token: Option<String>,
@@ -246,10 +250,17 @@ fn tls_fix(e: &rustls::Error, client_cert: bool) -> &'static str {
 }
 
 impl EtcdGateway {
-    /// Plain HTTP, no authentication; calls time out after `timeout`.
+    /// Plain HTTP, no authentication; calls time out after `timeout`. `endpoint` may
+    /// list several members, separated by commas.
     pub fn new(endpoint: &str, timeout: Duration) -> EtcdGateway {
+        let endpoints: Vec<String> = endpoint
+            .split(',')
+            .map(|u| u.trim().trim_end_matches('/').to_string())
+            .filter(|u| !u.is_empty())
+            .collect();
         EtcdGateway {
-            endpoint: endpoint.trim_end_matches('/').to_string(),
+            endpoint: endpoints.first().cloned().unwrap_or_default(),
+            endpoints,
             http: ureq::AgentBuilder::new().timeout(timeout).build(),
             credentials: None,
             token: None,
@@ -269,8 +280,10 @@ impl EtcdGateway {
                 "the etcd password goes over plain http: use https:// outside a test"
             );
         }
+        let endpoints = connect::endpoints(&opts.endpoint)?;
         Ok(EtcdGateway {
-            endpoint: opts.endpoint.trim_end_matches('/').to_string(),
+            endpoint: endpoints[0].clone(),
+            endpoints,
             http,
             credentials,
             token: None,
@@ -279,8 +292,14 @@ impl EtcdGateway {
         })
     }
 
+    /// The member calls go to now.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// Every member's URL, as given.
+    pub fn endpoints(&self) -> &[String] {
+        &self.endpoints
     }
 
     /// How many times this gateway authenticated (0 without a user).
@@ -332,7 +351,30 @@ impl EtcdGateway {
         Ok(Some(token.to_string()))
     }
 
+    /// A call at the member in use, then at each other member in turn while the
+    /// answer says the member cannot serve it (see [`EtcdGateway`]).
     fn call(&mut self, path: &str, body: Value) -> Result<Value, StoreError> {
+        let first = self.call_here(path, body.clone());
+        if !member_cannot_serve(&first) || self.endpoints.len() < 2 {
+            return first;
+        }
+        let was = self.endpoint.clone();
+        let at = self.endpoints.iter().position(|e| *e == was).unwrap_or(0);
+        for k in 1..self.endpoints.len() {
+            self.endpoint = self.endpoints[(at + k) % self.endpoints.len()].clone();
+            // A simple token is known only to the member that issued it.
+            self.token = None;
+            let r = self.call_here(path, body.clone());
+            if !member_cannot_serve(&r) {
+                tracing::info!("etcd: {was} does not serve; now using {}", self.endpoint);
+                return r;
+            }
+        }
+        self.endpoint = was;
+        first
+    }
+
+    fn call_here(&mut self, path: &str, body: Value) -> Result<Value, StoreError> {
         if self.credentials.is_some() && self.token.is_none() {
             self.token = self.authenticate()?;
         }
@@ -478,6 +520,15 @@ impl EtcdGateway {
             .map_err(|e| self.malformed(path, format!("base64: {e}")))?;
         String::from_utf8(bytes).map_err(|e| self.malformed(path, format!("utf-8: {e}")))
     }
+}
+
+/// An answer that says the member cannot serve the call (unreachable, or a 503: no
+/// leader, or a leader election under way), so another member may.
+fn member_cannot_serve(r: &Result<Value, StoreError>) -> bool {
+    matches!(
+        r,
+        Err(StoreError::Unreachable { .. } | StoreError::Refused { status: 503, .. })
+    )
 }
 
 fn b64(s: &str) -> String {

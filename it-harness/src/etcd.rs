@@ -4,6 +4,9 @@
 //! started again on the same ports and data, as the etcd-outage test needs. With
 //! [`EtcdTls`] it serves its clients over TLS (`https://`), checking their certificates
 //! when asked to, and [`Etcd::start_with`] passes further flags (`--auth-token-ttl`).
+//! [`Etcd::cluster`] starts several members of one etcd cluster, and [`Etcd::kill`]
+//! takes one down without a word (SIGKILL: a leader stopped by SIGTERM hands its
+//! leadership over first).
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -48,6 +51,10 @@ pub struct Etcd {
     child: Option<Child>,
     tls: Option<EtcdTls>,
     extra_args: Vec<String>,
+    /// Its member name, and the cluster's `--initial-cluster` (itself alone when
+    /// `None`).
+    name: String,
+    initial_cluster: Option<String>,
 }
 
 impl Etcd {
@@ -76,9 +83,57 @@ impl Etcd {
             child: None,
             tls,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
+            name: "it".into(),
+            initial_cluster: None,
         };
         e.restart()?;
         Ok(e)
+    }
+
+    /// Starts the `n` members of one etcd cluster (`m0`, `m1`, ...; peers over plain
+    /// HTTP on 127.0.0.1, clients over `tls` when given) and waits until each answers
+    /// (at most 20 s).
+    pub fn cluster(bin: PathBuf, tls: Option<EtcdTls>, n: usize) -> Result<Vec<Etcd>, String> {
+        let mut members: Vec<Etcd> = (0..n)
+            .map(|i| Etcd {
+                bin: bin.clone(),
+                client_port: free_port(),
+                peer_port: free_port(),
+                dir: std::env::temp_dir().join(format!(
+                    "nvmf-qos-it-etcd-{}-m{i}-{}",
+                    std::process::id(),
+                    free_port()
+                )),
+                child: None,
+                tls: tls.clone(),
+                extra_args: Vec::new(),
+                name: format!("m{i}"),
+                initial_cluster: None,
+            })
+            .collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url()))
+            .collect::<Vec<_>>()
+            .join(",");
+        for m in &mut members {
+            m.initial_cluster = Some(initial.clone());
+            // A member of a new cluster answers only once a quorum runs: start all first.
+            m.spawn()?;
+        }
+        for m in &members {
+            m.wait_answer()?;
+        }
+        Ok(members)
+    }
+
+    fn peer_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+
+    /// Its member name (`it`, or `m0`, `m1`, ... in a cluster).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The client URL (`https://` when it serves TLS).
@@ -93,8 +148,17 @@ impl Etcd {
 
     /// Starts it again (after [`Etcd::stop`]) on the same ports and data.
     pub fn restart(&mut self) -> Result<(), String> {
+        self.spawn()?;
+        self.wait_answer()
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
         let client = self.url();
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let peer = self.peer_url();
+        let initial = self
+            .initial_cluster
+            .clone()
+            .unwrap_or_else(|| format!("{}={peer}", self.name));
         let log = std::fs::File::create(self.log_path()).map_err(|e| e.to_string())?;
         let mut cmd = Command::new(&self.bin);
         if let Some(t) = &self.tls {
@@ -107,7 +171,7 @@ impl Etcd {
             }
         }
         let child = cmd
-            .args(["--name", "it", "--data-dir"])
+            .args(["--name", &self.name, "--data-dir"])
             .arg(&self.dir)
             .args([
                 "--listen-client-urls",
@@ -121,13 +185,17 @@ impl Etcd {
                 "--initial-advertise-peer-urls",
                 &peer,
             ])
-            .args(["--initial-cluster", &format!("it={peer}")])
+            .args(["--initial-cluster", &initial])
             .args(&self.extra_args)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .map_err(|e| format!("starting {}: {e}", self.bin.display()))?;
         self.child = Some(child);
+        Ok(())
+    }
+
+    fn wait_answer(&self) -> Result<(), String> {
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(20) {
             if self.answers() {
@@ -156,6 +224,14 @@ impl Etcd {
             && s.read_to_string(&mut out).is_ok()
             && out.starts_with("HTTP/1.0 200")
             && out.contains("etcdserver")
+    }
+
+    /// SIGKILL: gone at once, as a crashed member or host.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     /// SIGTERM, then SIGKILL after 5 s.

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use nvmf_qos_agent::admin;
-use nvmf_qos_agent::agent::{Agent, AgentConfig};
+use nvmf_qos_agent::agent::{Agent, AgentConfig, TickReport};
 use nvmf_qos_agent::peers::Peers;
 use nvmf_qos_agent::store::Store;
 use nvmf_qos_agent::target::{HostCounters, LocalState, TargetError, TargetRpc};
@@ -165,8 +165,8 @@ impl<S: Store> Cluster<S> {
         self.targets[1].want.insert(NQN.into(), b);
     }
 
-    /// One interval: the clock moves, then every agent ticks.
-    pub fn interval(&mut self) {
+    /// One interval: the clock moves, then every agent ticks; what each did.
+    pub fn interval(&mut self) -> Vec<TickReport> {
         (self.pass)(&mut self.store, INTERVAL_MS);
         self.now_ms += INTERVAL_MS;
         let mut peers = MemPeers(
@@ -175,9 +175,11 @@ impl<S: Store> Cluster<S> {
                 .filter_map(|a| Some((a.config().handover_url.clone()?, a.handover_report())))
                 .collect(),
         );
-        for (a, t) in self.agents.iter_mut().zip(&mut self.targets) {
-            a.tick(self.now_ms, &mut self.store, t, &mut peers);
-        }
+        self.agents
+            .iter_mut()
+            .zip(&mut self.targets)
+            .map(|(a, t)| a.tick(self.now_ms, &mut self.store, t, &mut peers))
+            .collect()
     }
 
     pub fn reservation_shares(&self) -> Vec<u64> {

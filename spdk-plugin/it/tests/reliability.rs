@@ -2294,7 +2294,9 @@ fn reservations_hold_over_tls() {
         .iter()
         .map(|&i| key_file(&dir, &format!("psk{i}"), &tls_psk(0x7150_0000 + i)))
         .collect();
-    let tls_port = s.port + 1;
+    // A port of its own: the one after the plain listener's may be any connection's
+    // local port (CI once found 37170 taken that way).
+    let tls_port = free_port();
     let over_tls = |t: &mut Target| {
         for i in [1usize, 2] {
             t.call(
