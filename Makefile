@@ -170,7 +170,7 @@ lab:
 BENCH_ROUNDS ?= 5
 BENCH_SECS ?= 5
 bench:
-	cargo bench -p qos-core --bench admission --bench monitor_tick
+	cargo bench -p qos-core --bench admission --bench monitor_tick --bench handover
 ifneq ($(SPDK_FOUND),)
 	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin
 	$(KEEP_HUGEPAGES) SPDK_DIR="$(SPDK_DIR)" cargo run --release -p target-it --bin target-bench -- $(BENCH_ROUNDS) $(BENCH_SECS)
