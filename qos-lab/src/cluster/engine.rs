@@ -215,7 +215,7 @@ impl<'a> Engine<'a> {
             .as_ref()
             .is_none_or(|(m, old)| m != members || *old != division);
         let dense = self.densify(&division);
-        self.check_limits(&dense, members.len() as u64);
+        self.run.limit_share_excess += self.limit_excess(&dense, members.len() as u64);
         if changed {
             let leader = self.leader(p);
             let name = self.names[leader].clone();
@@ -276,7 +276,8 @@ impl<'a> Engine<'a> {
         if self.books_behind {
             self.rebase_books();
         }
-        let Some(books) = &mut self.books else {
+        // Out of `self` while they trade: each step reads what the target's hosts did.
+        let Some(mut books) = self.books.take() else {
             return;
         };
         let reports: Vec<HandoverReport> = books
@@ -290,20 +291,7 @@ impl<'a> Engine<'a> {
             ..HandoverConfig::default()
         };
         for i in (0..books.len()).filter(|&i| alive[i]) {
-            let demand: BTreeMap<String, PathDemand> = self.at[i]
-                .iter()
-                .enumerate()
-                .map(|(j, &k)| {
-                    let ring = &self.history[i][j];
-                    let mean = ring.iter().sum::<u64>() / ring.len().max(1) as u64;
-                    let d = PathDemand {
-                        served: mean,
-                        backlogged: self.held[i][j],
-                        ..Default::default()
-                    };
-                    (self.s.hosts[k].nqn.clone(), d)
-                })
-                .collect();
+            let demand = self.demand_at(i);
             books[i].observe(&demand);
             let step = books[i].step(&demand, &reports, &self.contracts, &cfg);
             books[i].commit(&step, |_| true);
@@ -315,10 +303,9 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        self.books = Some(books);
         self.run.etcd.applied_changed();
-        let applied = std::mem::take(&mut self.applied);
-        self.check_limits(&applied, members);
-        self.applied = applied;
+        self.run.limit_share_excess += self.limit_excess(&self.applied, members);
     }
 
     /// The leader: the first live target.
@@ -346,18 +333,20 @@ impl<'a> Engine<'a> {
         dense
     }
 
-    fn check_limits(&mut self, dense: &Dense, members: u64) {
-        for g in &self.groups {
-            // The contract of an NQN given twice is the last one's.
-            let k = *g.last().expect("a group has a host");
-            let Some(limit) = self.s.hosts[k].limit_iops else {
-                continue;
-            };
-            let sum: u64 = dense.iter().filter_map(|d| d[k]?.limit_iops).sum();
-            if sum > limit + members {
-                self.run.limit_share_excess += 1;
-            }
-        }
+    /// The hosts whose limit shares in `dense` add up to more than their limit plus one
+    /// per member.
+    fn limit_excess(&self, dense: &Dense, members: u64) -> usize {
+        self.groups
+            .iter()
+            .filter(|g| {
+                // The contract of an NQN given twice is the last one's.
+                let k = *g.last().expect("a group has a host");
+                self.s.hosts[k].limit_iops.is_some_and(|limit| {
+                    let sum: u64 = dense.iter().filter_map(|d| d[k]?.limit_iops).sum();
+                    sum > limit + members
+                })
+            })
+            .count()
     }
 
     /// Target `i` serves period `p`; returns what each of its hosts wanted and got.
@@ -384,20 +373,27 @@ impl<'a> Engine<'a> {
 
     /// Target `i` writes its demand report: each host's mean over the demand window,
     /// held if it got less than it wanted in the last period.
-    fn report(&mut self, i: usize, served: &[(usize, u64, u64)]) {
-        let rep = self.reports.entry(self.names[i].clone()).or_default();
-        for (j, &(k, w, got)) in served.iter().enumerate() {
-            let ring = &self.history[i][j];
-            let mean = ring.iter().sum::<u64>() / ring.len().max(1) as u64;
-            rep.insert(
-                self.s.hosts[k].nqn.clone(),
-                PathDemand {
-                    served: mean,
-                    backlogged: got < w,
+    fn report(&mut self, i: usize) {
+        let demand = self.demand_at(i);
+        self.reports.insert(self.names[i].clone(), demand);
+    }
+
+    /// What target `i`'s hosts did, as its agent measures it: each host's mean over the
+    /// demand window, held if it got less than it wanted in the last period.
+    fn demand_at(&self, i: usize) -> BTreeMap<String, PathDemand> {
+        self.at[i]
+            .iter()
+            .enumerate()
+            .map(|(j, &k)| {
+                let ring = &self.history[i][j];
+                let d = PathDemand {
+                    served: ring.iter().sum::<u64>() / ring.len().max(1) as u64,
+                    backlogged: self.held[i][j],
                     ..Default::default()
-                },
-            );
-        }
+                };
+                (self.s.hosts[k].nqn.clone(), d)
+            })
+            .collect()
     }
 
     fn period(&mut self, p: u32) {
@@ -439,7 +435,7 @@ impl<'a> Engine<'a> {
                 row[k].served += got;
             }
             if etcd_up {
-                self.report(i, &served);
+                self.report(i);
                 let rep = &self.reports[&self.names[i]];
                 let (groups, lens, row) = (&self.groups, &self.nqn_len, &self.applied[i]);
                 let applied = || row_len(groups, lens, row);
