@@ -345,6 +345,7 @@ impl Agent {
                 applied.insert(nqn.clone());
                 continue;
             }
+            let c = Change::Set(nqn.clone(), *want);
             match tgt.host_set(&self.cfg.domain, nqn, want) {
                 Ok(()) => {
                     applied.insert(nqn.clone());
@@ -352,7 +353,6 @@ impl Agent {
                     r.traded += 1;
                 }
                 Err(e) => {
-                    let c = Change::Set(nqn.clone(), *want);
                     r.refused
                         .insert(nqn.clone(), format!("{}: {e}", c.describe()));
                 }
@@ -466,7 +466,8 @@ impl Agent {
             }
         };
         let mine = shares.plan.get(&self.cfg.target);
-        self.peer_urls = shares.peers;
+        self.peer_urls = shares.peers.clone();
+        self.contracts = hosts.clone();
         self.divide = cluster.divide;
         // What this target traded while etcd was away stands until the next division
         // (made from the demand the traded shares let through): no jump back.
@@ -490,7 +491,6 @@ impl Agent {
             tgt,
             r,
         );
-        self.contracts = hosts;
         Ok(())
     }
 

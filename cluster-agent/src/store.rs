@@ -253,10 +253,13 @@ impl EtcdGateway {
     /// Plain HTTP, no authentication; calls time out after `timeout`. `endpoint` may
     /// list several members, separated by commas.
     pub fn new(endpoint: &str, timeout: Duration) -> EtcdGateway {
-        // Unchecked here (a test's URL); `connect` checks what an operator gives.
-        let endpoints = connect::endpoints(endpoint).unwrap_or_else(|_| vec![endpoint.to_string()]);
+        let endpoints: Vec<String> = endpoint
+            .split(',')
+            .map(|u| u.trim().trim_end_matches('/').to_string())
+            .filter(|u| !u.is_empty())
+            .collect();
         EtcdGateway {
-            endpoint: endpoints[0].clone(),
+            endpoint: endpoints.first().cloned().unwrap_or_default(),
             endpoints,
             http: ureq::AgentBuilder::new().timeout(timeout).build(),
             credentials: None,
