@@ -135,12 +135,42 @@ pub fn built_lib(lib: &str, env: &str, package: &str) -> Result<PathBuf, String>
     candidates.extend(ancestors.iter().map(|a| a.join("release").join(lib)));
     candidates.extend(ancestors.iter().map(|a| a.join(lib)));
     candidates.extend(ancestors.iter().map(|a| a.join("debug").join(lib)));
-    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
-        format!(
-            "{lib} not found: build it first with `cargo build --release -p {package}` \
+    let found = candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "{lib} not found: build it first with `cargo build --release -p {package}` \
              (same CARGO_TARGET_DIR) or set {env}"
-        )
-    })
+            )
+        })?;
+    match stale_source(&found) {
+        Some(src) => Err(format!(
+            "{} is older than {src}, one of its sources: rebuild it with `cargo build \
+             --release -p {package}` (a test of a stale build measures old code)",
+            found.display()
+        )),
+        None => Ok(found),
+    }
+}
+
+/// A source file newer than the build `built`, from the dependency list cargo writes
+/// beside it (`<name>.d`, whose `.so` extension if any is dropped); `None` when every
+/// source is older, or there is no list to read (a build from elsewhere).
+fn stale_source(built: &Path) -> Option<String> {
+    let built_at = std::fs::metadata(built).and_then(|m| m.modified()).ok()?;
+    let list = std::fs::read_to_string(built.with_extension("d")).ok()?;
+    let (_, deps) = list.lines().next()?.split_once(": ")?;
+    // Paths are separated by spaces; a space inside a path is escaped as `\ `.
+    let deps = deps.replace("\\ ", "\u{0}");
+    deps.split(' ')
+        .filter(|d| !d.is_empty())
+        .map(|d| d.replace('\u{0}', " "))
+        .find(|d| {
+            std::fs::metadata(d)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t > built_at)
+        })
 }
 
 /// The target plugin, `libnvmf_qos_tgt.so` (`$NVMF_QOS_TGT_LIB` first).
@@ -228,6 +258,45 @@ pub const NICE: &str = "-10";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_build_older_than_a_listed_source_is_stale() {
+        let dir = std::env::temp_dir().join(format!("stale-build-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("src dir")).unwrap();
+        let (built, old, new) = (
+            dir.join("libx.so"),
+            dir.join("src dir/old.rs"),
+            dir.join("new.rs"),
+        );
+        for f in [&built, &old, &new] {
+            std::fs::write(f, "").unwrap();
+        }
+        let at = |f: &Path, secs: u64| {
+            let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+            std::fs::File::options()
+                .write(true)
+                .open(f)
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        };
+        at(&built, 2_000_000_000);
+        at(&old, 1_000_000_000);
+        at(&new, 1_000_000_000);
+        // No list beside the build: nothing to say.
+        assert_eq!(stale_source(&built), None);
+        let list = format!(
+            "{}: {} {}\n",
+            built.display(),
+            old.display().to_string().replace(' ', "\\ "),
+            new.display()
+        );
+        std::fs::write(dir.join("libx.d"), list).unwrap();
+        assert_eq!(stale_source(&built), None);
+        at(&old, 3_000_000_000);
+        assert_eq!(stale_source(&built), Some(old.display().to_string()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn spdk_present_is_every_listed_path() {

@@ -58,6 +58,8 @@ pub struct Judged {
     pub excused: BTreeMap<u64, bool>,
     /// Of `excused`, the periods too tight to judge.
     pub tight: u64,
+    /// The judged periods in which the reservation was missed.
+    pub missed: Vec<u64>,
     /// What all hosts together were expected to complete in a period.
     pub expected: u64,
 }
@@ -131,6 +133,9 @@ impl History {
             } else {
                 j.judged += 1;
                 j.met += p.met as u64;
+                if !p.met {
+                    j.missed.push(*e);
+                }
             }
         }
         j

@@ -251,6 +251,46 @@ mod tests {
     }
 
     #[test]
+    fn a_host_reserved_close_to_its_limit_catches_up_its_reservation_after_being_away() {
+        // Limit 1,000 and reservation 800 a 1-s period. The host sends nothing for
+        // half the period (its initiator starved of CPU, a controller reset), then
+        // keeps 64 commands waiting: its released reservation (400) is not withheld by
+        // the limit's rate, so it gets its reservation in the period, and never more
+        // than the limit.
+        for reserved in [800, 0] {
+            let d = test_domain(100_000, ReservationRelease::Paced, ExcessSharing::FirstCome);
+            let mut m = Monitor::new(d, Nanos(0)).unwrap();
+            let mut h = HostConfig::new("h").with_limit(Rate::iops(1000));
+            if reserved > 0 {
+                h = h.with_reservation(Rate::iops(reserved));
+            }
+            m.add_host(h, Nanos(0)).unwrap();
+            let mut ch = TargetChannel::new(m.channel("h").unwrap());
+            let (mut sent, mut id) = (0usize, 0u32);
+            for ms in 500..1000u64 {
+                let t = Nanos::from_millis(ms);
+                while ch.held() < 64 {
+                    if ch.admit(IoKind::Read, 4096, t, id).is_some() {
+                        sent += 1;
+                    }
+                    id += 1;
+                }
+                sent += ch.poll(t, |_| {});
+            }
+            assert!(
+                sent <= 1000,
+                "reserved {reserved}: {sent} sent, limit 1,000"
+            );
+            if reserved > 0 {
+                assert!(sent >= 800, "{sent} sent of a reservation of 800");
+            } else {
+                // Unreserved, the limit is a rate: no catching up on the time away.
+                assert!(sent <= 510, "{sent} sent in half a period at 1 a ms");
+            }
+        }
+    }
+
+    #[test]
     fn two_channels_of_a_host_whose_threads_take_turns_get_the_limit_and_no_more() {
         // Channel a's thread runs in the first 5 ms of every 10, b's in the other 5
         // (two reactors, each stopped half the time); both always hold commands. And

@@ -927,7 +927,7 @@ impl ChannelTokens {
             for (i, &c) in classes.iter().enumerate() {
                 for r in 0..2 {
                     let n = need[r].min(self.params.limit[c].get(RES[r]));
-                    if self.lim[c][r] < n && !self.refill_limit(c, r, n, now) {
+                    if self.lim[c][r] < n && !self.refill_limit(c, r, n, p, now) {
                         let reason = if self.params.bursting {
                             HoldReason::Burst
                         } else {
@@ -1023,7 +1023,7 @@ impl ChannelTokens {
     }
 
     #[cold]
-    fn refill_limit(&mut self, c: usize, r: usize, need: u64, now: Nanos) -> bool {
+    fn refill_limit(&mut self, c: usize, r: usize, need: u64, p: usize, now: Nanos) -> bool {
         let want = need - self.lim[c][r] + self.params.limit_batch.get(RES[r]);
         // Paced release applies to the limit too: the allowance of a period comes out
         // over the period, so a limit is a rate, not a burst at every period start,
@@ -1038,6 +1038,17 @@ impl ChannelTokens {
         // Only the fetches at the instant of the first success after a shortage (the
         // release of the held commands it unblocks) are owed that span: later ones
         // find the host no longer short.
+        // Nor does the limit withhold what the host's reservation owes it: reservation
+        // released and not yet spent (in the pool, or cached here) may be spent at once
+        // however long the host was away (its initiator starved of CPU, a controller
+        // reset), so a host reserved close to its limit still gets its reservation in
+        // the period. The reservation is within the limit, so the period's total is not.
+        let res_per_period = clamp_pool(self.params.pool_res[p].get(RES[r]));
+        let res_owed = self.res[p][r].saturating_add(
+            self.host.res[p][r]
+                .count(self.tag())
+                .saturating_sub(self.domain.unreleased(res_per_period, now)),
+        );
         let per_period = clamp_pool(self.params.limit[c].get(RES[r]));
         let floor = self.domain.unreleased_ahead(per_period, now, false);
         let short = &mut self.lim_short[c][r];
@@ -1051,7 +1062,8 @@ impl ChannelTokens {
         let carry = self
             .domain
             .carry_over(per_period, waited)
-            .saturating_add(want);
+            .saturating_add(want)
+            .saturating_add(res_owed);
         self.lim[c][r] += self.host.limit[c][r].take_carry(self.tag(), want, floor, carry);
         let short = &mut self.lim_short[c][r];
         if self.lim[c][r] >= need {

@@ -861,6 +861,17 @@ fn judged_periods(
         reserved.iter().sum::<u64>(),
         j.excused_missed()
     );
+    // What a judged miss looked like, for the log of a failing run.
+    let limit = cfg[i - 1].max.map(per_period);
+    for e in &j.missed {
+        let ops = h.of(&host_nqn(i)).get(e).map_or(0, |p| p.ops);
+        println!(
+            "    judged miss in epoch {e}: host {i} did {ops} ops of its {} reserved (limit \
+             {limit:?}); hosts {among:?} did {} together",
+            per_period(cfg[i - 1].min),
+            h.served(&nqns, *e)
+        );
+    }
     j
 }
 
