@@ -285,7 +285,8 @@ impl Agent {
         };
         r.target_ok = true;
         let window = self.cfg.window_ms.unwrap_or(local.period_ms).max(1);
-        let demand = self.meter.observe(now_ms, &local.counters, window);
+        let mut demand = self.meter.observe(now_ms, &local.counters, window);
+        crate::demand::held_near_a_limit(&mut demand, &local.settings);
         self.handover.observe(&demand);
         match self.sync(store, tgt, &local, &demand, &mut r) {
             Ok(()) => {

@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use qos_core::cluster::PathDemand;
+use qos_core::cluster::{LocalShare, PathDemand};
 
 use crate::target::HostCounters;
 
@@ -28,6 +28,33 @@ use crate::target::HostCounters;
 pub const HELD_MILLI: u64 = 1000;
 /// See [`HELD_MILLI`]: one millisecond.
 pub const HELD_WAIT_NS: u64 = 1_000_000;
+
+/// A host with a MiB/s limit share at this target counts as held only when it was
+/// served at least this many thousandths of one of its limit shares here (950): a
+/// large command waits for its own size of paced tokens (1 MiB: 20-30 ms at tens of
+/// MiB/s), so a writer served below its share has commands waiting too, and the wait
+/// rule alone called every path of a MiB/s writer held (docs/cluster.md, "Not
+/// built", until 2026-11-29). A path the division gave its demand plus headroom (10 %
+/// by default) is served at about 91 % of its share; one held at its limit at 99-100 %.
+pub const NEAR_LIMIT_MILLI: u64 = 950;
+
+/// Applies [`NEAR_LIMIT_MILLI`] to `demand` with the hosts' `settings` here: a host
+/// with a MiB/s limit share stays held only if it was served near that share, or near
+/// its IOPS limit share if it has one. Hosts without a MiB/s limit keep the wait rule.
+pub fn held_near_a_limit(
+    demand: &mut BTreeMap<String, PathDemand>,
+    settings: &BTreeMap<String, LocalShare>,
+) {
+    let near =
+        |served: u64, share: u64| served as u128 * 1000 >= share as u128 * NEAR_LIMIT_MILLI as u128;
+    for (nqn, d) in demand.iter_mut() {
+        let Some(s) = settings.get(nqn) else { continue };
+        let Some(mibps) = s.limit_mibps else { continue };
+        let at_bytes = near(d.served_bytes, mibps << 20);
+        let at_ops = s.limit_iops.is_some_and(|l| near(d.served, l));
+        d.backlogged &= at_bytes || at_ops;
+    }
+}
 
 /// Counter samples per host, newest last.
 #[derive(Debug, Default)]
@@ -141,6 +168,40 @@ mod tests {
         m.observe(0, &at(0, 0), 1000);
         let d = m.observe(1000, &at(1000, 5000), 1000);
         assert!(d["h"].backlogged);
+    }
+
+    #[test]
+    fn a_mibps_writer_waiting_below_its_limit_share_is_not_held() {
+        let held = |served_mib: u64, served_ops: u64| PathDemand {
+            served: served_ops,
+            backlogged: true,
+            held_milli: 4000,
+            served_bytes: served_mib << 20,
+        };
+        let share = |mibps: Option<u64>, iops: Option<u64>| LocalShare {
+            limit_mibps: mibps,
+            limit_iops: iops,
+            ..LocalShare::default()
+        };
+        let mut d = BTreeMap::from([
+            ("below".to_string(), held(91, 91)),
+            ("at".to_string(), held(99, 99)),
+            ("ops".to_string(), held(50, 990)),
+            ("iops-only".to_string(), held(10, 10)),
+            ("unknown".to_string(), held(10, 10)),
+        ]);
+        let settings = BTreeMap::from([
+            ("below".to_string(), share(Some(100), None)),
+            ("at".to_string(), share(Some(100), None)),
+            ("ops".to_string(), share(Some(100), Some(1000))),
+            ("iops-only".to_string(), share(None, Some(1000))),
+        ]);
+        held_near_a_limit(&mut d, &settings);
+        let backlogged: Vec<bool> = ["below", "at", "ops", "iops-only", "unknown"]
+            .iter()
+            .map(|n| d[*n].backlogged)
+            .collect();
+        assert_eq!(backlogged, [false, true, true, true, true]);
     }
 
     #[test]

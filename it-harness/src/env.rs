@@ -115,7 +115,8 @@ pub fn initiators_or_skip(what: &str) -> Option<Initiators> {
 }
 
 /// A shared library built by this workspace: `$env`, else `<target dir>/release/`
-/// then the test executable's own profile, then `debug/`.
+/// then the test executable's own profile, then `debug/`. Panics when the build found
+/// is older than one of its sources (not for `$env`).
 pub fn built_lib(lib: &str, env: &str, package: &str) -> Result<PathBuf, String> {
     if let Ok(p) = std::env::var(env) {
         let p = PathBuf::from(p);
@@ -144,14 +145,15 @@ pub fn built_lib(lib: &str, env: &str, package: &str) -> Result<PathBuf, String>
              (same CARGO_TARGET_DIR) or set {env}"
             )
         })?;
-    match stale_source(&found) {
-        Some(src) => Err(format!(
+    // Not a skip: where the build exists, testing old code must fail loudly.
+    if let Some(src) = stale_source(&found) {
+        panic!(
             "{} is older than {src}, one of its sources: rebuild it with `cargo build \
              --release -p {package}` (a test of a stale build measures old code)",
             found.display()
-        )),
-        None => Ok(found),
+        );
     }
+    Ok(found)
 }
 
 /// A source file newer than the build `built`, from the dependency list cargo writes
