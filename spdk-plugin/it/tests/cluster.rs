@@ -80,6 +80,11 @@ fn two_targets(s: &Setup) -> (Target, Target, [Controller; 4]) {
     (ta, tb, ctrls)
 }
 
+/// Longest the agents may take to apply a new host's shares at both targets (s): about
+/// a lease's time-to-live plus a few intervals on a quiet machine, with room for a
+/// busy one.
+const SHARES_IN_FORCE_S: u64 = 15;
+
 /// `nvmf-qos-agent`, built by this workspace.
 fn agent_bin() -> Result<PathBuf, String> {
     built_lib("nvmf-qos-agent", "NVMF_QOS_AGENT", "nvmf-qos-agent")
@@ -448,12 +453,23 @@ impl Cluster<'_> {
         agent_cmd(self.agent, self.etcd, &args);
         let u = self.unit.label();
         println!("  X: reservation {r} {u}, limit {l} {u} over the cluster; demand {d} {u}");
+        // The windows measure the shares from here on: without them in force at both
+        // targets a target serves X unlimited (a run that went on after 5 s of waiting
+        // measured 2.8x the limit at A for four windows).
         let set = Instant::now();
-        while set.elapsed() < Duration::from_secs(5)
-            && (x_settings(ta, self.unit).is_none() || x_settings(tb, self.unit).is_none())
-        {
+        let in_force = |ta: &mut Target, tb: &mut Target| {
+            x_settings(ta, self.unit).is_some() && x_settings(tb, self.unit).is_some()
+        };
+        while set.elapsed() < Duration::from_secs(SHARES_IN_FORCE_S) && !in_force(ta, tb) {
             std::thread::sleep(Duration::from_millis(50));
         }
+        assert!(
+            in_force(ta, tb),
+            "X's shares not in force at both targets {SHARES_IN_FORCE_S} s after host set; \
+             agent logs:\n{}\n{}",
+            agents[0].log_tail(20),
+            agents[1].log_tail(20)
+        );
         println!(
             "  X's shares in force at both targets {:?} after host set",
             set.elapsed()
