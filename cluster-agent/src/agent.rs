@@ -20,7 +20,7 @@ use crate::demand::DemandMeter;
 use crate::keys::{ClusterRecord, DemandRecord, Keys, MemberRecord, SharesRecord, hosts_of, parse};
 use crate::peers::Peers;
 use crate::store::{LeaseId, Store, StoreError};
-use crate::target::{LocalState, TargetRpc};
+use crate::target::{LocalState, TargetError, TargetRpc};
 
 /// What an agent is for.
 #[derive(Debug, Clone)]
@@ -193,6 +193,53 @@ fn amounts_differ(have: (u64, Option<u64>), want: (u64, Option<u64>)) -> bool {
         }
 }
 
+/// Sets `want` for `nqn`. When the target refuses it and a reservation in it went up
+/// (the target's admission control: the reservations would exceed what it reckons it
+/// can serve, e.g. the depth curve's operating point after a slow spell), sets `want`
+/// with the reservations `have` holds instead, so that the new limit and weight apply:
+/// a refused raise must not also keep a lowered limit in force (while etcd was away a
+/// refused take kept the host at its old limit at the target its demand moved to, and
+/// its reservation was missed for the whole outage). Returns the refusal and whether
+/// that fallback is in force.
+fn set_share(
+    tgt: &mut dyn TargetRpc,
+    domain: &str,
+    nqn: &str,
+    want: &LocalShare,
+    have: Option<&LocalShare>,
+) -> Result<(), (TargetError, bool)> {
+    let Err(e) = tgt.host_set(domain, nqn, want) else {
+        return Ok(());
+    };
+    let (Some(have), TargetError::Refused { .. }) = (have, &e) else {
+        return Err((e, false));
+    };
+    if want.reservation_iops <= have.reservation_iops
+        && want.reservation_mibps <= have.reservation_mibps
+    {
+        return Err((e, false));
+    }
+    let kept = LocalShare {
+        reservation_iops: want.reservation_iops.min(have.reservation_iops),
+        reservation_mibps: want.reservation_mibps.min(have.reservation_mibps),
+        ..*want
+    };
+    let fallback = tgt.host_set(domain, nqn, &kept).is_ok();
+    Err((e, fallback))
+}
+
+/// What a refusal reads as in the log and the member record.
+fn refusal_text(c: &Change, e: &TargetError, fallback: bool) -> String {
+    if fallback {
+        format!(
+            "{}: {e}; its limit and weight applied with the reservation held before",
+            c.describe()
+        )
+    } else {
+        format!("{}: {e}", c.describe())
+    }
+}
+
 /// The changes that bring the target's `settings` to `mine` (this target's part of the
 /// division; `None` when the division does not include this target yet: nothing
 /// changes), removing the `managed` hosts that left the cluster's `hosts`.
@@ -347,15 +394,22 @@ impl Agent {
                 continue;
             }
             let c = Change::Set(nqn.clone(), *want);
-            match tgt.host_set(&self.cfg.domain, nqn, want) {
+            match set_share(tgt, &self.cfg.domain, nqn, want, local.settings.get(nqn)) {
                 Ok(()) => {
                     applied.insert(nqn.clone());
                     r.set += 1;
                     r.traded += 1;
                 }
-                Err(e) => {
+                Err((e, fallback)) => {
+                    // With the fallback in force the take is booked: the target holds
+                    // less reservation than the book says, never more.
+                    if fallback {
+                        applied.insert(nqn.clone());
+                        r.set += 1;
+                        r.traded += 1;
+                    }
                     r.refused
-                        .insert(nqn.clone(), format!("{}: {e}", c.describe()));
+                        .insert(nqn.clone(), refusal_text(&c, &e, fallback));
                 }
             }
         }
@@ -489,6 +543,7 @@ impl Agent {
         };
         self.apply(
             reconcile(mine, &hosts, &local.settings, &self.managed),
+            &local.settings,
             tgt,
             r,
         );
@@ -563,21 +618,34 @@ impl Agent {
         Ok(())
     }
 
-    fn apply(&mut self, changes: Vec<Change>, tgt: &mut dyn TargetRpc, r: &mut TickReport) {
+    fn apply(
+        &mut self,
+        changes: Vec<Change>,
+        settings: &BTreeMap<String, LocalShare>,
+        tgt: &mut dyn TargetRpc,
+        r: &mut TickReport,
+    ) {
         for c in changes {
             let res = match &c {
-                Change::Set(nqn, s) => tgt.host_set(&self.cfg.domain, nqn, s).map(|_| {
-                    self.managed.insert(nqn.clone());
-                    r.set += 1;
-                }),
-                Change::Remove(nqn) => tgt.host_remove(&self.cfg.domain, nqn).map(|_| {
-                    self.managed.remove(nqn);
-                    r.removed += 1;
-                }),
+                Change::Set(nqn, s) => {
+                    let res = set_share(tgt, &self.cfg.domain, nqn, s, settings.get(nqn));
+                    if matches!(res, Ok(()) | Err((_, true))) {
+                        self.managed.insert(nqn.clone());
+                        r.set += 1;
+                    }
+                    res
+                }
+                Change::Remove(nqn) => tgt
+                    .host_remove(&self.cfg.domain, nqn)
+                    .map(|_| {
+                        self.managed.remove(nqn);
+                        r.removed += 1;
+                    })
+                    .map_err(|e| (e, false)),
             };
-            if let Err(e) = res {
+            if let Err((e, fallback)) = res {
                 r.refused
-                    .insert(c.host().to_string(), format!("{}: {e}", c.describe()));
+                    .insert(c.host().to_string(), refusal_text(&c, &e, fallback));
             }
         }
         // Published in this target's member record (`show` prints it), one line a host.
@@ -671,6 +739,63 @@ mod tests {
             weight: 1,
             ..Default::default()
         }
+    }
+
+    /// A target whose admission control refuses a reservation above `admits`.
+    struct Admitting {
+        admits: u64,
+        settings: BTreeMap<String, LocalShare>,
+    }
+
+    impl TargetRpc for Admitting {
+        fn read(&mut self, _: &str) -> Result<LocalState, TargetError> {
+            unreachable!("not read in this test")
+        }
+        fn host_set(&mut self, _: &str, nqn: &str, s: &LocalShare) -> Result<(), TargetError> {
+            if s.reservation_iops > self.admits {
+                return Err(TargetError::Refused {
+                    method: "qos_host_set".into(),
+                    code: -28,
+                    message: "admission refused".into(),
+                });
+            }
+            self.settings.insert(nqn.into(), *s);
+            Ok(())
+        }
+        fn host_remove(&mut self, _: &str, nqn: &str) -> Result<(), TargetError> {
+            self.settings.remove(nqn);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_refused_reservation_raise_still_applies_the_new_limit() {
+        let have = BTreeMap::from([("h".to_string(), share(100, Some(300)))]);
+        let mut tgt = Admitting {
+            admits: 150,
+            settings: have.clone(),
+        };
+        let mut agent = Agent::new(AgentConfig {
+            cluster: "c".into(),
+            target: "t".into(),
+            domain: "d".into(),
+            lease_ttl_s: 2,
+            window_ms: None,
+            handover_url: None,
+        });
+        let mut r = TickReport::default();
+        let raise = vec![Change::Set("h".into(), share(200, Some(500)))];
+        agent.apply(raise, &have, &mut tgt, &mut r);
+        assert_eq!(tgt.settings["h"], share(100, Some(500)), "limit applied");
+        assert!(r.refused["h"].contains("reservation held before"), "{r:?}");
+        assert!(agent.managed.contains("h"));
+        // A refused change that raises no reservation is not retried.
+        tgt.admits = 0;
+        let mut r = TickReport::default();
+        let lower = vec![Change::Set("h".into(), share(50, Some(400)))];
+        agent.apply(lower, &tgt.settings.clone(), &mut tgt, &mut r);
+        assert_eq!(tgt.settings["h"], share(100, Some(500)), "nothing applied");
+        assert!(!r.refused["h"].contains("reservation held before"));
     }
 
     #[test]

@@ -367,11 +367,25 @@ fn unused(share: &LocalShare, d: &PathDemand, cfg: &HandoverConfig) -> Amounts {
             0
         }
     };
+    // A limit keeps at least the reservation that stays: a reservation whose spare is
+    // below the release threshold stays whole while its limit's may not (a target
+    // refuses a reservation above the limit).
+    let reservation_iops = spare(share.reservation_iops, want_iops, 0);
+    let reservation_mibps = spare(share.reservation_mibps, want_mibps, 0);
+    let kept = |r: u64, spared: u64| (r - spared).max(1);
     Amounts {
-        reservation_iops: spare(share.reservation_iops, want_iops, 0),
-        limit_iops: share.limit_iops.map_or(0, |l| spare(l, want_iops, 1)),
-        reservation_mibps: spare(share.reservation_mibps, want_mibps, 0),
-        limit_mibps: share.limit_mibps.map_or(0, |l| spare(l, want_mibps, 1)),
+        reservation_iops,
+        limit_iops: share.limit_iops.map_or(0, |l| {
+            spare(l, want_iops, kept(share.reservation_iops, reservation_iops))
+        }),
+        reservation_mibps,
+        limit_mibps: share.limit_mibps.map_or(0, |l| {
+            spare(
+                l,
+                want_mibps,
+                kept(share.reservation_mibps, reservation_mibps),
+            )
+        }),
     }
 }
 

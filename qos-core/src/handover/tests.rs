@@ -56,6 +56,46 @@ fn tick(t: &mut Handover, served: u64, held: bool, peers: &[HandoverReport]) -> 
 }
 
 #[test]
+fn a_release_never_leaves_a_reservation_above_its_limit() {
+    // A reservation close to its limit (the real two-target test's is 88 % of it).
+    let tight = ClusterHost {
+        reservation_iops: 1000,
+        limit_iops: Some(1030),
+        weight: 1,
+        reservation_mibps: 0,
+        limit_mibps: None,
+    };
+    let contracts = BTreeMap::from([("h".to_string(), tight)]);
+    let half = LocalShare {
+        reservation_iops: 500,
+        limit_iops: Some(515),
+        ..LocalShare::default()
+    };
+    let (mut a, mut b) = (Handover::new("a"), Handover::new("b"));
+    a.rebase(7, &one("h", half));
+    b.rebase(7, &one("h", half));
+    let held_at_a = demand(515, true);
+    a.observe(&held_at_a);
+    let s = a.step(
+        &held_at_a,
+        &[b.report()],
+        &contracts,
+        &HandoverConfig::default(),
+    );
+    a.commit(&s, |_| true);
+    // B served 450 (495 with the headroom): its reservation's spare (5, 1 %) is below
+    // the release threshold, its limit's (20, 3.9 %) is not.
+    let d = demand(450, false);
+    b.observe(&d);
+    let s = b.step(&d, &[a.report()], &contracts, &HandoverConfig::default());
+    let at_b = s.shares["h"];
+    assert!(
+        at_b.reservation_iops <= at_b.limit_iops.unwrap(),
+        "reservation above the limit: {at_b:?}"
+    );
+}
+
+#[test]
 fn a_demand_move_is_followed_by_a_release_and_a_take() {
     let (mut a, mut b) = (Handover::new("a"), Handover::new("b"));
     a.rebase(7, &one("h", share(200)));
@@ -200,6 +240,11 @@ proptest! {
             let t = total(&held);
             for k in 0..4 {
                 prop_assert!(t[k] <= base_total[k], "amount {k}: {t:?} > {base_total:?}: {held:?}");
+            }
+            // A target refuses a reservation above its limit.
+            for h in &held {
+                prop_assert!(h.limit_iops.is_none_or(|l| h.reservation_iops <= l), "{h:?}");
+                prop_assert!(h.limit_mibps.is_none_or(|l| h.reservation_mibps <= l), "{h:?}");
             }
         }
     }
