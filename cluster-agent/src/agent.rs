@@ -66,6 +66,8 @@ pub struct TickReport {
     /// With etcd away: the peers whose handover report was read, and the shares moved
     /// by trading (counted in `set` too).
     pub peers_read: usize,
+    /// Of those, the peers on another division (`seq`): they trade nothing with this one.
+    pub peers_other_division: usize,
     pub traded: usize,
     pub errors: Vec<String>,
 }
@@ -174,6 +176,25 @@ fn share_differs(have: &LocalShare, want: &LocalShare) -> bool {
             (have.reservation_mibps, have.limit_mibps),
             (want.reservation_mibps, want.limit_mibps),
         )
+}
+
+/// A new division is written only when it moves a share as much as an agent applies
+/// (`share_differs`), or adds or drops a target or host: the measured rates move a
+/// little every interval, and a division written for each such move changed the
+/// record's `seq` about once a second. While etcd is away only targets on the same
+/// `seq` trade, so an outage that began right after one agent had read a new division
+/// and the other had not saw no trade at all (real two-target runs, 2026-11-29). The
+/// plan compared with is the one last written, so small moves that add up are written.
+fn plan_moves(written: &Plan, new: &Plan) -> bool {
+    written.len() != new.len()
+        || written.iter().zip(new).any(|((t0, h0), (t1, h1))| {
+            t0 != t1
+                || h0.len() != h1.len()
+                || h0
+                    .iter()
+                    .zip(h1)
+                    .any(|((n0, s0), (n1, s1))| n0 != n1 || share_differs(s0, s1))
+        })
 }
 
 /// One resource's (reservation, limit) moved enough to apply: see [`HYSTERESIS_MILLI`]
@@ -382,6 +403,10 @@ impl Agent {
             }
         }
         r.peers_read = reports.len();
+        r.peers_other_division = reports
+            .iter()
+            .filter(|p| p.seq != self.handover.seq())
+            .count();
         let cfg = HandoverConfig {
             headroom_milli: self.divide.headroom_milli,
             ..HandoverConfig::default()
@@ -588,7 +613,7 @@ impl Agent {
         let p = plan(hosts, &members, &demand, &cluster.divide);
         if let Some(w) = &self.written
             && w.members == members
-            && w.plan == p
+            && !plan_moves(&w.plan, &p)
             && w.peers == peers
         {
             return Ok(());
@@ -796,6 +821,31 @@ mod tests {
         agent.apply(lower, &tgt.settings.clone(), &mut tgt, &mut r);
         assert_eq!(tgt.settings["h"], share(100, Some(500)), "nothing applied");
         assert!(!r.refused["h"].contains("reservation held before"));
+    }
+
+    #[test]
+    fn a_division_that_moves_no_share_as_much_as_an_agent_applies_is_not_written() {
+        let of = |r: u64, l: u64| -> Plan {
+            BTreeMap::from([(
+                "t".to_string(),
+                BTreeMap::from([("h".to_string(), share(r, Some(l)))]),
+            )])
+        };
+        let written = of(1000, 2000);
+        assert!(!plan_moves(&written, &of(1001, 2010)), "a rate's noise");
+        assert!(
+            plan_moves(&written, &of(1100, 2000)),
+            "a reservation up 10 %"
+        );
+        assert!(plan_moves(&written, &of(1000, 1980)), "a limit down 1 %");
+        let mut more = of(1000, 2000);
+        more.get_mut("t")
+            .unwrap()
+            .insert("g".into(), share(1, Some(1)));
+        assert!(plan_moves(&written, &more), "a new host");
+        let mut other = of(1000, 2000);
+        other.insert("u".into(), BTreeMap::new());
+        assert!(plan_moves(&written, &other), "a new target");
     }
 
     #[test]

@@ -344,8 +344,14 @@ fn summary(r: &TickReport) -> String {
             String::new()
         } else {
             format!(
-                " handover: {} peers read, {} traded",
-                r.peers_read, r.traded
+                " handover: {} peers read{}, {} traded",
+                r.peers_read,
+                if r.peers_other_division > 0 {
+                    format!(" ({} on another division)", r.peers_other_division)
+                } else {
+                    String::new()
+                },
+                r.traded
             )
         }
     )
