@@ -144,6 +144,10 @@ pub struct Agent {
     peer_urls: BTreeMap<String, String>,
     contracts: BTreeMap<String, ClusterHost>,
     divide: DivideConfig,
+    /// This target's part of the last two divisions read (`seq`, shares), newest last:
+    /// an agent that read a division its peers did not before etcd went away goes back
+    /// to the one they share, to trade on it ([`Agent::trade`]).
+    parts: Vec<(u64, BTreeMap<String, LocalShare>)>,
 }
 
 /// Shares move at the target only when they change by more than this many thousandths
@@ -309,6 +313,7 @@ impl Agent {
             peer_urls: BTreeMap::new(),
             contracts: BTreeMap::new(),
             divide: DivideConfig::default(),
+            parts: Vec::new(),
         }
     }
 
@@ -403,6 +408,18 @@ impl Agent {
             }
         }
         r.peers_read = reports.len();
+        // Read a division the peers did not (etcd went away between the leader's write
+        // and their read): go back to the one before, which they all trade on. The
+        // targets then hold one division again (this target its part of the older
+        // one, applied exactly below), which is what the bound needs; the division
+        // after etcd's return takes over from there.
+        if let [(older, part), (newer, _)] = self.parts.as_slice()
+            && self.handover.seq() == Some(*newer)
+            && !reports.is_empty()
+            && reports.iter().all(|p| p.seq == Some(*older))
+        {
+            self.handover.rebase(*older, part);
+        }
         r.peers_other_division = reports
             .iter()
             .filter(|p| p.seq != self.handover.seq())
@@ -556,6 +573,12 @@ impl Agent {
             Some(m) => {
                 r.shares_seq = Some(shares.seq);
                 r.shares = m.clone();
+                if self.parts.last().is_none_or(|(seq, _)| *seq != shares.seq) {
+                    self.parts.push((shares.seq, m.clone()));
+                    if self.parts.len() > 2 {
+                        self.parts.remove(0);
+                    }
+                }
                 self.handover.rebase(shares.seq, m);
                 if self.handover.traded() {
                     book = self.handover.shares(&hosts);
