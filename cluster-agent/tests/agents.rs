@@ -157,6 +157,58 @@ fn with_etcd_down_the_targets_trade_the_move_without_exceeding_the_contract() {
 }
 
 #[test]
+fn with_etcd_down_between_two_agents_reading_a_division_they_trade_on_the_one_before() {
+    let mut c = mem(3_000, 6_000);
+    c.want(8_000, 2_000);
+    for _ in 0..8 {
+        c.interval();
+    }
+    // The demand moves; etcd goes away right after one agent has read the division
+    // that follows it and before the other has.
+    c.want(2_000, 8_000);
+    let mut seqs = [None, None];
+    let mut split = false;
+    for _ in 0..10 {
+        c.pass_interval();
+        let mut peers = c.reports();
+        for i in 0..2 {
+            if !split && seqs[0].is_some() && seqs[0] != seqs[1] {
+                c.store.down = true;
+                split = true;
+            }
+            seqs[i] = c.tick_one(i, &mut peers).shares_seq.or(seqs[i]);
+        }
+        if split {
+            break;
+        }
+    }
+    assert!(split, "no new division within 10 intervals: {seqs:?}");
+    let mut other_division = 0;
+    for _ in 0..20 {
+        let reports = c.interval();
+        other_division += reports
+            .iter()
+            .map(|r| r.peers_other_division)
+            .sum::<usize>();
+        let (r, l) = (c.reservation_shares(), c.limit_shares());
+        assert!(
+            r.iter().sum::<u64>() <= 3_000,
+            "reservations {r:?} over 3000"
+        );
+        assert!(l.iter().sum::<u64>() <= 6_000, "limits {l:?} over 6000");
+    }
+    assert!(
+        other_division > 0,
+        "the agents never saw the split: {seqs:?}"
+    );
+    let l = c.limit_shares();
+    assert!(
+        l[1] > l[0],
+        "the move was not followed while etcd was away: {l:?}"
+    );
+}
+
+#[test]
 fn a_removed_host_is_given_back_and_bad_commands_are_refused() {
     let mut c = mem(3_000, 6_000);
     c.want(1_000, 1_000);

@@ -1042,7 +1042,8 @@ impl ChannelTokens {
         // released and not yet spent (in the pool, or cached here) may be spent at once
         // however long the host was away (its initiator starved of CPU, a controller
         // reset), so a host reserved close to its limit still gets its reservation in
-        // the period. The reservation is within the limit, so the period's total is not.
+        // the period. The reservation is within the limit, so the period's total stays
+        // within it too.
         let res_per_period = clamp_pool(self.params.pool_res[p].get(RES[r]));
         let res_owed = self.res[p][r].saturating_add(
             self.host.res[p][r]

@@ -167,19 +167,32 @@ impl<S: Store> Cluster<S> {
 
     /// One interval: the clock moves, then every agent ticks; what each did.
     pub fn interval(&mut self) -> Vec<TickReport> {
+        self.pass_interval();
+        let mut peers = self.reports();
+        (0..self.agents.len())
+            .map(|i| self.tick_one(i, &mut peers))
+            .collect()
+    }
+
+    /// Moves the clock by one interval.
+    pub fn pass_interval(&mut self) {
         (self.pass)(&mut self.store, INTERVAL_MS);
         self.now_ms += INTERVAL_MS;
-        let mut peers = MemPeers(
+    }
+
+    /// The agents' handover reports as they stand now.
+    pub fn reports(&self) -> MemPeers {
+        MemPeers(
             self.agents
                 .iter()
                 .filter_map(|a| Some((a.config().handover_url.clone()?, a.handover_report())))
                 .collect(),
-        );
-        self.agents
-            .iter_mut()
-            .zip(&mut self.targets)
-            .map(|(a, t)| a.tick(self.now_ms, &mut self.store, t, &mut peers))
-            .collect()
+        )
+    }
+
+    /// Agent `i`'s tick within the current interval, reading `peers`.
+    pub fn tick_one(&mut self, i: usize, peers: &mut MemPeers) -> TickReport {
+        self.agents[i].tick(self.now_ms, &mut self.store, &mut self.targets[i], peers)
     }
 
     pub fn reservation_shares(&self) -> Vec<u64> {
