@@ -104,6 +104,20 @@ impl Report {
             .fold(0.0, |a, b| a + b)
     }
 
+    /// The rows of a `dso,sym` report as (share %, DSO, symbol).
+    pub fn symbols(&self) -> Vec<(f64, String, String)> {
+        self.rows()
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let share = w.next()?.trim_end_matches('%').parse::<f64>().ok()?;
+                let dso = w.next()?.to_string();
+                let _kind = w.next()?;
+                let sym = w.collect::<Vec<_>>().join(" ");
+                Some((share, dso, sym))
+            })
+            .collect()
+    }
+
     /// The CPU time the reported samples cover, ns (for the cpu-clock event, perf's
     /// "Event count" is in nanoseconds); 0 when the report does not say.
     pub fn cpu_ns(&self) -> f64 {
@@ -138,6 +152,12 @@ mod tests {
         // 0.0, not the -0.0 of an empty f64 sum (which prints as "-0.0").
         assert_eq!(format!("{:.1}", r.share("absent")), "0.0");
         assert_eq!(r.cpu_ns(), 4_000_250_000.0);
+        let syms = r.symbols();
+        assert_eq!(syms.len(), 3);
+        assert_eq!(
+            syms[1],
+            (1.25, "libnvmf_qos_tgt.so".to_string(), "admit".to_string())
+        );
         assert_eq!(r.rows_with("base_done").count(), 1);
     }
 }

@@ -42,7 +42,7 @@ use spdk_sys::bdev_io::{BaseIo, IoStatus, nvme_cmd_dwords};
 use spdk_sys::poller::PollStatus;
 use spdk_sys::spdk_bdev_io_type as T;
 use spdk_sys::thread::Thread;
-use spdk_sys::time::now;
+use spdk_sys::time::{now, poll_now};
 use spdk_sys::vbdev::{self, BaseChannel, Io, Node};
 
 /// Set when `nvmf_tgt` shuts down (our event subsystem's fini, which runs before the
@@ -74,10 +74,12 @@ pub const CHANNEL_POLL_US: u64 = POLL_INTERVAL.0 / 1000;
 const ENOMEM: c_int = -12;
 const SCT_GENERIC: u8 = 0;
 
-/// One completion in this many reads the clock for the time the command spent at the
-/// base (the depth curve, `qos_core::depth`), and counts for this many: a clock read on
-/// every completion cost the target 0.8 % of its IOPS side by side (target-bench), and
-/// the depth curve's 10 ms samples hold thousands of completions.
+/// One command in this many sent to the base reads the clock when it goes and when it
+/// completes, for the time it spent there (the depth curve, `qos_core::depth`), and
+/// counts for this many: a clock read on every completion cost the target 0.8 % of its
+/// IOPS side by side (target-bench), and the depth curve's 10 ms samples hold thousands
+/// of completions. Every other decision of the I/O path takes the time of the thread's
+/// current poll (`spdk_sys::time::poll_now`), which reads no clock.
 const SERVICE_SAMPLE: u32 = 8;
 
 /// Channels of one OS thread a completion's hand-off of a window slot looks at (each
@@ -91,7 +93,8 @@ pub struct IoCtx {
     kind: Cell<IoKind>,
     /// Admitted with tokens: its completion is recorded in the ledger.
     accounted: Cell<bool>,
-    /// When it went to the base (ns), for the time it spent there (the depth curve).
+    /// When it went to the base (ns; 0: not one of the [`SERVICE_SAMPLE`]), for the time
+    /// it spent there (the depth curve).
     sent_at: Cell<u64>,
 }
 
@@ -123,8 +126,8 @@ pub struct Core {
     node: Arc<QosNode>,
     base: BaseChannel,
     st: RefCell<TargetChannel<QosIo>>,
-    /// Completions counted for [`SERVICE_SAMPLE`].
-    completions: Cell<u32>,
+    /// Commands sent to the base, counted for [`SERVICE_SAMPLE`].
+    sends: Cell<u32>,
     /// The SPDK thread it belongs to (its address): a hand-off only goes to channels
     /// of the completing channel's thread.
     thread: usize,
@@ -194,7 +197,7 @@ impl QosChannel {
             node,
             base,
             st: RefCell::new(TargetChannel::new(tokens)),
-            completions: Cell::new(0),
+            sends: Cell::new(0),
             thread,
         });
         CHANNELS.with(|c| {
@@ -254,8 +257,7 @@ impl Core {
         c.kind.set(kind);
         c.bytes.set(bytes);
         c.accounted.set(true);
-        let t = now();
-        c.sent_at.set(t.0);
+        let t = poll_now();
         let out = self.st.borrow_mut().admit(kind, bytes, t, io);
         if let Some(io) = out {
             self.send(io);
@@ -263,31 +265,20 @@ impl Core {
     }
 
     /// Releases held I/O while tokens allow, in order: after a completion
-    /// (`completed_at`: `Some`, with the clock's reading if the completion took one; at
-    /// the channel's cadence) or from the poller (`None`), which also publishes the
-    /// counters. After a completion the clock is read only when the channel tries.
-    fn release(&self, completed_at: Option<Option<Nanos>>) -> usize {
+    /// (`after_completion`; at the channel's cadence) or from the poller, which also
+    /// publishes the counters.
+    fn release(&self, after_completion: bool) -> usize {
         let mut ready = Vec::new();
-        let t = {
+        {
             let mut st = self.st.borrow_mut();
-            match completed_at {
-                Some(mut at) => {
-                    st.on_completion(|| *at.get_or_insert_with(now), |io| ready.push(io));
-                    match at {
-                        Some(t) if !ready.is_empty() => t,
-                        _ => return 0,
-                    }
-                }
-                None => {
-                    let t = now();
-                    st.poll(t, |io| ready.push(io));
-                    t
-                }
+            if after_completion {
+                st.on_completion(poll_now, |io| ready.push(io));
+            } else {
+                st.poll(poll_now(), |io| ready.push(io));
             }
-        };
+        }
         let n = ready.len();
         for io in ready {
-            io.ctx().sent_at.set(t.0);
             self.send(io);
         }
         n
@@ -313,15 +304,13 @@ impl Core {
     /// this thread); sends what it releases.
     fn retry_window(&self) {
         let mut ready = Vec::new();
-        let t = now();
         match self.st.try_borrow_mut() {
             Ok(mut st) => {
-                st.retry(t, |io| ready.push(io));
+                st.retry(poll_now(), |io| ready.push(io));
             }
             Err(_) => return,
         }
         for io in ready {
-            io.ctx().sent_at.set(t.0);
             self.send(io);
         }
     }
@@ -336,7 +325,7 @@ impl Core {
                 self.send(io);
             }
         }
-        busy += self.release(None);
+        busy += self.release(false);
         if busy > 0 {
             PollStatus::Busy
         } else {
@@ -357,6 +346,11 @@ impl Core {
 
     /// Sends an admitted (or unaccounted) I/O to the base bdev.
     fn send(&self, io: QosIo) {
+        let n = self.sends.get().wrapping_add(1);
+        self.sends.set(n);
+        io.ctx()
+            .sent_at
+            .set(if n % SERVICE_SAMPLE == 0 { now().0 } else { 0 });
         let t = io.io_type();
         if t == T::SPDK_BDEV_IO_TYPE_READ {
             // Make sure the read has a buffer we own before the base sees it.
@@ -510,15 +504,17 @@ pub(crate) fn submit(inner: &QosChannel, io: QosIo) {
 fn base_done(inner: &QosChannel, io: QosIo, base: BaseIo, success: bool) {
     let c = io.ctx();
     let t = io.io_type();
-    let n = inner.completions.get().wrapping_add(1);
-    inner.completions.set(n);
-    let done_at = (n % SERVICE_SAMPLE == 0).then(now);
     let credit = if c.accounted.get() {
         let mut st = inner.st.borrow_mut();
-        let service = done_at.map_or(Nanos(0), |t| {
-            let at_base = t.saturating_sub(Nanos(c.sent_at.get())).0;
-            Nanos(at_base.saturating_mul(SERVICE_SAMPLE as u64))
-        });
+        let service = match c.sent_at.get() {
+            0 => Nanos(0),
+            sent => Nanos(
+                now()
+                    .0
+                    .saturating_sub(sent)
+                    .saturating_mul(SERVICE_SAMPLE as u64),
+            ),
+        };
         st.record_completion(c.kind.get(), c.bytes.get(), service);
         (success
             && (t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE)
@@ -540,5 +536,5 @@ fn base_done(inner: &QosChannel, io: QosIo, base: BaseIo, success: bool) {
     // The window's weighted order first (a freed slot to the smallest tag on this
     // thread), then this channel's own cadence (tokens).
     inner.hand_off();
-    inner.release(Some(done_at));
+    inner.release(true);
 }

@@ -106,10 +106,15 @@ pub unsafe fn get_channel<D: IoDevice>(dev: *const D) -> Option<NonNull<ffi::spd
 /// own thread, and stays alive for `'a` (the bdev layer keeps a bdev's channel alive
 /// while its I/O is outstanding).
 pub unsafe fn channel<'a, D: IoDevice>(ch: *mut ffi::spdk_io_channel) -> &'a D::Channel {
-    // SAFETY: the context buffer of a `D` channel holds the pointer written by
+    // The context buffer follows the channel's header, as in SPDK's own static inline
+    // `spdk_io_channel_get_ctx` (whose bindgen wrapper is a call per I/O that cannot
+    // be inlined; this runs two or three times per I/O).
+    // SAFETY: `ch` is live, so its context buffer starts SPDK_IO_CHANNEL_STRUCT_SIZE
+    // bytes in, and the buffer of a `D` channel holds the pointer written by
     // `create_cb::<D>`, valid until `destroy_cb`.
     unsafe {
-        &*ffi::spdk_io_channel_get_ctx(ch)
+        &*ch.cast::<u8>()
+            .add(ffi::SPDK_IO_CHANNEL_STRUCT_SIZE as usize)
             .cast::<*mut D::Channel>()
             .read()
     }

@@ -1,8 +1,10 @@
 //! The instrument of issue 38 (item 5): how much a QoS configuration costs the target,
 //! measured so that the machine's own changes of speed (up to 2x between phases) cancel.
 //! One `nvmf_tgt` (core 0; `QOS_IT_CORES=0x3` for two poll groups), every host's
-//! subsystem with a plain split of `Bare0` as namespace 1 and its QoS bdev on `Malloc0`
-//! as namespace 2; all hosts in one bdevperf on core 1, one job and one host NQN each.
+//! subsystem with a plain malloc bdev as namespace 1 (bare: what the target serves
+//! without the QoS; `QOS_IT_BARE=split`: a part of a split, a second bdev layer as the
+//! QoS bdev has) and its QoS bdev on a malloc bdev of its own as namespace 2; all hosts
+//! in one bdevperf on core 1, one job and one host NQN each.
 //!
 //! - `toggle_instrument` (`make instrument`, `#[ignore]`d): one continuous bdevperf run
 //!   on the QoS namespaces for `QOS_IT_TOGGLE_SECS` (default 120); every second
@@ -36,8 +38,11 @@
 //! limit at P % of bare), `QOS_IT_CAPACITY` (`none`, the default, or a factor of bare
 //! for the capacity hint: 0.2, 2), `QOS_IT_SHARING` (default `first_come`),
 //! `QOS_IT_CORES` (`0x1` or `0x3`), `QOS_IT_TOGGLE_SECS`, `QOS_IT_ROUNDS`,
-//! `QOS_IT_PHASE_SECS`, `QOS_IT_PERF=0` (no `perf stat`), `QOS_IT_SEED` (the bootstrap's
-//! seed, default 38). docs/benchmarks.md, "The instrument (issue 38)".
+//! `QOS_IT_PHASE_SECS`, `QOS_IT_BARE` (`direct`, the default, or `split`),
+//! `QOS_IT_PERF=0` (no `perf stat`), `QOS_IT_SEED` (the bootstrap's
+//! seed, default 38), `QOS_IT_PROFILE_SECS` (after the toggle, four profiled phases,
+//! plain / QoS / plain / QoS, of this many seconds: the target's CPU per command by
+//! symbol, side by side). docs/benchmarks.md, "The instrument (issue 38)".
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -78,6 +83,8 @@ struct Config {
     phase_secs: u32,
     perf: bool,
     seed: u64,
+    /// Profiled phases of this many seconds (`QOS_IT_PROFILE_SECS`), none when unset.
+    profile_secs: Option<u32>,
 }
 
 fn config() -> Config {
@@ -128,20 +135,57 @@ fn config() -> Config {
             .max(3) as u32,
         perf: std::env::var("QOS_IT_PERF").map_or(true, |v| v != "0"),
         seed: env_number("QOS_IT_SEED", "a number").unwrap_or(38),
+        profile_secs: env_number("QOS_IT_PROFILE_SECS", "seconds, e.g. 5").map(|v| v as u32),
     }
 }
 
-/// The target of both modes: plain splits of `Bare0` as namespace 1 of every host's
-/// subsystem (QoS bdevs come later as namespace 2).
+/// Host `k`'s (0-based) plain namespace: a malloc bdev of its own (`direct`), or part
+/// `k` of a split of one malloc bdev (`split`: a second bdev layer, as the QoS bdev
+/// has, so that what stacking costs is left out of the comparison).
+fn bare_bdev(k: usize) -> String {
+    if split_bare() {
+        format!("Bare0p{k}")
+    } else {
+        format!("Bare{k}")
+    }
+}
+
+/// `QOS_IT_BARE`: `direct` (the default) or `split`.
+fn split_bare() -> bool {
+    match std::env::var("QOS_IT_BARE").as_deref() {
+        Err(_) | Ok("direct") => false,
+        Ok("split") => true,
+        Ok(v) => panic!("QOS_IT_BARE={v:?}: give direct or split"),
+    }
+}
+
+/// The base of host `k`'s QoS bdev: a malloc bdev of its own, the same size as its
+/// plain one (allocated beside it).
+fn qos_base(k: usize) -> String {
+    format!("Malloc{k}")
+}
+
+/// The target of both modes: every host's plain namespace ([`bare_bdev`]) as namespace
+/// 1 of its subsystem, and the base of its QoS bdev ([`qos_base`]; the QoS bdevs come
+/// later, as namespace 2). Each host reads a region of its own of 64 MiB / hosts on
+/// both sides, so that both sides' malloc copies read the same amount of memory.
 fn plain_target(s: &Setup, cores: &str, n: usize, max_secs: u64) -> Target {
     let mut t = s.target_on(max_secs, cores);
-    t.malloc("Malloc0", 131072, 512);
-    t.malloc("Bare0", 131072, 512);
-    t.call(
-        "bdev_split_create",
-        json!({"base_bdev": "Bare0", "split_count": n}),
-    );
-    let bare: Vec<String> = (0..n).map(|k| format!("Bare0p{k}")).collect();
+    let blocks = 131072 / n as u64;
+    if split_bare() {
+        t.malloc("Bare0", blocks * n as u64, 512);
+        t.call(
+            "bdev_split_create",
+            json!({"base_bdev": "Bare0", "split_count": n}),
+        );
+    }
+    for k in 0..n {
+        if !split_bare() {
+            t.malloc(&bare_bdev(k), blocks, 512);
+        }
+        t.malloc(&qos_base(k), blocks, 512);
+    }
+    let bare: Vec<String> = (0..n).map(bare_bdev).collect();
     expose_per_host(&mut t, &bare, s.port);
     t
 }
@@ -173,7 +217,7 @@ fn qos_domain(
             h["max_iops"] = json!(iops);
         }
         t.call("qos_host_set", h);
-        let q = t.qos_bdev_for_host(i, "Malloc0", "d");
+        let q = t.qos_bdev_for_host(i, &qos_base(k), "d");
         t.call(
             "nvmf_subsystem_add_ns",
             json!({"nqn": subsys_nqn(i), "namespace": {"bdev_name": q}}),
@@ -544,7 +588,7 @@ fn phase(
     let bdevs: Vec<String> = if ns == QOS {
         (1..=n).map(|i| format!("qos{i}")).collect()
     } else {
-        (0..n).map(|k| format!("Bare0p{k}")).collect()
+        (0..n).map(bare_bdev).collect()
     };
     let mut b = s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs, &[]);
     let running = b.start_tests();
@@ -559,6 +603,114 @@ fn phase(
         .map(|c| out.jobs.get(&bdev(c)).map_or(0.0, |r| r.iops))
         .collect();
     (iops, a, z)
+}
+
+/// (DSO, symbol, the target's CPU per command in ns) of one profiled phase.
+type SymbolCost = (String, String, f64);
+
+/// A side-by-side phase on namespace `ns` with the target profiled (`perf record`,
+/// cpu-clock) for `secs` from 1 s in: per (DSO, symbol) the target's CPU per command
+/// (ns), and the commands the window did. `None` when perf cannot record.
+fn profiled_phase(
+    s: &Setup,
+    t: &mut Target,
+    loads: &[HostLoad],
+    ns: u32,
+    secs: u32,
+) -> Option<(Vec<SymbolCost>, u64)> {
+    let n = loads.len();
+    let pid = t.pid()?;
+    let ctrls: Vec<Controller> = (1..=n).map(|i| s.controller(i)).collect();
+    let bdev = |c: &Controller| format!("{}n{ns}", c.name);
+    let jobs = ctrls
+        .iter()
+        .zip(loads)
+        .map(|(c, l)| l.job(&bdev(c)))
+        .collect();
+    let bdevs: Vec<String> = if ns == QOS {
+        (1..=n).map(|i| format!("qos{i}")).collect()
+    } else {
+        (0..n).map(bare_bdev).collect()
+    };
+    let mut b = s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs + 3, &[]);
+    let running = b.start_tests();
+    std::thread::sleep(Duration::from_secs(1));
+    let a = snap(t, &bdevs, None);
+    let rec = Recording::record(&[pid], secs, 999);
+    let z = snap(t, &bdevs, None);
+    let out = b.finish_tests(running);
+    assert_eq!(out.failed(), 0, "failed I/O in a profiled phase");
+    let ops: u64 = a.ops.iter().zip(&z.ops).map(|(x, y)| y - x).sum();
+    let rep = rec?.report(Some(pid), "dso,sym")?;
+    let cpu = rep.cpu_ns();
+    let per_cmd = rep
+        .symbols()
+        .into_iter()
+        .map(|(share, dso, sym)| (dso, sym, share / 100.0 * cpu / ops.max(1) as f64))
+        .collect();
+    Some((per_cmd, ops))
+}
+
+/// `QOS_IT_PROFILE_SECS`: where the QoS path's cost goes. Profiled phases alternate
+/// plain, QoS (state B), plain, QoS; per symbol the target's CPU per command in each
+/// (mean of its two phases), the symbols that differ most first, and per DSO.
+fn profile_against_bare(s: &Setup, t: &mut Target, loads: &[HostLoad], secs: u32) {
+    let mut per = [Vec::new(), Vec::new()];
+    for ns in [PLAIN, QOS, PLAIN, QOS] {
+        let Some(p) = profiled_phase(s, t, loads, ns, secs) else {
+            println!("SKIPPED: the profile: perf record failed on the target");
+            return;
+        };
+        per[(ns == QOS) as usize].push(p);
+    }
+    type Costs = std::collections::BTreeMap<(String, String), [f64; 2]>;
+    let mut sym: Costs = Costs::new();
+    let mut dso: Costs = Costs::new();
+    let mut ops = [0u64; 2];
+    for (side, phases) in per.iter().enumerate() {
+        for (rows, n) in phases {
+            ops[side] += n;
+            for (d, name, ns) in rows {
+                let k = phases.len() as f64;
+                sym.entry((d.clone(), name.clone())).or_default()[side] += ns / k;
+                dso.entry((d.clone(), String::new())).or_default()[side] += ns / k;
+            }
+        }
+    }
+    let total = |c: &Costs, side: usize| c.values().map(|v| v[side]).sum::<f64>();
+    println!(
+        "  profile ({secs} s per phase, plain/QoS/plain/QoS): target CPU per command \
+         {:.0} ns plain, {:.0} ns QoS ({:.1} %); commands {} / {}",
+        total(&dso, 0),
+        total(&dso, 1),
+        100.0 * (total(&dso, 1) / total(&dso, 0).max(1.0) - 1.0),
+        ops[0],
+        ops[1]
+    );
+    let mut by_delta: Vec<_> = sym.iter().collect();
+    by_delta.sort_by(|a, b| (b.1[1] - b.1[0]).abs().total_cmp(&(a.1[1] - a.1[0]).abs()));
+    println!(
+        "    {:>8} {:>8} {:>8}  DSO / symbol (ns per command)",
+        "plain", "QoS", "delta"
+    );
+    for ((d, name), v) in by_delta.iter().take(40) {
+        println!(
+            "    {:8.1} {:8.1} {:+8.1}  {d} {name}",
+            v[0],
+            v[1],
+            v[1] - v[0]
+        );
+    }
+    let mut by_dso: Vec<_> = dso.iter().collect();
+    by_dso.sort_by(|a, b| b.1[1].total_cmp(&a.1[1]));
+    for ((d, _), v) in by_dso.iter().take(15) {
+        println!(
+            "    {:8.1} {:8.1} {:+8.1}  {d} (all)",
+            v[0],
+            v[1],
+            v[1] - v[0]
+        );
+    }
 }
 
 /// The toggle's figures, printed; returns the median ratio, its interval and the
@@ -722,6 +874,9 @@ fn toggle_instrument() {
     // only; the side-by-side phases get their own.
     let tg = toggle(&s, &mut t, &c.loads, c.toggle_secs as usize, perf);
     let (m, _, _, kept, all) = report_toggle(&tg, &c.loads, c.seed);
+    if let Some(secs) = c.profile_secs {
+        profile_against_bare(&s, &mut t, &c.loads, secs);
+    }
     let perf = if c.perf {
         t.pid().and_then(PerfStat::start)
     } else {
