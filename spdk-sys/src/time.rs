@@ -14,19 +14,16 @@ pub fn now() -> qos_core::Nanos {
     qos_core::Nanos(now_ns())
 }
 
-/// The start of the calling SPDK thread's current poll, on [`now`]'s clock: SPDK reads
-/// the tick counter once per poll of a thread (`spdk_thread_get_last_tsc`), so this
-/// reads no clock. It lags [`now`] by at most the poll so far (tens of microseconds
-/// at full load) and never goes back on one thread. Outside an SPDK thread: [`now`].
+/// The start of `thread`'s current poll, on [`now`]'s clock: SPDK reads the tick
+/// counter once per poll of a thread (`spdk_thread_get_last_tsc`), so this reads no
+/// clock. It lags [`now`] by at most the poll so far (tens of microseconds at full
+/// load) and never goes back. Call it on `thread` (whose handle the caller keeps:
+/// looking up the current thread is a thread-local access through the dynamic linker,
+/// which costs as much as a clock read).
 #[inline]
-pub fn poll_now() -> qos_core::Nanos {
-    // SAFETY: reads a thread-local; no arguments.
-    let thread = unsafe { ffi::spdk_get_thread() };
-    if thread.is_null() {
-        return now();
-    }
-    // SAFETY: `thread` is the calling thread, alive while it runs this.
-    let ticks = unsafe { ffi::spdk_thread_get_last_tsc(thread) };
+pub fn poll_now(thread: crate::thread::Thread) -> qos_core::Nanos {
+    // SAFETY: SPDK threads live until the application stops; the call reads a field.
+    let ticks = unsafe { ffi::spdk_thread_get_last_tsc(thread.as_ptr()) };
     qos_core::Nanos(ticks_as_ns(ticks))
 }
 

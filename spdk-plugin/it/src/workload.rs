@@ -37,7 +37,8 @@ impl HostLoad {
 /// The side-by-side test's hosts, by `QOS_IT_WORKLOAD` (issue 26's acceptance
 /// configurations): `four` (default: QD 16/32/48/64 4 KiB random reads, weights
 /// 4/3/2/1, reservations `default_res` %; `QOS_IT_QDS` and `QOS_IT_RES` apply), `eight`
-/// (QD 4 to 128, weights and reservations of the lab's `op-depth-8hosts`), `rw` (the
+/// (QD 4 to 128, weights and reservations of the lab's `op-depth-8hosts`; eight
+/// `QOS_IT_RES` apply), `rw` (the
 /// four with 70/30 random reads and writes), `big` (the four, hosts 2 and 4 reading
 /// 128 KiB).
 pub fn side_by_side_workload(default_res: [u64; 4]) -> (String, Vec<HostLoad>) {
@@ -45,7 +46,7 @@ pub fn side_by_side_workload(default_res: [u64; 4]) -> (String, Vec<HostLoad>) {
     let four = |rw: &'static str, read_mix, big: bool| -> Vec<HostLoad> {
         let (qds, res) = (
             queue_depths([16, 32, 48, 64]),
-            percents("QOS_IT_RES", default_res),
+            percents("QOS_IT_RES", &default_res),
         );
         (0..4)
             .map(|k| HostLoad {
@@ -62,26 +63,30 @@ pub fn side_by_side_workload(default_res: [u64; 4]) -> (String, Vec<HostLoad>) {
         "four" => four("randread", None, false),
         "rw" => four("randrw", Some(70), false),
         "big" => four("randread", None, true),
-        "eight" => [
-            (4, 8, 2),
-            (8, 1, 3),
-            (16, 4, 5),
-            (24, 2, 5),
-            (32, 3, 10),
-            (48, 1, 8),
-            (64, 2, 5),
-            (128, 1, 3),
-        ]
-        .into_iter()
-        .map(|(qd, weight, res_pct)| HostLoad {
-            qd,
-            rw: "randread",
-            read_mix: None,
-            bs: 4096,
-            weight,
-            res_pct,
-        })
-        .collect(),
+        "eight" => {
+            let res = percents("QOS_IT_RES", &[2, 3, 5, 5, 10, 8, 5, 3]);
+            [
+                (4, 8),
+                (8, 1),
+                (16, 4),
+                (24, 2),
+                (32, 3),
+                (48, 1),
+                (64, 2),
+                (128, 1),
+            ]
+            .into_iter()
+            .zip(res)
+            .map(|((qd, weight), res_pct)| HostLoad {
+                qd,
+                rw: "randread",
+                read_mix: None,
+                bs: 4096,
+                weight,
+                res_pct,
+            })
+            .collect()
+        }
         other => panic!("QOS_IT_WORKLOAD={other:?}: give four, eight, rw or big"),
     };
     (name, loads)
@@ -99,14 +104,20 @@ pub fn queue_depths(default: [u32; 4]) -> [u32; 4] {
     }
 }
 
-/// Four percentages from environment variable `var`, or `default`.
-pub fn percents(var: &str, default: [u64; 4]) -> [u64; 4] {
+/// As many percentages as `default` has (one per host) from environment variable
+/// `var`, or `default`.
+pub fn percents(var: &str, default: &[u64]) -> Vec<u64> {
     let Ok(v) = std::env::var(var) else {
-        return default;
+        return default.to_vec();
     };
     let p: Vec<u64> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-    match <[u64; 4]>::try_from(p) {
-        Ok(p) if p.iter().sum::<u64>() <= 100 => p,
-        _ => panic!("{var}={v:?}: give four percentages summing to at most 100, e.g. 12,8,5,3"),
+    if p.len() == default.len() && p.iter().sum::<u64>() <= 100 {
+        return p;
     }
+    let example: Vec<String> = default.iter().map(u64::to_string).collect();
+    panic!(
+        "{var}={v:?}: give {} percentages (one per host) summing to at most 100, e.g. {}",
+        default.len(),
+        example.join(",")
+    )
 }

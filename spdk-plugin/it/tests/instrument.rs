@@ -39,7 +39,9 @@
 //! for the capacity hint: 0.2, 2), `QOS_IT_SHARING` (default `first_come`),
 //! `QOS_IT_CORES` (`0x1` or `0x3`), `QOS_IT_TOGGLE_SECS`, `QOS_IT_ROUNDS`,
 //! `QOS_IT_PHASE_SECS`, `QOS_IT_BARE` (`direct`, the default, or `split`),
-//! `QOS_IT_PERF=0` (no `perf stat`), `QOS_IT_SEED` (the bootstrap's
+//! `QOS_IT_PERF=0` (no `perf stat`), `QOS_IT_CIRCULATION=1` (after the rounds against
+//! bare, rounds against plain hosts at the circulation the QoS left: each host's depth
+//! less its mean held commands, a limited host absent and its limit added), `QOS_IT_SEED` (the bootstrap's
 //! seed, default 38), `QOS_IT_PROFILE_SECS` (after the toggle, four profiled phases,
 //! plain / QoS / plain / QoS, of this many seconds: the target's CPU per command by
 //! symbol, side by side). docs/benchmarks.md, "The instrument (issue 38)".
@@ -85,6 +87,9 @@ struct Config {
     seed: u64,
     /// Profiled phases of this many seconds (`QOS_IT_PROFILE_SECS`), none when unset.
     profile_secs: Option<u32>,
+    /// `QOS_IT_CIRCULATION=1`: after the rounds against bare, rounds against plain
+    /// hosts at the circulation the QoS left ([`at_the_circulation`]).
+    circulation: bool,
 }
 
 fn config() -> Config {
@@ -136,6 +141,7 @@ fn config() -> Config {
         perf: std::env::var("QOS_IT_PERF").map_or(true, |v| v != "0"),
         seed: env_number("QOS_IT_SEED", "a number").unwrap_or(38),
         profile_secs: env_number("QOS_IT_PROFILE_SECS", "seconds, e.g. 5").map(|v| v as u32),
+        circulation: std::env::var("QOS_IT_CIRCULATION").is_ok_and(|v| v == "1"),
     }
 }
 
@@ -577,13 +583,33 @@ fn phase(
     secs: u32,
     perf: Option<&PerfStat>,
 ) -> (Vec<f64>, Snap, Snap) {
+    let (iops, a, z, _) = phase_at(s, t, loads, None, ns, secs, perf);
+    (iops, a, z)
+}
+
+/// [`phase`] with each host's queue depth `depths[k]` instead of its load's (0: the
+/// host sends nothing), and on the QoS namespaces each host's mean count of commands
+/// held in the window (Little's law: the growth of its `held_time.sum_ns` over the
+/// window's length).
+fn phase_at(
+    s: &Setup,
+    t: &mut Target,
+    loads: &[HostLoad],
+    depths: Option<&[u32]>,
+    ns: u32,
+    secs: u32,
+    perf: Option<&PerfStat>,
+) -> (Vec<f64>, Snap, Snap, Vec<f64>) {
     let n = loads.len();
     let ctrls: Vec<Controller> = (1..=n).map(|i| s.controller(i)).collect();
     let bdev = |c: &Controller| format!("{}n{ns}", c.name);
+    let depth = |k: usize| depths.map_or(loads[k].qd, |d| d[k]);
     let jobs = ctrls
         .iter()
         .zip(loads)
-        .map(|(c, l)| l.job(&bdev(c)))
+        .enumerate()
+        .filter(|&(k, _)| depth(k) > 0)
+        .map(|(k, (c, l))| HostLoad { qd: depth(k), ..*l }.job(&bdev(c)))
         .collect();
     let bdevs: Vec<String> = if ns == QOS {
         (1..=n).map(|i| format!("qos{i}")).collect()
@@ -593,16 +619,43 @@ fn phase(
     let mut b = s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs, &[]);
     let running = b.start_tests();
     std::thread::sleep(Duration::from_secs(1));
+    let held_a = (ns == QOS).then(|| held_ns(t, n));
     let a = snap(t, &bdevs, perf);
     std::thread::sleep(Duration::from_secs(secs as u64 - 2));
     let z = snap(t, &bdevs, perf);
+    let held_z = (ns == QOS).then(|| held_ns(t, n));
     let out = b.finish_tests(running);
     assert_eq!(out.failed(), 0, "failed I/O in a side-by-side phase");
     let iops = ctrls
         .iter()
         .map(|c| out.jobs.get(&bdev(c)).map_or(0.0, |r| r.iops))
         .collect();
-    (iops, a, z)
+    let window_ns = (z.ticks - a.ticks) as f64 * 1e9 / a.tick_rate.max(1) as f64;
+    let held = match (held_a, held_z) {
+        (Some(x), Some(y)) => x
+            .iter()
+            .zip(&y)
+            .map(|(x, y)| y.saturating_sub(*x) as f64 / window_ns.max(1.0))
+            .collect(),
+        _ => vec![0.0; n],
+    };
+    (iops, a, z, held)
+}
+
+/// Each host's `held_time.sum_ns` (the time its admitted commands waited in the QoS),
+/// in host order.
+fn held_ns(t: &mut Target, n: usize) -> Vec<u64> {
+    let v = t.call("qos_stats_get", json!({"domain": "d", "compact": true}));
+    (1..=n)
+        .map(|i| {
+            let nqn = host_nqn(i);
+            v[0]["hosts"]
+                .as_array()
+                .and_then(|hs| hs.iter().find(|h| h["host_nqn"].as_str() == Some(&nqn)))
+                .and_then(|h| h["held_time"]["sum_ns"].as_u64())
+                .unwrap_or(0)
+        })
+        .collect()
 }
 
 /// (DSO, symbol, the target's CPU per command in ns) of one profiled phase.
@@ -711,6 +764,84 @@ fn profile_against_bare(s: &Setup, t: &mut Target, loads: &[HostLoad], secs: u32
             v[1] - v[0]
         );
     }
+}
+
+/// The yardstick of issue 38 for a configuration that must hold commands (a
+/// reservation above what its host gets by itself, a limited host): holding H
+/// commands takes them out of circulation, so by Little's law the QoS can do at most
+/// what plain hosts do with that many fewer. Each host's depth here is its queue
+/// depth less the mean count of its commands held in the QoS phases (rounded, at
+/// least 1); a limited host sends nothing and its limit is added to the plain total
+/// (issue 38: "the other three alone, bare, same run, plus the limit"). Rounds of a
+/// QoS phase between two plain phases at those depths, until `steady` rounds whose
+/// plain phases agree within 10 % or `rounds` rounds; prints each and the median.
+fn at_the_circulation(
+    s: &Setup,
+    t: &mut Target,
+    c: &Config,
+    held: &[f64],
+    limit: Option<(usize, u64)>,
+    perf: Option<&PerfStat>,
+) {
+    let depths: Vec<u32> = c
+        .loads
+        .iter()
+        .zip(held)
+        .enumerate()
+        .map(|(k, (l, h))| match limit {
+            Some((lim, _)) if lim == k => 0,
+            _ => ((l.qd as f64 - h).round() as u32).clamp(1, l.qd),
+        })
+        .collect();
+    let added = limit.map_or(0.0, |(_, iops)| iops as f64);
+    println!(
+        "  at the circulation the QoS leaves: mean held per host {} in the QoS phases; \
+         plain hosts at depths {depths:?}{}",
+        held.iter()
+            .map(|h| format!("{h:.1}"))
+            .collect::<Vec<_>>()
+            .join(" / "),
+        limit.map_or(String::new(), |(k, iops)| format!(
+            " (h{} absent, its limit {iops} added)",
+            k + 1
+        ))
+    );
+    let plain_at = |t: &mut Target| {
+        let (iops, ..) = phase_at(s, t, &c.loads, Some(&depths), PLAIN, c.phase_secs, perf);
+        iops.iter().sum::<f64>() + added
+    };
+    let mut plain = vec![plain_at(t)];
+    let mut ratios_steady = Vec::new();
+    let mut ratios_all = Vec::new();
+    while ratios_all.len() < c.rounds && ratios_steady.len() < c.steady {
+        let (iops, ..) = phase_at(s, t, &c.loads, None, QOS, c.phase_secs, perf);
+        let q: f64 = iops.iter().sum();
+        plain.push(plain_at(t));
+        let (p0, p1) = (plain[plain.len() - 2], plain[plain.len() - 1]);
+        let ratio = q / ((p0 + p1) / 2.0);
+        ratios_all.push(ratio);
+        let ok = agree(p0, p1, 0.1);
+        if ok {
+            ratios_steady.push(ratio);
+        }
+        println!(
+            "  circulation round {}: plain at those depths {p0:.0} / {p1:.0}, QoS {q:.0}: \
+             {:.1} %{}",
+            ratios_all.len(),
+            100.0 * ratio,
+            if ok { "" } else { " (counted apart)" }
+        );
+    }
+    let (q1, m, q3) = quartiles(&ratios_steady);
+    println!(
+        "  QoS total / plain at the same circulation: median {:.1} % (quartiles {:.1} - \
+         {:.1} %) of {} steady rounds of {}",
+        100.0 * m,
+        100.0 * q1,
+        100.0 * q3,
+        ratios_steady.len(),
+        ratios_all.len()
+    );
 }
 
 /// The toggle's figures, printed; returns the median ratio, its interval and the
@@ -887,8 +1018,12 @@ fn toggle_instrument() {
     let mut qos = Vec::new();
     let mut wins_plain = Vec::new();
     let mut wins_qos = Vec::new();
-    let run = |t: &mut Target, ns: u32| {
-        let (iops, a, z) = phase(&s, t, &c.loads, ns, c.phase_secs, perf.as_ref());
+    let mut held_qos: Vec<Vec<f64>> = Vec::new();
+    let mut run = |t: &mut Target, ns: u32| {
+        let (iops, a, z, held) = phase_at(&s, t, &c.loads, None, ns, c.phase_secs, perf.as_ref());
+        if ns == QOS {
+            held_qos.push(held);
+        }
         (iops.iter().sum::<f64>(), a, z)
     };
     let (p, a, z) = run(&mut t, PLAIN);
@@ -907,6 +1042,12 @@ fn toggle_instrument() {
         steady_rounds += usize::from(agree(plain[r], plain[r + 1], 0.1));
     }
     let rounds = qos.len();
+    if c.circulation {
+        let held: Vec<f64> = (0..n)
+            .map(|k| mean(&held_qos.iter().map(|h| h[k]).collect::<Vec<_>>()))
+            .collect();
+        at_the_circulation(&s, &mut t, &c, &held, limit, perf.as_ref());
+    }
     let samples = perf.map(PerfStat::finish).unwrap_or_default();
     for (a, z) in &snaps_plain {
         wins_plain.push(window(true, a, z, &samples));

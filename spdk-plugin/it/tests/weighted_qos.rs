@@ -799,7 +799,9 @@ fn reservations_hold_when_capacity_drops() {
     // target during the drop, which by Little's law needs at most 39 commands there.
     // 12 / 8 / 5 / 3 % keeps the proportions; `QOS_IT_DROP_RES=a,b,c,d` sets
     // others (percent of the profile).
-    let res_pct = percents("QOS_IT_DROP_RES", [12, 8, 5, 3]);
+    let res_pct: [u64; 4] = percents("QOS_IT_DROP_RES", &[12, 8, 5, 3])
+        .try_into()
+        .expect("four percentages");
     let (_, res, mut t, mut b) = weighted_run(&s, &qds, res_pct, [4, 3, 2, 1], 8, secs);
     let quota = CpuQuota::attach(t.pid().expect("the target runs"))
         .expect("a CPU quota on the target (cgroup-v1 cpu controller)");
