@@ -15,8 +15,8 @@
 //!
 //! | bdev I/O | charged as | cost | notes |
 //! |---|---|---|---|
-//! | READ | read | 1 op + its bytes | credit in completion dword 0 (cooperative hosts) |
-//! | WRITE | write | 1 op + its bytes (x write weight) | credit in completion dword 0 (cooperative hosts) |
+//! | READ | read | 1 op + its bytes | credit in completion dword 0 when it changed (cooperative hosts) |
+//! | WRITE | write | 1 op + its bytes (x write weight) | credit in completion dword 0 when it changed (cooperative hosts) |
 //! | COMPARE | other (read direction) | 1 op + its bytes | |
 //! | FLUSH, UNMAP, WRITE_ZEROES | write direction | 1 op, 0 bytes (x write weight) | no data crosses the fabric |
 //! | NVMe passthru forwarded to the base | other | 1 op + its data bytes | |
@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use qos_core::channel::POLL_INTERVAL;
 use qos_core::window::{self, Handing, WindowWaiters};
-use qos_core::wire::{self, RequestError, VendorCmd};
+use qos_core::wire::{self, CreditGate, RequestError, VendorCmd};
 use qos_core::{ChannelTokens, DomainShared, HostShared, IoKind, Nanos, TargetChannel};
 use spdk_sys::bdev_io::{BaseIo, IoStatus, nvme_cmd_dwords};
 use spdk_sys::poller::PollStatus;
@@ -125,6 +125,9 @@ pub struct Core {
     st: RefCell<TargetChannel<QosIo>>,
     /// Completions counted for [`SERVICE_SAMPLE`].
     completions: Cell<u32>,
+    /// Which completions of a cooperative host's reads and writes on this channel
+    /// carry its credit (a credit costs NVMe/TCP a response PDU per read).
+    credit_gate: Cell<CreditGate>,
     /// The SPDK thread it belongs to (its address): a hand-off only goes to channels
     /// of the completing channel's thread.
     thread: usize,
@@ -195,6 +198,7 @@ impl QosChannel {
             base,
             st: RefCell::new(TargetChannel::new(tokens)),
             completions: Cell::new(0),
+            credit_gate: Cell::new(CreditGate::default()),
             thread,
         });
         CHANNELS.with(|c| {
@@ -448,12 +452,14 @@ impl Core {
                 if !node.cooperative.load(Ordering::Relaxed) {
                     node.cooperative.store(true, Ordering::Relaxed);
                 }
-                let (reply, credit) = {
+                let (mut reply, credit) = {
                     let mut st = self.st.borrow_mut();
                     let tokens = st.tokens();
                     let r = tokens.serve_request(req, now());
                     (r, tokens.credit_hint().encode())
                 };
+                // Reads and writes carry credits only through `credit_gate`.
+                reply.flags |= wire::flags::SPARSE_CREDIT;
                 let mut buf = [0u8; wire::REPLY_LEN];
                 match reply.encode(&mut buf) {
                     Ok(()) => {
@@ -506,7 +512,8 @@ pub(crate) fn submit(inner: &QosChannel, io: QosIo) {
 }
 
 /// Completion of a base I/O: record it, complete the upper I/O (with the host's credit
-/// in dword 0 for successful reads and writes), and release held I/O.
+/// in dword 0 for successful reads and writes when [`CreditGate`] says it is news;
+/// otherwise as the base completed it, dword 0 being 0), and release held I/O.
 fn base_done(inner: &QosChannel, io: QosIo, base: BaseIo, success: bool) {
     let c = io.ctx();
     let t = io.io_type();
@@ -520,10 +527,18 @@ fn base_done(inner: &QosChannel, io: QosIo, base: BaseIo, success: bool) {
             Nanos(at_base.saturating_mul(SERVICE_SAMPLE as u64))
         });
         st.record_completion(c.kind.get(), c.bytes.get(), service);
-        (success
+        if success
             && (t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE)
-            && inner.node().cooperative.load(Ordering::Relaxed))
-        .then(|| st.tokens().credit_hint().encode())
+            && inner.node().cooperative.load(Ordering::Relaxed)
+        {
+            let hint = st.tokens().credit_hint();
+            let mut gate = inner.credit_gate.get();
+            let send = gate.should_send(hint, done_at.unwrap_or_else(now));
+            inner.credit_gate.set(gate);
+            send.then(|| hint.encode())
+        } else {
+            None
+        }
     } else {
         None
     };
