@@ -25,7 +25,8 @@
 //! per command (a tracepoint: one per flush of a connection's queued PDUs; a response
 //! that needs its own capsule PDU shows here). `INITIATOR_BENCH_VARIANTS=protocol`
 //! (a comma-separated list) runs only those configurations beside `plain`;
-//! `INITIATOR_BENCH_QOS_EXTRA` (a JSON object) adds parameters to the QoS bdevs. With `perf` installed,
+//! `INITIATOR_BENCH_QOS_EXTRA` (a JSON object) adds parameters to the QoS bdevs;
+//! `INITIATOR_BENCH_DUMP=1` prints the QoS bdev's state at the end of each span. With `perf` installed,
 //! `INITIATOR_BENCH_PROFILE=1` records bdevperf in one extra run per configuration and
 //! prints where its CPU time goes (top symbols).
 //!
@@ -207,6 +208,9 @@ fn one_run(
     );
     let (vendor_per_kio, credits_per_kio, held_per_kio, mode) = match &states[..] {
         [Some(a), Some(b)] => {
+            if std::env::var("INITIATOR_BENCH_DUMP").is_ok() {
+                println!("state: {b}");
+            }
             let n = |st: &Value, k: &str| st[k].as_u64().unwrap_or(0) as f64;
             let ios = n(b, "ios") - n(a, "ios");
             let vendor = n(b, "vendor_sent") - n(a, "vendor_sent");
