@@ -452,13 +452,10 @@ impl Core {
                 if !node.cooperative.load(Ordering::Relaxed) {
                     node.cooperative.store(true, Ordering::Relaxed);
                 }
-                let (mut reply, credit) = {
-                    let mut st = self.st.borrow_mut();
-                    let tokens = st.tokens();
-                    let r = tokens.serve_request(req, now());
-                    (r, tokens.credit_hint().encode())
-                };
-                // Reads and writes carry credits only through `credit_gate`.
+                let mut reply = self.st.borrow_mut().tokens().serve_request(req, now());
+                // Reads and writes carry credits only through `credit_gate`, and the
+                // reply's dword 0 is 0: the reply carries the state, and a non-zero
+                // dword 0 would cost its data PDU the C2H SUCCESS flag (a second PDU).
                 reply.flags |= wire::flags::SPARSE_CREDIT;
                 let mut buf = [0u8; wire::REPLY_LEN];
                 match reply.encode(&mut buf) {
@@ -466,7 +463,7 @@ impl Core {
                         // A controller-to-host passthru with at least REPLY_LEN bytes
                         // (checked by decode_request).
                         io.copy_to_passthru_buf(&buf, len);
-                        io.complete_nvme(credit, SCT_GENERIC, wire::status::SUCCESS);
+                        io.complete_nvme(0, SCT_GENERIC, wire::status::SUCCESS);
                     }
                     Err(e) => io.complete_nvme(0, SCT_GENERIC, e.status_code()),
                 }
