@@ -307,10 +307,6 @@ impl Credit {
     }
 }
 
-/// While commands of the host are held at the target, its credit is sent again this
-/// long after the last one even when unchanged: an initiator that skipped one (an
-/// older one samples credits) learns of the backlog it must leave tokens to.
-pub const CREDIT_REFRESH_HELD: Nanos = Nanos::from_millis(5);
 /// A credit that differs from the last one sent only in its available operations is
 /// sent this long after it (drift correction; see [`CreditGate`]).
 pub const CREDIT_REFRESH: Nanos = Nanos::from_millis(50);
@@ -323,19 +319,32 @@ pub const CREDIT_REFRESH: Nanos = Nanos::from_millis(50);
 /// Sent when, against the last credit sent on this channel:
 /// - none was sent yet;
 /// - the epoch's low bits changed (a period roll-over);
-/// - the count of the host's commands held at the target changed (the initiator leaves
-///   that many tokens to them, so the target's queue drains), or commands are held and
-///   [`CREDIT_REFRESH_HELD`] passed;
+/// - commands of the host are held at the target now, on every completion, or the held
+///   count changed (so also the completion that sees the backlog drained);
 /// - the available operations differ, unsaturated, and [`CREDIT_REFRESH`] passed.
 ///
-/// Available operations that fall are no news by themselves: the host's own commands
-/// take them, and its initiator deducts each command when it sends it, so its view is
-/// already lower than the target's by what is in transit. What it cannot see (a
-/// mismatch of the two schedules, tokens that expired) either makes the target hold
-/// commands, which the held count reports at once, or is corrected within
-/// [`CREDIT_REFRESH`]. A host with nothing held gets about one credit per period and one
-/// per [`CREDIT_REFRESH`] per channel: at hundreds of thousands of reads per second,
-/// well under one read in a thousand.
+/// Why every completion while commands are held: a held command is the one sign the
+/// target has that the initiator's view of the host's tokens is ahead of its own (its
+/// copy of the paced schedule runs early, it ignored a credit of the next period
+/// because its own period had not rolled over yet, or it rolled over first and forgot
+/// the backlog). Each command it sends on that view is held too, so until the
+/// initiator has the held count and the lower allowance it must hear them at once, as
+/// it did when every completion carried a credit (sending only changes of the held
+/// count, or an unchanged one every 5 ms, let the target hold 31-47 commands where
+/// that gave 28-37, and failed one reservation run in five). A host with commands
+/// held is being held back by its tokens, not by the fabric, so the PDU these credits
+/// cost it takes nothing it could have used.
+///
+/// Otherwise silence is right even when the allowance is low: available operations
+/// that fall are no news by themselves (the host's own commands take them, and its
+/// initiator deducts each command when it sends it, so its view is already lower than
+/// the target's by what is in transit), and the count includes the reservation not yet
+/// released, so with paced release it is low only near a period's end, not when the
+/// next command would be held. What the initiator cannot see either makes the target
+/// hold commands, reported from the next completion on, or is corrected within
+/// [`CREDIT_REFRESH`]. A host with nothing held gets about one credit per period and
+/// one per [`CREDIT_REFRESH`] per channel: at hundreds of thousands of reads per
+/// second, well under one read in a thousand.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CreditGate {
     last: Option<Credit>,
@@ -348,13 +357,12 @@ impl CreditGate {
         let send = match self.last {
             None => true,
             Some(l) => {
-                let since = now.saturating_sub(self.sent_at);
                 l.epoch_low != c.epoch_low
+                    || c.held > 0
                     || l.held != c.held
-                    || (c.held > 0 && since >= CREDIT_REFRESH_HELD)
                     || (l.available_ops != c.available_ops
                         && (c.available_ops < CREDIT_MAX_OPS || l.available_ops < CREDIT_MAX_OPS)
-                        && since >= CREDIT_REFRESH)
+                        && now.saturating_sub(self.sent_at) >= CREDIT_REFRESH)
             }
         };
         if send {
@@ -460,8 +468,8 @@ mod tests {
         }
 
         /// Whatever the sequence, a credit that differs from the last one sent in its
-        /// epoch or held count is sent, held commands are reported at least every
-        /// `CREDIT_REFRESH_HELD`, and any change within `CREDIT_REFRESH`.
+        /// epoch or held count is sent, every completion while commands are held carries
+        /// one, any change is sent within `CREDIT_REFRESH`, and nothing else is.
         #[test]
         fn credit_gate_never_hides_epoch_or_held(
             steps in prop::collection::vec((0u64..3, 0u64..70_000, 0u64..4, 0u64..20_000_000), 1..200)
@@ -480,13 +488,15 @@ mod tests {
                         if l.epoch_low != c.epoch_low || l.held != c.held {
                             prop_assert!(sent);
                         }
-                        if c.held > 0 && since >= CREDIT_REFRESH_HELD {
+                        if c.held > 0 {
                             prop_assert!(sent);
                         }
                         if c != l && c.available_ops < CREDIT_MAX_OPS && since >= CREDIT_REFRESH {
                             prop_assert!(sent);
                         }
-                        if c == l && c.held == 0 {
+                        if c.held == 0 && l.held == 0 && c.epoch_low == l.epoch_low
+                            && (c == l || since < CREDIT_REFRESH)
+                        {
                             prop_assert!(!sent);
                         }
                     }
@@ -527,21 +537,41 @@ mod tests {
     }
 
     #[test]
-    fn held_commands_are_refreshed_even_unchanged() {
+    fn every_completion_carries_the_credit_while_commands_are_held() {
         let mut g = CreditGate::default();
-        let c = Credit::new(1, 100, 3);
-        assert!(g.should_send(c, Nanos(0)));
-        assert!(!g.should_send(c, Nanos(1000)));
-        assert!(g.should_send(c, CREDIT_REFRESH_HELD));
-        let at = CREDIT_REFRESH_HELD.saturating_add(Nanos(1));
-        assert!(g.should_send(Credit::new(1, 100, 2), at));
+        let quiet = Credit::new(1, 5000, 0);
+        assert!(g.should_send(quiet, Nanos(0)));
+        assert!(!g.should_send(Credit::new(1, 4990, 0), Nanos(1000)));
+        // The target holds a command: this completion and every one after it carries
+        // the credit, unchanged or not, 1 us apart.
+        let held = Credit::new(1, 0, 3);
+        for k in 2..100u64 {
+            assert!(g.should_send(held, Nanos(k * 1000)), "completion {k}");
+        }
+        assert!(g.should_send(Credit::new(1, 0, 1), Nanos(100_000)));
         // The backlog drained: sent at once, then silent while nothing changes.
         let idle = Credit::new(1, 100, 0);
-        assert!(g.should_send(idle, at.saturating_add(Nanos(1))));
+        assert!(g.should_send(idle, Nanos(101_000)));
+        assert!(!g.should_send(idle, Nanos(102_000)));
+        assert!(!g.should_send(Credit::new(1, 40, 0), Nanos(103_000)));
         assert!(!g.should_send(idle, Nanos(1_000_000_000)));
         // A new epoch is sent at once, an allowance that moved only after the refresh.
         assert!(g.should_send(Credit::new(2, 100, 0), Nanos(1_000_000_001)));
         assert!(!g.should_send(Credit::new(2, 60, 0), Nanos(1_000_000_002)));
         assert!(g.should_send(Credit::new(2, 50, 0), Nanos(1_050_000_001)));
+    }
+
+    #[test]
+    fn a_busy_host_with_nothing_held_stays_sparse_even_near_zero() {
+        // 100,000 completions 1 us apart, each taking an operation, the allowance
+        // running down to 0 and staying there (a reader between two acquisitions):
+        // nothing held, so no credit but the first and one per refresh.
+        let mut g = CreditGate::default();
+        let mut sent = 0;
+        for k in 0..100_000u64 {
+            let c = Credit::new(3, 20_000u64.saturating_sub(k), 0);
+            sent += g.should_send(c, Nanos(k * 1000)) as u32;
+        }
+        assert_eq!(sent, 2);
     }
 }

@@ -15,8 +15,8 @@
 //!
 //! | bdev I/O | charged as | cost | notes |
 //! |---|---|---|---|
-//! | READ | read | 1 op + its bytes | credit in completion dword 0 when it changed (cooperative hosts) |
-//! | WRITE | write | 1 op + its bytes (x write weight) | credit in completion dword 0 when it changed (cooperative hosts) |
+//! | READ | read | 1 op + its bytes | credit in completion dword 0 when it changed or commands are held (cooperative hosts) |
+//! | WRITE | write | 1 op + its bytes (x write weight) | credit in completion dword 0 when it changed or commands are held (cooperative hosts) |
 //! | COMPARE | other (read direction) | 1 op + its bytes | |
 //! | FLUSH, UNMAP, WRITE_ZEROES | write direction | 1 op, 0 bytes (x write weight) | no data crosses the fabric |
 //! | NVMe passthru forwarded to the base | other | 1 op + its data bytes | |
