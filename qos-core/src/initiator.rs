@@ -104,9 +104,6 @@ pub struct InitiatorEngine {
     global: Amount,
     limit_left: Amount,
     in_flight: Option<(Request, Nanos)>,
-    /// What the commands sent since the request in flight left cost: the reply's
-    /// amounts do not count them (see [`InitiatorEngine::on_reply`]).
-    sent_since_request: Amount,
     timeouts: u32,
     no_grant_until: Nanos,
     last_sync: Nanos,
@@ -137,7 +134,6 @@ impl InitiatorEngine {
             global: Amount::ZERO,
             limit_left: Amount::new(u64::MAX, u64::MAX),
             in_flight: None,
-            sent_since_request: Amount::ZERO,
             timeouts: 0,
             no_grant_until: Nanos::ZERO,
             last_sync: Nanos::ZERO,
@@ -255,6 +251,7 @@ impl InitiatorEngine {
             return false;
         }
         let usable = self.res_usable(now);
+        let mut from_res = Amount::ZERO;
         for r in Resource::ALL {
             let mut have = usable.get(r).saturating_add(self.global.get(r));
             if r == Resource::Ops {
@@ -269,21 +266,11 @@ impl InitiatorEngine {
             if have < cost.get(r) && self.counts(r) {
                 return false;
             }
+            from_res.set(r, usable.get(r).min(cost.get(r)));
         }
-        self.spend(cost, now);
-        if self.in_flight.is_some() {
-            self.sent_since_request = self.sent_since_request.saturating_add(cost);
-        }
-        true
-    }
-
-    /// Takes `cost` from the mirrored tokens as the target admits a command:
-    /// reservation usable now first, then global tokens, and from the limit allowance.
-    fn spend(&mut self, cost: Amount, now: Nanos) {
-        let usable = self.res_usable(now);
         for r in Resource::ALL {
             let c = cost.get(r);
-            let fr = usable.get(r).min(c);
+            let fr = from_res.get(r);
             self.res_left.set(r, self.res_left.get(r) - fr);
             self.global
                 .set(r, self.global.get(r).saturating_sub(c - fr));
@@ -292,6 +279,7 @@ impl InitiatorEngine {
                     .set(r, self.limit_left.get(r).saturating_sub(c));
             }
         }
+        true
     }
 
     /// Whether the engine mirrors resource `r`: operations always; bytes only for a
@@ -330,7 +318,6 @@ impl InitiatorEngine {
             }
             if let Some(req) = send {
                 self.in_flight = Some((req, now));
-                self.sent_since_request = Amount::ZERO;
             }
         }
         let mut next = now.saturating_add(self.cfg.refresh_interval);
@@ -451,18 +438,6 @@ impl InitiatorEngine {
         self.global = Amount::new(r.credit_ops, r.credit_bytes);
         self.limit_left = Amount::new(r.limit_left_ops, r.limit_left_bytes);
         self.limit_per_period = Amount::new(r.limit_per_period_ops, r.limit_per_period_bytes);
-        // The reply is the target's state when it served the request. Commands sent
-        // after the request left were deducted here when sent but reached the target
-        // after it answered (a queue pair keeps its order), so the amounts above still
-        // count them: take them again, or every reply hands the host back the tokens
-        // of the commands in transit, and those commands, sent on tokens that are not
-        // there, wait at the target. (A credit in every completion used to correct this
-        // within 10 us; a target that sends credits only when they are news does not.)
-        // With several queue pairs a command sent on another one may have arrived
-        // first and is taken twice: the view is then low by it, never high, until the
-        // next reply.
-        let missed = std::mem::take(&mut self.sent_since_request);
-        self.spend(missed, now);
         if let Request::Acquire { .. } = req
             && r.granted_ops == 0
         {
@@ -723,39 +698,6 @@ mod tests {
         e.on_completion(Credit::new(6, 900, 0).encode(), t0);
         assert_eq!(e.poll(t0).send, Some(Request::GetState));
         e.on_completion(0, t0); // plain target completion: ignored
-    }
-
-    #[test]
-    fn a_reply_does_not_give_back_what_was_sent_after_the_request() {
-        let t0 = Nanos::from_secs(10);
-        let mut e = cooperative(t0);
-        let mut p = reply(5, 0, 1000, 0);
-        p.limit_left_ops = 600;
-        p.limit_per_period_ops = 600;
-        e.on_reply(Ok(p), t0);
-        // Sent with no request out: the next reply counts them.
-        for _ in 0..5 {
-            assert!(e.decide(IoKind::Read, 4096, t0));
-        }
-        e.want_state = true;
-        assert_eq!(e.poll(t0).send, Some(Request::GetState));
-        // Ten more leave behind the request; the target answers before they arrive.
-        for _ in 0..10 {
-            assert!(e.decide(IoKind::Read, 4096, t0));
-        }
-        p.reservation_left_ops = 995;
-        p.limit_left_ops = 595;
-        e.on_reply(Ok(p), t0);
-        assert_eq!(e.tokens().0.ops, 985, "the ten in transit are taken again");
-        assert_eq!(e.limit_left.ops, 585);
-        // Counted once: the next request starts from nothing.
-        e.want_state = true;
-        assert_eq!(e.poll(t0).send, Some(Request::GetState));
-        p.reservation_left_ops = 985;
-        p.limit_left_ops = 585;
-        e.on_reply(Ok(p), t0);
-        assert_eq!(e.tokens().0.ops, 985);
-        assert_eq!(e.limit_left.ops, 585);
     }
 
     #[test]
