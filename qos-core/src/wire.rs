@@ -329,11 +329,10 @@ pub const CREDIT_REFRESH: Nanos = Nanos::from_millis(50);
 /// because its own period had not rolled over yet, or it rolled over first and forgot
 /// the backlog). Each command it sends on that view is held too, so until the
 /// initiator has the held count and the lower allowance it must hear them at once, as
-/// it did when every completion carried a credit (sending only changes of the held
-/// count, or an unchanged one every 5 ms, let the target hold 31-47 commands where
-/// that gave 28-37, and failed one reservation run in five). A host with commands
-/// held is being held back by its tokens, not by the fabric, so the PDU these credits
-/// cost it takes nothing it could have used.
+/// it did when every completion carried a credit (a first version sent only changes of
+/// the held count, and an unchanged one every 5 ms). A host with commands held is
+/// being held back by its tokens, not by the fabric, so the PDU these credits cost it
+/// takes nothing it could have used.
 ///
 /// Otherwise silence is right even when the allowance is low: available operations
 /// that fall are no news by themselves (the host's own commands take them, and its
