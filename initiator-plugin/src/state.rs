@@ -51,6 +51,11 @@ pub struct Stats {
     /// Upper I/O completed with an error status by this bdev itself (reset/abort).
     pub aborted: AtomicU64,
     pub engine_restarts: AtomicU64,
+    /// Completion credits received from the target (reads and writes), and applied to
+    /// the engine (all of them from a target that sends them sparsely, a sample of
+    /// them otherwise).
+    pub credits_seen: AtomicU64,
+    pub credits_applied: AtomicU64,
     /// ACQUIREs sent as GET_STATE because the base's path was down or resetting.
     pub acquire_deferred: AtomicU64,
 }
@@ -98,6 +103,10 @@ pub struct Shared {
     /// aliases the command's dwords 12-13, where ACQUIRE carries its amounts.
     pub path_down: AtomicBool,
     pub resetting: AtomicU32,
+    /// The target's last state reply had `SPARSE_CREDIT`: it sends a completion credit
+    /// only when the host's allowance changed, so every one is applied (otherwise they
+    /// are sampled, at most one per thread every 10 us).
+    pub sparse_credit: AtomicBool,
     pub stats: Stats,
 }
 
@@ -121,6 +130,7 @@ impl Shared {
             probe_ok: AtomicBool::new(base_nvme_io),
             path_down: AtomicBool::new(false),
             resetting: AtomicU32::new(0),
+            sparse_credit: AtomicBool::new(false),
             stats: Stats::default(),
         }
     }
@@ -204,6 +214,8 @@ impl Shared {
             "probing": self.probe_ok.load(Ordering::Relaxed),
             "aborted": get(&s.aborted),
             "engine_restarts": get(&s.engine_restarts),
+            "credits_seen": get(&s.credits_seen),
+            "credits_applied": get(&s.credits_applied),
             "acquire_deferred": get(&s.acquire_deferred),
         })
     }

@@ -4,7 +4,8 @@
 //! the A segments on either side, the filter that drops triplets whose two A's disagree,
 //! the median with a seeded bootstrap interval, and the readers of the counters it
 //! takes: `bdev_get_iostat`, `thread_get_pollers`, `thread_get_stats` and `perf stat -x,`
-//! interval output. Pure functions: unit-tested here without SPDK.
+//! interval output. Pure functions, unit-tested here without SPDK, but for
+//! [`count_events`] (one `perf stat` of a process).
 
 use serde_json::Value;
 
@@ -245,10 +246,69 @@ pub fn perf_rate_in(
     Some(n as f64 / (inside.len() as f64 * interval))
 }
 
+/// Counts `events` (tracepoints such as `syscalls:sys_enter_sendmsg`: they need no
+/// hardware counters) in process `pid` for `secs`, with one `perf stat`; blocks that
+/// long. Returns the counts in the order of `events` (`None`: not counted), or why perf
+/// could not count.
+pub fn count_events(pid: u32, events: &[&str], secs: f64) -> Result<Vec<Option<u64>>, String> {
+    let o = std::process::Command::new("perf")
+        .args([
+            "stat",
+            "-x,",
+            "-e",
+            &events.join(","),
+            "-p",
+            &pid.to_string(),
+        ])
+        .args(["--", "sleep", &format!("{secs:.3}")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot run perf ({e}); install linux-perf"))?;
+    let text = String::from_utf8_lossy(&o.stderr);
+    if !o.status.success() {
+        return Err(format!("perf stat failed: {}", text.trim()));
+    }
+    Ok(parse_perf_totals(&text, events))
+}
+
+/// Parses `perf stat -x,` output without intervals (`count,unit,event,...`): the count
+/// of each of `events`, in their order (`None`: missing or `<not counted>`).
+pub fn parse_perf_totals(text: &str, events: &[&str]) -> Vec<Option<u64>> {
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(|l| l.split(',').map(str::trim).collect())
+        .filter(|f: &Vec<&str>| f.len() >= 3)
+        .collect();
+    events
+        .iter()
+        .map(|e| {
+            lines
+                .iter()
+                .find(|f| f[2] == *e)
+                .and_then(|f| f[0].parse().ok())
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn perf_totals_read_counts_in_the_order_asked() {
+        let text = "# started on Sun Nov 29\n\n\
+                    1234,,syscalls:sys_enter_sendmsg,3000123456,100.00,,\n\
+                    <not counted>,,syscalls:sys_enter_readv,0,0.00,,\n";
+        let ev = [
+            "syscalls:sys_enter_readv",
+            "syscalls:sys_enter_sendmsg",
+            "x",
+        ];
+        assert_eq!(parse_perf_totals(text, &ev), vec![None, Some(1234), None]);
+    }
 
     fn seg(bypass: bool, ops: u64) -> Segment {
         Segment {

@@ -515,6 +515,20 @@ mod tests {
     }
 
     #[test]
+    fn a_completion_without_the_marker_is_no_news() {
+        let t0 = Nanos::from_secs(10);
+        let mut e = cooperative(t0);
+        e.on_completion(Credit::new(5, 10, 3).encode(), t0);
+        assert_eq!(e.target_backlog, 3);
+        let before = (e.tokens(), e.target_backlog, e.want_state);
+        // A sparse target completes most reads with dword 0 = 0.
+        for cdw0 in [0, 0x0FFF_FFFF, 0x5A00_0000] {
+            e.on_completion(cdw0, t0);
+            assert_eq!((e.tokens(), e.target_backlog, e.want_state), before);
+        }
+    }
+
+    #[test]
     fn probing_sends_everything_then_mirrors_reservation() {
         let t0 = Nanos::from_secs(10);
         let mut e = InitiatorEngine::new(InitiatorConfig::default(), t0);

@@ -7,6 +7,8 @@
 //! I/O queue pair, so they are authenticated by the namespace masking that binds the
 //! QoS bdev to one host: a host can only ever see and move its own tokens.
 
+use crate::time::Nanos;
+
 /// NVMe generic status codes the target answers vendor commands with.
 pub mod status {
     pub const SUCCESS: u8 = 0x00;
@@ -40,6 +42,11 @@ pub mod flags {
     pub const CONVERSION: u16 = 1 << 2;
     /// Reservations are released paced over the period (see `release_burst_ns`).
     pub const PACED: u16 = 1 << 3;
+    /// The target sends completion credits sparsely ([`super::CreditGate`]): only when
+    /// the host's allowance changed, so an initiator should apply every credit it gets
+    /// (none is a sample it may skip). Version 1 targets before it sent one in every
+    /// read and write.
+    pub const SPARSE_CREDIT: u16 = 1 << 4;
 }
 
 /// The command dwords 10..=15 of a vendor command.
@@ -300,6 +307,71 @@ impl Credit {
     }
 }
 
+/// A credit that differs from the last one sent only in its available operations is
+/// sent this long after it (drift correction; see [`CreditGate`]).
+pub const CREDIT_REFRESH: Nanos = Nanos::from_millis(50);
+
+/// Which read and write completions of a cooperative host carry its credit, on one
+/// (QoS bdev, thread) channel of the target. A non-zero dword 0 costs NVMe/TCP a
+/// capsule-response PDU after a read's data (the C2H SUCCESS flag needs dword 0 and 1
+/// zero), so the credit goes out only when it tells the initiator something it cannot
+/// work out itself; otherwise dword 0 stays 0, which an initiator takes as "no news".
+/// Sent when, against the last credit sent on this channel:
+/// - none was sent yet;
+/// - the epoch's low bits changed (a period roll-over);
+/// - commands of the host are held at the target now, on every completion, or the held
+///   count changed (so also the completion that sees the backlog drained);
+/// - the available operations differ, unsaturated, and [`CREDIT_REFRESH`] passed.
+///
+/// Why every completion while commands are held: a held command is the one sign the
+/// target has that the initiator's view of the host's tokens is ahead of its own (its
+/// copy of the paced schedule runs early, it ignored a credit of the next period
+/// because its own period had not rolled over yet, or it rolled over first and forgot
+/// the backlog). Each command it sends on that view is held too, so until the
+/// initiator has the held count and the lower allowance it must hear them at once, as
+/// it did when every completion carried a credit (a first version sent only changes of
+/// the held count, and an unchanged one every 5 ms). A host with commands held is
+/// being held back by its tokens, not by the fabric, so the PDU these credits cost it
+/// takes nothing it could have used.
+///
+/// Otherwise silence is right even when the allowance is low: available operations
+/// that fall are no news by themselves (the host's own commands take them, and its
+/// initiator deducts each command when it sends it, so its view is already lower than
+/// the target's by what is in transit), and the count includes the reservation not yet
+/// released, so with paced release it is low only near a period's end, not when the
+/// next command would be held. What the initiator cannot see either makes the target
+/// hold commands, reported from the next completion on, or is corrected within
+/// [`CREDIT_REFRESH`]. A host with nothing held gets about one credit per period and
+/// one per [`CREDIT_REFRESH`] per channel: at hundreds of thousands of reads per
+/// second, well under one read in a thousand.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CreditGate {
+    last: Option<Credit>,
+    sent_at: Nanos,
+}
+
+impl CreditGate {
+    /// Whether the completion at `now` carries credit `c`; records it when it does.
+    pub fn should_send(&mut self, c: Credit, now: Nanos) -> bool {
+        let send = match self.last {
+            None => true,
+            Some(l) => {
+                l.epoch_low != c.epoch_low
+                    || c.held > 0
+                    || l.held != c.held
+                    || (l.available_ops != c.available_ops
+                        && (c.available_ops < CREDIT_MAX_OPS || l.available_ops < CREDIT_MAX_OPS)
+                        && now.saturating_sub(self.sent_at) >= CREDIT_REFRESH)
+            }
+        };
+        if send {
+            self.last = Some(c);
+            self.sent_at = now;
+        }
+        send
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,5 +465,112 @@ mod tests {
             prop_assert_eq!(d.epoch_low as u64, epoch & 0xF);
             prop_assert_eq!(d.held as u64, held.min(255));
         }
+
+        /// Whatever the sequence, a credit that differs from the last one sent in its
+        /// epoch or held count is sent, every completion while commands are held carries
+        /// one, any change is sent within `CREDIT_REFRESH`, and nothing else is.
+        #[test]
+        fn credit_gate_never_hides_epoch_or_held(
+            steps in prop::collection::vec((0u64..3, 0u64..70_000, 0u64..4, 0u64..20_000_000), 1..200)
+        ) {
+            let mut g = CreditGate::default();
+            let mut now = Nanos(0);
+            let mut last_sent: Option<(Credit, Nanos)> = None;
+            for (epoch, avail, held, dt) in steps {
+                now = now.saturating_add(Nanos(dt));
+                let c = Credit::new(epoch, avail, held);
+                let sent = g.should_send(c, now);
+                match last_sent {
+                    None => prop_assert!(sent),
+                    Some((l, at)) => {
+                        let since = now.saturating_sub(at);
+                        if l.epoch_low != c.epoch_low || l.held != c.held {
+                            prop_assert!(sent);
+                        }
+                        if c.held > 0 {
+                            prop_assert!(sent);
+                        }
+                        if c != l && c.available_ops < CREDIT_MAX_OPS && since >= CREDIT_REFRESH {
+                            prop_assert!(sent);
+                        }
+                        if c.held == 0 && l.held == 0 && c.epoch_low == l.epoch_low
+                            && (c == l || since < CREDIT_REFRESH)
+                        {
+                            prop_assert!(!sent);
+                        }
+                    }
+                }
+                if sent {
+                    last_sent = Some((c, now));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_steady_saturated_credit_goes_once_per_epoch() {
+        let mut g = CreditGate::default();
+        let mut sent = 0;
+        for k in 0..100_000u64 {
+            // 1 us apart, a new epoch every 10 ms; 70,000 ops saturate the field.
+            let now = Nanos(k * 1000);
+            let c = Credit::new(k / 10_000, 70_000 - (k % 10_000) / 4, 0);
+            sent += g.should_send(c, now) as u32;
+        }
+        assert_eq!(sent, 10);
+    }
+
+    #[test]
+    fn a_falling_allowance_goes_once_per_refresh() {
+        let mut g = CreditGate::default();
+        let mut sent = Vec::new();
+        // One completion per us, each taking an operation: 100 ms, one epoch.
+        for k in 0..100_000u64 {
+            let c = Credit::new(7, 100_000 - k, 0);
+            if g.should_send(c, Nanos(k * 1000)) {
+                sent.push(k);
+            }
+        }
+        // The first, then once the field is unsaturated and the refresh passed.
+        assert_eq!(sent, vec![0, 50_000]);
+    }
+
+    #[test]
+    fn every_completion_carries_the_credit_while_commands_are_held() {
+        let mut g = CreditGate::default();
+        let quiet = Credit::new(1, 5000, 0);
+        assert!(g.should_send(quiet, Nanos(0)));
+        assert!(!g.should_send(Credit::new(1, 4990, 0), Nanos(1000)));
+        // The target holds a command: this completion and every one after it carries
+        // the credit, unchanged or not, 1 us apart.
+        let held = Credit::new(1, 0, 3);
+        for k in 2..100u64 {
+            assert!(g.should_send(held, Nanos(k * 1000)), "completion {k}");
+        }
+        assert!(g.should_send(Credit::new(1, 0, 1), Nanos(100_000)));
+        // The backlog drained: sent at once, then silent while nothing changes.
+        let idle = Credit::new(1, 100, 0);
+        assert!(g.should_send(idle, Nanos(101_000)));
+        assert!(!g.should_send(idle, Nanos(102_000)));
+        assert!(!g.should_send(Credit::new(1, 40, 0), Nanos(103_000)));
+        assert!(!g.should_send(idle, Nanos(1_000_000_000)));
+        // A new epoch is sent at once, an allowance that moved only after the refresh.
+        assert!(g.should_send(Credit::new(2, 100, 0), Nanos(1_000_000_001)));
+        assert!(!g.should_send(Credit::new(2, 60, 0), Nanos(1_000_000_002)));
+        assert!(g.should_send(Credit::new(2, 50, 0), Nanos(1_050_000_001)));
+    }
+
+    #[test]
+    fn a_busy_host_with_nothing_held_stays_sparse_even_near_zero() {
+        // 100,000 completions 1 us apart, each taking an operation, the allowance
+        // running down to 0 and staying there (a reader between two acquisitions):
+        // nothing held, so no credit but the first and one per refresh.
+        let mut g = CreditGate::default();
+        let mut sent = 0;
+        for k in 0..100_000u64 {
+            let c = Credit::new(3, 20_000u64.saturating_sub(k), 0);
+            sent += g.should_send(c, Nanos(k * 1000)) as u32;
+        }
+        assert_eq!(sent, 2);
     }
 }

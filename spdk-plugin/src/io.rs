@@ -15,8 +15,8 @@
 //!
 //! | bdev I/O | charged as | cost | notes |
 //! |---|---|---|---|
-//! | READ | read | 1 op + its bytes | credit in completion dword 0 (cooperative hosts) |
-//! | WRITE | write | 1 op + its bytes (x write weight) | credit in completion dword 0 (cooperative hosts) |
+//! | READ | read | 1 op + its bytes | credit in completion dword 0 when it changed or commands are held (cooperative hosts) |
+//! | WRITE | write | 1 op + its bytes (x write weight) | credit in completion dword 0 when it changed or commands are held (cooperative hosts) |
 //! | COMPARE | other (read direction) | 1 op + its bytes | |
 //! | FLUSH, UNMAP, WRITE_ZEROES | write direction | 1 op, 0 bytes (x write weight) | no data crosses the fabric |
 //! | NVMe passthru forwarded to the base | other | 1 op + its data bytes | |
@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use qos_core::channel::POLL_INTERVAL;
 use qos_core::window::{self, Handing, WindowWaiters};
-use qos_core::wire::{self, RequestError, VendorCmd};
+use qos_core::wire::{self, CreditGate, RequestError, VendorCmd};
 use qos_core::{ChannelTokens, DomainShared, HostShared, IoKind, Nanos, TargetChannel};
 use spdk_sys::bdev_io::{BaseIo, IoStatus, nvme_cmd_dwords};
 use spdk_sys::poller::PollStatus;
@@ -130,6 +130,9 @@ pub struct Core {
     sends: Cell<u32>,
     /// An empty list kept for the next release ([`Core::send_all`]).
     released: RefCell<Vec<QosIo>>,
+    /// Which completions of a cooperative host's reads and writes on this channel
+    /// carry its credit (a credit costs NVMe/TCP a response PDU per read).
+    credit_gate: Cell<CreditGate>,
     /// The SPDK thread it belongs to: a hand-off only goes to channels of the
     /// completing channel's thread; its poll's start is the I/O path's clock.
     thread: Option<Thread>,
@@ -201,6 +204,7 @@ impl QosChannel {
             st: RefCell::new(TargetChannel::new(tokens)),
             sends: Cell::new(0),
             released: RefCell::new(Vec::new()),
+            credit_gate: Cell::new(CreditGate::default()),
             thread,
         });
         CHANNELS.with(|c| {
@@ -466,19 +470,18 @@ impl Core {
                 if !node.cooperative.load(Ordering::Relaxed) {
                     node.cooperative.store(true, Ordering::Relaxed);
                 }
-                let (reply, credit) = {
-                    let mut st = self.st.borrow_mut();
-                    let tokens = st.tokens();
-                    let r = tokens.serve_request(req, now());
-                    (r, tokens.credit_hint().encode())
-                };
+                let mut reply = self.st.borrow_mut().tokens().serve_request(req, now());
+                // Reads and writes carry credits only through `credit_gate`, and the
+                // reply's dword 0 is 0: the reply carries the state, and a non-zero
+                // dword 0 would cost its data PDU the C2H SUCCESS flag (a second PDU).
+                reply.flags |= wire::flags::SPARSE_CREDIT;
                 let mut buf = [0u8; wire::REPLY_LEN];
                 match reply.encode(&mut buf) {
                     Ok(()) => {
                         // A controller-to-host passthru with at least REPLY_LEN bytes
                         // (checked by decode_request).
                         io.copy_to_passthru_buf(&buf, len);
-                        io.complete_nvme(credit, SCT_GENERIC, wire::status::SUCCESS);
+                        io.complete_nvme(0, SCT_GENERIC, wire::status::SUCCESS);
                     }
                     Err(e) => io.complete_nvme(0, SCT_GENERIC, e.status_code()),
                 }
@@ -524,7 +527,8 @@ pub(crate) fn submit(inner: &QosChannel, io: QosIo) {
 }
 
 /// Completion of a base I/O: record it, complete the upper I/O (with the host's credit
-/// in dword 0 for successful reads and writes), and release held I/O.
+/// in dword 0 for successful reads and writes when [`CreditGate`] says it is news;
+/// otherwise as the base completed it, dword 0 being 0), and release held I/O.
 fn base_done(inner: &QosChannel, io: QosIo, base: BaseIo, success: bool) {
     let c = io.ctx();
     let t = io.io_type();
@@ -540,10 +544,18 @@ fn base_done(inner: &QosChannel, io: QosIo, base: BaseIo, success: bool) {
             ),
         };
         st.record_completion(c.kind.get(), c.bytes.get(), service);
-        (success
+        if success
             && (t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE)
-            && inner.node().cooperative.load(Ordering::Relaxed))
-        .then(|| st.tokens().credit_hint().encode())
+            && inner.node().cooperative.load(Ordering::Relaxed)
+        {
+            let hint = st.tokens().credit_hint();
+            let mut gate = inner.credit_gate.get();
+            let send = gate.should_send(hint, inner.clock());
+            inner.credit_gate.set(gate);
+            send.then(|| hint.encode())
+        } else {
+            None
+        }
     } else {
         None
     };

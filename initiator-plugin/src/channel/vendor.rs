@@ -18,24 +18,37 @@ use spdk_sys::vbdev::RequestId;
 use super::{IniChannel, VendorKind, VendorReq, now};
 use crate::state::lock;
 
-/// Completion credits are applied at most this often per thread.
+/// Completion credits of a target that sends one in every read and write (version 1
+/// without `SPARSE_CREDIT`) are applied at most this often per thread.
 const CREDIT_SAMPLE_NS: u64 = 10_000;
 /// Credit marker of completion dword 0 (bits 31:28), see `docs/wire-protocol.md`.
 const CREDIT_MARKER: u32 = 0xA;
 
 impl IniChannel {
-    /// Completion dword 0 of a successful read or write (or vendor command): the
-    /// target's credit, if it sends one.
+    /// Completion dword 0 of a successful read or write: the target's credit, if it
+    /// sends one (a dword 0 without the marker, 0 in particular, is no news).
     pub(crate) fn on_credit(&self, cdw0: u32, now: Nanos) {
         if cdw0 >> 28 != CREDIT_MARKER || !self.shared.protocol_active() {
             return;
         }
-        // A credit corrects drift; one every few microseconds per thread is plenty, and
-        // at hundreds of thousands of completions per second the engine's lock is not.
-        if now.0.saturating_sub(self.last_credit.get()) < CREDIT_SAMPLE_NS {
+        self.shared
+            .stats
+            .credits_seen
+            .fetch_add(1, Ordering::Relaxed);
+        // A target that sends credits sparsely sends only news: apply each. One that
+        // sends one in every completion is sampled: a credit corrects drift, one every
+        // few microseconds per thread is plenty, and at hundreds of thousands of
+        // completions per second the engine's lock is not.
+        if !self.shared.sparse_credit.load(Ordering::Relaxed)
+            && now.0.saturating_sub(self.last_credit.get()) < CREDIT_SAMPLE_NS
+        {
             return;
         }
         self.last_credit.set(now.0);
+        self.shared
+            .stats
+            .credits_applied
+            .fetch_add(1, Ordering::Relaxed);
         let mut e = lock(&self.shared.eng);
         if e.engine.mode() == Mode::PassThrough {
             // The target speaks the protocol after all (it gave up after time-outs,
@@ -213,6 +226,10 @@ fn vendor_done(id: RequestId, r: VendorReq, buf: DmaBuf, base: BaseIo, success: 
                 e.outstanding = None;
                 let reply = if success {
                     StateReply::decode(buf.as_slice())
+                        .inspect(|r| {
+                            let sparse = r.flags & wire::flags::SPARSE_CREDIT != 0;
+                            shared.sparse_credit.store(sparse, Ordering::Relaxed);
+                        })
                         .map(mirror_for_engine)
                         .map_err(RequestFailure::BadReply)
                 } else {
