@@ -140,7 +140,7 @@ endif
 # environment. Runs where SPDK is present.
 instrument:
 ifneq ($(SPDK_FOUND),)
-	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin
+	SPDK_DIR="$(SPDK_DIR)" cargo build --release -p spdk-plugin -p initiator-plugin -p nvmf-qos-agent
 	$(KEEP_HUGEPAGES) SPDK_DIR="$(SPDK_DIR)" \
 	cargo test --release -p target-it --test instrument toggle_instrument -- --ignored --nocapture --test-threads=1
 else
