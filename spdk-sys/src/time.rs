@@ -14,19 +14,6 @@ pub fn now() -> qos_core::Nanos {
     qos_core::Nanos(now_ns())
 }
 
-/// The start of `thread`'s current poll, on [`now`]'s clock: SPDK reads the tick
-/// counter once per poll of a thread (`spdk_thread_get_last_tsc`), so this reads no
-/// clock. It lags [`now`] by at most the poll so far (tens of microseconds at full
-/// load) and never goes back. Call it on `thread` (whose handle the caller keeps:
-/// looking up the current thread is a thread-local access through the dynamic linker,
-/// which costs as much as a clock read).
-#[inline]
-pub fn poll_now(thread: crate::thread::Thread) -> qos_core::Nanos {
-    // SAFETY: SPDK threads live until the application stops; the call reads a field.
-    let ticks = unsafe { ffi::spdk_thread_get_last_tsc(thread.as_ptr()) };
-    qos_core::Nanos(ticks_as_ns(ticks))
-}
-
 /// Nanoseconds on SPDK's tick clock (`spdk_get_ticks() * 1e9 / spdk_get_ticks_hz()`).
 /// Only meaningful after SPDK's environment is initialised; returns 0 before.
 #[inline]
