@@ -601,21 +601,8 @@ fn phase_at(
     perf: Option<&PerfStat>,
 ) -> (Vec<f64>, Snap, Snap, Vec<f64>) {
     let n = loads.len();
-    let ctrls: Vec<Controller> = (1..=n).map(|i| s.controller(i)).collect();
+    let (ctrls, jobs, bdevs) = phase_jobs(s, loads, depths, ns);
     let bdev = |c: &Controller| format!("{}n{ns}", c.name);
-    let depth = |k: usize| depths.map_or(loads[k].qd, |d| d[k]);
-    let jobs = ctrls
-        .iter()
-        .zip(loads)
-        .enumerate()
-        .filter(|&(k, _)| depth(k) > 0)
-        .map(|(k, (c, l))| HostLoad { qd: depth(k), ..*l }.job(&bdev(c)))
-        .collect();
-    let bdevs: Vec<String> = if ns == QOS {
-        (1..=n).map(|i| format!("qos{i}")).collect()
-    } else {
-        (0..n).map(bare_bdev).collect()
-    };
     let mut b = s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs, &[]);
     let running = b.start_tests();
     std::thread::sleep(Duration::from_secs(1));
@@ -640,6 +627,33 @@ fn phase_at(
         _ => vec![0.0; n],
     };
     (iops, a, z, held)
+}
+
+/// A phase's controllers, its bdevperf jobs on namespace `ns` (each host at its load's
+/// queue depth, or `depths[k]`, 0: no job) and the target's bdevs whose counters it
+/// reads (the QoS bdevs, or the plain ones).
+fn phase_jobs(
+    s: &Setup,
+    loads: &[HostLoad],
+    depths: Option<&[u32]>,
+    ns: u32,
+) -> (Vec<Controller>, Vec<Job>, Vec<String>) {
+    let n = loads.len();
+    let ctrls: Vec<Controller> = (1..=n).map(|i| s.controller(i)).collect();
+    let depth = |k: usize| depths.map_or(loads[k].qd, |d| d[k]);
+    let jobs = ctrls
+        .iter()
+        .zip(loads)
+        .enumerate()
+        .filter(|&(k, _)| depth(k) > 0)
+        .map(|(k, (c, l))| HostLoad { qd: depth(k), ..*l }.job(&format!("{}n{ns}", c.name)))
+        .collect();
+    let bdevs = if ns == QOS {
+        (1..=n).map(|i| format!("qos{i}")).collect()
+    } else {
+        (0..n).map(bare_bdev).collect()
+    };
+    (ctrls, jobs, bdevs)
 }
 
 /// Each host's `held_time.sum_ns` (the time its admitted commands waited in the QoS),
@@ -671,20 +685,8 @@ fn profiled_phase(
     ns: u32,
     secs: u32,
 ) -> Option<(Vec<SymbolCost>, u64)> {
-    let n = loads.len();
     let pid = t.pid()?;
-    let ctrls: Vec<Controller> = (1..=n).map(|i| s.controller(i)).collect();
-    let bdev = |c: &Controller| format!("{}n{ns}", c.name);
-    let jobs = ctrls
-        .iter()
-        .zip(loads)
-        .map(|(c, l)| l.job(&bdev(c)))
-        .collect();
-    let bdevs: Vec<String> = if ns == QOS {
-        (1..=n).map(|i| format!("qos{i}")).collect()
-    } else {
-        (0..n).map(bare_bdev).collect()
-    };
+    let (ctrls, jobs, bdevs) = phase_jobs(s, loads, None, ns);
     let mut b = s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs + 3, &[]);
     let running = b.start_tests();
     std::thread::sleep(Duration::from_secs(1));
@@ -746,23 +748,16 @@ fn profile_against_bare(s: &Setup, t: &mut Target, loads: &[HostLoad], secs: u32
         "    {:>8} {:>8} {:>8}  DSO / symbol (ns per command)",
         "plain", "QoS", "delta"
     );
+    let row = |v: &[f64; 2], what: String| {
+        println!("    {:8.1} {:8.1} {:+8.1}  {what}", v[0], v[1], v[1] - v[0])
+    };
     for ((d, name), v) in by_delta.iter().take(40) {
-        println!(
-            "    {:8.1} {:8.1} {:+8.1}  {d} {name}",
-            v[0],
-            v[1],
-            v[1] - v[0]
-        );
+        row(v, format!("{d} {name}"));
     }
     let mut by_dso: Vec<_> = dso.iter().collect();
     by_dso.sort_by(|a, b| b.1[1].total_cmp(&a.1[1]));
     for ((d, _), v) in by_dso.iter().take(15) {
-        println!(
-            "    {:8.1} {:8.1} {:+8.1}  {d} (all)",
-            v[0],
-            v[1],
-            v[1] - v[0]
-        );
+        row(v, format!("{d} (all)"));
     }
 }
 
