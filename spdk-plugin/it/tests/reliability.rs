@@ -87,6 +87,10 @@ const WEIGHTS: [u32; HOSTS] = [1, 4, 2, 1];
 /// 15 % fell 3-10 % short in such runs.
 const RES_PCT: [u64; HOSTS] = [12, 16, 12, 12];
 const GROUP: &str = "tenant";
+/// The group's reservation and limit, % of the domain's capacity (hosts 3 and 4 reserve
+/// 12 % each of their own).
+const GROUP_MIN_PCT: u64 = 30;
+const GROUP_MAX_PCT: u64 = 35;
 /// bdev_nvme's reconnect delay after a lost connection (s).
 const RECONNECT_DELAY_S: u64 = 1;
 /// Longest the churn keeps a host disconnected (ms).
@@ -293,8 +297,8 @@ fn configured_target_on(
         let cfg = HostCfg::initial(capacity);
         t.call(
             "qos_group_create",
-            json!({"domain": "d", "name": GROUP, "min_iops": capacity * 30 / 100,
-                   "max_iops": capacity * 35 / 100, "weight": 2}),
+            json!({"domain": "d", "name": GROUP, "min_iops": capacity * GROUP_MIN_PCT / 100,
+                   "max_iops": capacity * GROUP_MAX_PCT / 100, "weight": 2}),
         );
         for (i, h) in cfg.iter().enumerate() {
             t.call("qos_host_set", h.params(i + 1));
@@ -834,9 +838,27 @@ fn judged_periods(
     let cap = per_period(capacity * among.len() as u64 / HOSTS as u64);
     let cfg = HostCfg::initial(capacity);
     let reserved: Vec<u64> = among.iter().map(|&i| per_period(cfg[i - 1].min)).collect();
+    // The tenant group's reservation, as `configured_target_on` sets it, over the
+    // members judged here (it is above their own: 30 % against 12 + 12 %).
+    let members: Vec<usize> = (0..among.len())
+        .filter(|&k| cfg[among[k] - 1].group)
+        .collect();
+    let groups: Vec<GroupReservation> = if members.is_empty() {
+        Vec::new()
+    } else {
+        vec![GroupReservation {
+            members,
+            ops: per_period(capacity * GROUP_MIN_PCT / 100),
+        }]
+    };
     let median = h.median_served(&nqns, epochs);
     let (expected, loaded) = expected_served(median, cap);
-    let j = h.judge_reservation(&host_nqn(i), &nqns, &reserved, epochs, expected);
+    let j = h.judge_reservation(
+        &host_nqn(i),
+        (&nqns, &reserved, &groups),
+        epochs,
+        expected,
+    );
     let (met, n) = epochs
         .iter()
         .filter_map(|e| h.of(&host_nqn(i)).get(e))
@@ -845,8 +867,8 @@ fn judged_periods(
         "  {who}: reservation met in {} of {} periods judged ({met} of {n} in all); hosts \
          {among:?}' median {median} ops a period, {:.0} % of the capacity's {cap}{}; {} \
          excused as slow (below 90 % of {} ops) and {} as too tight (of reservations of {} \
-         ops, each counted up to what its host did, more than 90 % of what the hosts did), \
-         missed in {:?}",
+         ops and the group's {:?}, each counted up to what its hosts did, more than 90 % of \
+         what the hosts did), missed in {:?}",
         j.met,
         j.judged,
         median as f64 * 100.0 / cap.max(1) as f64,
@@ -859,6 +881,7 @@ fn judged_periods(
         j.expected,
         j.tight,
         reserved.iter().sum::<u64>(),
+        groups.first().map(|g| g.ops),
         j.excused_missed()
     );
     // What a judged miss looked like, for the log of a failing run.
