@@ -37,7 +37,15 @@ impl Target {
     pub fn start(spdk: &Spdk, o: &TargetOpts) -> Result<Target, String> {
         let tag = format!("{}-{}", std::process::id(), o.shm_id);
         let mut args = vec!["-m".into(), o.core_mask.clone().into()];
-        if let Some(j) = &o.json_config {
+        // `NVMF_QOS_IT_TARGET_JSON`: a startup configuration for every target a test
+        // starts without one of its own (e.g. SPDK's `bdev_set_options`, which only a
+        // configuration read at start can set).
+        let startup = o.json_config.clone().or_else(|| {
+            std::env::var_os("NVMF_QOS_IT_TARGET_JSON")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        });
+        if let Some(j) = &startup {
             args.push("--json".into());
             args.push(j.clone().into());
         }
