@@ -706,8 +706,36 @@ unsafe extern "C" fn base_event<P: Vbdev>(
 
 // ---- the module descriptor and the delete RPC ----------------------------------------
 
-unsafe extern "C" fn module_init() -> c_int {
+/// SPDK's per-thread `bdev_io` cache below which a stacked bdev is told to raise it
+/// (SPDK's default is 256): every command through a stacked bdev takes two `bdev_io`s,
+/// and past the cache each comes from the global mempool and colder memory (eight hosts
+/// at 324 commands on one poll group: 71 % of bare with 256, 87 % with 2,048).
+const ADVISED_BDEV_IO_CACHE: u32 = 1024;
+
+unsafe extern "C" fn module_init<P: Vbdev>() -> c_int {
+    let cache = bdev_io_cache_size();
+    if cache < ADVISED_BDEV_IO_CACHE {
+        tracing::info!(
+            "SPDK's bdev_io cache holds {cache} per thread: each command through a {} \
+             takes two bdev_ios, so with hundreds of commands outstanding per poll group \
+             raise bdev_io_cache_size to {ADVISED_BDEV_IO_CACHE} or more (bdev_set_options \
+             in the startup configuration; nvmf-qos docs/operations.md)",
+            P::KIND
+        );
+    }
     0
+}
+
+/// SPDK's `bdev_io_cache_size` (`bdev_set_options`), as the bdev layer runs with it.
+fn bdev_io_cache_size() -> u32 {
+    let mut opts = std::mem::MaybeUninit::<ffi::spdk_bdev_opts>::zeroed();
+    let size = std::mem::size_of::<ffi::spdk_bdev_opts>();
+    // SAFETY: `opts` is ours and `size` bytes long; spdk_bdev_get_opts writes at most
+    // `opts_size` bytes of the options into it and reads nothing from it.
+    unsafe { ffi::spdk_bdev_get_opts(opts.as_mut_ptr(), size) };
+    // SAFETY: every field of spdk_bdev_opts is an integer or a bool, for which all
+    // zero bytes are valid, and spdk_bdev_get_opts wrote valid values over them.
+    unsafe { opts.assume_init() }.bdev_io_cache_size
 }
 
 unsafe extern "C" fn module_fini<P: Vbdev>() {
@@ -736,7 +764,7 @@ unsafe extern "C" fn config_json<P: Vbdev>(w: *mut ffi::spdk_json_write_ctx) -> 
 /// context.
 pub fn register_module<P: Vbdev>(name: &'static CStr, loading: &Loading) {
     P::module().register(name, loading, |m| {
-        m.module_init = Some(module_init);
+        m.module_init = Some(module_init::<P>);
         m.module_fini = Some(module_fini::<P>);
         m.fini_start = Some(fini_start::<P>);
         m.config_json = Some(config_json::<P>);
