@@ -51,7 +51,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use target_it::*;
 
 const PERIOD_MS: u64 = 500;
@@ -217,6 +217,24 @@ fn profile_factor() -> f64 {
         .and_then(|v| v.parse().ok())
         .filter(|f: &f64| *f > 0.0 && *f <= 10.0)
         .unwrap_or(0.9)
+}
+
+/// Where domain `d` runs on its depth curve at `el` seconds: the commands its hosts had
+/// in flight at the base (each host's mean since the last read, summed), the operating
+/// point's Q* and C* (`qos_stats_get`), printed as `el:q/Q*@C*`.
+fn depth_point(t: &mut Target, el: f64) -> String {
+    let st = t.call("qos_stats_get", json!({"domain": "d", "compact": true}));
+    let d = st.as_array().and_then(|a| a.first()).unwrap_or(&st);
+    let num = |v: &Value| v.as_f64().unwrap_or(0.0);
+    let at_base: f64 = d["hosts"]
+        .as_array()
+        .map_or(0.0, |h| h.iter().map(|h| num(&h["in_flight_at_base"])).sum());
+    let op = &d["operating_point"];
+    format!(
+        "{el:.0}:{at_base:.2}/{:.2}@{:.0}",
+        num(&op["in_flight"]),
+        num(&op["ops_per_s"]) / 1000.0
+    )
 }
 
 /// The capacity estimate last polled in or before `epoch` (the polls do not see every
@@ -441,7 +459,7 @@ fn weighted_excess_whatever_the_queue_depth() {
 /// a busy-polling reactor is busy when its pollers found work, so the share of busy
 /// ticks over a phase says whether the target was the bottleneck.
 fn poll_group_ticks(t: &mut Target) -> (u64, u64) {
-    let v = t.call("thread_get_stats", serde_json::Value::Null);
+    let v = t.call("thread_get_stats", Value::Null);
     let threads = v["threads"].as_array().cloned().unwrap_or_default();
     threads
         .iter()
@@ -812,7 +830,9 @@ fn reservations_hold_when_capacity_drops() {
     let quota = CpuQuota::attach(t.pid().expect("the target runs"))
         .expect("a CPU quota on the target (cgroup-v1 cpu controller)");
     let mut hog: Option<Instant> = None;
-    let (p, t0, jr) = run_polling(&mut t, &mut b, secs, |_, el| {
+    let mut depth_trace = Vec::new();
+    let (p, t0, jr) = run_polling(&mut t, &mut b, secs, |t, el| {
+        depth_trace.push(depth_point(t, el));
         if hog.is_none() && el >= hog_at {
             assert!(quota.limit(cpu_fraction), "set the CPU quota");
             hog = Some(Instant::now());
@@ -842,6 +862,10 @@ fn reservations_hold_when_capacity_drops() {
     println!(
         "  estimator (offered/budget->next, K IOPS): {}",
         p.decisions_line()
+    );
+    println!(
+        "  at the base each second (s: commands in flight / Q* of the depth curve, C* K IOPS): {}",
+        depth_trace.join(" ")
     );
     assert!(
         during.len() >= 10,
