@@ -141,7 +141,10 @@ impl History {
     ) -> Judged {
         assert_eq!(all.len(), reserved.len(), "a reservation for each host");
         assert!(
-            groups.iter().flat_map(|g| &g.members).all(|&k| k < all.len()),
+            groups
+                .iter()
+                .flat_map(|g| &g.members)
+                .all(|&k| k < all.len()),
             "group members index the hosts"
         );
         let recs = self.of(nqn);

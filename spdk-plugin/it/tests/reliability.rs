@@ -853,12 +853,7 @@ fn judged_periods(
     };
     let median = h.median_served(&nqns, epochs);
     let (expected, loaded) = expected_served(median, cap);
-    let j = h.judge_reservation(
-        &host_nqn(i),
-        (&nqns, &reserved, &groups),
-        epochs,
-        expected,
-    );
+    let j = h.judge_reservation(&host_nqn(i), (&nqns, &reserved, &groups), epochs, expected);
     let (met, n) = epochs
         .iter()
         .filter_map(|e| h.of(&host_nqn(i)).get(e))

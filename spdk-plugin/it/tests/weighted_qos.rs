@@ -226,9 +226,9 @@ fn depth_point(t: &mut Target, el: f64) -> String {
     let st = t.call("qos_stats_get", json!({"domain": "d", "compact": true}));
     let d = st.as_array().and_then(|a| a.first()).unwrap_or(&st);
     let num = |v: &Value| v.as_f64().unwrap_or(0.0);
-    let at_base: f64 = d["hosts"]
-        .as_array()
-        .map_or(0.0, |h| h.iter().map(|h| num(&h["in_flight_at_base"])).sum());
+    let at_base: f64 = d["hosts"].as_array().map_or(0.0, |h| {
+        h.iter().map(|h| num(&h["in_flight_at_base"])).sum()
+    });
     let op = &d["operating_point"];
     format!(
         "{el:.0}:{at_base:.2}/{:.2}@{:.0}",
