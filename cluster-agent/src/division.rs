@@ -653,9 +653,9 @@ mod tests {
             // (leader, what it last wrote, all of it landed).
             let mut leader: Option<(String, Written)> = None;
             let mut seen: BTreeMap<&str, u64> = BTreeMap::new();
-            let mut round = 0u64;
-            for (kind, who, members_bits, cut, reader, steps) in events {
-                round += 1;
+            for (round, (kind, who, members_bits, cut, reader, steps)) in
+                (1u64..).zip(events)
+            {
                 match kind {
                     // A leader's division: earlier writes have landed (its calls
                     // returned), this one may stop after any write (`cut`).
