@@ -11,8 +11,9 @@ use qos_core::cluster::{
 use serde_json::{Value, json};
 use thiserror::Error;
 
+use crate::division;
 use crate::keys::{
-    ClusterRecord, DemandRecord, Keys, MemberRecord, NameError, SharesRecord, check_name, hosts_of,
+    ClusterRecord, DemandRecord, KEY_SCHEMA, Keys, MemberRecord, NameError, check_name, hosts_of,
     parse,
 };
 use crate::store::{Store, StoreError};
@@ -42,6 +43,10 @@ pub enum AdminError {
     NoHost { cluster: String, nqn: String },
     #[error("host NQN {0:?}: use 1 ..= 223 printable ASCII characters without spaces or '/'")]
     BadNqn(String),
+    #[error(
+        "key schema {0}: this nvmf-qos-agent knows schemas 1 (one division record) and 2 (a record per target); use --key-schema 2, or 1 for a cluster that agents older than schema 2 must still join"
+    )]
+    Schema(u32),
     #[error("{key} holds what this version cannot read: {detail}")]
     Corrupt { key: String, detail: String },
     #[error(
@@ -69,22 +74,46 @@ fn require_cluster(
 }
 
 /// `cluster create`: writes the cluster's settings; refused if it exists unless `update`.
+/// A new cluster gets the newest key schema; an update keeps the cluster's.
 pub fn cluster_create(
     s: &mut dyn Store,
     cluster: &str,
     divide: DivideConfig,
     update: bool,
 ) -> Result<(), AdminError> {
+    cluster_create_with_schema(s, cluster, divide, update, None)
+}
+
+/// [`cluster_create`] with the key schema to create the cluster with, or (with
+/// `update`) to move it to (`None`: the newest for a new cluster, the cluster's own
+/// for an update). Moving a cluster to schema 2 is the migration of docs/cluster.md:
+/// every agent upgraded first (an older agent refuses a schema-2 cluster and keeps its
+/// target's shares).
+pub fn cluster_create_with_schema(
+    s: &mut dyn Store,
+    cluster: &str,
+    divide: DivideConfig,
+    update: bool,
+    schema: Option<u32>,
+) -> Result<(), AdminError> {
     check_name("cluster", cluster)?;
     divide.validate()?;
+    if let Some(n) = schema
+        && !(1..=KEY_SCHEMA).contains(&n)
+    {
+        return Err(AdminError::Schema(n));
+    }
     let k = Keys::new(cluster);
     if !update && s.get(&k.config())?.is_some() {
         return Err(AdminError::Exists(cluster.into()));
     }
+    let mut rec = ClusterRecord::new(divide);
     if update {
-        require_cluster(s, &k, cluster)?;
+        rec.schema = require_cluster(s, &k, cluster)?.schema;
     }
-    let rec = ClusterRecord::new(divide);
+    if let Some(n) = schema {
+        rec.schema = n;
+    }
     s.put(
         &k.config(),
         &serde_json::to_string(&rec).expect("record"),
@@ -229,9 +258,7 @@ pub fn show(s: &mut dyn Store, cluster: &str) -> Result<Value, AdminError> {
                 .map(|d| (t, d))
         })
         .collect();
-    let shares: Option<SharesRecord> = s
-        .get(&k.shares())?
-        .and_then(|t| parse(&k.shares(), &t).map_err(|e| bad.push(e)).ok());
+    let shares = division::read_all(s, &k, rec.schema, &mut bad)?;
     let leader = s.get(&k.leader())?;
     let host_rows: Vec<Value> = hosts
         .iter()
@@ -244,7 +271,7 @@ pub fn show(s: &mut dyn Store, cluster: &str) -> Result<Value, AdminError> {
                     served += d.map_or(0, |d| d.served);
                     json!({
                         "target": m.target,
-                        "share": shares.as_ref().and_then(|s| s.plan.get(&m.target)).and_then(|p| p.get(nqn)),
+                        "share": shares.as_ref().and_then(|(_, p)| p.get(&m.target)).and_then(|p| p.get(nqn)),
                         "applied": m.applied.get(nqn),
                         "served_iops": d.map(|d| d.served),
                         "served_mibps": d.map(|d| d.served_bytes as f64 / (1u64 << 20) as f64),
@@ -269,7 +296,7 @@ pub fn show(s: &mut dyn Store, cluster: &str) -> Result<Value, AdminError> {
         "cluster": cluster,
         "settings": rec,
         "leader": leader,
-        "shares_seq": shares.as_ref().map(|s| s.seq),
+        "shares_seq": shares.as_ref().map(|(seq, _)| *seq),
         "targets": members,
         "hosts": host_rows,
         "unreadable": bad,

@@ -17,7 +17,8 @@ use qos_core::cluster::{ClusterHost, DivideConfig, LocalShare, PathDemand, Plan,
 use qos_core::handover::{Handover, HandoverConfig, HandoverReport};
 
 use crate::demand::DemandMeter;
-use crate::keys::{ClusterRecord, DemandRecord, Keys, MemberRecord, SharesRecord, hosts_of, parse};
+use crate::division::{self, Written};
+use crate::keys::{ClusterRecord, DemandRecord, Keys, MemberRecord, hosts_of, parse};
 use crate::peers::Peers;
 use crate::store::{LeaseId, Store, StoreError};
 use crate::target::{LocalState, TargetError, TargetRpc};
@@ -69,6 +70,10 @@ pub struct TickReport {
     /// Of those, the peers on another division (`seq`): they trade nothing with this one.
     pub peers_other_division: usize,
     pub traded: usize,
+    /// As leader: how long `plan` took this interval (measured, for the metrics).
+    pub division_time: Option<std::time::Duration>,
+    /// As leader: the division records written this interval, when it wrote one.
+    pub division_written: Option<division::WriteCount>,
     pub errors: Vec<String>,
 }
 
@@ -113,15 +118,6 @@ impl Change {
             Change::Remove(nqn) => format!("giving {nqn} back (qos_host_remove)"),
         }
     }
-}
-
-/// A division as its leader wrote it: `seq` and what a new one is compared with.
-#[derive(Debug, PartialEq)]
-struct Written {
-    seq: u64,
-    members: Vec<String>,
-    plan: Plan,
-    peers: BTreeMap<String, String>,
 }
 
 /// An agent's state between intervals.
@@ -552,17 +548,17 @@ impl Agent {
             self.written = None;
         }
 
-        let Some(text) = store.get(&self.keys.shares())? else {
+        let Some(shares) = division::read(
+            store,
+            &self.keys,
+            cluster.schema,
+            &self.cfg.target,
+            &mut r.errors,
+        )?
+        else {
             return Ok(());
         };
-        let shares: SharesRecord = match parse(&self.keys.shares(), &text) {
-            Ok(s) => s,
-            Err(e) => {
-                r.errors.push(e);
-                return Ok(());
-            }
-        };
-        let mine = shares.plan.get(&self.cfg.target);
+        let mine = shares.mine.as_ref();
         self.peer_urls = shares.peers.clone();
         self.contracts = hosts.clone();
         self.divide = cluster.divide;
@@ -633,7 +629,9 @@ impl Agent {
                 Err(e) => r.errors.push(e),
             }
         }
+        let started = std::time::Instant::now();
         let p = plan(hosts, &members, &demand, &cluster.divide);
+        r.division_time = Some(started.elapsed());
         if let Some(w) = &self.written
             && w.members == members
             && !plan_moves(&w.plan, &p)
@@ -641,28 +639,18 @@ impl Agent {
         {
             return Ok(());
         }
-        // A new leader continues the sequence of the record it finds.
-        let last_seq = match &self.written {
-            Some(w) => w.seq,
-            None => store
-                .get(&self.keys.shares())?
-                .and_then(|t| parse::<SharesRecord>("shares", &t).ok())
-                .map_or(0, |s| s.seq),
-        };
-        let rec = SharesRecord {
-            seq: last_seq + 1,
-            leader: self.cfg.target.clone(),
-            members: members.clone(),
-            plan: p.clone(),
-            peers: peers.clone(),
-        };
-        store.put(&self.keys.shares(), &json(&rec), None)?;
-        self.written = Some(Written {
-            seq: rec.seq,
+        let (w, count) = division::write(
+            store,
+            &self.keys,
+            cluster.schema,
+            &self.cfg.target,
+            self.written.as_ref(),
             members,
-            plan: p,
+            p,
             peers,
-        });
+        )?;
+        r.division_written = Some(count);
+        self.written = Some(w);
         Ok(())
     }
 

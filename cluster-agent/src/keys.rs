@@ -80,15 +80,38 @@ impl Keys {
     pub fn leader(&self) -> String {
         format!("{}leader", self.base)
     }
-    /// [`SharesRecord`], written by the leader.
+    /// [`SharesRecord`], written by the leader (key schema 1: the whole division).
     pub fn shares(&self) -> String {
         format!("{}shares", self.base)
     }
+    /// [`DivisionRecord`], written by the leader (key schema 2: the division's head).
+    pub fn division(&self) -> String {
+        format!("{}division", self.base)
+    }
+    /// Prefix of the division's parts ([`PartRecord`] per target, key schema 2).
+    pub fn parts(&self) -> String {
+        format!("{}parts/", self.base)
+    }
+    pub fn part(&self, target: &str) -> String {
+        format!("{}{target}", self.parts())
+    }
 }
 
-/// The layout and records of the keys this agent reads and writes; a cluster created by
-/// an agent with a larger one is refused rather than misread.
-pub const KEY_SCHEMA: u32 = 1;
+/// The newest layout and records of the keys this agent reads and writes (it reads and
+/// writes every older one too); a cluster of a larger one is refused rather than
+/// misread. A new cluster is created with it.
+pub const KEY_SCHEMA: u32 = SCHEMA_PER_TARGET;
+
+/// Key schema 1: the leader writes the whole division as one record ([`Keys::shares`]),
+/// which every agent reads. At 64 targets and 1,000 hosts it is several MB, above
+/// etcd's request limit (1.5 MiB by default).
+pub const SCHEMA_ONE_RECORD: u32 = 1;
+
+/// Key schema 2: the leader writes each target's part of the division under the
+/// target's own key ([`Keys::part`]) when it changed, then a small head naming the
+/// division and the part of each target in it ([`Keys::division`]); each agent reads
+/// the head and its own part only.
+pub const SCHEMA_PER_TARGET: u32 = 2;
 
 fn schema_before_versions() -> u32 {
     1
@@ -105,6 +128,7 @@ pub struct ClusterRecord {
 }
 
 impl ClusterRecord {
+    /// A new cluster's settings, of the newest key schema.
     pub fn new(divide: DivideConfig) -> Self {
         ClusterRecord {
             divide,
@@ -169,6 +193,38 @@ pub struct SharesRecord {
     pub peers: BTreeMap<String, String>,
 }
 
+/// The head of a division (key schema 2): which division it is and, per target, the
+/// `seq` its part ([`PartRecord`]) was written at. The leader writes it after the
+/// parts, so a part the head names is there; an agent applies its part only when the
+/// part's `seq` and `leader` are the ones the head names (otherwise the leader is
+/// writing the next division, or a former leader's part was left over: it waits).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DivisionRecord {
+    /// The division's number: counts the leader's divisions, each new leader starting
+    /// above the last one (also above a schema-1 record's `seq`).
+    pub seq: u64,
+    pub leader: String,
+    /// The live targets the division was made over.
+    pub members: Vec<String>,
+    /// Per member: the division whose part it holds (a part that did not change is not
+    /// written again).
+    pub parts: BTreeMap<String, u64>,
+    /// The members' handover URLs, for the agents to trade by while etcd is away.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub peers: BTreeMap<String, String>,
+}
+
+/// One target's part of a division (key schema 2): its share of every host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartRecord {
+    /// The division it was written for.
+    pub seq: u64,
+    pub leader: String,
+    /// The target it is for (a part under another target's key is refused).
+    pub target: String,
+    pub shares: BTreeMap<String, LocalShare>,
+}
+
 /// Parses a record; the message names the key.
 pub fn parse<T: serde::de::DeserializeOwned>(key: &str, value: &str) -> Result<T, String> {
     serde_json::from_str(value).map_err(|e| format!("{key}: {e}"))
@@ -202,18 +258,18 @@ mod tests {
     fn a_cluster_of_a_newer_key_schema_is_refused_with_the_fix() {
         let k = Keys::new("c").config();
         let now = serde_json::to_string(&ClusterRecord::default()).unwrap();
-        assert!(now.contains("\"schema\":1"), "{now}");
+        assert!(now.contains("\"schema\":2"), "{now}");
         assert_eq!(
             ClusterRecord::read(&k, &now).unwrap(),
             ClusterRecord::default()
         );
         // Written before schemas: read as schema 1.
-        let old = now.replace(",\"schema\":1", "");
+        let old = now.replace(",\"schema\":2", "");
         assert!(!old.contains("schema"), "{old}");
         assert_eq!(ClusterRecord::read(&k, &old).unwrap().schema, 1);
-        let future = now.replace("\"schema\":1", "\"schema\":2");
+        let future = now.replace("\"schema\":2", "\"schema\":3");
         let e = ClusterRecord::read(&k, &future).unwrap_err();
-        assert!(e.contains("schema 2") && e.contains("upgrade"), "{e}");
+        assert!(e.contains("schema 3") && e.contains("upgrade"), "{e}");
     }
 
     #[test]
@@ -227,6 +283,12 @@ mod tests {
     #[test]
     fn cluster_record_reads_its_defaults_flat() {
         let r: ClusterRecord = parse("k", r#"{"floor_milli":20,"headroom_milli":100}"#).unwrap();
-        assert_eq!(r, ClusterRecord::default());
+        assert_eq!(
+            r,
+            ClusterRecord {
+                schema: SCHEMA_ONE_RECORD,
+                ..ClusterRecord::default()
+            }
+        );
     }
 }

@@ -7,6 +7,8 @@
 //! - [`store`]: the etcd operations the agent needs, over etcd's JSON gateway; an
 //!   in-memory store for tests.
 //! - [`keys`]: the key layout and the records stored at each key.
+//! - [`division`]: the leader writing a division and an agent reading its part, in
+//!   either key schema.
 //! - [`target`]: reading counters and capacity from the target, applying shares to it.
 //! - [`demand`]: the hosts' demand at the target, over a sliding window.
 //! - [`agent`]: one interval of an agent (report, lead, apply; trade while etcd is
@@ -19,6 +21,7 @@ pub mod admin;
 pub mod agent;
 pub mod connect;
 pub mod demand;
+pub mod division;
 pub mod keys;
 pub mod metrics;
 pub mod peers;

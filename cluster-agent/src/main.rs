@@ -140,6 +140,12 @@ enum ClusterOp {
         /// Change the settings of an existing cluster.
         #[arg(long)]
         update: bool,
+        /// The layout of the division in etcd: 2 (default for a new cluster), a record
+        /// per target; 1, one record for the whole division, which agents older than
+        /// schema 2 read. With --update, moves the cluster to it (upgrade every agent
+        /// first; without it, --update keeps the cluster's).
+        #[arg(long)]
+        key_schema: Option<u32>,
     },
     Delete {
         #[arg(long)]
@@ -262,7 +268,8 @@ fn main() -> ExitCode {
                 floor_milli,
                 headroom_milli,
                 update,
-            } => admin::cluster_create(
+                key_schema,
+            } => admin::cluster_create_with_schema(
                 &mut etcd,
                 &cluster,
                 DivideConfig {
@@ -270,6 +277,7 @@ fn main() -> ExitCode {
                     headroom_milli,
                 },
                 update,
+                key_schema,
             ),
             ClusterOp::Delete { cluster, force } => {
                 admin::cluster_delete(&mut etcd, &cluster, force)

@@ -50,6 +50,12 @@ pub struct AgentStatus {
     /// The agent's handover report, as JSON.
     handover: String,
     traded_total: u64,
+    /// As leader: the divisions computed and the time `plan` took in all; the
+    /// division records written and their bytes.
+    divisions_total: u64,
+    division_seconds_total: f64,
+    division_puts_total: u64,
+    division_bytes_total: u64,
 }
 
 impl AgentStatus {
@@ -74,6 +80,10 @@ impl AgentStatus {
             removed_total: 0,
             handover: "{}".into(),
             traded_total: 0,
+            divisions_total: 0,
+            division_seconds_total: 0.0,
+            division_puts_total: 0,
+            division_bytes_total: 0,
         }
     }
 
@@ -114,6 +124,14 @@ impl AgentStatus {
         self.set_total += r.set as u64;
         self.removed_total += r.removed as u64;
         self.traded_total += r.traded as u64;
+        if let Some(t) = r.division_time {
+            self.divisions_total += 1;
+            self.division_seconds_total += t.as_secs_f64();
+        }
+        if let Some(w) = r.division_written {
+            self.division_puts_total += w.puts as u64;
+            self.division_bytes_total += w.bytes as u64;
+        }
     }
 
     /// Time since etcd was last reached, `None` before the first time.
@@ -260,6 +278,34 @@ impl AgentStatus {
             "shares moved by trading with the other agents while etcd was away",
             "",
             self.traded_total as f64,
+        );
+        m.one(
+            "divisions_total",
+            "counter",
+            "divisions this agent computed as leader (one an interval)",
+            "",
+            self.divisions_total as f64,
+        );
+        m.one(
+            "division_seconds_total",
+            "counter",
+            "time the leader's divisions took (qos_core::cluster::plan), in all",
+            "",
+            self.division_seconds_total,
+        );
+        m.one(
+            "division_records_written_total",
+            "counter",
+            "division records (a target's part, the head) the leader wrote to etcd",
+            "",
+            self.division_puts_total as f64,
+        );
+        m.one(
+            "division_bytes_written_total",
+            "counter",
+            "bytes of the division records the leader wrote to etcd",
+            "",
+            self.division_bytes_total as f64,
         );
         if let Some(seq) = self.division_seq {
             m.one(

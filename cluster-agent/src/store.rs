@@ -616,6 +616,17 @@ impl Store for EtcdGateway {
             .collect()
     }
 
+    /// One key by an exact range (the trait's default lists the prefix: every part of
+    /// a division whose target's name starts with this one's, and more).
+    fn get(&mut self, key: &str) -> Result<Option<String>, StoreError> {
+        let path = "/v3/kv/range";
+        let r = self.call(path, json!({ "key": b64(key) }))?;
+        match r["kvs"].as_array().and_then(|kvs| kvs.first()) {
+            Some(kv) => Ok(Some(self.decode(path, &kv["value"])?)),
+            None => Ok(None),
+        }
+    }
+
     fn delete_prefix(&mut self, prefix: &str) -> Result<(), StoreError> {
         self.call(
             "/v3/kv/deleterange",

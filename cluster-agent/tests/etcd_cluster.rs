@@ -1,10 +1,12 @@
 //! The agents against a real three-member etcd cluster (Debian's `etcd-server`, three
-//! processes on 127.0.0.1, clients over TLS with client certificates), with stub
+//! processes on 127.0.0.1, clients over TLS with client certificates, the members to
+//! each other over TLS with peer certificates), with stub
 //! targets, in real time: the raft leader is killed (SIGKILL) while a host's demand
 //! moves. The agents' gateway, whose first member was that leader, moves to another
-//! member; the division goes on through the election, none is lost (the shares
-//! record's sequence never goes back at either agent) and the shares never add up to
-//! more than the contract. Skipped, saying so, without etcd.
+//! member; the division goes on through the election, none is lost (the division's
+//! sequence never goes back at either agent, and goes on after the election), none is
+//! applied twice (a number an agent reads again holds the same part) and the shares
+//! never add up to more than the contract. Skipped, saying so, without etcd.
 
 mod common;
 mod pki;
@@ -110,6 +112,7 @@ fn the_raft_leader_killed_during_a_demand_move() {
     members[leader].kill();
     let killed = Instant::now();
     let (mut followed, mut failed_intervals, mut trace) = (None, 0, Vec::new());
+    let mut parts = std::collections::BTreeMap::new();
     while killed.elapsed() < Duration::from_secs(8) {
         let reports = c.interval();
         let l = c.limit_shares();
@@ -128,6 +131,10 @@ fn the_raft_leader_killed_during_a_demand_move() {
                     last_seq[i]
                 );
                 last_seq[i] = Some(s);
+                // One number, one division: a division applied again under its number
+                // is the same division.
+                let part = parts.entry((i, s)).or_insert_with(|| r.shares.clone());
+                assert_eq!(*part, r.shares, "agent {i}: two divisions numbered #{s}");
             }
         }
         trace.push(format!(

@@ -133,13 +133,17 @@ pub fn scenario(b: &[u8]) {
 /// is then divided by `qos_core::cluster::plan` (any numbers: the shares must still add
 /// up) and traded against (the shares never above the contract).
 pub fn agent_input(b: &[u8]) {
-    use nvmf_qos_agent::keys::{ClusterRecord, DemandRecord, MemberRecord, SharesRecord, parse};
+    use nvmf_qos_agent::keys::{
+        ClusterRecord, DemandRecord, DivisionRecord, MemberRecord, PartRecord, SharesRecord, parse,
+    };
     use nvmf_qos_agent::target::{parse_hosts, parse_stats};
     use qos_core::cluster::{ClusterHost, DivideConfig, divide, plan};
     use std::collections::BTreeMap;
     let text = String::from_utf8_lossy(b);
     let _ = parse::<MemberRecord>("k", &text);
     let _ = parse::<SharesRecord>("k", &text);
+    let _ = parse::<DivisionRecord>("k", &text);
+    let _ = parse::<PartRecord>("k", &text);
     let cfg = parse::<ClusterRecord>("k", &text).map_or(DivideConfig::default(), |c| c.divide);
     let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
         return;

@@ -55,6 +55,9 @@ pub struct Etcd {
     /// `None`).
     name: String,
     initial_cluster: Option<String>,
+    /// The members speak to each other over TLS too (`https://` peer URLs, each
+    /// checking the other's certificate against the clients' CA).
+    peer_tls: bool,
 }
 
 impl Etcd {
@@ -85,15 +88,19 @@ impl Etcd {
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
             name: "it".into(),
             initial_cluster: None,
+            peer_tls: false,
         };
         e.restart()?;
         Ok(e)
     }
 
-    /// Starts the `n` members of one etcd cluster (`m0`, `m1`, ...; peers over plain
-    /// HTTP on 127.0.0.1, clients over `tls` when given) and waits until each answers
-    /// (at most 20 s).
+    /// Starts the `n` members of one etcd cluster (`m0`, `m1`, ...; on 127.0.0.1,
+    /// clients over `tls` when given; the members to each other over TLS too when `tls`
+    /// has a client CA: `--peer-client-cert-auth`, each member's certificate checked
+    /// against that CA, so `tls.cert` must allow client authentication as well) and
+    /// waits until each answers (at most 20 s).
     pub fn cluster(bin: PathBuf, tls: Option<EtcdTls>, n: usize) -> Result<Vec<Etcd>, String> {
+        let peer_tls = tls.as_ref().is_some_and(|t| t.client_ca.is_some());
         let mut members: Vec<Etcd> = (0..n)
             .map(|i| Etcd {
                 bin: bin.clone(),
@@ -109,6 +116,7 @@ impl Etcd {
                 extra_args: Vec::new(),
                 name: format!("m{i}"),
                 initial_cluster: None,
+                peer_tls,
             })
             .collect();
         let initial = members
@@ -128,7 +136,8 @@ impl Etcd {
     }
 
     fn peer_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.peer_port)
+        let scheme = if self.peer_tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.peer_port)
     }
 
     /// Its member name (`it`, or `m0`, `m1`, ... in a cluster).
@@ -168,6 +177,13 @@ impl Etcd {
                 cmd.arg("--client-cert-auth")
                     .arg("--trusted-ca-file")
                     .arg(ca);
+                if self.peer_tls {
+                    cmd.arg("--peer-cert-file").arg(&t.cert);
+                    cmd.arg("--peer-key-file").arg(&t.key);
+                    cmd.arg("--peer-client-cert-auth")
+                        .arg("--peer-trusted-ca-file")
+                        .arg(ca);
+                }
             }
         }
         let child = cmd

@@ -142,7 +142,8 @@ struct Engine<'a> {
     reports: BTreeMap<String, BTreeMap<String, PathDemand>>,
     pending: VecDeque<(u32, Dense)>,
     applied: Dense,
-    written: Option<(Vec<String>, Plan)>,
+    /// The members, the division and the leader of the last division written.
+    written: Option<(Vec<String>, Plan, usize)>,
     run: ClusterRun,
 }
 
@@ -210,17 +211,29 @@ impl<'a> Engine<'a> {
             &self.s.divide_config(),
         );
         self.run.division_times.push(started.elapsed());
+        let leader = self.leader(p);
         let changed = self
             .written
             .as_ref()
-            .is_none_or(|(m, old)| m != members || *old != division);
+            .is_none_or(|(m, old, l)| m != members || *old != division || *l != leader);
         let dense = self.densify(&division);
         self.run.limit_share_excess += self.limit_excess(&dense, members.len() as u64);
         if changed {
-            let leader = self.leader(p);
             let name = self.names[leader].clone();
+            let leader = self.leader(p);
+            // A new leader writes every part (so does one back from an outage: it
+            // forgot what it wrote); then only the parts that changed.
+            let fresh = self.written.as_ref().is_none_or(|(_, _, l)| *l != leader);
             let maps: Vec<(&str, u64)> = (0..self.names.len())
                 .filter(|&i| members.contains(&self.names[i]))
+                .filter(|&i| {
+                    let t = &self.names[i];
+                    fresh
+                        || self
+                            .written
+                            .as_ref()
+                            .is_none_or(|(_, old, _)| old.get(t) != division.get(t))
+                })
                 .map(|i| {
                     (
                         self.names[i].as_str(),
@@ -231,7 +244,7 @@ impl<'a> Engine<'a> {
             self.run
                 .etcd
                 .shares_written((leader, &name), members, &maps);
-            self.written = Some((members.to_vec(), division));
+            self.written = Some((members.to_vec(), division, leader));
         }
         if self.run.division_times.len() == 1 {
             // The run starts with the cluster already divided: the targets hold the
@@ -423,6 +436,9 @@ impl<'a> Engine<'a> {
                 members.contains(t) && !alive[names.iter().position(|n| n == t).expect("known")]
             });
         } else {
+            // The leader's agent forgets what it wrote (it writes anew, every part,
+            // when etcd is back).
+            self.written = None;
             self.trade(&alive, members.len() as u64);
         }
         let n = s.targets.len();

@@ -1,13 +1,14 @@
 //! What the cluster agents would write to etcd in a lab run, counted from the records
 //! the real agents write (cluster-agent/src/keys.rs, agent.rs): every interval each
 //! live agent puts its demand record and its member record under its lease, renews the
-//! lease and tries to create the leader key; the leader puts the shares record when the
-//! division or the members changed. Sizes are the records' JSON lengths.
+//! lease and tries to create the leader key; when the division or the members changed
+//! the leader puts the part of each target whose shares changed, then the division's
+//! head (key schema 2, a new cluster's). Sizes are the records' JSON lengths.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use qos_core::cluster::{LocalShare, PathDemand, Plan};
+use qos_core::cluster::{LocalShare, PathDemand};
 use serde::Serialize;
 
 use super::ClusterScenario;
@@ -71,6 +72,7 @@ fn shares_map_len<'a>(entries: impl Iterator<Item = (&'a str, &'a LocalShare)>) 
 }
 
 /// The JSON length of a plan, from each target's name and its map's length.
+#[cfg(test)]
 fn plan_len(maps: &[(&str, u64)]) -> u64 {
     let inner: u64 = maps.iter().map(|(t, m)| key_len(t) + 1 + m).sum();
     2 + inner + (maps.len() as u64).saturating_sub(1)
@@ -94,13 +96,22 @@ struct MemberRecord<'a> {
     error: Option<String>,
 }
 
-/// The leader's `SharesRecord`.
+/// The leader's `PartRecord`, its shares left empty (counted apart).
 #[derive(Serialize)]
-struct SharesRecord<'a> {
+struct PartRecord<'a> {
+    seq: u64,
+    leader: &'a str,
+    target: &'a str,
+    shares: BTreeMap<&'a str, LocalShare>,
+}
+
+/// The leader's `DivisionRecord`, the head of a division.
+#[derive(Serialize)]
+struct DivisionRecord<'a> {
     seq: u64,
     leader: &'a str,
     members: &'a [String],
-    plan: &'a Plan,
+    parts: &'a BTreeMap<&'a str, u64>,
 }
 
 /// Writes and bytes, per agent and for the shares record.
@@ -111,15 +122,20 @@ pub struct EtcdLoad {
     pub bytes: Vec<u64>,
     /// The intervals etcd answered in.
     pub intervals: u64,
-    /// Shares records written, and the largest one's size.
+    /// Divisions written; the parts written with them, the largest part's size; the
+    /// largest head.
     pub shares_writes: u64,
-    pub shares_largest: u64,
+    pub part_writes: u64,
+    pub part_largest: u64,
+    pub head_largest: u64,
     /// Per target, the largest demand and member record.
     pub demand_largest: Vec<u64>,
     pub member_largest: Vec<u64>,
     /// Per target, the size of its member record while its shares do not change.
     member_size: Vec<Option<u64>>,
     last_seq: u64,
+    /// Per target name: the division its part was last written at.
+    parts: BTreeMap<String, u64>,
 }
 
 impl EtcdLoad {
@@ -134,26 +150,44 @@ impl EtcdLoad {
         }
     }
 
-    /// The leader (target `leader`) puts a new shares record.
-    /// `maps`: each member's name and the JSON length of its map of shares.
+    /// The leader (target `leader`) writes a new division over `members`: the parts
+    /// in `changed` (each member's name and the JSON length of its map of shares),
+    /// then the head.
     pub fn shares_written(
         &mut self,
         leader: (usize, &str),
         members: &[String],
-        maps: &[(&str, u64)],
+        changed: &[(&str, u64)],
     ) {
         let (leader, leader_name) = leader;
         self.last_seq += 1;
-        let empty = Plan::new();
-        let len = json_len(&SharesRecord {
-            seq: self.last_seq,
+        let seq = self.last_seq;
+        for &(t, map) in changed {
+            let len = json_len(&PartRecord {
+                seq,
+                leader: leader_name,
+                target: t,
+                shares: BTreeMap::new(),
+            }) - 2
+                + map;
+            self.parts.insert(t.to_string(), seq);
+            self.part_writes += 1;
+            self.part_largest = self.part_largest.max(len);
+            self.writes[leader] += 1;
+            self.bytes[leader] += len;
+        }
+        let parts: BTreeMap<&str, u64> = members
+            .iter()
+            .filter_map(|m| Some((m.as_str(), *self.parts.get(m)?)))
+            .collect();
+        let len = json_len(&DivisionRecord {
+            seq,
             leader: leader_name,
             members,
-            plan: &empty,
-        }) - 2
-            + plan_len(maps);
+            parts: &parts,
+        });
         self.shares_writes += 1;
-        self.shares_largest = self.shares_largest.max(len);
+        self.head_largest = self.head_largest.max(len);
         self.writes[leader] += 1;
         self.bytes[leader] += len;
     }
@@ -196,6 +230,7 @@ impl EtcdLoad {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qos_core::cluster::Plan;
 
     #[test]
     fn counted_lengths_are_the_json_lengths() {

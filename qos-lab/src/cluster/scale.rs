@@ -238,10 +238,12 @@ fn etcd_lines(out: &mut String, s: &ClusterScenario, run: &ClusterRun) {
     };
     let _ = writeln!(
         out,
-        "records: shares {} bytes{} (written {} times); largest demand record {} bytes, largest member record {} bytes{}",
-        e.shares_largest,
-        over(e.shares_largest),
+        "records: division parts up to {} bytes{} ({} written over {} divisions), heads up to {} bytes; largest demand record {} bytes, largest member record {} bytes{}",
+        e.part_largest,
+        over(e.part_largest),
+        e.part_writes,
         e.shares_writes,
+        e.head_largest,
         largest(&e.demand_largest),
         largest(&e.member_largest),
         over(largest(&e.member_largest)),

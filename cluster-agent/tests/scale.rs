@@ -1,0 +1,581 @@
+//! The agent at scale (issue 42, item 4): one real agent (`nvmf-qos-agent run`, built
+//! by this workspace) against a real etcd and a real `nvmf_tgt` with the target plugin,
+//! 1,000 hosts on its target, and this test as the load generator: it plays the other
+//! 63 targets' agents in one thread, writing what each would write every interval (its
+//! demand and member records under its lease, the lease's keep-alive, the attempt at
+//! the leader key) and reading the division's head and, when it changed, its own part.
+//! The real agent leads: it divides 1,000 hosts over 64 targets every interval.
+//!
+//! Measured over the run (after the first division is applied): the agent's CPU per
+//! interval (`/proc/<pid>/stat`), its division time (its `/metrics`), etcd's writes and
+//! bytes received per second (etcd's `/metrics`); printed beside the command of the
+//! lab's prediction (`qos-lab/scenarios/cluster/fleet-64x1k.toml`). Ignored by default
+//! (a minute, a busy-polling target): run by hand, as root, under the target lock:
+//!
+//!     flock /tmp/nvmf-qos-target.lock cargo test --release -p nvmf-qos-agent \
+//!         --test scale -- --ignored --nocapture
+//!
+//! Needs Debian's etcd-server, SPDK (`SPDK_DIR`) and the plugin built
+//! (`cargo build --release -p spdk-plugin`, or `NVMF_QOS_TGT_LIB`); skipped, saying so,
+//! without them. `NVMF_QOS_SCALE_INTERVALS` sets the measured intervals (default 30).
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use it_harness::env::{detect_spdk, ensure_hugepages, tgt_lib};
+use it_harness::etcd::{Etcd, etcd_or_skip};
+use it_harness::setup::{free_port, shm_id};
+use it_harness::target::{Target, TargetOpts};
+use nvmf_qos_agent::admin;
+use nvmf_qos_agent::keys::{DemandRecord, DivisionRecord, Keys, MemberRecord, PartRecord, parse};
+use nvmf_qos_agent::store::{EtcdGateway, LeaseId, Store};
+use qos_core::cluster::{ClusterHost, DivideConfig, LocalShare, PathDemand};
+use serde_json::json;
+
+const TARGETS: usize = 64;
+const HOSTS: usize = 1000;
+const INTERVAL_MS: u64 = 1000;
+const CLUSTER: &str = "scale";
+/// A host's demand moves to its other path: this fraction of the hosts (thousandths),
+/// every `MOVE_EVERY` intervals.
+const MOVE_MILLI: u64 = 100;
+const MOVE_EVERY: u64 = 10;
+
+/// A deterministic generator (the same fleet every run).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+fn target_name(i: usize) -> String {
+    format!("t{i:03}")
+}
+
+fn host_nqn(h: usize) -> String {
+    format!("nqn.2014-08.org.example:scale-host-{h:05}")
+}
+
+/// The fleet, as `qos-lab/scenarios/cluster/fleet-64x1k.toml` draws it: each host
+/// reaches two consecutive targets, 80 % of its demand on the first; half of the hosts
+/// reserve.
+struct Fleet {
+    contracts: Vec<ClusterHost>,
+    demand: Vec<u64>,
+    /// Per host: its two paths (consecutive targets), and which has 80 % of its demand.
+    paths: Vec<[usize; 2]>,
+    primary: Vec<usize>,
+    capacity: Vec<u64>,
+}
+
+impl Fleet {
+    fn new() -> Fleet {
+        let mut g = Lcg(42);
+        let mut contracts = Vec::new();
+        let mut demand = Vec::new();
+        let mut paths = Vec::new();
+        for h in 0..HOSTS {
+            let limit = g.between(1000, 6000);
+            let reservation = if g.next() % 2 == 0 {
+                g.between(200, 1600).min(limit)
+            } else {
+                0
+            };
+            contracts.push(ClusterHost {
+                reservation_iops: reservation,
+                limit_iops: Some(limit),
+                weight: g.between(1, 10) as u32,
+                ..Default::default()
+            });
+            demand.push(g.between(500, 4000));
+            paths.push([h % TARGETS, (h + 1) % TARGETS]);
+        }
+        let capacity = (0..TARGETS).map(|_| g.between(150_000, 250_000)).collect();
+        Fleet {
+            contracts,
+            demand,
+            paths,
+            primary: vec![0; HOSTS],
+            capacity,
+        }
+    }
+
+    /// What host `h` wants at target `t`.
+    fn want(&self, h: usize, t: usize) -> u64 {
+        let [a, b] = self.paths[h];
+        let main = if self.primary[h] == 0 { a } else { b };
+        if t == main {
+            self.demand[h] * 800 / 1000
+        } else if t == a || t == b {
+            self.demand[h] * 200 / 1000
+        } else {
+            0
+        }
+    }
+}
+
+/// The other targets' agents, one lease each.
+struct Generator {
+    keys: Keys,
+    leases: Vec<Option<LeaseId>>,
+    /// Per target: the part it applied, and the division `seq` of that part.
+    applied: Vec<(u64, BTreeMap<String, LocalShare>)>,
+    writes: u64,
+    bytes: u64,
+    /// Calls etcd did not answer in time (`--etcd-timeout-ms` of the real agent: 5 s).
+    failed: u64,
+}
+
+impl Generator {
+    fn interval(&mut self, g: &mut EtcdGateway, fleet: &Fleet) {
+        let head: Option<DivisionRecord> = g
+            .get(&self.keys.division())
+            .ok()
+            .flatten()
+            .and_then(|t| parse(&self.keys.division(), &t).ok());
+        for t in 1..TARGETS {
+            let name = target_name(t);
+            if let Some(h) = &head
+                && let Some(&at) = h.parts.get(&name)
+                && at != self.applied[t].0
+                && let Ok(Some(text)) = g.get(&self.keys.part(&name))
+                && let Ok(p) = parse::<PartRecord>("part", &text)
+            {
+                self.applied[t] = (p.seq, p.shares);
+            }
+            let lease = match self.leases[t] {
+                Some(l) if g.keep_alive(l).unwrap_or(false) => l,
+                _ => match g.grant(4) {
+                    Ok(l) => {
+                        self.leases[t] = Some(l);
+                        l
+                    }
+                    Err(_) => {
+                        // etcd did not answer in time: this target misses an interval.
+                        self.failed += 1;
+                        continue;
+                    }
+                },
+            };
+            self.writes += 1;
+            let shares = &self.applied[t].1;
+            let hosts = (0..HOSTS)
+                .map(|h| {
+                    let want = fleet.want(h, t);
+                    let limit = shares
+                        .get(&host_nqn(h))
+                        .and_then(|s| s.limit_iops)
+                        .unwrap_or(u64::MAX);
+                    let held = want > limit;
+                    let d = PathDemand {
+                        served: want.min(limit),
+                        backlogged: held,
+                        held_milli: if held { 5000 } else { 0 },
+                        served_bytes: 0,
+                    };
+                    (host_nqn(h), d)
+                })
+                .collect();
+            let demand = serde_json::to_string(&DemandRecord { hosts }).expect("json");
+            let member = serde_json::to_string(&MemberRecord {
+                target: name.clone(),
+                domain: "d".into(),
+                capacity_iops: fleet.capacity[t],
+                period_ms: INTERVAL_MS,
+                applied: shares.clone(),
+                error: None,
+                handover_url: None,
+            })
+            .expect("json");
+            self.bytes += (demand.len() + member.len() + name.len()) as u64;
+            let calls = [
+                g.put(&self.keys.demand(&name), &demand, Some(lease)),
+                g.put(&self.keys.member(&name), &member, Some(lease)),
+                g.create(&self.keys.leader(), &name, lease).map(|_| ()),
+            ];
+            self.failed += calls.iter().filter(|c| c.is_err()).count() as u64;
+            self.writes += 3;
+        }
+    }
+}
+
+/// A stand-in for `nvmf_tgt` with the plugin (`NVMF_QOS_SCALE_TARGET=stub`): a
+/// JSON-RPC server on a Unix socket answering the four methods the agent calls, holding
+/// the hosts' settings and reporting no I/O. For a machine where a real target cannot
+/// run; the agent's side (its reads, 1,000 `qos_host_set`s, its JSON) is the same, the
+/// target's own CPU is not measured either way.
+struct StubTarget {
+    sock: std::path::PathBuf,
+}
+
+impl StubTarget {
+    fn start(capacity: u64) -> StubTarget {
+        use std::io::{BufReader, Write};
+        let sock =
+            std::env::temp_dir().join(format!("nvmf-qos-scale-stub-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&sock);
+        let listener = std::os::unix::net::UnixListener::bind(&sock).expect("stub socket");
+        std::thread::spawn(move || {
+            let mut hosts: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let mut de = serde_json::Deserializer::from_reader(BufReader::new(
+                    conn.try_clone().expect("clone"),
+                ))
+                .into_iter::<serde_json::Value>();
+                let Some(Ok(req)) = de.next() else { continue };
+                let params = &req["params"];
+                let result = match req["method"].as_str().unwrap_or("") {
+                    "qos_stats_get" => json!([{
+                        "period_ns": INTERVAL_MS * 1_000_000,
+                        "capacity_estimate": {"ops": capacity * INTERVAL_MS / 1000},
+                        "hosts": hosts.keys().map(|n| json!({
+                            "host_nqn": n,
+                            "completed_total": {"ops": 0, "bytes": 0},
+                            "held_time": {"sum_ns": 0},
+                        })).collect::<Vec<_>>(),
+                    }]),
+                    "qos_host_get" => json!(hosts.values().collect::<Vec<_>>()),
+                    "qos_host_set" => {
+                        let nqn = params["host_nqn"].as_str().unwrap_or("").to_string();
+                        hosts.insert(nqn, params.clone());
+                        json!(true)
+                    }
+                    "qos_host_remove" => {
+                        hosts.remove(params["host_nqn"].as_str().unwrap_or(""));
+                        json!(true)
+                    }
+                    _ => json!(true),
+                };
+                let reply = json!({"jsonrpc": "2.0", "id": req["id"], "result": result});
+                let _ = conn.write_all(reply.to_string().as_bytes());
+            }
+        });
+        StubTarget { sock }
+    }
+}
+
+impl Drop for StubTarget {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.sock);
+    }
+}
+
+/// The real agent, stopped (SIGTERM) when dropped.
+struct AgentProc(Child);
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A process's user and system CPU time, seconds (`/proc/<pid>/stat`, fields 14 and
+/// 15 in clock ticks; `getconf CLK_TCK` ticks a second).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // The command may hold spaces: the fields start after its closing parenthesis.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    let hz = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or(100.0);
+    ticks / hz
+}
+
+/// The sum of a Prometheus text's samples of `name` whose labels contain `labels`.
+fn metric(text: &str, name: &str, labels: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
+        })
+        .filter(|l| l.contains(labels))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn get_text(url: &str) -> String {
+    ureq::get(url)
+        .timeout(Duration::from_secs(5))
+        .call()
+        .ok()
+        .and_then(|r| r.into_string().ok())
+        .unwrap_or_default()
+}
+
+/// What etcd counts of its clients' writes: puts, transactions, deletes, lease grants
+/// and keep-alives (gRPC messages received; the agents' JSON gateway calls gRPC), and
+/// the bytes its clients sent.
+fn etcd_writes(text: &str) -> (f64, f64) {
+    let writes = ["Put", "Txn", "DeleteRange", "LeaseGrant", "LeaseKeepAlive"]
+        .iter()
+        .map(|m| {
+            metric(
+                text,
+                "grpc_server_msg_received_total",
+                &format!("grpc_method=\"{m}\""),
+            )
+        })
+        .sum();
+    let bytes = metric(text, "etcd_network_client_grpc_received_bytes_total", "");
+    (writes, bytes)
+}
+
+#[test]
+#[ignore = "a minute with a busy-polling nvmf_tgt: run by hand (see the module's doc)"]
+fn one_real_agent_with_1000_hosts_among_64_targets() {
+    let Some(bin) = etcd_or_skip("the agent at scale") else {
+        return;
+    };
+    let intervals: u64 = std::env::var("NVMF_QOS_SCALE_INTERVALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let fleet = Fleet::new();
+    let stub = std::env::var("NVMF_QOS_SCALE_TARGET").is_ok_and(|v| v == "stub");
+    // The real target and its hugepages, or the stand-in (dropped after the agent).
+    let mut real: Option<(it_harness::env::Hugepages, Target)> = None;
+    let mut stand_in = None;
+    let sock = if stub {
+        let s = StubTarget::start(fleet.capacity[0]);
+        let sock = s.sock.clone();
+        stand_in = Some(s);
+        sock
+    } else {
+        let spdk = match detect_spdk() {
+            Ok(s) => s,
+            Err(e) => {
+                println!(
+                    "SKIPPED: the agent at scale: {e} (NVMF_QOS_SCALE_TARGET=stub runs it with a stand-in)"
+                );
+                return;
+            }
+        };
+        let lib = match tgt_lib() {
+            Ok(l) => l,
+            Err(e) => {
+                println!("SKIPPED: the agent at scale: {e}");
+                return;
+            }
+        };
+        let hugepages = ensure_hugepages(1024).unwrap_or_else(|e| panic!("{e}"));
+        let mut tgt = Target::start(
+            &spdk,
+            &TargetOpts {
+                plugin: Some(lib),
+                shm_id: shm_id(),
+                core_mask: "0x1".into(),
+                max_secs: 120 + intervals * 3,
+                json_config: None,
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        tgt.call(
+            "qos_domain_create",
+            json!({"name": "d", "capacity_iops": fleet.capacity[0], "period_ms": INTERVAL_MS}),
+        );
+        let sock = tgt.sock.clone();
+        real = Some((hugepages, tgt));
+        sock
+    };
+    let etcd = Etcd::start(bin).unwrap_or_else(|e| panic!("{e}"));
+
+    let mut g = EtcdGateway::new(&etcd.url(), Duration::from_secs(5));
+    admin::cluster_create(&mut g, CLUSTER, DivideConfig::default(), false).unwrap();
+    let keys = Keys::new(CLUSTER);
+    for (h, c) in fleet.contracts.iter().enumerate() {
+        g.put(
+            &keys.host(&host_nqn(h)),
+            &serde_json::to_string(c).unwrap(),
+            None,
+        )
+        .unwrap();
+    }
+
+    let port = free_port();
+    // `NVMF_QOS_AGENT`: another build of the agent (e.g. a release one beside a debug
+    // test build).
+    let agent_bin = std::env::var("NVMF_QOS_AGENT")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_nvmf-qos-agent").to_string());
+    let log = std::env::temp_dir().join(format!("nvmf-qos-scale-agent-{}.log", std::process::id()));
+    let agent = AgentProc(
+        Command::new(&agent_bin)
+            .args(["--etcd", &etcd.url(), "--etcd-timeout-ms", "5000", "run"])
+            .args([
+                "--cluster",
+                CLUSTER,
+                "--target",
+                &target_name(0),
+                "--domain",
+                "d",
+            ])
+            .arg("--rpc-socket")
+            .arg(&sock)
+            .args([
+                "--interval-ms",
+                &INTERVAL_MS.to_string(),
+                "--lease-ttl-s",
+                "4",
+            ])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("agent log"))
+            .spawn()
+            .expect("start nvmf-qos-agent"),
+    );
+    let pid = agent.0.id();
+    let metrics_url = format!("http://127.0.0.1:{port}/metrics");
+    let t0 = Instant::now();
+    while g.get(&keys.leader()).ok().flatten().as_deref() != Some("t000") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the agent does not lead"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let mut load = Generator {
+        keys: keys.clone(),
+        leases: vec![None; TARGETS],
+        applied: vec![(0, BTreeMap::new()); TARGETS],
+        writes: 0,
+        bytes: 0,
+        failed: 0,
+    };
+    let mut fleet = fleet;
+    let mut moved = Lcg(7);
+    let mut next = Instant::now();
+    let mut run = |load: &mut Generator, fleet: &mut Fleet, k: u64| {
+        if k > 0 && k % MOVE_EVERY == 0 {
+            for h in 0..HOSTS {
+                if moved.next() % 1000 < MOVE_MILLI {
+                    fleet.primary[h] = 1 - fleet.primary[h];
+                }
+            }
+        }
+        load.interval(&mut g, fleet);
+        next += Duration::from_millis(INTERVAL_MS);
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    };
+    // Warm-up: every target joins, the agent divides over all 64 and sets its 1,000
+    // hosts at its target.
+    let mut k = 0;
+    loop {
+        run(&mut load, &mut fleet, k);
+        k += 1;
+        let m = get_text(&metrics_url);
+        let sets = metric(&m, "nvmf_qos_agent_share_changes_total", "set");
+        let divisions = metric(&m, "nvmf_qos_agent_divisions_total", "");
+        if sets >= HOSTS as f64 && divisions >= 3.0 && k >= 5 {
+            break;
+        }
+        assert!(
+            k < 90,
+            "the agent did not set its {HOSTS} hosts: {sets} sets\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+    let configured = match &mut real {
+        Some((_, tgt)) => tgt.call("qos_host_get", json!({"domain": "d"})),
+        None => {
+            let mut t =
+                nvmf_qos_agent::target::SocketTarget::new(sock.clone(), Duration::from_secs(5));
+            t.call("qos_host_get", json!({"domain": "d"}))
+                .expect("the stand-in answers")
+        }
+    }
+    .as_array()
+    .map_or(0, |a| a.len());
+
+    let m0 = get_text(&metrics_url);
+    let e0 = get_text(&format!("{}/metrics", etcd.url()));
+    let (cpu0, w0, b0, at0) = (cpu_seconds(pid), load.writes, load.bytes, Instant::now());
+    for _ in 0..intervals {
+        run(&mut load, &mut fleet, k);
+        k += 1;
+    }
+    let m1 = get_text(&metrics_url);
+    let e1 = get_text(&format!("{}/metrics", etcd.url()));
+    let (cpu1, secs) = (cpu_seconds(pid), at0.elapsed().as_secs_f64());
+    let d = |name: &str| metric(&m1, name, "") - metric(&m0, name, "");
+    let agent_intervals = d("nvmf_qos_agent_intervals_total");
+    let divisions = d("nvmf_qos_agent_divisions_total");
+    let division_s = d("nvmf_qos_agent_division_seconds_total");
+    let records = d("nvmf_qos_agent_division_records_written_total");
+    let record_bytes = d("nvmf_qos_agent_division_bytes_written_total");
+    let errors = d("nvmf_qos_agent_errors_total");
+    let (ew0, eb0) = etcd_writes(&e0);
+    let (ew1, eb1) = etcd_writes(&e1);
+    let mib = (1u64 << 20) as f64;
+    println!(
+        "the agent at scale: {TARGETS} targets (1 real agent, {} played), {HOSTS} hosts ({configured} at its target, {}), {INTERVAL_MS} ms intervals, measured over {secs:.1} s",
+        TARGETS - 1,
+        if stub {
+            "a stand-in"
+        } else {
+            "a real nvmf_tgt"
+        }
+    );
+    println!(
+        "agent: {agent_intervals} intervals, CPU {:.1} ms per interval ({:.1} % of a core); {divisions} divisions, {:.1} ms each (plan); {records} division records written ({:.1} a division, {:.2} MiB/s); errors {errors}",
+        (cpu1 - cpu0) * 1000.0 / agent_intervals.max(1.0),
+        (cpu1 - cpu0) * 100.0 / secs,
+        division_s * 1000.0 / divisions.max(1.0),
+        records / divisions.max(1.0),
+        record_bytes / mib / secs,
+    );
+    println!(
+        "etcd: {:.1} writes/s ({:.2} per agent), clients sent {:.2} MiB/s; the played agents {:.1} writes/s, {:.2} MiB/s of records, {} calls etcd did not answer in time",
+        (ew1 - ew0) / secs,
+        (ew1 - ew0) / secs / TARGETS as f64,
+        (eb1 - eb0) / mib / secs,
+        (load.writes - w0) as f64 / secs,
+        (load.bytes - b0) as f64 / mib / secs,
+        load.failed,
+    );
+    println!(
+        "the lab's prediction: cargo run --release -p qos-lab -- cluster qos-lab/scenarios/cluster/fleet-64x1k.toml"
+    );
+    assert!(
+        agent_intervals >= intervals as f64 * 0.8,
+        "the agent fell behind"
+    );
+    assert!(divisions >= agent_intervals * 0.8, "the agent did not lead");
+    assert_eq!(configured, HOSTS, "hosts at the real target");
+    drop(agent);
+    drop(real);
+    drop(stand_in);
+    let _ = std::fs::remove_file(&log);
+}
