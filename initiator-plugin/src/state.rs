@@ -34,6 +34,8 @@ pub struct Stats {
     /// Large transfers sent whole: no latency-sensitive I/O shared the path.
     pub large_whole_ios: AtomicU64,
     pub chunks: AtomicU64,
+    /// Bytes of those chunks (their mean size is the chunk the transfers really used).
+    pub chunk_bytes: AtomicU64,
     /// I/O (or chunks) waiting for tokens now, and how many ever waited.
     pub held: AtomicI64,
     pub held_total: AtomicU64,
@@ -206,6 +208,7 @@ impl Shared {
             "large_ios": get(&s.large_ios),
             "large_whole_ios": get(&s.large_whole_ios),
             "chunks": get(&s.chunks),
+            "chunk_bytes_sent": get(&s.chunk_bytes),
             "vendor_sent": get(&s.vendor_sent),
             "vendor_errors": get(&s.vendor_errors),
             "vendor_late": get(&s.vendor_late),
@@ -248,6 +251,9 @@ pub struct PacerGroup {
     /// Fast-path copy of the pacer's chunk size (`Pacer::chunk_bytes`), refreshed at
     /// every tick: it follows the path while small I/O shares it.
     pub chunk_bytes: AtomicU64,
+    /// Fast-path copy of the option `chunk_bytes`: the largest chunk
+    /// (`qos_core::pacer::plan_even_chunks`).
+    pub largest_chunk: AtomicU64,
     /// Fast-path copies of `latency_idle` (ns) and `split_always`.
     latency_idle_ns: AtomicU64,
     split_always: AtomicBool,
@@ -272,6 +278,7 @@ impl PacerGroup {
             }),
             last_small: AtomicU64::new(0),
             chunk_bytes: AtomicU64::new(opts.chunk_bytes),
+            largest_chunk: AtomicU64::new(opts.chunk_bytes),
             latency_idle_ns: AtomicU64::new(opts.pacer_config().latency_idle.0),
             split_always: AtomicBool::new(opts.split_always),
             next_tick: AtomicU64::new(0),
@@ -293,6 +300,8 @@ impl PacerGroup {
             g.opts = opts;
             g.probe = None;
             self.chunk_bytes.store(opts.chunk_bytes, Ordering::Relaxed);
+            self.largest_chunk
+                .store(opts.chunk_bytes, Ordering::Relaxed);
             self.latency_idle_ns
                 .store(opts.pacer_config().latency_idle.0, Ordering::Relaxed);
             self.split_always
@@ -432,6 +441,9 @@ impl PacerGroup {
             "latency_target_ns": g.pacer.latency_target().0,
             "chunk_bytes": self.chunk_bytes.load(Ordering::Relaxed),
             "floor_boost_milli": g.pacer.floor_boost_milli(),
+            "aimd_steps": g.pacer.aimd_counts().steps,
+            "aimd_congested": g.pacer.aimd_counts().congested,
+            "probe_p99_ns": g.pacer.aimd_counts().last_p99.map(|n| n.0),
             "base_latency_ns": g.pacer.base_latency().map(|n| n.0),
             "probes_lost": g.probes_lost,
         })

@@ -3,7 +3,10 @@
 //!
 //! - [`plan_chunks`]: a transfer above the chunk size becomes roughly equal chunks, so
 //!   the wire only ever carries chunk-sized data and a small, latency-sensitive command
-//!   waits behind one chunk at most, never behind a whole 1 MiB transfer. Only while
+//!   waits behind one chunk at most, never behind a whole 1 MiB transfer;
+//!   [`plan_even_chunks`] (the initiator plugin's) takes fewer, equal chunks whose count
+//!   divides the transfer when they are at most half as large again as the chunk (a
+//!   1 MiB write as 8 × 128 KiB, bdev_nvme's own split, not 12 × 85 KiB). Only while
 //!   latency-sensitive traffic shares the path ([`Pacer::should_split`],
 //!   [`latency_sensitive_at`]): alone, a large transfer goes whole.
 //! - [`MultiBucket`]: multi-resource tokens, bytes and operations, refilled at the
@@ -61,6 +64,58 @@ pub fn plan_chunks(
         n,
         base: num_blocks / n,
         extra: num_blocks % n,
+    }
+}
+
+/// How far above the pacer's chunk [`plan_even_chunks`] lets an equal chunk go, in
+/// thousandths: 1500, half as much again.
+///
+/// The pacer's chunk is the latency target's slack over the probe's base latency times
+/// the link ([`chunk_for_slack`]); a small command waits behind the part of a chunk the
+/// target's core has not taken in yet, and on the paths measured here (NVMe/TCP, one
+/// core a side) that is a fraction of the chunk's whole time, so the formula is
+/// conservative. Fewer commands are what keeps the link: a 1 MiB write in 12 chunks of
+/// 85 KiB did 0.889-0.901 of plain bdev_nvme (8 commands of 128 KiB) alone, in two runs
+/// of three (docs/benchmarks.md, issue 30).
+pub const EVEN_CHUNK_STRETCH_MILLI: u64 = 1500;
+
+/// Like [`plan_chunks`], but in equal chunks whose count divides the transfer, as the
+/// base's own split of a large transfer into commands of its largest size does
+/// (bdev_nvme: 8 × 128 KiB for 1 MiB), when that takes fewer chunks: the fewest equal
+/// chunks of at most `chunk_bytes` × [`EVEN_CHUNK_STRETCH_MILLI`] / 1000 and at most
+/// `largest` bytes (`PacerConfig::chunk_bytes`, the largest command the path carries in
+/// one capsule), if they are fewer than [`plan_chunks`]' count. Otherwise (no such
+/// count, or a transfer of one block) [`plan_chunks`] as is: never more chunks than it.
+pub fn plan_even_chunks(
+    offset_blocks: u64,
+    num_blocks: u64,
+    block_size: u64,
+    chunk_bytes: u64,
+    largest: u64,
+) -> ChunkPlan {
+    let plan = plan_chunks(offset_blocks, num_blocks, block_size, chunk_bytes);
+    let fit = plan.n;
+    if num_blocks == 0 || num_blocks.is_multiple_of(fit) {
+        return plan;
+    }
+    let bs = block_size.max(1);
+    let stretched =
+        mul_div(chunk_bytes, EVEN_CHUNK_STRETCH_MILLI, 1000).min(largest.max(chunk_bytes));
+    let max_blocks = (stretched / bs).max(1);
+    // Counts below `fit` (larger chunks), fewest first; a chunk count of at least half of
+    // `fit` is all a 1.5 stretch can reach, so this loop is shorter than the plan.
+    let Some(n) =
+        (num_blocks.div_ceil(max_blocks).max(1)..fit).find(|&n| num_blocks.is_multiple_of(n))
+    else {
+        return plan;
+    };
+    ChunkPlan {
+        next: offset_blocks,
+        left: num_blocks,
+        i: 0,
+        n,
+        base: num_blocks / n,
+        extra: 0,
     }
 }
 
@@ -641,6 +696,19 @@ pub struct Pacer {
     next_aimd: Nanos,
     next_probe: Nanos,
     delivery: Delivery,
+    aimd: AimdCounts,
+}
+
+/// What AIMD decided while latency-sensitive traffic was about, since the pacer was
+/// built (for the plugin's state: how often the probe's p99 was above the target).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AimdCounts {
+    /// Decisions taken with latency-sensitive traffic about.
+    pub steps: u64,
+    /// Of those, the probe's p99 was above the target (U halved, or held at the floor).
+    pub congested: u64,
+    /// The probe's p99 at the last decision that had samples.
+    pub last_p99: Option<Nanos>,
 }
 
 impl Pacer {
@@ -669,6 +737,7 @@ impl Pacer {
             next_aimd: now.saturating_add(cfg.aimd_interval),
             next_probe: now,
             delivery: Delivery::new(now),
+            aimd: AimdCounts::default(),
         })
     }
 
@@ -760,6 +829,11 @@ impl Pacer {
     /// really send at their floor is the floor: see [`DELIVERY_WINDOW`].
     pub fn floor_boost_milli(&self) -> u64 {
         self.delivery.boost_milli
+    }
+
+    /// AIMD's decisions so far ([`AimdCounts`]).
+    pub fn aimd_counts(&self) -> AimdCounts {
+        self.aimd
     }
 
     fn streams_of(&self, flow: u64) -> u64 {
@@ -961,7 +1035,13 @@ impl Pacer {
             }
         } else {
             let target = self.latency_target();
-            let congested = self.probes.quantile(0.99).is_some_and(|p99| p99 > target);
+            let p99 = self.probes.quantile(0.99);
+            let congested = p99.is_some_and(|p99| p99 > target);
+            self.aimd.steps += 1;
+            self.aimd.congested += u64::from(congested);
+            if p99.is_some() {
+                self.aimd.last_p99 = p99;
+            }
             let floor = self.floor(now);
             if congested {
                 self.allowed = (self.allowed / 2).max(floor);
@@ -1022,6 +1102,68 @@ mod tests {
                 prop_assert!(min >= 1);
             }
         }
+    }
+
+    proptest! {
+        #[test]
+        fn even_chunks_cover_the_io_in_equal_chunks_never_more_than_plan_chunks(
+            offset in 0u64..1 << 40, blocks in 0u64..5_000, bs_shift in 9u32..13,
+            chunk_kib in 4u64..256, largest_kib in 4u64..512
+        ) {
+            let bs = 1u64 << bs_shift;
+            let (chunk, largest) = (chunk_kib * 1024, largest_kib * 1024);
+            let near = plan_chunks(offset, blocks, bs, chunk).chunk_count();
+            let plan = plan_even_chunks(offset, blocks, bs, chunk, largest);
+            let n = plan.chunk_count();
+            let chunks: Vec<Chunk> = plan.collect();
+            prop_assert!(n <= near, "never more chunks than plan_chunks");
+            let mut next = offset;
+            for c in &chunks {
+                prop_assert_eq!(c.offset_blocks, next);
+                prop_assert!(c.num_blocks >= 1);
+                next += c.num_blocks;
+            }
+            prop_assert_eq!(next, offset + blocks);
+            if n < near {
+                // Fewer than plan_chunks: equal chunks, within the stretch and `largest`.
+                let len = chunks[0].num_blocks;
+                prop_assert!(chunks.iter().all(|c| c.num_blocks == len));
+                let cap = (chunk * EVEN_CHUNK_STRETCH_MILLI / 1000).min(largest.max(chunk));
+                prop_assert!(len * bs <= cap.max(bs));
+            }
+        }
+    }
+
+    #[test]
+    fn one_mib_in_chunks_of_85k_becomes_eight_of_128k() {
+        let near: Vec<_> = plan_chunks(0, 256, 4096, 92 * 1024).collect();
+        assert_eq!(near.len(), 12, "plan_chunks: 12 chunks of 21-22 blocks");
+        let even: Vec<_> = plan_even_chunks(0, 256, 4096, 92 * 1024, 128 * 1024).collect();
+        assert_eq!(even.len(), 8);
+        assert!(even.iter().all(|c| c.num_blocks == 32));
+        // 44 KiB stretches to 64 KiB (16 chunks, not 24); 40 KiB does not (26 stay).
+        assert_eq!(
+            plan_even_chunks(0, 256, 4096, 44 * 1024, 128 * 1024).count(),
+            16
+        );
+        assert_eq!(
+            plan_even_chunks(0, 256, 4096, 40 * 1024, 128 * 1024).count(),
+            26
+        );
+        // Never above `largest` (nor stretched when the chunk is already above it).
+        assert_eq!(
+            plan_even_chunks(0, 256, 4096, 100 * 1024, 96 * 1024).count(),
+            11
+        );
+        // A count that divides already is kept; a transfer that fits is one chunk.
+        assert_eq!(
+            plan_even_chunks(0, 256, 4096, 64 * 1024, 128 * 1024).count(),
+            16
+        );
+        assert_eq!(
+            plan_even_chunks(7, 8, 4096, 64 * 1024, 128 * 1024).count(),
+            1
+        );
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! - cooperative initiators: an [`InitiatorEngine`] whose vendor requests are answered
 //!   by `ChannelTokens::serve_request` and whose completions carry `credit_hint`, with
 //!   an initiator-side [`HoldQueue`]; and, with pacing, a Justitia [`Pacer`] per machine
-//!   that splits large transfers with [`plan_chunks`] and releases chunks with
+//!   that splits large transfers with [`plan_even_chunks`] (as the initiator plugin
+//!   does) and releases chunks with
 //!   `try_send`, fed by a reference probe.
 //!
 //! No policy is implemented here: the lab only moves commands between these objects,
@@ -28,7 +29,7 @@ use qos_core::depth::{CurvePoint, OperatingPoint};
 use qos_core::hold::HoldQueue;
 use qos_core::initiator::InitiatorEngine;
 use qos_core::latency::LatencyHistogram;
-use qos_core::pacer::{ChunkPlan, Pacer, StreamId, plan_chunks};
+use qos_core::pacer::{ChunkPlan, Pacer, StreamId, plan_even_chunks};
 use qos_core::window::{self, Handing, WindowWaiters};
 use qos_core::wire::{Request, StateReply};
 use qos_core::{IoKind, Monitor, Nanos, TargetChannel};
@@ -638,7 +639,8 @@ impl Sim {
             let m = host.machine;
             let blocks = bytes.div_ceil(4096);
             let chunk = self.machines[m].pacer.chunk_bytes(Nanos(now));
-            let mut plan = plan_chunks(0, blocks, 4096, chunk);
+            let largest = self.machines[m].pacer.config().chunk_bytes;
+            let mut plan = plan_even_chunks(0, blocks, 4096, chunk, largest);
             let left = plan.chunk_count() as u32;
             let next_chunk = plan.next().map(|c| c.num_blocks * 4096);
             let stream = self.machines[m].pacer.open_stream(h as u64, Nanos(now));

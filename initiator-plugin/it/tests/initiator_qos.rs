@@ -342,11 +342,14 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
                 Job::new(&w, "write", 1 << 20, 4),
             ];
             let mut b = s.bdevperf(qos, cfg, jobs, secs, &[]);
-            let (out, state) = if qos {
-                // The QoS bdev's state halfway through.
-                run_sampling(&mut b, &w, Duration::from_millis(u64::from(secs) * 500))
+            let (out, state, r_state) = if qos {
+                // The QoS bdevs' state halfway through.
+                let run = b.start_tests();
+                std::thread::sleep(Duration::from_millis(u64::from(secs) * 500));
+                let (ws, rs) = (b.ini_bdev(&w), b.ini_bdev(&r));
+                (b.finish_tests(run), ws, rs)
             } else {
-                (b.run(), Value::Null)
+                (b.run(), Value::Null, Value::Null)
             };
             let (rr, wr) = (out.job(&r), out.job(&w));
             assert!(
@@ -375,20 +378,34 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
                 let us = |k: &str| pacer[k].as_u64().map_or(0.0, |n| n as f64 / 1000.0);
                 let n = |k: &str| w[k].as_u64().unwrap_or(0);
                 allowed = pacer["allowed_mibps"].as_f64().unwrap_or(0.0);
-                if let Some(c) = pacer["chunk_bytes"].as_u64() {
-                    chunks.push(c);
+                // The chunk the writer really used (the pacer's chunk is at most its
+                // size; `plan_even_chunks` may take fewer, larger equal ones), in 4 KiB.
+                let (sent, count) = (n("chunk_bytes_sent"), n("chunks"));
+                if count > 0 {
+                    chunks.push(sent.div_ceil(count).next_multiple_of(4096));
                 }
                 println!(
-                    "    halfway: pacer allowed {allowed} MiB/s, chunk {} KiB, latency target \
-                     {:.1} us, probe base latency {:.1} us; writer so far {} chunks, {} held \
-                     for tokens ({:.1} ms held, {:.1} ms paced in all)",
+                    "    halfway: pacer allowed {allowed} MiB/s, chunk {} KiB (the writer's \
+                     mean {:.1} KiB), latency target {:.1} us, probe base latency {:.1} us; \
+                     writer so far {} chunks, {} held for tokens ({:.1} ms held, {:.1} ms \
+                     paced in all)",
                     pacer["chunk_bytes"].as_u64().unwrap_or(0) / 1024,
+                    n("chunk_bytes_sent") as f64 / n("chunks").max(1) as f64 / 1024.0,
                     us("latency_target_ns"),
                     us("base_latency_ns"),
                     n("chunks"),
                     n("held_total"),
                     n("held_ns") as f64 / 1e6,
                     n("paced_ns") as f64 / 1e6,
+                );
+                println!(
+                    "    halfway: AIMD {} of {} steps congested, probe p99 {:.1} us at the last; \
+                     probes sent on the reader's connection {}, on the writer's {}",
+                    pacer["aimd_congested"],
+                    pacer["aimd_steps"],
+                    us("probe_p99_ns"),
+                    r_state["state"]["probes_sent"],
+                    w["probes_sent"],
                 );
             }
             rows.push(Row {
@@ -491,8 +508,8 @@ fn median_u64(v: &[u64]) -> u64 {
     v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
-/// The writer alone, forced into chunks of the size the pacer picked beside the reader
-/// (`split_always`, a fixed `chunk`, no rate limit: only what chunks cost), against
+/// The writer alone, forced into chunks of the size it used beside the reader (its mean
+/// chunk, `split_always`, a fixed `chunk`, no rate limit: only what chunks cost), against
 /// plain bdev_nvme, side by side in `QOS_IT_ROUNDS` rounds: the ratio is printed.
 fn chunked_writer_alone(s: &Setup, ctrls: &[Controller; 2], chunk: u64) {
     if chunk == 0 {
@@ -504,7 +521,7 @@ fn chunked_writer_alone(s: &Setup, ctrls: &[Controller; 2], chunk: u64) {
     let (ratios, _) = alone_rounds(s, ctrls, &[("QoS bdev, split_always", Some(extra))]);
     let (q1, m, q3) = quartiles(&ratios[0]);
     println!(
-        "writer alone in chunks of {} KiB (the pacer's pick beside the reader) / plain \
+        "writer alone in chunks of {} KiB (its chunks beside the reader) / plain \
          bdev_nvme = {m:.3} (quartiles {q1:.3}-{q3:.3})",
         chunk / 1024
     );

@@ -1,6 +1,7 @@
 //! Large transfers (reads and writes above `chunk_bytes` while pacing is on and
 //! latency-sensitive I/O shares the path, `PacerGroup::shapes_large`): a
-//! *parent* split into chunks (`qos_core::pacer::plan_chunks`), each carved out of the
+//! *parent* split into chunks (`qos_core::pacer::plan_even_chunks`: equal chunks whose
+//! count divides the transfer when that takes fewer), each carved out of the
 //! parent's scatter-gather list, released by the pacer group (byte and operation tokens
 //! at the allowed rate, the channel's parents in round-robin), admitted like small I/O,
 //! and sent to the base; the parent completes once, after its last chunk, with the
@@ -10,7 +11,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 
-use qos_core::pacer::{Chunk, plan_chunks};
+use qos_core::pacer::{Chunk, plan_even_chunks};
 use qos_core::{IoKind, Nanos};
 use spdk_sys::bdev_io::{BaseIo, IoStatus};
 use spdk_sys::vbdev::{PieceError, Seg, Split};
@@ -59,7 +60,8 @@ impl IniChannel {
             .block()
             .map_or((0, 0), |b| (b.offset_blocks, b.num_blocks));
         let lens: Vec<usize> = io.iovs().iter().map(|v| v.iov_len).collect();
-        let mut plan = plan_chunks(offset, blocks, self.block_len, chunk_bytes);
+        let largest = self.group.largest_chunk.load(Ordering::Relaxed);
+        let mut plan = plan_even_chunks(offset, blocks, self.block_len, chunk_bytes, largest);
         let total = plan.chunk_count();
         let next = plan.next();
         let parent = Parent {
@@ -158,6 +160,10 @@ impl IniChannel {
                     }
                     progressed = true;
                     self.shared.stats.chunks.fetch_add(1, Ordering::Relaxed);
+                    self.shared
+                        .stats
+                        .chunk_bytes
+                        .fetch_add(bytes, Ordering::Relaxed);
                     admit.push((Item::Chunk(pp, index), kind, bytes));
                 }
                 if !progressed || st.streams.is_empty() {
