@@ -95,7 +95,7 @@ pub fn plan_even_chunks(
 ) -> ChunkPlan {
     let plan = plan_chunks(offset_blocks, num_blocks, block_size, chunk_bytes);
     let fit = plan.n;
-    if num_blocks == 0 || num_blocks.is_multiple_of(fit) {
+    if num_blocks == 0 || num_blocks % fit == 0 {
         return plan;
     }
     let bs = block_size.max(1);
@@ -104,8 +104,7 @@ pub fn plan_even_chunks(
     let max_blocks = (stretched / bs).max(1);
     // Counts below `fit` (larger chunks), fewest first; a chunk count of at least half of
     // `fit` is all a 1.5 stretch can reach, so this loop is shorter than the plan.
-    let Some(n) =
-        (num_blocks.div_ceil(max_blocks).max(1)..fit).find(|&n| num_blocks.is_multiple_of(n))
+    let Some(n) = (num_blocks.div_ceil(max_blocks).max(1)..fit).find(|&n| num_blocks % n == 0)
     else {
         return plan;
     };
