@@ -13,7 +13,7 @@ Prometheus scraping and evaluating every 2 s with dashboards/alerts.yml as insta
    pin the rule down). An alert here fails the test with the target's own account of
    the periods: a busy machine can make the target miss whole periods for real.
 2. A CPU quota on nvmf_tgt (3 ms of every 10, cgroup cpu controller): ReservationMissed
-   fires within 10 s, and nvmf_qos_domain_longest_tick_gap_seconds shows gaps of at
+   fires within 20 s, and nvmf_qos_domain_longest_tick_gap_seconds shows gaps of at
    least the 7 ms the quota keeps the thread off its core.
 3. The target hangs (SIGSTOP): NvmfQosTargetDown fires, and the exporter keeps
    answering Prometheus (up stays 1: no NvmfQosExporterDown). The trial saw the
@@ -218,7 +218,10 @@ def test_alerts_at_a_load_start_a_cpu_quota_and_a_hung_target(tmp_path, spdk_loc
         print('phase 2: a CPU quota on nvmf_tgt at %.1f s' % since)
         quota = CpuQuota('nvmf-qos-trial-%d' % os.getpid(), 3000, 10000)
         quota.add(tgt.app_pid())
-        fired = watch.wait_firing('NvmfQosReservationMissed', 10, since=since, instance=at)
+        # 20 s: the rule needs three backlogged periods missed, and since the pace's steady
+        # schedule (2026-11-29) a host is held for another only once that one is behind
+        # its steady line: one .ci/run took more than 10 s, the next run 6.3 s.
+        fired = watch.wait_firing('NvmfQosReservationMissed', 20, since=since, instance=at)
         took = [t for t, lv in watch.fired('NvmfQosReservationMissed') if t >= since][0] - since
         gap = prom.wait_for('max_over_time(nvmf_qos_domain_longest_tick_gap_seconds{instance="%s"}[10s])' % at,
                             lambda r: r and r[0][1] > 0.007, timeout=20)
