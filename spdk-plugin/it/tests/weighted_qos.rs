@@ -616,6 +616,28 @@ fn qos_total_against_bare_side_by_side() {
             })
             .collect();
         println!("    monitor's report in the phase: {}", report.join(", "));
+        // How much of each host's circulation (its queue depth) the target sees: held
+        // and at the base, mean and most at a check interval (issue 39 item 1).
+        let seen: Vec<String> = hosts
+            .iter()
+            .zip(&qds)
+            .map(|(&i, qd)| {
+                match during
+                    .host(&host_nqn(i))
+                    .and_then(|h| h.entitlement.clone())
+                {
+                    Some(e) => format!(
+                        "h{i} QD {qd}: {:.1} mean, {} most",
+                        e.at_target, e.at_target_peak
+                    ),
+                    None => format!("h{i} QD {qd}: -"),
+                }
+            })
+            .collect();
+        println!(
+            "    commands the target sees (held + at the base): {}",
+            seen.join(", ")
+        );
         let st = t.compact_stats("d");
         let op = &st.operating_point;
         let curve: Vec<String> = op
