@@ -27,6 +27,9 @@ pub(crate) const TAG_UNIT: u64 = 1 << 20;
 const OFF: u64 = 0;
 /// Its limit while the depth curve is not known.
 pub(crate) const UNBOUNDED: u64 = u64::MAX;
+/// [`WindowShared`]'s hold cap when the window counts commands at the base (W), not
+/// the hosts' circulation.
+pub(crate) const NO_HOLD_CAP: u64 = u64::MAX;
 
 /// The domain's window: one per domain, inside [`crate::DomainShared`].
 ///
@@ -44,6 +47,10 @@ pub struct WindowShared {
     /// Commands admitted under the window and not yet completed, commands (reserved
     /// ones included). On its own cache line: every channel writes it.
     in_flight: CachePadded<AtomicU64>,
+    /// Commands in the domain's hold queues now, for any reason: every queue adds what
+    /// enters and leaves it (`ChannelTokens::note_held`), so the count is exact. Read
+    /// against the hold cap.
+    held: CachePadded<AtomicU64>,
 }
 
 /// The window's parameters, written by the monitor (and V also by a channel, forward
@@ -59,6 +66,11 @@ struct WindowParams {
     vclock: AtomicU64,
     /// How far a host's tag may run ahead of V and still take excess, tag units.
     slack: AtomicU64,
+    /// H*: while set (not [`NO_HOLD_CAP`]), the window is over the hosts' circulation:
+    /// a host ahead of V by more than the slack waits only while fewer than H* commands
+    /// are held, and W does not bind (issue 39: the commands QoS holds are out of
+    /// circulation; holding at most N - N* keeps the target at its operating point).
+    hold_cap: AtomicU64,
 }
 
 impl Default for WindowShared {
@@ -68,8 +80,10 @@ impl Default for WindowShared {
                 limit: AtomicU64::new(OFF),
                 vclock: AtomicU64::new(0),
                 slack: AtomicU64::new(u64::MAX / 4),
+                hold_cap: AtomicU64::new(NO_HOLD_CAP),
             }),
             in_flight: CachePadded(AtomicU64::new(0)),
+            held: CachePadded(AtomicU64::new(0)),
         }
     }
 }
@@ -163,7 +177,17 @@ impl WindowShared {
             }
             let slack = p.slack.load(Ordering::Relaxed);
             let ahead = host.tag() > v.saturating_add(slack);
-            if self
+            let cap = p.hold_cap.load(Ordering::Relaxed);
+            if cap != NO_HOLD_CAP {
+                // Over circulation: an ahead host waits while the domain holds fewer
+                // than H*; once H* are held, what comes goes (one in, one out: the
+                // commands already held keep the circulation at its operating point).
+                if ahead && self.held.load(Ordering::Relaxed) < cap {
+                    host.waiting.store(1, Ordering::Relaxed);
+                    return Slot::Wait;
+                }
+                self.in_flight.fetch_add(1, Ordering::Relaxed);
+            } else if self
                 .in_flight
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                     (n < limit && (!ahead || n < limit / 2)).then_some(n + 1)
@@ -191,6 +215,35 @@ impl WindowShared {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// `delta` commands entered (positive) or left a hold queue of the domain.
+    #[inline]
+    pub(crate) fn note_held(&self, delta: i64) {
+        if delta >= 0 {
+            self.held.fetch_add(delta as u64, Ordering::Relaxed);
+        } else {
+            self.held.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+        }
+    }
+
+    /// Commands held in the domain's hold queues now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+    /// H* (commands), or `None` while the window counts commands at the base.
+    pub fn hold_cap(&self) -> Option<u64> {
+        let c = self.params.hold_cap.load(Ordering::Relaxed);
+        (c != NO_HOLD_CAP).then_some(c)
+    }
+    /// The monitor: the window is over the hosts' circulation, holding at most `cap`
+    /// (`None`: W counts commands at the base).
+    pub(crate) fn set_hold_cap(&self, cap: Option<u64>) {
+        let c = cap.map_or(NO_HOLD_CAP, |c| c.min(NO_HOLD_CAP - 1));
+        let p = &self.params.hold_cap;
+        if p.load(Ordering::Relaxed) != c {
+            p.store(c, Ordering::Relaxed);
+        }
+    }
+
     /// Commands in flight under the window now.
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Relaxed)
@@ -207,6 +260,7 @@ impl WindowShared {
     /// Another policy: no counting (slots held now are still given back).
     pub(crate) fn disable(&self) {
         self.params.limit.store(OFF, Ordering::Relaxed);
+        self.set_hold_cap(None);
     }
     /// The monitor: counting, with no bound until the depth curve is known.
     pub(crate) fn set_unbounded(&self) {

@@ -622,13 +622,14 @@ fn qos_total_against_bare_side_by_side() {
             .iter()
             .zip(&qds)
             .map(|(&i, qd)| {
-                match during
-                    .host(&host_nqn(i))
-                    .and_then(|h| h.entitlement.clone())
-                {
+                let h = during.host(&host_nqn(i));
+                match h.and_then(|h| h.entitlement.clone()) {
                     Some(e) => format!(
-                        "h{i} QD {qd}: {:.1} mean, {} most",
-                        e.at_target, e.at_target_peak
+                        "h{i} QD {qd}: {:.1} mean, {} most (now {} held, {:.1} at the base)",
+                        e.at_target,
+                        e.at_target_peak,
+                        h.map_or(0, |h| h.held),
+                        h.map_or(0.0, |h| h.in_flight_at_base)
                     ),
                     None => format!("h{i} QD {qd}: -"),
                 }
