@@ -47,10 +47,6 @@ pub struct WindowShared {
     /// Commands admitted under the window and not yet completed, commands (reserved
     /// ones included). On its own cache line: every channel writes it.
     in_flight: CachePadded<AtomicU64>,
-    /// Commands in the domain's hold queues now, for any reason: every queue adds what
-    /// enters and leaves it (`ChannelTokens::note_held`), so the count is exact. Read
-    /// against the hold cap.
-    held: CachePadded<AtomicU64>,
 }
 
 /// The window's parameters, written by the monitor (and V also by a channel, forward
@@ -83,7 +79,6 @@ impl Default for WindowShared {
                 hold_cap: AtomicU64::new(NO_HOLD_CAP),
             }),
             in_flight: CachePadded(AtomicU64::new(0)),
-            held: CachePadded(AtomicU64::new(0)),
         }
     }
 }
@@ -108,6 +103,13 @@ pub struct HostWindow {
     /// 1 while the host's tenant group has used what its limit released so far (set
     /// by the monitor): its excess waits (its reserved work does not); else 0.
     blocked: AtomicU64,
+    /// Its commands in hold queues now, any reason (exact: every queue adds what
+    /// enters and leaves it, `ChannelTokens::note_held`).
+    held: AtomicU64,
+    /// Over circulation: how many of its commands to keep held, h_i = N_i - n_i*
+    /// (set by the monitor): its excess waits while fewer are held, so it circulates
+    /// n_i* outside QoS and, by Little's law, gets n_i* / N* of the target.
+    hold_target: AtomicU64,
 }
 
 impl Default for HostWindow {
@@ -117,6 +119,8 @@ impl Default for HostWindow {
             step: AtomicU64::new(TAG_UNIT),
             waiting: AtomicU64::new(0),
             blocked: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+            hold_target: AtomicU64::new(0),
         }
     }
 }
@@ -177,12 +181,11 @@ impl WindowShared {
             }
             let slack = p.slack.load(Ordering::Relaxed);
             let ahead = host.tag() > v.saturating_add(slack);
-            let cap = p.hold_cap.load(Ordering::Relaxed);
-            if cap != NO_HOLD_CAP {
-                // Over circulation: an ahead host waits while the domain holds fewer
-                // than H*; once H* are held, what comes goes (one in, one out: the
-                // commands already held keep the circulation at its operating point).
-                if ahead && self.held.load(Ordering::Relaxed) < cap {
+            if p.hold_cap.load(Ordering::Relaxed) != NO_HOLD_CAP {
+                // Over circulation: the host's excess waits while fewer than its hold
+                // target are held; once that many are, what comes goes (one in, one
+                // out: the commands held keep its circulation at n_i*).
+                if host.held.load(Ordering::Relaxed) < host.hold_target.load(Ordering::Relaxed) {
                     host.waiting.store(1, Ordering::Relaxed);
                     return Slot::Wait;
                 }
@@ -215,20 +218,6 @@ impl WindowShared {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// `delta` commands entered (positive) or left a hold queue of the domain.
-    #[inline]
-    pub(crate) fn note_held(&self, delta: i64) {
-        if delta >= 0 {
-            self.held.fetch_add(delta as u64, Ordering::Relaxed);
-        } else {
-            self.held.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
-        }
-    }
-
-    /// Commands held in the domain's hold queues now.
-    pub fn held(&self) -> u64 {
-        self.held.load(Ordering::Relaxed)
-    }
     /// H* (commands), or `None` while the window counts commands at the base.
     pub fn hold_cap(&self) -> Option<u64> {
         let c = self.params.hold_cap.load(Ordering::Relaxed);
@@ -285,6 +274,25 @@ impl WindowShared {
 }
 
 impl HostWindow {
+    /// `delta` of its commands entered (positive) or left a hold queue.
+    #[inline]
+    pub(crate) fn note_held(&self, delta: i64) {
+        if delta >= 0 {
+            self.held.fetch_add(delta as u64, Ordering::Relaxed);
+        } else {
+            self.held.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+        }
+    }
+    /// Its commands held now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+    /// The monitor: keep `n` of its commands held (over circulation).
+    pub(crate) fn set_hold_target(&self, n: u64) {
+        if self.hold_target.load(Ordering::Relaxed) != n {
+            self.hold_target.store(n, Ordering::Relaxed);
+        }
+    }
     /// The monitor: tag units per operation of this host (stored only when changed).
     pub(crate) fn set_step(&self, step: u64) {
         if self.step.load(Ordering::Relaxed) != step {
@@ -412,6 +420,43 @@ mod tests {
         // One command in flight (the reserved one): room for one more.
         assert_eq!(s.admit(&h, 1, false), Slot::Taken);
         assert_eq!(s.admit(&h, 1, false), Slot::Wait);
+    }
+
+    #[test]
+    fn over_circulation_a_host_keeps_its_hold_target_held_and_the_rest_goes() {
+        let s = on(2);
+        s.set_unbounded();
+        s.set_hold_cap(Some(0));
+        let (a, b) = (HostWindow::default(), HostWindow::default());
+        a.set_hold_target(2);
+        // Host a: its excess waits until two of its commands are held; W does not bind.
+        assert_eq!(s.admit(&a, 1, false), Slot::Wait);
+        a.note_held(1);
+        assert_eq!(s.admit(&a, 1, false), Slot::Wait);
+        a.note_held(1);
+        assert_eq!(
+            s.admit(&a, 1, false),
+            Slot::Taken,
+            "two held: the next one goes"
+        );
+        // Its reserved work never waits; host b (target 0) is never held.
+        assert_eq!(s.admit(&a, 1, true), Slot::Taken);
+        for _ in 0..5 {
+            assert_eq!(s.admit(&b, 1, false), Slot::Taken);
+        }
+        assert_eq!(s.in_flight(), 7);
+        // A lower target lets a held command go (one in, one out).
+        a.set_hold_target(1);
+        assert_eq!(s.admit(&a, 1, false), Slot::Taken);
+        a.note_held(-1);
+        assert_eq!(a.held(), 1);
+        assert_eq!(s.admit(&a, 1, false), Slot::Taken, "one held, target one");
+        a.note_held(-1);
+        assert_eq!(s.admit(&a, 1, false), Slot::Wait);
+        // Another sharing: the cap goes with the window.
+        s.disable();
+        assert_eq!(s.hold_cap(), None);
+        assert_eq!(s.admit(&a, 1, false), Slot::Off);
     }
 
     #[test]
