@@ -27,6 +27,9 @@ pub(crate) const TAG_UNIT: u64 = 1 << 20;
 const OFF: u64 = 0;
 /// Its limit while the depth curve is not known.
 pub(crate) const UNBOUNDED: u64 = u64::MAX;
+/// [`WindowShared`]'s hold cap when the window counts commands at the base (W), not
+/// the hosts' circulation.
+pub(crate) const NO_HOLD_CAP: u64 = u64::MAX;
 
 /// The domain's window: one per domain, inside [`crate::DomainShared`].
 ///
@@ -59,6 +62,11 @@ struct WindowParams {
     vclock: AtomicU64,
     /// How far a host's tag may run ahead of V and still take excess, tag units.
     slack: AtomicU64,
+    /// H*: while set (not [`NO_HOLD_CAP`]), the window is over the hosts' circulation:
+    /// a host ahead of V by more than the slack waits only while fewer than H* commands
+    /// are held, and W does not bind (issue 39: the commands QoS holds are out of
+    /// circulation; holding at most N - N* keeps the target at its operating point).
+    hold_cap: AtomicU64,
 }
 
 impl Default for WindowShared {
@@ -68,6 +76,7 @@ impl Default for WindowShared {
                 limit: AtomicU64::new(OFF),
                 vclock: AtomicU64::new(0),
                 slack: AtomicU64::new(u64::MAX / 4),
+                hold_cap: AtomicU64::new(NO_HOLD_CAP),
             }),
             in_flight: CachePadded(AtomicU64::new(0)),
         }
@@ -94,6 +103,13 @@ pub struct HostWindow {
     /// 1 while the host's tenant group has used what its limit released so far (set
     /// by the monitor): its excess waits (its reserved work does not); else 0.
     blocked: AtomicU64,
+    /// Its commands in hold queues now, any reason (exact: every queue adds what
+    /// enters and leaves it, `ChannelTokens::note_held`).
+    held: AtomicU64,
+    /// Over circulation: how many of its commands to keep held, h_i = N_i - n_i*
+    /// (set by the monitor): its excess waits while fewer are held, so it circulates
+    /// n_i* outside QoS and, by Little's law, gets n_i* / N* of the target.
+    hold_target: AtomicU64,
 }
 
 impl Default for HostWindow {
@@ -103,6 +119,8 @@ impl Default for HostWindow {
             step: AtomicU64::new(TAG_UNIT),
             waiting: AtomicU64::new(0),
             blocked: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+            hold_target: AtomicU64::new(0),
         }
     }
 }
@@ -163,7 +181,16 @@ impl WindowShared {
             }
             let slack = p.slack.load(Ordering::Relaxed);
             let ahead = host.tag() > v.saturating_add(slack);
-            if self
+            if p.hold_cap.load(Ordering::Relaxed) != NO_HOLD_CAP {
+                // Over circulation: the host's excess waits while fewer than its hold
+                // target are held; once that many are, what comes goes (one in, one
+                // out: the commands held keep its circulation at n_i*).
+                if host.held.load(Ordering::Relaxed) < host.hold_target.load(Ordering::Relaxed) {
+                    host.waiting.store(1, Ordering::Relaxed);
+                    return Slot::Wait;
+                }
+                self.in_flight.fetch_add(1, Ordering::Relaxed);
+            } else if self
                 .in_flight
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                     (n < limit && (!ahead || n < limit / 2)).then_some(n + 1)
@@ -191,6 +218,21 @@ impl WindowShared {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// H* (commands), or `None` while the window counts commands at the base.
+    pub fn hold_cap(&self) -> Option<u64> {
+        let c = self.params.hold_cap.load(Ordering::Relaxed);
+        (c != NO_HOLD_CAP).then_some(c)
+    }
+    /// The monitor: the window is over the hosts' circulation, holding at most `cap`
+    /// (`None`: W counts commands at the base).
+    pub(crate) fn set_hold_cap(&self, cap: Option<u64>) {
+        let c = cap.map_or(NO_HOLD_CAP, |c| c.min(NO_HOLD_CAP - 1));
+        let p = &self.params.hold_cap;
+        if p.load(Ordering::Relaxed) != c {
+            p.store(c, Ordering::Relaxed);
+        }
+    }
+
     /// Commands in flight under the window now.
     pub fn in_flight(&self) -> u64 {
         self.in_flight.load(Ordering::Relaxed)
@@ -207,6 +249,7 @@ impl WindowShared {
     /// Another policy: no counting (slots held now are still given back).
     pub(crate) fn disable(&self) {
         self.params.limit.store(OFF, Ordering::Relaxed);
+        self.set_hold_cap(None);
     }
     /// The monitor: counting, with no bound until the depth curve is known.
     pub(crate) fn set_unbounded(&self) {
@@ -231,6 +274,25 @@ impl WindowShared {
 }
 
 impl HostWindow {
+    /// `delta` of its commands entered (positive) or left a hold queue.
+    #[inline]
+    pub(crate) fn note_held(&self, delta: i64) {
+        if delta >= 0 {
+            self.held.fetch_add(delta as u64, Ordering::Relaxed);
+        } else {
+            self.held.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+        }
+    }
+    /// Its commands held now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+    /// The monitor: keep `n` of its commands held (over circulation).
+    pub(crate) fn set_hold_target(&self, n: u64) {
+        if self.hold_target.load(Ordering::Relaxed) != n {
+            self.hold_target.store(n, Ordering::Relaxed);
+        }
+    }
     /// The monitor: tag units per operation of this host (stored only when changed).
     pub(crate) fn set_step(&self, step: u64) {
         if self.step.load(Ordering::Relaxed) != step {
@@ -358,6 +420,43 @@ mod tests {
         // One command in flight (the reserved one): room for one more.
         assert_eq!(s.admit(&h, 1, false), Slot::Taken);
         assert_eq!(s.admit(&h, 1, false), Slot::Wait);
+    }
+
+    #[test]
+    fn over_circulation_a_host_keeps_its_hold_target_held_and_the_rest_goes() {
+        let s = on(2);
+        s.set_unbounded();
+        s.set_hold_cap(Some(0));
+        let (a, b) = (HostWindow::default(), HostWindow::default());
+        a.set_hold_target(2);
+        // Host a: its excess waits until two of its commands are held; W does not bind.
+        assert_eq!(s.admit(&a, 1, false), Slot::Wait);
+        a.note_held(1);
+        assert_eq!(s.admit(&a, 1, false), Slot::Wait);
+        a.note_held(1);
+        assert_eq!(
+            s.admit(&a, 1, false),
+            Slot::Taken,
+            "two held: the next one goes"
+        );
+        // Its reserved work never waits; host b (target 0) is never held.
+        assert_eq!(s.admit(&a, 1, true), Slot::Taken);
+        for _ in 0..5 {
+            assert_eq!(s.admit(&b, 1, false), Slot::Taken);
+        }
+        assert_eq!(s.in_flight(), 7);
+        // A lower target lets a held command go (one in, one out).
+        a.set_hold_target(1);
+        assert_eq!(s.admit(&a, 1, false), Slot::Taken);
+        a.note_held(-1);
+        assert_eq!(a.held(), 1);
+        assert_eq!(s.admit(&a, 1, false), Slot::Taken, "one held, target one");
+        a.note_held(-1);
+        assert_eq!(s.admit(&a, 1, false), Slot::Wait);
+        // Another sharing: the cap goes with the window.
+        s.disable();
+        assert_eq!(s.hold_cap(), None);
+        assert_eq!(s.admit(&a, 1, false), Slot::Off);
     }
 
     #[test]

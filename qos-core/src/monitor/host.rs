@@ -60,6 +60,18 @@ pub(crate) struct Window {
     pub(crate) completed_ops: u64,
 }
 
+impl HostEntry {
+    /// Its circulation as far as the target has seen it: the most commands it had
+    /// held and at the base at one check interval, this period or the last. Its queue
+    /// depth once QoS held all of them at once (on NVMe/TCP an unheld host's commands
+    /// are mostly in the transport, where the QoS bdev does not see them).
+    pub(crate) fn circulation_seen(&self) -> u64 {
+        self.window
+            .at_target_peak
+            .max(self.activity.at_target_peak())
+    }
+}
+
 impl Window {
     /// QoS held its commands in at least half of the check intervals.
     pub(crate) fn contending(&self) -> bool {
@@ -813,6 +825,11 @@ impl Activity {
             && in_flight_ios >= 2
             && in_flight_ios * 4 >= self.peak_in_flight * 3;
         idle
+    }
+
+    /// The most commands held and at the base at one check interval so far this period.
+    pub(crate) fn at_target_peak(&self) -> u64 {
+        self.at_target_peak
     }
 
     /// A new period starts.
