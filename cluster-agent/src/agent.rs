@@ -126,6 +126,8 @@ pub struct Agent {
     cfg: AgentConfig,
     keys: Keys,
     lease: Option<LeaseId>,
+    /// When the lease was last granted or renewed (see [`Agent::apply`]).
+    renewed: std::time::Instant,
     /// This agent held the leader key at its last interval that reached etcd.
     leading: bool,
     /// What this agent last wrote as leader.
@@ -300,6 +302,7 @@ impl Agent {
             cfg,
             keys,
             lease: None,
+            renewed: std::time::Instant::now(),
             leading: false,
             written: None,
             managed: BTreeSet::new(),
@@ -466,12 +469,14 @@ impl Agent {
     fn ensure_lease(&mut self, store: &mut dyn Store) -> Result<LeaseId, StoreError> {
         if let Some(l) = self.lease {
             if store.keep_alive(l)? {
+                self.renewed = std::time::Instant::now();
                 return Ok(l);
             }
             self.lease = None;
         }
         let l = store.grant(self.cfg.lease_ttl_s)?;
         self.lease = Some(l);
+        self.renewed = std::time::Instant::now();
         Ok(l)
     }
 
@@ -589,6 +594,7 @@ impl Agent {
             reconcile(mine, &hosts, &local.settings, &self.managed),
             &local.settings,
             tgt,
+            Some((store, lease)),
             r,
         );
         Ok(())
@@ -654,14 +660,42 @@ impl Agent {
         Ok(())
     }
 
+    /// Applies `changes` at the target, one `qos_host_set` or `qos_host_remove` each.
+    /// With `renew`, renews the lease whenever a third of its time to live has passed
+    /// since it was last renewed: a target's RPC takes a connection and a poll of its
+    /// RPC server per call (about 10 ms at a real `nvmf_tgt`), so setting 1,000 hosts
+    /// takes about 10 s, and an agent that renewed only once an interval lost its lease
+    /// meanwhile: its member and demand records went, and the leader key with them, to
+    /// another target (the agent at scale's first real run, 2026-11-29).
     fn apply(
         &mut self,
         changes: Vec<Change>,
         settings: &BTreeMap<String, LocalShare>,
         tgt: &mut dyn TargetRpc,
+        mut renew: Option<(&mut dyn Store, LeaseId)>,
         r: &mut TickReport,
     ) {
+        let every = std::time::Duration::from_millis(self.cfg.lease_ttl_s.max(1) * 1000 / 3);
         for c in changes {
+            if let Some((store, lease)) = renew.as_mut()
+                && self.renewed.elapsed() >= every
+            {
+                match store.keep_alive(*lease) {
+                    Ok(true) => self.renewed = std::time::Instant::now(),
+                    Ok(false) => {
+                        // Gone already: the next interval grants a new one.
+                        r.errors.push(format!(
+                            "the lease expired while {} changes were applied at the target",
+                            r.set + r.removed
+                        ));
+                        renew = None;
+                    }
+                    Err(e) => {
+                        r.errors.push(e.to_string());
+                        renew = None;
+                    }
+                }
+            }
             let res = match &c {
                 Change::Set(nqn, s) => {
                     let res = set_share(tgt, &self.cfg.domain, nqn, s, settings.get(nqn));
@@ -758,6 +792,7 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::MemStore;
 
     fn share(r: u64, l: Option<u64>) -> LocalShare {
         LocalShare {
@@ -821,7 +856,7 @@ mod tests {
         });
         let mut r = TickReport::default();
         let raise = vec![Change::Set("h".into(), share(200, Some(500)))];
-        agent.apply(raise, &have, &mut tgt, &mut r);
+        agent.apply(raise, &have, &mut tgt, None, &mut r);
         assert_eq!(tgt.settings["h"], share(100, Some(500)), "limit applied");
         assert!(r.refused["h"].contains("reservation held before"), "{r:?}");
         assert!(agent.managed.contains("h"));
@@ -829,9 +864,107 @@ mod tests {
         tgt.admits = 0;
         let mut r = TickReport::default();
         let lower = vec![Change::Set("h".into(), share(50, Some(400)))];
-        agent.apply(lower, &tgt.settings.clone(), &mut tgt, &mut r);
+        agent.apply(lower, &tgt.settings.clone(), &mut tgt, None, &mut r);
         assert_eq!(tgt.settings["h"], share(100, Some(500)), "nothing applied");
         assert!(!r.refused["h"].contains("reservation held before"));
+    }
+
+    /// A target that takes `each` per `qos_host_set`, as a real one takes ~10 ms.
+    struct Slow {
+        each: std::time::Duration,
+        sets: u64,
+    }
+
+    impl TargetRpc for Slow {
+        fn read(&mut self, _: &str) -> Result<LocalState, TargetError> {
+            unreachable!("not read in this test")
+        }
+        fn host_set(&mut self, _: &str, _: &str, _: &LocalShare) -> Result<(), TargetError> {
+            std::thread::sleep(self.each);
+            self.sets += 1;
+            Ok(())
+        }
+        fn host_remove(&mut self, _: &str, _: &str) -> Result<(), TargetError> {
+            unreachable!("nothing removed in this test")
+        }
+    }
+
+    /// Counts the renewals of a [`MemStore`]'s leases.
+    struct Renewals {
+        inner: MemStore,
+        renewed: u64,
+    }
+
+    impl Store for Renewals {
+        fn grant(&mut self, ttl_s: u64) -> Result<LeaseId, StoreError> {
+            self.inner.grant(ttl_s)
+        }
+        fn keep_alive(&mut self, lease: LeaseId) -> Result<bool, StoreError> {
+            self.renewed += 1;
+            self.inner.keep_alive(lease)
+        }
+        fn revoke(&mut self, lease: LeaseId) -> Result<(), StoreError> {
+            self.inner.revoke(lease)
+        }
+        fn put(&mut self, k: &str, v: &str, lease: Option<LeaseId>) -> Result<(), StoreError> {
+            self.inner.put(k, v, lease)
+        }
+        fn create(&mut self, k: &str, v: &str, lease: LeaseId) -> Result<bool, StoreError> {
+            self.inner.create(k, v, lease)
+        }
+        fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+            self.inner.list(prefix)
+        }
+        fn delete_prefix(&mut self, prefix: &str) -> Result<(), StoreError> {
+            self.inner.delete_prefix(prefix)
+        }
+        fn delete(&mut self, key: &str) -> Result<(), StoreError> {
+            self.inner.delete(key)
+        }
+    }
+
+    #[test]
+    fn a_long_apply_renews_the_lease_every_third_of_its_time_to_live() {
+        let mut agent = Agent::new(AgentConfig {
+            cluster: "c".into(),
+            target: "t".into(),
+            domain: "d".into(),
+            lease_ttl_s: 1,
+            window_ms: None,
+            handover_url: None,
+        });
+        let mut store = Renewals {
+            inner: MemStore::default(),
+            renewed: 0,
+        };
+        let lease = agent.ensure_lease(&mut store).unwrap();
+        // 300 sets of 3 ms: at least 0.9 s, where the lease lives 1 s.
+        let mut tgt = Slow {
+            each: std::time::Duration::from_millis(3),
+            sets: 0,
+        };
+        let changes: Vec<Change> = (0..300)
+            .map(|i| Change::Set(format!("h{i}"), share(1, Some(2))))
+            .collect();
+        let started = std::time::Instant::now();
+        let mut r = TickReport::default();
+        agent.apply(
+            changes,
+            &BTreeMap::new(),
+            &mut tgt,
+            Some((&mut store, lease)),
+            &mut r,
+        );
+        let took = started.elapsed();
+        assert_eq!((tgt.sets, r.set), (300, 300));
+        assert!(r.errors.is_empty(), "{r:?}");
+        // Once each 333 ms that passed (the first at 333 ms), never more.
+        let most = took.as_millis() as u64 / 333;
+        assert!(
+            store.renewed >= 2 && store.renewed <= most,
+            "{} renewals in {took:?}",
+            store.renewed
+        );
     }
 
     #[test]
