@@ -187,7 +187,7 @@ fn share_differs(have: &LocalShare, want: &LocalShare) -> bool {
 /// `seq` trade, so an outage that began right after one agent had read a new division
 /// and the other had not saw no trade at all (real two-target runs, 2026-11-29). The
 /// plan compared with is the one last written, so small moves that add up are written.
-fn plan_moves(written: &Plan, new: &Plan) -> bool {
+pub fn plan_moves(written: &Plan, new: &Plan) -> bool {
     written.len() != new.len()
         || written.iter().zip(new).any(|((t0, h0), (t1, h1))| {
             t0 != t1
