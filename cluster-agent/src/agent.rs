@@ -126,8 +126,6 @@ pub struct Agent {
     cfg: AgentConfig,
     keys: Keys,
     lease: Option<LeaseId>,
-    /// When the lease was last granted or renewed (see [`Agent::apply`]).
-    renewed: std::time::Instant,
     /// This agent held the leader key at its last interval that reached etcd.
     leading: bool,
     /// What this agent last wrote as leader.
@@ -294,6 +292,80 @@ pub fn reconcile(
     out
 }
 
+/// The agent's store during an interval: renews the agent's lease before a call
+/// whenever a third of its time to live has passed since it was last renewed, and
+/// between the shares applied ([`Agent::apply`]). An interval at fleet size can outlast
+/// the lease: a target's RPC takes a connection and a poll of its RPC server per call
+/// (about 10 ms at a real `nvmf_tgt`), so setting 1,000 hosts takes about 10 s; the
+/// leader's division is a put per target's part (64 of 83 KB at 64 x 1,000), seconds
+/// when etcd is busy. An agent that renewed once an interval lost its lease meanwhile:
+/// its member and demand records went, and the leader key with them, to another
+/// target (the agent at scale's first real runs, 2026-11-29).
+struct Renewing<'a> {
+    inner: &'a mut dyn Store,
+    lease: LeaseId,
+    every: std::time::Duration,
+    renewed: std::time::Instant,
+    /// etcd no longer knows the lease: the next interval grants a new one.
+    lapsed: bool,
+    errors: Vec<String>,
+}
+
+impl Renewing<'_> {
+    fn renew_if_due(&mut self) {
+        if self.lapsed || self.renewed.elapsed() < self.every {
+            return;
+        }
+        match self.inner.keep_alive(self.lease) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.lapsed = true;
+                self.errors
+                    .push("the lease expired during the interval".into());
+            }
+            // Tried again a third of the time to live later.
+            Err(e) => self.errors.push(e.to_string()),
+        }
+        self.renewed = std::time::Instant::now();
+    }
+}
+
+impl Store for Renewing<'_> {
+    fn grant(&mut self, ttl_s: u64) -> Result<LeaseId, StoreError> {
+        self.inner.grant(ttl_s)
+    }
+    fn keep_alive(&mut self, lease: LeaseId) -> Result<bool, StoreError> {
+        self.inner.keep_alive(lease)
+    }
+    fn revoke(&mut self, lease: LeaseId) -> Result<(), StoreError> {
+        self.inner.revoke(lease)
+    }
+    fn put(&mut self, key: &str, value: &str, lease: Option<LeaseId>) -> Result<(), StoreError> {
+        self.renew_if_due();
+        self.inner.put(key, value, lease)
+    }
+    fn create(&mut self, key: &str, value: &str, lease: LeaseId) -> Result<bool, StoreError> {
+        self.renew_if_due();
+        self.inner.create(key, value, lease)
+    }
+    fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        self.renew_if_due();
+        self.inner.list(prefix)
+    }
+    fn get(&mut self, key: &str) -> Result<Option<String>, StoreError> {
+        self.renew_if_due();
+        self.inner.get(key)
+    }
+    fn delete_prefix(&mut self, prefix: &str) -> Result<(), StoreError> {
+        self.renew_if_due();
+        self.inner.delete_prefix(prefix)
+    }
+    fn delete(&mut self, key: &str) -> Result<(), StoreError> {
+        self.renew_if_due();
+        self.inner.delete(key)
+    }
+}
+
 impl Agent {
     pub fn new(cfg: AgentConfig) -> Agent {
         let keys = Keys::new(&cfg.cluster);
@@ -302,7 +374,6 @@ impl Agent {
             cfg,
             keys,
             lease: None,
-            renewed: std::time::Instant::now(),
             leading: false,
             written: None,
             managed: BTreeSet::new(),
@@ -469,14 +540,12 @@ impl Agent {
     fn ensure_lease(&mut self, store: &mut dyn Store) -> Result<LeaseId, StoreError> {
         if let Some(l) = self.lease {
             if store.keep_alive(l)? {
-                self.renewed = std::time::Instant::now();
                 return Ok(l);
             }
             self.lease = None;
         }
         let l = store.grant(self.cfg.lease_ttl_s)?;
         self.lease = Some(l);
-        self.renewed = std::time::Instant::now();
         Ok(l)
     }
 
@@ -489,6 +558,28 @@ impl Agent {
         r: &mut TickReport,
     ) -> Result<(), StoreError> {
         let lease = self.ensure_lease(store)?;
+        let mut renewing = Renewing {
+            inner: store,
+            lease,
+            every: std::time::Duration::from_millis(self.cfg.lease_ttl_s.max(1) * 1000 / 3),
+            renewed: std::time::Instant::now(),
+            lapsed: false,
+            errors: Vec::new(),
+        };
+        let res = self.sync_renewing(&mut renewing, lease, tgt, local, measured, r);
+        r.errors.append(&mut renewing.errors);
+        res
+    }
+
+    fn sync_renewing(
+        &mut self,
+        store: &mut Renewing,
+        lease: LeaseId,
+        tgt: &mut dyn TargetRpc,
+        local: &LocalState,
+        measured: &BTreeMap<String, PathDemand>,
+        r: &mut TickReport,
+    ) -> Result<(), StoreError> {
         let Some(cfg_text) = store.get(&self.keys.config())? else {
             r.errors.push(format!(
                 "cluster {} does not exist in etcd: create it with `nvmf-qos-agent cluster create`",
@@ -594,7 +685,7 @@ impl Agent {
             reconcile(mine, &hosts, &local.settings, &self.managed),
             &local.settings,
             tgt,
-            Some((store, lease)),
+            Some(store),
             r,
         );
         Ok(())
@@ -660,41 +751,19 @@ impl Agent {
         Ok(())
     }
 
-    /// Applies `changes` at the target, one `qos_host_set` or `qos_host_remove` each.
-    /// With `renew`, renews the lease whenever a third of its time to live has passed
-    /// since it was last renewed: a target's RPC takes a connection and a poll of its
-    /// RPC server per call (about 10 ms at a real `nvmf_tgt`), so setting 1,000 hosts
-    /// takes about 10 s, and an agent that renewed only once an interval lost its lease
-    /// meanwhile: its member and demand records went, and the leader key with them, to
-    /// another target (the agent at scale's first real run, 2026-11-29).
+    /// Applies `changes` at the target, one `qos_host_set` or `qos_host_remove` each,
+    /// renewing the lease between them when it is due (see [`Renewing`]).
     fn apply(
         &mut self,
         changes: Vec<Change>,
         settings: &BTreeMap<String, LocalShare>,
         tgt: &mut dyn TargetRpc,
-        mut renew: Option<(&mut dyn Store, LeaseId)>,
+        mut renew: Option<&mut Renewing>,
         r: &mut TickReport,
     ) {
-        let every = std::time::Duration::from_millis(self.cfg.lease_ttl_s.max(1) * 1000 / 3);
         for c in changes {
-            if let Some((store, lease)) = renew.as_mut()
-                && self.renewed.elapsed() >= every
-            {
-                match store.keep_alive(*lease) {
-                    Ok(true) => self.renewed = std::time::Instant::now(),
-                    Ok(false) => {
-                        // Gone already: the next interval grants a new one.
-                        r.errors.push(format!(
-                            "the lease expired while {} changes were applied at the target",
-                            r.set + r.removed
-                        ));
-                        renew = None;
-                    }
-                    Err(e) => {
-                        r.errors.push(e.to_string());
-                        renew = None;
-                    }
-                }
+            if let Some(store) = renew.as_mut() {
+                store.renew_if_due();
             }
             let res = match &c {
                 Change::Set(nqn, s) => {
@@ -947,17 +1016,25 @@ mod tests {
             .map(|i| Change::Set(format!("h{i}"), share(1, Some(2))))
             .collect();
         let started = std::time::Instant::now();
+        let mut renewing = Renewing {
+            inner: &mut store,
+            lease,
+            every: std::time::Duration::from_millis(333),
+            renewed: started,
+            lapsed: false,
+            errors: Vec::new(),
+        };
         let mut r = TickReport::default();
         agent.apply(
             changes,
             &BTreeMap::new(),
             &mut tgt,
-            Some((&mut store, lease)),
+            Some(&mut renewing),
             &mut r,
         );
+        assert!(renewing.errors.is_empty(), "{:?}", renewing.errors);
         let took = started.elapsed();
         assert_eq!((tgt.sets, r.set), (300, 300));
-        assert!(r.errors.is_empty(), "{r:?}");
         // Once each 333 ms that passed (the first at 333 ms), never more.
         let most = took.as_millis() as u64 / 333;
         assert!(
@@ -965,6 +1042,38 @@ mod tests {
             "{} renewals in {took:?}",
             store.renewed
         );
+    }
+
+    #[test]
+    fn the_interval_s_calls_renew_the_lease_when_due_and_a_lapsed_one_is_left() {
+        let mut store = Renewals {
+            inner: MemStore::default(),
+            renewed: 0,
+        };
+        let lease = store.grant(1).unwrap();
+        let mut renewing = Renewing {
+            inner: &mut store,
+            lease,
+            every: std::time::Duration::from_secs(3600),
+            renewed: std::time::Instant::now(),
+            lapsed: false,
+            errors: Vec::new(),
+        };
+        // Not due: the put renews nothing; one renewal by hand.
+        renewing.put("k", "v", Some(lease)).unwrap();
+        assert!(renewing.inner.keep_alive(lease).unwrap());
+        // Due at every call from now on.
+        renewing.every = std::time::Duration::ZERO;
+        renewing.put("k", "v", Some(lease)).unwrap();
+        renewing.list("k").unwrap();
+        assert!(renewing.errors.is_empty());
+        renewing.inner.revoke(lease).unwrap();
+        renewing.get("k").unwrap();
+        renewing.get("k").unwrap();
+        assert!(renewing.lapsed);
+        assert_eq!(renewing.errors.len(), 1, "{:?}", renewing.errors);
+        // 1 by hand, 2 due, 1 that found the lease gone, none after.
+        assert_eq!(store.renewed, 4);
     }
 
     #[test]
