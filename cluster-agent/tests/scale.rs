@@ -648,7 +648,8 @@ fn one_real_agent_with_1000_hosts_among_64_targets() {
         }
     );
     println!(
-        "agent: {agent_intervals} intervals, CPU {:.1} ms per interval ({:.1} % of a core); {divisions} divisions, {:.1} ms each (plan); {records} division records written ({:.1} a division, {:.2} MiB/s); errors {errors}",
+        "agent: {agent_intervals} intervals ({:.2} s each), CPU {:.1} ms per interval ({:.1} % of a core); {divisions} divisions, {:.1} ms each (plan); {records} division records written ({:.1} a division, {:.2} MiB/s); errors {errors}",
+        secs / agent_intervals.max(1.0),
         (cpu1 - cpu0) * 1000.0 / agent_intervals.max(1.0),
         (cpu1 - cpu0) * 100.0 / secs,
         division_s * 1000.0 / divisions.max(1.0),
@@ -685,6 +686,15 @@ fn one_real_agent_with_1000_hosts_among_64_targets() {
         (ew1 - ew0) / secs
     );
     println!(
+        "machine: load average {} (/proc/loadavg at the end)",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split(' ')
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    println!(
         "the lab's prediction: cargo run --release -p qos-lab -- cluster qos-lab/scenarios/cluster/fleet-64x1k.toml"
     );
     // The load is the fleet's only if the played agents kept their intervals and
@@ -702,10 +712,6 @@ fn one_real_agent_with_1000_hosts_among_64_targets() {
         (0.75..=1.25).contains(&ratio),
         "etcd counted {ratio:.2} times the writes the agents' calls account for"
     );
-    assert!(
-        agent_intervals >= intervals as f64 * 0.8,
-        "the agent fell behind"
-    );
     assert!(divisions >= agent_intervals * 0.8, "the agent did not lead");
     assert_eq!(
         leader.as_deref(),
@@ -721,6 +727,11 @@ fn one_real_agent_with_1000_hosts_among_64_targets() {
         seq1 - seq0
     );
     assert_eq!(configured, HOSTS, "hosts at the real target");
+    // The lab's agents keep their interval; the real one must too (80 %).
+    assert!(
+        agent_intervals >= intervals as f64 * 0.8,
+        "the agent fell behind: {agent_intervals} intervals in {secs:.1} s (the played agents' {intervals})"
+    );
     drop(agent);
     drop(real);
     drop(stand_in);
@@ -728,11 +739,14 @@ fn one_real_agent_with_1000_hosts_among_64_targets() {
 }
 
 /// The played load without etcd or the agent: the division (`plan`, as the leader
-/// makes it) of the fleet's demand as the played targets report it, the real target
-/// reporting every host idle (no I/O there), each division applied at once. Counts
-/// the divisions the leader would write (`plan_moves`) after each demand move.
+/// makes it) of the fleet's demand as the played targets report it (every host, 1,000
+/// entries a target, as the real agents write them), the real target reporting every
+/// host idle (no I/O there), each division applied at once. The leader writes a
+/// division (`plan_moves`) at each demand move and the next interval, and none once it
+/// settled. Prints `plan`'s mean time on this input (release: the input of the real
+/// agent's division in the test above, without the machine's other work).
 #[test]
-fn the_played_load_moves_the_division() {
+fn the_played_load_moves_the_division_and_settles() {
     use nvmf_qos_agent::agent::plan_moves;
     let mut fleet = Fleet::new();
     let hosts: BTreeMap<String, ClusterHost> = (0..HOSTS)
@@ -746,7 +760,9 @@ fn the_played_load_moves_the_division() {
     let mut written: Option<qos_core::cluster::Plan> = None;
     let mut moved = Lcg(7);
     let mut log = Vec::new();
-    for k in 0..40u64 {
+    let mut planning = Duration::ZERO;
+    let intervals = 2 * MOVE_EVERY + 5;
+    for k in 0..intervals {
         if k > 0 && k % MOVE_EVERY == 0 {
             for h in 0..HOSTS {
                 if moved.next() % 1000 < MOVE_MILLI {
@@ -764,7 +780,9 @@ fn the_played_load_moves_the_division() {
                 (target_name(t), d)
             })
             .collect();
+        let started = Instant::now();
         let p = qos_core::cluster::plan(&hosts, &members, &demand, &DivideConfig::default());
+        planning += started.elapsed();
         if written.as_ref().is_none_or(|w| plan_moves(w, &p)) {
             for (t, a) in applied.iter_mut().enumerate() {
                 *a = p[&target_name(t)].clone();
@@ -773,5 +791,18 @@ fn the_played_load_moves_the_division() {
             log.push(k);
         }
     }
-    println!("divisions written at intervals {log:?}");
+    println!(
+        "divisions written at intervals {log:?}; plan: {:.1} ms a division (mean of {intervals})",
+        planning.as_secs_f64() * 1000.0 / intervals as f64
+    );
+    for m in (MOVE_EVERY..intervals).step_by(MOVE_EVERY as usize) {
+        assert!(
+            log.contains(&m),
+            "no division at the move of interval {m}: {log:?}"
+        );
+        assert!(
+            !log.iter().any(|&k| k >= m + 3 && k < m + MOVE_EVERY),
+            "the division did not settle after the move of interval {m}: {log:?}"
+        );
+    }
 }
