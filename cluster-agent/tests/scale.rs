@@ -1,19 +1,21 @@
 //! The agent at scale (issue 42, item 4): one real agent (`nvmf-qos-agent run`, built
 //! by this workspace) against a real etcd and a real `nvmf_tgt` with the target plugin,
 //! 1,000 hosts on its target, and this test as the load generator: it plays the other
-//! 63 targets' agents in one thread, writing what each would write every interval (its
-//! demand and member records under its lease, the lease's keep-alive, the attempt at
-//! the leader key) and reading the division's head and, when it changed, its own part.
-//! The real agent leads: it divides 1,000 hosts over 64 targets every interval.
+//! 63 targets' agents, each in a thread of its own at every interval, writing what each
+//! would write (its demand and member records under its lease, the lease's keep-alive,
+//! the attempt at the leader key) and reading the division's head and, when it
+//! changed, its own part. The real agent leads: it divides 1,000 hosts over 64 targets
+//! every interval, and writes a division when the demand moves a share.
 //!
 //! Measured over the run (after the first division is applied): the agent's CPU per
 //! interval (`/proc/<pid>/stat`), its division time (its `/metrics`), etcd's writes and
 //! bytes received per second (etcd's `/metrics`); printed beside the command of the
-//! lab's prediction (`qos-lab/scenarios/cluster/fleet-64x1k.toml`). Ignored by default
+//! lab's prediction (`qos-lab/scenarios/cluster/fleet-64x1k.toml`; the figures side by
+//! side are in docs/cluster.md, "The agent at scale"). Ignored by default
 //! (a minute, a busy-polling target): run by hand, as root, under the target lock:
 //!
-//!     flock /tmp/nvmf-qos-target.lock cargo test --release -p nvmf-qos-agent \
-//!         --test scale -- --ignored --nocapture
+//!     flock /tmp/nvmf-qos-target.lock env SPDK_DIR=/opt/spdk cargo test --release \
+//!         -p nvmf-qos-agent --test scale -- --ignored --nocapture
 //!
 //! Needs Debian's etcd-server, SPDK (`SPDK_DIR`) and the plugin built
 //! (`cargo build --release -p spdk-plugin`, or `NVMF_QOS_TGT_LIB`); skipped, saying so,
