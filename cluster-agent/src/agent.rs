@@ -861,7 +861,7 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemStore;
+    use crate::store::hooked::{Call, Hooked};
 
     fn share(r: u64, l: Option<u64>) -> LocalShare {
         LocalShare {
@@ -958,38 +958,12 @@ mod tests {
         }
     }
 
-    /// Counts the renewals of a [`MemStore`]'s leases.
-    struct Renewals {
-        inner: MemStore,
-        renewed: u64,
-    }
-
-    impl Store for Renewals {
-        fn grant(&mut self, ttl_s: u64) -> Result<LeaseId, StoreError> {
-            self.inner.grant(ttl_s)
-        }
-        fn keep_alive(&mut self, lease: LeaseId) -> Result<bool, StoreError> {
-            self.renewed += 1;
-            self.inner.keep_alive(lease)
-        }
-        fn revoke(&mut self, lease: LeaseId) -> Result<(), StoreError> {
-            self.inner.revoke(lease)
-        }
-        fn put(&mut self, k: &str, v: &str, lease: Option<LeaseId>) -> Result<(), StoreError> {
-            self.inner.put(k, v, lease)
-        }
-        fn create(&mut self, k: &str, v: &str, lease: LeaseId) -> Result<bool, StoreError> {
-            self.inner.create(k, v, lease)
-        }
-        fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
-            self.inner.list(prefix)
-        }
-        fn delete_prefix(&mut self, prefix: &str) -> Result<(), StoreError> {
-            self.inner.delete_prefix(prefix)
-        }
-        fn delete(&mut self, key: &str) -> Result<(), StoreError> {
-            self.inner.delete(key)
-        }
+    /// A [`MemStore`] that counts the renewals of its leases (in its state).
+    fn renewals() -> Hooked<u64> {
+        Hooked::new(0, |renewed, _, call| {
+            *renewed += matches!(call, Call::KeepAlive) as u64;
+            Ok(())
+        })
     }
 
     #[test]
@@ -1002,10 +976,7 @@ mod tests {
             window_ms: None,
             handover_url: None,
         });
-        let mut store = Renewals {
-            inner: MemStore::default(),
-            renewed: 0,
-        };
+        let mut store = renewals();
         let lease = agent.ensure_lease(&mut store).unwrap();
         // 300 sets of 3 ms: at least 0.9 s, where the lease lives 1 s.
         let mut tgt = Slow {
@@ -1038,18 +1009,15 @@ mod tests {
         // Once each 333 ms that passed (the first at 333 ms), never more.
         let most = took.as_millis() as u64 / 333;
         assert!(
-            store.renewed >= 2 && store.renewed <= most,
+            store.state >= 2 && store.state <= most,
             "{} renewals in {took:?}",
-            store.renewed
+            store.state
         );
     }
 
     #[test]
     fn the_interval_s_calls_renew_the_lease_when_due_and_a_lapsed_one_is_left() {
-        let mut store = Renewals {
-            inner: MemStore::default(),
-            renewed: 0,
-        };
+        let mut store = renewals();
         let lease = store.grant(1).unwrap();
         let mut renewing = Renewing {
             inner: &mut store,
@@ -1073,7 +1041,7 @@ mod tests {
         assert!(renewing.lapsed);
         assert_eq!(renewing.errors.len(), 1, "{:?}", renewing.errors);
         // 1 by hand, 2 due, 1 that found the lease gone, none after.
-        assert_eq!(store.renewed, 4);
+        assert_eq!(store.state, 4);
     }
 
     #[test]
