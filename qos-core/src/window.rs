@@ -27,9 +27,6 @@ pub(crate) const TAG_UNIT: u64 = 1 << 20;
 const OFF: u64 = 0;
 /// Its limit while the depth curve is not known.
 pub(crate) const UNBOUNDED: u64 = u64::MAX;
-/// [`WindowShared`]'s hold cap when the window counts commands at the base (W), not
-/// the hosts' circulation.
-pub(crate) const NO_HOLD_CAP: u64 = u64::MAX;
 
 /// The domain's window: one per domain, inside [`crate::DomainShared`].
 ///
@@ -62,11 +59,10 @@ struct WindowParams {
     vclock: AtomicU64,
     /// How far a host's tag may run ahead of V and still take excess, tag units.
     slack: AtomicU64,
-    /// H*: while set (not [`NO_HOLD_CAP`]), the window is over the hosts' circulation:
-    /// a host ahead of V by more than the slack waits only while fewer than H* commands
-    /// are held, and W does not bind (issue 39: the commands QoS holds are out of
-    /// circulation; holding at most N - N* keeps the target at its operating point).
-    hold_cap: AtomicU64,
+    /// 1 while the window is over the hosts' circulation (issue 39): a host's excess
+    /// waits while fewer than its hold target ([`HostWindow`]) are held, and neither W
+    /// nor the tags bind; 0: W counts commands at the base.
+    over_circulation: AtomicU64,
 }
 
 impl Default for WindowShared {
@@ -76,7 +72,7 @@ impl Default for WindowShared {
                 limit: AtomicU64::new(OFF),
                 vclock: AtomicU64::new(0),
                 slack: AtomicU64::new(u64::MAX / 4),
-                hold_cap: AtomicU64::new(NO_HOLD_CAP),
+                over_circulation: AtomicU64::new(0),
             }),
             in_flight: CachePadded(AtomicU64::new(0)),
         }
@@ -179,9 +175,7 @@ impl WindowShared {
                 // Its group's limit, not the window: V does not wait for it.
                 return Slot::Wait;
             }
-            let slack = p.slack.load(Ordering::Relaxed);
-            let ahead = host.tag() > v.saturating_add(slack);
-            if p.hold_cap.load(Ordering::Relaxed) != NO_HOLD_CAP {
+            if p.over_circulation.load(Ordering::Relaxed) != 0 {
                 // Over circulation: the host's excess waits while fewer than its hold
                 // target are held; once that many are, what comes goes (one in, one
                 // out: the commands held keep its circulation at n_i*).
@@ -190,22 +184,26 @@ impl WindowShared {
                     return Slot::Wait;
                 }
                 self.in_flight.fetch_add(1, Ordering::Relaxed);
-            } else if self
-                .in_flight
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                    (n < limit && (!ahead || n < limit / 2)).then_some(n + 1)
-                })
-                .is_err()
-            {
-                host.waiting.store(1, Ordering::Relaxed);
-                return Slot::Wait;
-            }
-            if ahead {
-                // Half the window is free: nobody waits for the slot it takes, so V
-                // moves up to it rather than leave the target half idle until the
-                // monitor's next interval.
-                p.vclock
-                    .fetch_max(host.tag().saturating_sub(slack), Ordering::Relaxed);
+            } else {
+                let slack = p.slack.load(Ordering::Relaxed);
+                let ahead = host.tag() > v.saturating_add(slack);
+                if self
+                    .in_flight
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                        (n < limit && (!ahead || n < limit / 2)).then_some(n + 1)
+                    })
+                    .is_err()
+                {
+                    host.waiting.store(1, Ordering::Relaxed);
+                    return Slot::Wait;
+                }
+                if ahead {
+                    // Half the window is free: nobody waits for the slot it takes, so
+                    // V moves up to it rather than leave the target half idle until
+                    // the monitor's next interval.
+                    p.vclock
+                        .fetch_max(host.tag().saturating_sub(slack), Ordering::Relaxed);
+                }
             }
         }
         host.charge(v, ops);
@@ -218,18 +216,16 @@ impl WindowShared {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// H* (commands), or `None` while the window counts commands at the base.
-    pub fn hold_cap(&self) -> Option<u64> {
-        let c = self.params.hold_cap.load(Ordering::Relaxed);
-        (c != NO_HOLD_CAP).then_some(c)
+    /// Whether the window is over the hosts' circulation (else W counts commands at
+    /// the base).
+    pub fn is_over_circulation(&self) -> bool {
+        self.params.over_circulation.load(Ordering::Relaxed) != 0
     }
-    /// The monitor: the window is over the hosts' circulation, holding at most `cap`
-    /// (`None`: W counts commands at the base).
-    pub(crate) fn set_hold_cap(&self, cap: Option<u64>) {
-        let c = cap.map_or(NO_HOLD_CAP, |c| c.min(NO_HOLD_CAP - 1));
-        let p = &self.params.hold_cap;
-        if p.load(Ordering::Relaxed) != c {
-            p.store(c, Ordering::Relaxed);
+    /// The monitor: over the hosts' circulation or not (stored only when it changed).
+    pub(crate) fn set_over_circulation(&self, on: bool) {
+        let p = &self.params.over_circulation;
+        if p.load(Ordering::Relaxed) != on as u64 {
+            p.store(on as u64, Ordering::Relaxed);
         }
     }
 
@@ -249,7 +245,7 @@ impl WindowShared {
     /// Another policy: no counting (slots held now are still given back).
     pub(crate) fn disable(&self) {
         self.params.limit.store(OFF, Ordering::Relaxed);
-        self.set_hold_cap(None);
+        self.set_over_circulation(false);
     }
     /// The monitor: counting, with no bound until the depth curve is known.
     pub(crate) fn set_unbounded(&self) {
@@ -426,7 +422,7 @@ mod tests {
     fn over_circulation_a_host_keeps_its_hold_target_held_and_the_rest_goes() {
         let s = on(2);
         s.set_unbounded();
-        s.set_hold_cap(Some(0));
+        s.set_over_circulation(true);
         let (a, b) = (HostWindow::default(), HostWindow::default());
         a.set_hold_target(2);
         // Host a: its excess waits until two of its commands are held; W does not bind.
@@ -455,7 +451,7 @@ mod tests {
         assert_eq!(s.admit(&a, 1, false), Slot::Wait);
         // Another sharing: the cap goes with the window.
         s.disable();
-        assert_eq!(s.hold_cap(), None);
+        assert!(!s.is_over_circulation());
         assert_eq!(s.admit(&a, 1, false), Slot::Off);
     }
 

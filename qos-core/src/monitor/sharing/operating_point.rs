@@ -103,11 +103,12 @@ pub(crate) struct OperatingPoint {
     pool: super::FirstCome,
 }
 
-/// Over circulation, how often the window holds every host ahead of V for
-/// [`CENSUS_FOR`] whatever H* says: the hosts' commands then gather in the hold
-/// queues, so the target sees how many each circulates (on NVMe/TCP an unheld host's
-/// commands are mostly in the transport, where the QoS bdev does not see them; a
-/// circulation never seen would leave H* at 0 for good). About 0.4 % of the time.
+/// Over circulation, how often every host's excess is held for [`CENSUS_FOR`] whatever
+/// its hold target says: the hosts' commands then gather in the hold queues, so the
+/// target sees how many each circulates (on NVMe/TCP an unheld host's commands are
+/// mostly in the transport, where the QoS bdev does not see them; a circulation never
+/// seen would cap the host's part of N* at what is at the base). About 0.4 % of the
+/// time.
 const CENSUS_EVERY: Nanos = Nanos::from_millis(250);
 /// How long a census holds: several of the transport's round trips (tens of
 /// microseconds on loopback).
@@ -157,7 +158,8 @@ impl OperatingPoint {
     ) {
         let bound = std::mem::take(&mut self.bound_ticks) > 0;
         if let OperatingTarget::InFlight(_) = target {
-            // Over the hosts' circulation (`share` sets H*): W does not bind.
+            // Over the hosts' circulation (`share` sets the hold targets): W does not
+            // bind.
             self.window = 0;
             shared.window.set_unbounded();
             return;
@@ -423,7 +425,7 @@ impl SharingPolicy for OperatingPoint {
         }
         let window = &iv.shared.window;
         self.over_circulation = self.hold_targets(&iv);
-        window.set_hold_cap(self.over_circulation.then_some(0));
+        window.set_over_circulation(self.over_circulation);
         if let Some(t) = w.min_tag {
             self.bound_ticks += 1;
             window.advance_vclock(t);
