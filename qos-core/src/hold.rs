@@ -13,6 +13,11 @@ use crate::time::Nanos;
 pub trait Admit {
     /// Consumes tokens and returns true when the command may be sent now.
     fn admit(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> bool;
+    /// [`Admit::admit`] for the oldest held command, which has waited `waited`.
+    #[inline]
+    fn admit_held(&mut self, kind: IoKind, bytes: u64, now: Nanos, _waited: Nanos) -> bool {
+        self.admit(kind, bytes, now)
+    }
     /// The hold queue's length changed by `delta` (for statistics).
     fn held_changed(&mut self, _delta: i64) {}
     /// A command admitted after waiting `waited` in the queue (zero: admitted at once),
@@ -25,6 +30,10 @@ impl Admit for ChannelTokens {
     #[inline]
     fn admit(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> bool {
         self.try_admit(kind, bytes, now).is_admitted()
+    }
+    #[inline]
+    fn admit_held(&mut self, kind: IoKind, bytes: u64, now: Nanos, waited: Nanos) -> bool {
+        self.try_admit_held(kind, bytes, now, waited).is_admitted()
     }
     fn held_changed(&mut self, delta: i64) {
         self.note_held(delta);
@@ -107,12 +116,12 @@ impl<T> HoldQueue<T> {
     ) -> usize {
         let mut n = 0;
         while let Some(front) = self.q.front() {
-            if !tokens.admit(front.kind, front.bytes, now) {
+            let waited = now.saturating_sub(front.since);
+            if !tokens.admit_held(front.kind, front.bytes, now, waited) {
                 break;
             }
             let h = self.q.pop_front().expect("front exists");
             tokens.held_changed(-1);
-            let waited = now.saturating_sub(h.since);
             tokens.left_after(waited);
             send(h.item, waited);
             n += 1;

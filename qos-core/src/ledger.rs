@@ -912,6 +912,19 @@ impl ChannelTokens {
     /// monitor's clock; it is read only when a batch is fetched (paced release).
     #[inline]
     pub fn try_admit(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> Admission {
+        self.try_admit_held(kind, bytes, now, Nanos(0))
+    }
+
+    /// [`Self::try_admit`] for a command that has been held for `waited` (the window
+    /// over circulation lets a command its host's hold target kept too long go).
+    #[inline]
+    pub fn try_admit_held(
+        &mut self,
+        kind: IoKind,
+        bytes: u64,
+        now: Nanos,
+        waited: Nanos,
+    ) -> Admission {
         self.sync();
         self.active = true;
         let cost = self.cost.cost(kind, bytes);
@@ -955,7 +968,7 @@ impl ChannelTokens {
         match self
             .domain
             .window
-            .admit(&self.host.window, need[0], reserved)
+            .admit(&self.host.window, need[0], reserved, waited)
         {
             Slot::Off => {}
             Slot::Taken => {

@@ -19,6 +19,7 @@
 //! interval corrects it). Each struct says who writes and who reads.
 
 use crate::sync::{AtomicU64, CachePadded, Ordering};
+use crate::time::Nanos;
 
 /// Tag units per operation of a host of weight 1 (weights are at most 1000, so a tag
 /// step is at least 1048 units; 2^64 units are 2^44 operations).
@@ -106,6 +107,11 @@ pub struct HostWindow {
     /// (set by the monitor): its excess waits while fewer are held, so it circulates
     /// n_i* outside QoS and, by Little's law, gets n_i* / N* of the target.
     hold_target: AtomicU64,
+    /// Over circulation: how long (ns) one of its commands may wait for its hold
+    /// target before it goes anyway (set by the monitor, a few times the wait one in,
+    /// one out gives it). A held command is otherwise released only by its host's next
+    /// arrival; a host that stops sending would keep its last h_i commands waiting.
+    hold_for: AtomicU64,
 }
 
 impl Default for HostWindow {
@@ -117,6 +123,7 @@ impl Default for HostWindow {
             blocked: AtomicU64::new(0),
             held: AtomicU64::new(0),
             hold_target: AtomicU64::new(0),
+            hold_for: AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -159,9 +166,10 @@ impl WindowShared {
     }
 
     /// A command of `ops` operations wants to go; `reserved` when paid from its host's
-    /// reservation (then it never waits).
+    /// reservation (then it never waits); `waited`: how long it has been held (zero
+    /// for a new arrival).
     #[inline]
-    pub(crate) fn admit(&self, host: &HostWindow, ops: u64, reserved: bool) -> Slot {
+    pub(crate) fn admit(&self, host: &HostWindow, ops: u64, reserved: bool, waited: Nanos) -> Slot {
         let p = &self.params;
         let limit = p.limit.load(Ordering::Relaxed);
         if limit == OFF {
@@ -178,8 +186,11 @@ impl WindowShared {
             if p.over_circulation.load(Ordering::Relaxed) != 0 {
                 // Over circulation: the host's excess waits while fewer than its hold
                 // target are held; once that many are, what comes goes (one in, one
-                // out: the commands held keep its circulation at n_i*).
-                if host.held.load(Ordering::Relaxed) < host.hold_target.load(Ordering::Relaxed) {
+                // out: the commands held keep its circulation at n_i*). A command held
+                // longer than the host's bound goes anyway: its host stopped sending.
+                if host.held.load(Ordering::Relaxed) < host.hold_target.load(Ordering::Relaxed)
+                    && waited.0 < host.hold_for.load(Ordering::Relaxed)
+                {
                     host.waiting.store(1, Ordering::Relaxed);
                     return Slot::Wait;
                 }
@@ -287,6 +298,13 @@ impl HostWindow {
     pub(crate) fn set_hold_target(&self, n: u64) {
         if self.hold_target.load(Ordering::Relaxed) != n {
             self.hold_target.store(n, Ordering::Relaxed);
+        }
+    }
+    /// The monitor: a command of this host held longer than `bound` goes whatever its
+    /// hold target says (stored only when changed).
+    pub(crate) fn set_hold_for(&self, bound: Nanos) {
+        if self.hold_for.load(Ordering::Relaxed) != bound.0 {
+            self.hold_for.store(bound.0, Ordering::Relaxed);
         }
     }
     /// The monitor: tag units per operation of this host (stored only when changed).
@@ -404,18 +422,18 @@ mod tests {
     fn excess_waits_for_a_slot_reserved_work_never() {
         let s = on(2);
         let h = HostWindow::default();
-        assert_eq!(s.admit(&h, 1, false), Slot::Taken);
-        assert_eq!(s.admit(&h, 1, false), Slot::Taken);
-        assert_eq!(s.admit(&h, 1, false), Slot::Wait);
+        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Wait);
         assert_eq!(h.waiting.load(Ordering::Relaxed), 1);
         // Reserved work goes past the window.
-        assert_eq!(s.admit(&h, 1, true), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, true, Nanos(0)), Slot::Taken);
         assert_eq!(s.in_flight(), 3);
         s.put();
         s.put();
         // One command in flight (the reserved one): room for one more.
-        assert_eq!(s.admit(&h, 1, false), Slot::Taken);
-        assert_eq!(s.admit(&h, 1, false), Slot::Wait);
+        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Wait);
     }
 
     #[test]
@@ -426,40 +444,48 @@ mod tests {
         let (a, b) = (HostWindow::default(), HostWindow::default());
         a.set_hold_target(2);
         // Host a: its excess waits until two of its commands are held; W does not bind.
-        assert_eq!(s.admit(&a, 1, false), Slot::Wait);
+        assert_eq!(s.admit(&a, 1, false, Nanos(0)), Slot::Wait);
         a.note_held(1);
-        assert_eq!(s.admit(&a, 1, false), Slot::Wait);
+        assert_eq!(s.admit(&a, 1, false, Nanos(0)), Slot::Wait);
         a.note_held(1);
         assert_eq!(
-            s.admit(&a, 1, false),
+            s.admit(&a, 1, false, Nanos(0)),
             Slot::Taken,
             "two held: the next one goes"
         );
         // Its reserved work never waits; host b (target 0) is never held.
-        assert_eq!(s.admit(&a, 1, true), Slot::Taken);
+        assert_eq!(s.admit(&a, 1, true, Nanos(0)), Slot::Taken);
         for _ in 0..5 {
-            assert_eq!(s.admit(&b, 1, false), Slot::Taken);
+            assert_eq!(s.admit(&b, 1, false, Nanos(0)), Slot::Taken);
         }
         assert_eq!(s.in_flight(), 7);
         // A lower target lets a held command go (one in, one out).
         a.set_hold_target(1);
-        assert_eq!(s.admit(&a, 1, false), Slot::Taken);
+        assert_eq!(s.admit(&a, 1, false, Nanos(0)), Slot::Taken);
         a.note_held(-1);
         assert_eq!(a.held(), 1);
-        assert_eq!(s.admit(&a, 1, false), Slot::Taken, "one held, target one");
+        assert_eq!(
+            s.admit(&a, 1, false, Nanos(0)),
+            Slot::Taken,
+            "one held, target one"
+        );
         a.note_held(-1);
-        assert_eq!(s.admit(&a, 1, false), Slot::Wait);
+        assert_eq!(s.admit(&a, 1, false, Nanos(0)), Slot::Wait);
+        // A command held longer than its host's bound goes (its host stopped sending).
+        a.set_hold_for(Nanos::from_millis(8));
+        assert_eq!(s.admit(&a, 1, false, Nanos::from_millis(7)), Slot::Wait);
+        assert_eq!(s.admit(&a, 1, false, Nanos::from_millis(8)), Slot::Taken);
         // Another sharing: the cap goes with the window.
         s.disable();
         assert!(!s.is_over_circulation());
-        assert_eq!(s.admit(&a, 1, false), Slot::Off);
+        assert_eq!(s.admit(&a, 1, false, Nanos(0)), Slot::Off);
     }
 
     #[test]
     fn an_off_window_counts_nothing() {
         let s = WindowShared::default();
         let h = HostWindow::default();
-        assert_eq!(s.admit(&h, 1, false), Slot::Off);
+        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Off);
         assert_eq!(s.in_flight(), 0);
         assert_eq!(h.tag(), 0);
     }
@@ -469,11 +495,11 @@ mod tests {
         let s = on(100);
         let h = HostWindow::default();
         h.step.store(TAG_UNIT / 4, Ordering::Relaxed);
-        assert_eq!(s.admit(&h, 2, false), Slot::Taken);
+        assert_eq!(s.admit(&h, 2, false, Nanos(0)), Slot::Taken);
         assert_eq!(h.tag(), TAG_UNIT / 2);
         // V moves past it while it is idle: its next command starts at V.
         s.params.vclock.store(10 * TAG_UNIT, Ordering::Relaxed);
-        assert_eq!(s.admit(&h, 1, true), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, true, Nanos(0)), Slot::Taken);
         assert_eq!(h.tag(), 10 * TAG_UNIT + TAG_UNIT / 4);
     }
 
@@ -482,15 +508,19 @@ mod tests {
         let s = on(100);
         let h = HostWindow::default();
         h.blocked.store(1, Ordering::Relaxed);
-        assert_eq!(s.admit(&h, 1, false), Slot::Wait);
+        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Wait);
         assert_eq!(
             h.waiting.load(Ordering::Relaxed),
             0,
             "not held by the window"
         );
-        assert_eq!(s.admit(&h, 1, true), Slot::Taken, "reserved work goes");
+        assert_eq!(
+            s.admit(&h, 1, true, Nanos(0)),
+            Slot::Taken,
+            "reserved work goes"
+        );
         h.blocked.store(0, Ordering::Relaxed);
-        assert_eq!(s.admit(&h, 1, false), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
         assert_eq!(s.in_flight(), 2);
     }
 
@@ -500,21 +530,29 @@ mod tests {
         s.params.slack.store(3 * TAG_UNIT, Ordering::Relaxed);
         let h = HostWindow::default();
         for _ in 0..4 {
-            assert_eq!(s.admit(&h, 1, false), Slot::Taken);
+            assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
         }
-        assert_eq!(s.admit(&h, 1, false), Slot::Wait, "tag 4 > V 0 + slack 3");
+        assert_eq!(
+            s.admit(&h, 1, false, Nanos(0)),
+            Slot::Wait,
+            "tag 4 > V 0 + slack 3"
+        );
         assert_eq!(h.waiting.load(Ordering::Relaxed), 1);
         // Reserved work still goes (and still moves its tag, to 5).
-        assert_eq!(s.admit(&h, 1, true), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, true, Nanos(0)), Slot::Taken);
         s.params.vclock.store(TAG_UNIT, Ordering::Relaxed);
-        assert_eq!(s.admit(&h, 1, false), Slot::Wait, "tag 5 > V 1 + slack 3");
+        assert_eq!(
+            s.admit(&h, 1, false, Nanos(0)),
+            Slot::Wait,
+            "tag 5 > V 1 + slack 3"
+        );
         // Fewer than half the window's slots in use: nobody waits for the one it
         // takes, so it goes and V moves up to its tag less the slack.
         for _ in 0..3 {
             s.put();
         }
         assert_eq!(s.in_flight(), 2);
-        assert_eq!(s.admit(&h, 1, false), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
         assert_eq!(s.vclock(), 2 * TAG_UNIT, "tag 5 - slack 3");
         assert_eq!(h.tag(), 6 * TAG_UNIT);
     }
@@ -562,7 +600,7 @@ mod tests {
                     match o {
                         Op::Admit(h, r) => {
                             let before = s.in_flight();
-                            match s.admit(&hosts[h], 1, r) {
+                            match s.admit(&hosts[h], 1, r, Nanos(0)) {
                                 Slot::Taken => {
                                     if !r { prop_assert!(before < w); }
                                     flying[h].push_back(r);
@@ -609,10 +647,10 @@ mod tests {
         loom::model(|| {
             let s = Arc::new(on(1));
             let h = Arc::new(HostWindow::default());
-            assert_eq!(s.admit(&h, 1, false), Slot::Taken);
+            assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
             let (s1, h1) = (s.clone(), h.clone());
             let t = loom::thread::spawn(move || {
-                let got = s1.admit(&h1, 1, false) == Slot::Taken;
+                let got = s1.admit(&h1, 1, false, Nanos(0)) == Slot::Taken;
                 assert!(s1.in_flight() <= 1);
                 got
             });
@@ -643,8 +681,8 @@ mod tests {
                 .collect();
             s.params.slack.store(TAG_UNIT, Ordering::Relaxed);
             let (s1, h1) = (s.clone(), hosts[1].clone());
-            let t = loom::thread::spawn(move || s1.admit(&h1, 1, false));
-            let mine = s.admit(&hosts[0], 1, false);
+            let t = loom::thread::spawn(move || s1.admit(&h1, 1, false, Nanos(0)));
+            let mine = s.admit(&hosts[0], 1, false, Nanos(0));
             let theirs = t.join().unwrap();
             let taken = [mine, theirs].iter().filter(|&&x| x == Slot::Taken).count();
             assert!(taken >= 1, "the first to come finds the window empty");
@@ -676,7 +714,7 @@ mod tests {
         fn retry(&mut self, k: usize) {
             self.tried.push(k);
             let h = self.chans[k].0;
-            if self.window.admit(&self.hosts[h], 1, false) == Slot::Taken {
+            if self.window.admit(&self.hosts[h], 1, false, Nanos(0)) == Slot::Taken {
                 self.chans[k].1 = false;
             }
         }
@@ -740,7 +778,7 @@ mod tests {
                 let (s, h, max) = (&s, h, &max);
                 sc.spawn(move || {
                     for _ in 0..20_000 {
-                        if s.admit(h, 1, false) == Slot::Taken {
+                        if s.admit(h, 1, false, Nanos(0)) == Slot::Taken {
                             max.fetch_max(s.in_flight(), Ordering::Relaxed);
                             s.put();
                         }

@@ -52,9 +52,23 @@ pub fn serve(m: &mut Monitor, hosts: &mut [Host], (from, secs): (u64, u64)) {
 /// [`serve`] on a target `speed` times as fast (a CPU quota, a slower base: the same
 /// rate takes more commands in flight).
 pub fn serve_at(m: &mut Monitor, hosts: &mut [Host], (from, secs): (u64, u64), speed: f64) {
-    let t0 = Nanos::from_secs(from);
+    serve_span(
+        m,
+        hosts,
+        Nanos::from_secs(from),
+        Nanos::from_secs(secs),
+        speed,
+    );
+}
+
+/// [`serve`] from `t0` (a whole millisecond) for `len` (whole milliseconds).
+pub fn serve_for(m: &mut Monitor, hosts: &mut [Host], t0: Nanos, len: Nanos) {
+    serve_span(m, hosts, t0, len, 1.0);
+}
+
+fn serve_span(m: &mut Monitor, hosts: &mut [Host], t0: Nanos, len: Nanos, speed: f64) {
     let steps_per_ms = 1_000_000 / STEP.0;
-    for step in 1..=secs * 1000 * steps_per_ms {
+    for step in 1..=len.0 / STEP.0 {
         let now = t0.saturating_add(Nanos(step * STEP.0));
         let q: u32 = hosts.iter().map(|h| h.at_base).sum();
         let rate = speed * T_MAX * q as f64 / (q as f64 + HALF_DEPTH);

@@ -327,9 +327,32 @@ impl OperatingPoint {
         );
         for (h, &t) in hosts.iter().zip(&self.parts) {
             h.shared.window.set_hold_target(t);
+            h.shared
+                .window
+                .set_hold_for(hold_bound(t, h.window.completed_ops, iv.cfg.period));
         }
         true
     }
+}
+
+/// How long one command may wait for its host's hold target, at least.
+const HOLD_FOR_MIN: Nanos = Nanos::from_millis(2);
+/// ... and at most (also while the host's rate is not known yet).
+const HOLD_FOR_MAX: Nanos = Nanos::from_millis(50);
+/// The bound, in multiples of the wait one in, one out gives a command.
+const HOLD_FOR_WAITS: u64 = 4;
+
+/// How long a command of a host with hold target `held` may wait for it: one in, one
+/// out, it waits for `held` arrivals of its host, about `held / X_i` with X_i its rate
+/// (`completed_ops` in the last `period`); [`HOLD_FOR_WAITS`] times that, within
+/// [`HOLD_FOR_MIN`]..=[`HOLD_FOR_MAX`]. Longer, the host has stopped sending (the end
+/// of a job): its last commands go rather than wait for arrivals that do not come.
+pub(crate) fn hold_bound(held: u64, completed_ops: u64, period: Nanos) -> Nanos {
+    if completed_ops == 0 {
+        return HOLD_FOR_MAX;
+    }
+    let wait = mul_div(held.saturating_mul(HOLD_FOR_WAITS), period.0, completed_ops);
+    Nanos(wait.clamp(HOLD_FOR_MIN.0, HOLD_FOR_MAX.0))
 }
 
 /// A host's claim on the circulation N*: its weight, its reservation (operations per
@@ -511,6 +534,19 @@ mod tests {
         assert!(m.shared().window().is_on());
         let m = Monitor::new(d(ExcessSharing::FirstCome), t0).unwrap();
         assert!(!m.shared().window().is_on());
+    }
+
+    #[test]
+    fn a_held_command_waits_a_few_of_its_host_s_arrivals_at_most() {
+        let second = Nanos::from_secs(1);
+        // 40 held at 20,000 a second: 2 ms one in, one out; bound 8 ms.
+        assert_eq!(hold_bound(40, 20_000, second), Nanos::from_millis(8));
+        // Nothing held, or a fast host: the floor (a census holds for less).
+        assert_eq!(hold_bound(0, 20_000, second), HOLD_FOR_MIN);
+        assert!(CENSUS_FOR < HOLD_FOR_MIN);
+        // A slow host, or one whose rate is not known yet: the ceiling.
+        assert_eq!(hold_bound(40, 100, second), HOLD_FOR_MAX);
+        assert_eq!(hold_bound(40, 0, second), HOLD_FOR_MAX);
     }
 
     #[test]

@@ -1,0 +1,103 @@
+//! The operating point over the hosts' circulation (issue 39, `operating_point` with
+//! `operating_in_flight_milli`): on the fluid target, where every command not held is
+//! at the base (so the target sees each host's whole circulation), each host keeps its
+//! hold target held and gets its part of N* by Little's law; a host that stops sending
+//! gets its held commands back within the bound on a command's wait, not when its
+//! seen circulation ages out.
+
+mod fluid;
+
+use fluid::{Host, domain, serve};
+use qos_core::{ExcessSharing, HostConfig, Monitor, Nanos, TargetChannel};
+
+/// Commands in circulation the operating point allows (N*).
+const N_STAR: u64 = 40;
+
+fn hosts(m: &mut Monitor, t0: Nanos, spec: &[(u32, u32)]) -> Vec<Host> {
+    spec.iter()
+        .enumerate()
+        .map(|(i, &(weight, depth))| {
+            let nqn = format!("h{i}");
+            let mut cfg = HostConfig::new(&nqn);
+            cfg.weight = weight;
+            m.add_host(cfg, t0).unwrap();
+            Host::new(TargetChannel::new(m.channel(&nqn).unwrap()), depth)
+        })
+        .collect()
+}
+
+fn monitor(t0: Nanos) -> Monitor {
+    let mut cfg = domain(ExcessSharing::OperatingPoint);
+    cfg.operating_in_flight_milli = Some(N_STAR * 1000);
+    Monitor::new(cfg, t0).unwrap()
+}
+
+#[test]
+fn hosts_get_their_part_of_the_circulation_and_a_stopped_host_is_not_kept_waiting() {
+    let t0 = Nanos::from_secs(1);
+    let mut m = monitor(t0);
+    // Weights 4/3/2/1 at queue depths 16/32/48/64 (issue 39's first workload).
+    let mut hs = hosts(&mut m, t0, &[(4, 16), (3, 32), (2, 48), (1, 64)]);
+    let counters: Vec<_> = hs
+        .iter_mut()
+        .map(|h| h.ch.tokens().host().clone())
+        .collect();
+    let done = |i: usize| counters[i].counters().completed_ios;
+    serve(&mut m, &mut hs, (1, 2));
+    let before: Vec<u64> = (0..hs.len()).map(done).collect();
+    serve(&mut m, &mut hs, (3, 1));
+    let got: Vec<u64> = (0..hs.len()).map(|i| done(i) - before[i]).collect();
+    let total: u64 = got.iter().sum();
+    // N* = 40 split by weight 4/3/2/1 (each within its depth): 16/12/8/4 commands
+    // outside QoS, so 40/30/20/10 % of the target (outside the census's 1 ms in 250).
+    let want = [0.40, 0.30, 0.20, 0.10];
+    for (i, (&g, w)) in got.iter().zip(want).enumerate() {
+        let share = g as f64 / total as f64;
+        assert!(
+            (share - w).abs() <= 0.1 * w,
+            "host {i}: {share:.3} of the target, its part of N* is {w} (got {got:?})"
+        );
+    }
+    assert!(
+        hs[3].ch.held() >= 55,
+        "the QD-64 host keeps about 64 - 4 held: {}",
+        hs[3].ch.held()
+    );
+
+    // The QD-64 host stops sending (the end of its job) with its commands held: they
+    // go within the bound on a command's wait (a few times what one in, one out gives
+    // it), not when its circulation ages out of the monitor's view (a period or more).
+    hs[3].depth = 0;
+    serve(&mut m, &mut hs, (4, 1));
+    assert_eq!(hs[3].ch.held(), 0, "a stopped host's commands all went");
+    assert_eq!(hs[3].at_base, 0);
+}
+
+#[test]
+fn a_stopped_host_s_last_commands_go_within_the_bound() {
+    // The same at a finer grain: the bound for the QD-64 host is 4 x h / X, about
+    // 4 x 60 / 18,000 s = 13 ms here; nothing of it is held 60 ms after it stopped.
+    let t0 = Nanos::from_secs(1);
+    let mut m = monitor(t0);
+    let mut hs = hosts(&mut m, t0, &[(4, 16), (3, 32), (2, 48), (1, 64)]);
+    serve(&mut m, &mut hs, (1, 3));
+    assert!(hs[3].ch.held() >= 55);
+    hs[3].depth = 0;
+    // 60 ms in 1 ms slices of the fluid target.
+    let mut left = Vec::new();
+    for ms in 0..60 {
+        fluid::serve_for(
+            &mut m,
+            &mut hs,
+            Nanos::from_millis(4000 + ms),
+            Nanos::from_millis(1),
+        );
+        left.push(hs[3].ch.held());
+    }
+    println!("held after it stopped, per ms: {left:?}");
+    assert_eq!(
+        *left.last().unwrap(),
+        0,
+        "held after it stopped, per ms: {left:?}"
+    );
+}
