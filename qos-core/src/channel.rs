@@ -63,6 +63,16 @@ impl<T> TargetChannel<T> {
     /// never overtakes one already held.
     #[inline]
     pub fn admit(&mut self, kind: IoKind, bytes: u64, now: Nanos, item: T) -> Option<T> {
+        if !self.held.is_empty() && self.tokens.releases_on_arrival() {
+            // One in, one out here, in the caller's own batch: the command that comes
+            // is held and the oldest goes to the base in its place (the I/O path then
+            // sees the same batches as with nothing held; released at a later
+            // completion's try, the target read and answered in smaller batches).
+            return self
+                .held
+                .hold_and_release_one(&mut self.tokens, kind, bytes, now, item)
+                .map(|(item, _)| item);
+        }
         self.held
             .admit_or_hold(&mut self.tokens, kind, bytes, now, item)
     }
@@ -80,7 +90,10 @@ impl<T> TargetChannel<T> {
     /// tries (a clock read per completion shows in the target's IOPS); `send` gets each
     /// released command; returns how many.
     pub fn on_completion(&mut self, now: impl FnOnce() -> Nanos, send: impl FnMut(T)) -> usize {
-        if self.held.is_empty() {
+        if self.held.is_empty() || self.tokens.releases_on_arrival() {
+            // Over circulation a completion frees nothing a held command waits for:
+            // arrivals release (one in, one out) and the poller lets go what waited
+            // too long or what a lowered hold target frees.
             return 0;
         }
         // A completion frees a slot of the operating point's window: a channel that

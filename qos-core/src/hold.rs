@@ -115,18 +115,48 @@ impl<T> HoldQueue<T> {
         mut send: impl FnMut(T, Nanos),
     ) -> usize {
         let mut n = 0;
-        while let Some(front) = self.q.front() {
-            let waited = now.saturating_sub(front.since);
-            if !tokens.admit_held(front.kind, front.bytes, now, waited) {
-                break;
-            }
-            let h = self.q.pop_front().expect("front exists");
-            tokens.held_changed(-1);
-            tokens.left_after(waited);
-            send(h.item, waited);
+        while let Some((item, waited)) = self.release_front(tokens, now) {
+            send(item, waited);
             n += 1;
         }
         n
+    }
+
+    /// Holds `item` behind the others and releases the oldest if tokens allow: one in,
+    /// one out in a single call (the window over circulation, where a host's arrival is
+    /// what lets its oldest held command go). Returns the command to send, if any, with
+    /// the time it waited.
+    #[inline]
+    pub fn hold_and_release_one(
+        &mut self,
+        tokens: &mut impl Admit,
+        kind: IoKind,
+        bytes: u64,
+        now: Nanos,
+        item: T,
+    ) -> Option<(T, Nanos)> {
+        self.q.push_back(Held {
+            kind,
+            bytes,
+            since: now,
+            item,
+        });
+        tokens.held_changed(1);
+        self.release_front(tokens, now)
+    }
+
+    /// The oldest held command, if tokens admit it now.
+    #[inline]
+    fn release_front(&mut self, tokens: &mut impl Admit, now: Nanos) -> Option<(T, Nanos)> {
+        let front = self.q.front()?;
+        let waited = now.saturating_sub(front.since);
+        if !tokens.admit_held(front.kind, front.bytes, now, waited) {
+            return None;
+        }
+        let h = self.q.pop_front().expect("front exists");
+        tokens.held_changed(-1);
+        tokens.left_after(waited);
+        Some((h.item, waited))
     }
 
     /// Takes out the first waiting command that `matches` (an abort), without tokens.

@@ -912,7 +912,7 @@ impl ChannelTokens {
     /// monitor's clock; it is read only when a batch is fetched (paced release).
     #[inline]
     pub fn try_admit(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> Admission {
-        self.try_admit_held(kind, bytes, now, Nanos(0))
+        self.decide(kind, bytes, now, None)
     }
 
     /// [`Self::try_admit`] for a command that has been held for `waited` (the window
@@ -924,6 +924,19 @@ impl ChannelTokens {
         bytes: u64,
         now: Nanos,
         waited: Nanos,
+    ) -> Admission {
+        self.decide(kind, bytes, now, Some(waited))
+    }
+
+    /// The decision; `held_for`: how long the command has been held, `None` for one
+    /// that just came.
+    #[inline]
+    fn decide(
+        &mut self,
+        kind: IoKind,
+        bytes: u64,
+        now: Nanos,
+        held_for: Option<Nanos>,
     ) -> Admission {
         self.sync();
         self.active = true;
@@ -968,7 +981,7 @@ impl ChannelTokens {
         match self
             .domain
             .window
-            .admit(&self.host.window, need[0], reserved, waited)
+            .admit(&self.host.window, need[0], reserved, held_for)
         {
             Slot::Off => {}
             Slot::Taken => {
@@ -1154,6 +1167,14 @@ impl ChannelTokens {
     #[inline]
     pub fn waits_for_window(&self) -> bool {
         self.window_wait
+    }
+
+    /// The window is over the hosts' circulation: a held command waits for its
+    /// host's arrivals (one in, one out: [`crate::TargetChannel::admit`]) or for the
+    /// poller, never for a completion.
+    #[inline]
+    pub fn releases_on_arrival(&self) -> bool {
+        self.domain.window.is_over_circulation()
     }
 
     /// Its host's start tag in the window's weighted order (the lab retries held

@@ -166,10 +166,16 @@ impl WindowShared {
     }
 
     /// A command of `ops` operations wants to go; `reserved` when paid from its host's
-    /// reservation (then it never waits); `waited`: how long it has been held (zero
-    /// for a new arrival).
+    /// reservation (then it never waits); `held_for`: how long it has been held, `None`
+    /// for a command that just came (not in a hold queue, so not in its host's count).
     #[inline]
-    pub(crate) fn admit(&self, host: &HostWindow, ops: u64, reserved: bool, waited: Nanos) -> Slot {
+    pub(crate) fn admit(
+        &self,
+        host: &HostWindow,
+        ops: u64,
+        reserved: bool,
+        held_for: Option<Nanos>,
+    ) -> Slot {
         let p = &self.params;
         let limit = p.limit.load(Ordering::Relaxed);
         if limit == OFF {
@@ -188,8 +194,12 @@ impl WindowShared {
                 // target are held; once that many are, what comes goes (one in, one
                 // out: the commands held keep its circulation at n_i*). A command held
                 // longer than the host's bound goes anyway: its host stopped sending.
-                if host.held.load(Ordering::Relaxed) < host.hold_target.load(Ordering::Relaxed)
-                    && waited.0 < host.hold_for.load(Ordering::Relaxed)
+                let held = host.held.load(Ordering::Relaxed);
+                // What stays held if this one goes (a held one counts itself).
+                let others = held.saturating_sub(held_for.is_some() as u64);
+                let waited = held_for.map_or(0, |w| w.0);
+                if others < host.hold_target.load(Ordering::Relaxed)
+                    && waited < host.hold_for.load(Ordering::Relaxed)
                 {
                     host.waiting.store(1, Ordering::Relaxed);
                     return Slot::Wait;
@@ -389,6 +399,10 @@ impl Tried {
 /// full). The tags are read afresh before each pick: a retry moves its host's tag,
 /// which another channel of that host shares.
 pub fn dispatch(window: &WindowShared, handing: Handing, waiters: &mut impl WindowWaiters) {
+    if window.is_over_circulation() {
+        // No slot to hand: a host's held commands go at its own arrivals.
+        return;
+    }
     let mut tried = Tried::default();
     loop {
         // Another sharing: the limit is 0, so the window is never found with room.
@@ -422,18 +436,18 @@ mod tests {
     fn excess_waits_for_a_slot_reserved_work_never() {
         let s = on(2);
         let h = HostWindow::default();
-        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
-        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
-        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Wait);
+        assert_eq!(s.admit(&h, 1, false, None), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, false, None), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, false, None), Slot::Wait);
         assert_eq!(h.waiting.load(Ordering::Relaxed), 1);
         // Reserved work goes past the window.
-        assert_eq!(s.admit(&h, 1, true, Nanos(0)), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, true, None), Slot::Taken);
         assert_eq!(s.in_flight(), 3);
         s.put();
         s.put();
         // One command in flight (the reserved one): room for one more.
-        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
-        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Wait);
+        assert_eq!(s.admit(&h, 1, false, None), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, false, None), Slot::Wait);
     }
 
     #[test]
@@ -444,48 +458,54 @@ mod tests {
         let (a, b) = (HostWindow::default(), HostWindow::default());
         a.set_hold_target(2);
         // Host a: its excess waits until two of its commands are held; W does not bind.
-        assert_eq!(s.admit(&a, 1, false, Nanos(0)), Slot::Wait);
+        assert_eq!(s.admit(&a, 1, false, None), Slot::Wait);
         a.note_held(1);
-        assert_eq!(s.admit(&a, 1, false, Nanos(0)), Slot::Wait);
+        assert_eq!(s.admit(&a, 1, false, None), Slot::Wait);
         a.note_held(1);
         assert_eq!(
-            s.admit(&a, 1, false, Nanos(0)),
+            s.admit(&a, 1, false, None),
             Slot::Taken,
             "two held: the next one goes"
         );
         // Its reserved work never waits; host b (target 0) is never held.
-        assert_eq!(s.admit(&a, 1, true, Nanos(0)), Slot::Taken);
+        assert_eq!(s.admit(&a, 1, true, None), Slot::Taken);
         for _ in 0..5 {
-            assert_eq!(s.admit(&b, 1, false, Nanos(0)), Slot::Taken);
+            assert_eq!(s.admit(&b, 1, false, None), Slot::Taken);
         }
         assert_eq!(s.in_flight(), 7);
         // A lower target lets a held command go (one in, one out).
         a.set_hold_target(1);
-        assert_eq!(s.admit(&a, 1, false, Nanos(0)), Slot::Taken);
+        assert_eq!(s.admit(&a, 1, false, None), Slot::Taken);
         a.note_held(-1);
         assert_eq!(a.held(), 1);
         assert_eq!(
-            s.admit(&a, 1, false, Nanos(0)),
+            s.admit(&a, 1, false, None),
             Slot::Taken,
             "one held, target one"
         );
         a.note_held(-1);
-        assert_eq!(s.admit(&a, 1, false, Nanos(0)), Slot::Wait);
+        assert_eq!(s.admit(&a, 1, false, None), Slot::Wait);
         // A command held longer than its host's bound goes (its host stopped sending).
         a.set_hold_for(Nanos::from_millis(8));
-        assert_eq!(s.admit(&a, 1, false, Nanos::from_millis(7)), Slot::Wait);
-        assert_eq!(s.admit(&a, 1, false, Nanos::from_millis(8)), Slot::Taken);
+        assert_eq!(
+            s.admit(&a, 1, false, Some(Nanos::from_millis(7))),
+            Slot::Wait
+        );
+        assert_eq!(
+            s.admit(&a, 1, false, Some(Nanos::from_millis(8))),
+            Slot::Taken
+        );
         // Another sharing: the cap goes with the window.
         s.disable();
         assert!(!s.is_over_circulation());
-        assert_eq!(s.admit(&a, 1, false, Nanos(0)), Slot::Off);
+        assert_eq!(s.admit(&a, 1, false, None), Slot::Off);
     }
 
     #[test]
     fn an_off_window_counts_nothing() {
         let s = WindowShared::default();
         let h = HostWindow::default();
-        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Off);
+        assert_eq!(s.admit(&h, 1, false, None), Slot::Off);
         assert_eq!(s.in_flight(), 0);
         assert_eq!(h.tag(), 0);
     }
@@ -495,11 +515,11 @@ mod tests {
         let s = on(100);
         let h = HostWindow::default();
         h.step.store(TAG_UNIT / 4, Ordering::Relaxed);
-        assert_eq!(s.admit(&h, 2, false, Nanos(0)), Slot::Taken);
+        assert_eq!(s.admit(&h, 2, false, None), Slot::Taken);
         assert_eq!(h.tag(), TAG_UNIT / 2);
         // V moves past it while it is idle: its next command starts at V.
         s.params.vclock.store(10 * TAG_UNIT, Ordering::Relaxed);
-        assert_eq!(s.admit(&h, 1, true, Nanos(0)), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, true, None), Slot::Taken);
         assert_eq!(h.tag(), 10 * TAG_UNIT + TAG_UNIT / 4);
     }
 
@@ -508,19 +528,19 @@ mod tests {
         let s = on(100);
         let h = HostWindow::default();
         h.blocked.store(1, Ordering::Relaxed);
-        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Wait);
+        assert_eq!(s.admit(&h, 1, false, None), Slot::Wait);
         assert_eq!(
             h.waiting.load(Ordering::Relaxed),
             0,
             "not held by the window"
         );
         assert_eq!(
-            s.admit(&h, 1, true, Nanos(0)),
+            s.admit(&h, 1, true, None),
             Slot::Taken,
             "reserved work goes"
         );
         h.blocked.store(0, Ordering::Relaxed);
-        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, false, None), Slot::Taken);
         assert_eq!(s.in_flight(), 2);
     }
 
@@ -530,19 +550,19 @@ mod tests {
         s.params.slack.store(3 * TAG_UNIT, Ordering::Relaxed);
         let h = HostWindow::default();
         for _ in 0..4 {
-            assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
+            assert_eq!(s.admit(&h, 1, false, None), Slot::Taken);
         }
         assert_eq!(
-            s.admit(&h, 1, false, Nanos(0)),
+            s.admit(&h, 1, false, None),
             Slot::Wait,
             "tag 4 > V 0 + slack 3"
         );
         assert_eq!(h.waiting.load(Ordering::Relaxed), 1);
         // Reserved work still goes (and still moves its tag, to 5).
-        assert_eq!(s.admit(&h, 1, true, Nanos(0)), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, true, None), Slot::Taken);
         s.params.vclock.store(TAG_UNIT, Ordering::Relaxed);
         assert_eq!(
-            s.admit(&h, 1, false, Nanos(0)),
+            s.admit(&h, 1, false, None),
             Slot::Wait,
             "tag 5 > V 1 + slack 3"
         );
@@ -552,7 +572,7 @@ mod tests {
             s.put();
         }
         assert_eq!(s.in_flight(), 2);
-        assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
+        assert_eq!(s.admit(&h, 1, false, None), Slot::Taken);
         assert_eq!(s.vclock(), 2 * TAG_UNIT, "tag 5 - slack 3");
         assert_eq!(h.tag(), 6 * TAG_UNIT);
     }
@@ -600,7 +620,7 @@ mod tests {
                     match o {
                         Op::Admit(h, r) => {
                             let before = s.in_flight();
-                            match s.admit(&hosts[h], 1, r, Nanos(0)) {
+                            match s.admit(&hosts[h], 1, r, None) {
                                 Slot::Taken => {
                                     if !r { prop_assert!(before < w); }
                                     flying[h].push_back(r);
@@ -647,10 +667,10 @@ mod tests {
         loom::model(|| {
             let s = Arc::new(on(1));
             let h = Arc::new(HostWindow::default());
-            assert_eq!(s.admit(&h, 1, false, Nanos(0)), Slot::Taken);
+            assert_eq!(s.admit(&h, 1, false, None), Slot::Taken);
             let (s1, h1) = (s.clone(), h.clone());
             let t = loom::thread::spawn(move || {
-                let got = s1.admit(&h1, 1, false, Nanos(0)) == Slot::Taken;
+                let got = s1.admit(&h1, 1, false, None) == Slot::Taken;
                 assert!(s1.in_flight() <= 1);
                 got
             });
@@ -681,8 +701,8 @@ mod tests {
                 .collect();
             s.params.slack.store(TAG_UNIT, Ordering::Relaxed);
             let (s1, h1) = (s.clone(), hosts[1].clone());
-            let t = loom::thread::spawn(move || s1.admit(&h1, 1, false, Nanos(0)));
-            let mine = s.admit(&hosts[0], 1, false, Nanos(0));
+            let t = loom::thread::spawn(move || s1.admit(&h1, 1, false, None));
+            let mine = s.admit(&hosts[0], 1, false, None);
             let theirs = t.join().unwrap();
             let taken = [mine, theirs].iter().filter(|&&x| x == Slot::Taken).count();
             assert!(taken >= 1, "the first to come finds the window empty");
@@ -714,7 +734,7 @@ mod tests {
         fn retry(&mut self, k: usize) {
             self.tried.push(k);
             let h = self.chans[k].0;
-            if self.window.admit(&self.hosts[h], 1, false, Nanos(0)) == Slot::Taken {
+            if self.window.admit(&self.hosts[h], 1, false, None) == Slot::Taken {
                 self.chans[k].1 = false;
             }
         }
@@ -778,7 +798,7 @@ mod tests {
                 let (s, h, max) = (&s, h, &max);
                 sc.spawn(move || {
                     for _ in 0..20_000 {
-                        if s.admit(h, 1, false, Nanos(0)) == Slot::Taken {
+                        if s.admit(h, 1, false, None) == Slot::Taken {
                             max.fetch_max(s.in_flight(), Ordering::Relaxed);
                             s.put();
                         }

@@ -48,6 +48,10 @@ fn hosts_get_their_part_of_the_circulation_and_a_stopped_host_is_not_kept_waitin
     serve(&mut m, &mut hs, (3, 1));
     let got: Vec<u64> = (0..hs.len()).map(|i| done(i) - before[i]).collect();
     let total: u64 = got.iter().sum();
+    println!(
+        "got {got:?}, held {:?}",
+        hs.iter().map(|h| h.ch.held()).collect::<Vec<_>>()
+    );
     // N* = 40 split by weight 4/3/2/1 (each within its depth): 16/12/8/4 commands
     // outside QoS, so 40/30/20/10 % of the target (outside the census's 1 ms in 250).
     let want = [0.40, 0.30, 0.20, 0.10];
