@@ -62,6 +62,31 @@ fn hosts_get_their_part_of_the_circulation_and_a_stopped_host_is_not_kept_waitin
             "host {i}: {share:.3} of the target, its part of N* is {w} (got {got:?})"
         );
     }
+    // The report reads the same operating point: N* circulating at what the target
+    // did, each contending host entitled to its part, the QD-16 host (never held)
+    // self-limited.
+    let stats = m.stats(Nanos::from_secs(4));
+    let op = stats.operating_point.expect("a period ended");
+    assert_eq!(op.in_flight_milli, N_STAR * 1000);
+    let c_star: u64 = got.iter().sum();
+    assert!(
+        op.rate.abs_diff(c_star) <= c_star / 100,
+        "C* {} vs {c_star}",
+        op.rate
+    );
+    for (i, h) in stats.hosts.iter().enumerate() {
+        let e = h.entitlement.expect("a period ended");
+        println!("{}: {e:?}", h.host_nqn);
+        assert_eq!(e.contending, i > 0, "{}: {e:?}", h.host_nqn);
+        if e.contending {
+            let want = (want[i] * op.rate as f64) as u64;
+            assert!(
+                e.entitled.abs_diff(want) <= want / 20 && e.shortfall <= e.entitled / 10,
+                "{}: {e:?}, its part of C* {want}",
+                h.host_nqn
+            );
+        }
+    }
     assert!(
         hs[3].ch.held() >= 55,
         "the QD-64 host keeps about 64 - 4 held: {}",

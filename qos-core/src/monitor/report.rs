@@ -394,7 +394,15 @@ fn per_second(ops_per_period: u64, period: Nanos) -> u64 {
 /// cap: its limit, and while it contends what its commands at the target can carry at
 /// the pipeline's latency, else what it achieved) and its report so far, from its last
 /// ended period.
-fn host_claim(h: &HostEntry, latency: u128, period: Nanos) -> (Claimant, Entitlement) {
+/// Over the hosts' circulation (`circulation`), what a contending host can carry is
+/// what it circulates (`HostEntry::circulation_seen`) at the circulating pipeline's
+/// latency, not what it had at the target.
+fn host_claim(
+    h: &HostEntry,
+    latency: u128,
+    period: Nanos,
+    circulation: bool,
+) -> (Claimant, Entitlement) {
     let w = &h.window;
     let ticks = w.ticks.max(1) as u128;
     let at_base = w.service_ns as u128 * 1000 / period.0.max(1) as u128;
@@ -403,7 +411,12 @@ fn host_claim(h: &HostEntry, latency: u128, period: Nanos) -> (Claimant, Entitle
     // The limit in effect: the burst rate while the host bursts.
     let limit = per_second(h.limit()[BudgetClass::Total as usize].ops, period);
     let cap = if w.contending() {
-        let by_depth = at_target * 1_000_000 / latency;
+        let carried = if circulation {
+            h.circulation_seen() as u128 * 1000
+        } else {
+            at_target
+        };
+        let by_depth = carried * 1_000_000 / latency;
         limit.min(by_depth.min(u64::MAX as u128) as u64)
     } else {
         achieved
@@ -436,14 +449,14 @@ fn host_claim(h: &HostEntry, latency: u128, period: Nanos) -> (Claimant, Entitle
 fn entitlements(
     m: &Members,
     op: &OperatingPoint,
-    flat: bool,
+    (flat, circulation): (bool, bool),
     period: Nanos,
 ) -> Vec<Option<Entitlement>> {
     let latency = op.latency.0.max(1) as u128;
     let reports: Vec<(Claimant, Entitlement)> = m
         .hosts
         .iter()
-        .map(|h| host_claim(h, latency, period))
+        .map(|h| host_claim(h, latency, period, circulation))
         .collect();
     // The domain's claimants: hosts without a group, then the groups (each capped at
     // what its hosts can take together).
@@ -527,11 +540,14 @@ impl Monitor {
     pub fn stats_of(&self, now: Nanos, only: Option<&str>) -> DomainStats {
         let elapsed = now.saturating_sub(self.period_start).min(self.cfg.period);
         let m = &self.members;
-        let op = self.depth.operating_point(now, self.cfg.operating_target());
         let curve = self.depth.curve(now);
+        let circulation = self.circulation_point(&curve);
+        let op =
+            circulation.or_else(|| self.depth.operating_point(now, self.cfg.operating_target()));
         let entitled = op.as_ref().map(|op| {
-            let flat = crate::depth::saturated(&curve, op);
-            entitlements(m, op, flat, self.cfg.period)
+            // Over circulation the target ran at N* all period: C* is what it did.
+            let flat = circulation.is_some() || crate::depth::saturated(&curve, op);
+            entitlements(m, op, (flat, circulation.is_some()), self.cfg.period)
         });
         let hosts = m
             .hosts
@@ -573,6 +589,35 @@ impl Monitor {
             hosts,
             groups,
         }
+    }
+
+    /// Over the hosts' circulation (`operating_point` with `operating_in_flight`,
+    /// issue 39): the operating point the hosts ran at in the last ended period, N\*
+    /// commands circulating at C\* = what the target completed then, L\* = N\* / C\*
+    /// (Little's law). `None` in the other modes, and before a period with work ended.
+    fn circulation_point(&self, curve: &[CurvePoint]) -> Option<OperatingPoint> {
+        let crate::depth::OperatingTarget::InFlight(n_star) = self.cfg.operating_target() else {
+            return None;
+        };
+        if self.cfg.sharing != ExcessSharing::OperatingPoint {
+            return None;
+        }
+        let done: u64 = self
+            .members
+            .hosts
+            .iter()
+            .map(|h| h.window.completed_ops)
+            .sum();
+        let rate = per_second(done, self.cfg.period);
+        if rate == 0 {
+            return None;
+        }
+        Some(OperatingPoint {
+            in_flight_milli: n_star,
+            rate,
+            max_rate: curve.last().map_or(rate, |p| p.rate.max(rate)),
+            latency: Nanos((n_star as u128 * 1_000_000 / rate as u128) as u64),
+        })
     }
 
     /// History of `nqn`'s past periods, oldest first.
