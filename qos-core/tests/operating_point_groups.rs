@@ -1,7 +1,8 @@
 //! Tenant groups under admission by concurrency (`operating_point`, issue 26): on a
 //! fluid target with a depth curve, saturated by closed-loop hosts, a group's hosts
 //! split its weight by theirs, the group never goes above its limit, and it gets its
-//! reservation together.
+//! reservation together; each also over the hosts' circulation (issue 39: the group
+//! nested in the hold targets).
 
 mod fluid;
 
@@ -16,8 +17,20 @@ const PERIODS: u64 = 6;
 /// Adds `group`, then each host `(config, queue depth)`; serves them for the warm-up
 /// and [`PERIODS`] periods, and returns each host's completions per judged period.
 fn run(group: GroupConfig, hosts: Vec<(HostConfig, u32)>) -> (Vec<Vec<u64>>, f64) {
+    run_at(group, hosts, None)
+}
+
+/// [`run`] with the operating point over the hosts' circulation at `n_star` commands
+/// (issue 39) instead of η on the curve at the base.
+fn run_at(
+    group: GroupConfig,
+    hosts: Vec<(HostConfig, u32)>,
+    n_star: Option<u64>,
+) -> (Vec<Vec<u64>>, f64) {
     let t0 = Nanos::from_secs(1);
-    let mut m = Monitor::new(domain(ExcessSharing::OperatingPoint), t0).unwrap();
+    let mut cfg = domain(ExcessSharing::OperatingPoint);
+    cfg.operating_in_flight_milli = n_star.map(|n| n * 1000);
+    let mut m = Monitor::new(cfg, t0).unwrap();
     m.add_group(group, t0).unwrap();
     let mut served: Vec<Host> = hosts
         .into_iter()
@@ -69,14 +82,33 @@ fn host(nqn: &str, weight: u32) -> HostConfig {
 
 #[test]
 fn a_group_s_hosts_split_its_weighted_share_by_their_weights() {
+    split_by_weight(None);
+}
+
+#[test]
+fn over_circulation_a_group_s_hosts_split_its_weighted_share_by_their_weights() {
+    // N* = 40 of the 96 commands: g and c 20 each, a 5 and b 15.
+    split_by_weight(Some(40));
+}
+
+/// The fluid target's rate with `n` commands at its base.
+fn fluid_rate(n: u64) -> f64 {
+    fluid::T_MAX * n as f64 / (n as f64 + fluid::HALF_DEPTH)
+}
+
+fn split_by_weight(n_star: Option<u64>) {
     // g (weight 1): a (weight 1) and b (weight 3); c alone (weight 1). All at QD 32:
     // g and c get half each, a an eighth, b three eighths.
     let mut c = HostConfig::new("c");
     c.weight = 1;
-    let (got, c_star) = run(
+    let (got, c_star) = run_at(
         GroupConfig::new("g"),
         vec![(host("a", 1), 32), (host("b", 3), 32), (c, 32)],
+        n_star,
     );
+    // Over circulation the report's C* is what the target did; judge the total
+    // against what the fluid target does at N*.
+    let c_star = n_star.map_or(c_star, fluid_rate);
     let all = total(&got);
     for p in 0..PERIODS as usize {
         let t = all[p] as f64;
@@ -101,6 +133,15 @@ fn a_group_s_hosts_split_its_weighted_share_by_their_weights() {
 
 #[test]
 fn a_group_never_goes_above_its_limit_and_the_others_take_the_rest() {
+    group_limit(None);
+}
+
+#[test]
+fn over_circulation_a_group_never_goes_above_its_limit_and_the_others_take_the_rest() {
+    group_limit(Some(40));
+}
+
+fn group_limit(n_star: Option<u64>) {
     // g (weight 3, limit 60 K) would get three quarters of the target by weight.
     let limit = 60_000;
     let group = GroupConfig {
@@ -108,14 +149,16 @@ fn a_group_never_goes_above_its_limit_and_the_others_take_the_rest() {
         weight: 3,
         ..GroupConfig::new("g")
     };
-    let (got, c_star) = run(
+    let (got, c_star) = run_at(
         group,
         vec![
             (host("a", 1), 32),
             (host("b", 1), 32),
             (HostConfig::new("c"), 32),
         ],
+        n_star,
     );
+    let c_star = n_star.map_or(c_star, fluid_rate);
     let (g, all) = (together(&got, &[0, 1]), total(&got));
     println!("group per period {g:?}, total {all:?}");
     for p in 0..PERIODS as usize {
@@ -136,6 +179,15 @@ fn a_group_never_goes_above_its_limit_and_the_others_take_the_rest() {
 
 #[test]
 fn a_group_gets_its_reservation_together_beside_a_heavier_host() {
+    group_reservation(None);
+}
+
+#[test]
+fn over_circulation_a_group_gets_its_reservation_together_beside_a_heavier_host() {
+    group_reservation(Some(40));
+}
+
+fn group_reservation(n_star: Option<u64>) {
     // g (weight 1, reservation 90 K of the ~190 K the target does) against c (weight
     // 8): by weight g would get a ninth. b has 10 K of its own inside g's 90 K.
     let reservation = 90_000;
@@ -145,14 +197,16 @@ fn a_group_gets_its_reservation_together_beside_a_heavier_host() {
     };
     let mut c = HostConfig::new("c");
     c.weight = 8;
-    let (got, c_star) = run(
+    let (got, c_star) = run_at(
         group,
         vec![
             (host("a", 1), 32),
             (host("b", 1).with_reservation(Rate::iops(10_000)), 32),
             (c, 64),
         ],
+        n_star,
     );
+    let c_star = n_star.map_or(c_star, fluid_rate);
     let (g, all) = (together(&got, &[0, 1]), total(&got));
     println!("group per period {g:?}, total {all:?}");
     for p in 0..PERIODS as usize {

@@ -89,6 +89,7 @@ pub(crate) struct OperatingPoint {
     census_at: Nanos,
     /// Over circulation: the hosts' claims on N* and their hold targets (reused).
     claims: Vec<CirculationClaim>,
+    group_claims: Vec<GroupClaim>,
     parts: Vec<u64>,
     /// Whether the window is over the hosts' circulation (the operating point given
     /// as commands in circulation), as of the last check interval.
@@ -317,12 +318,27 @@ impl OperatingPoint {
         self.claims.extend(hosts.iter().map(|h| CirculationClaim {
             weight: u64::from(h.cfg.weight.max(1)),
             reservation_ops: h.budgets.reservation_total().ops,
+            limit_ops: h.limit()[crate::config::BudgetClass::Total as usize].ops,
             seen: h.circulation_seen(),
+            group: h.group,
         }));
+        self.group_claims.clear();
+        self.group_claims
+            .extend(iv.members.groups.iter().map(|g| GroupClaim {
+                weight: u64::from(g.budgets.weight.max(1)),
+                reservation_ops: g.budgets.reservation.ops,
+                limit_ops: g.budgets.limit.ops,
+            }));
+        // C, to turn rates into commands at N*: what the target did at N* in the last
+        // ended period (the capacity estimate before one has, or with no work in it;
+        // a hint far above what the target does would cap a limit at too few
+        // commands).
+        let done: u64 = hosts.iter().map(|h| h.window.completed_ops).sum();
+        let rate_ops = if done > 0 { done } else { iv.budget.ops };
         hold_targets(
             q.div_ceil(1000),
-            iv.budget.ops,
-            &self.claims,
+            rate_ops,
+            (&self.claims, &self.group_claims),
             &mut self.parts,
         );
         for (h, &t) in hosts.iter().zip(&self.parts) {
@@ -356,36 +372,128 @@ pub(crate) fn hold_bound(held: u64, completed_ops: u64, period: Nanos) -> Nanos 
 }
 
 /// A host's claim on the circulation N*: its weight, its reservation (operations per
-/// period) and the commands it circulates as far as the target saw.
+/// period), the commands it circulates as far as the target saw, and its tenant group.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct CirculationClaim {
     pub(crate) weight: u64,
     pub(crate) reservation_ops: u64,
+    /// Its limit, operations per period ([`UNLIMITED`]: none).
+    pub(crate) limit_ops: u64,
     pub(crate) seen: u64,
+    pub(crate) group: Option<usize>,
+}
+
+/// [`entitle`] in whole commands: the units its rounding down leaves (at most one per
+/// claimant) go to the claimants below their caps, the least served per unit of weight
+/// first, so the parts add up to `min(pot, Σ caps)` (a command lost to rounding would
+/// be one more held: a host of weight 1 among 4 with 4 commands of N* got 0).
+fn entitle_commands(pot: u64, claims: &[Claimant], out: &mut [u64]) {
+    entitle(pot, claims, out);
+    let caps = claims.iter().map(|c| c.cap).fold(0, u64::saturating_add);
+    let mut left = pot.min(caps).saturating_sub(out.iter().sum());
+    if left == 0 {
+        return;
+    }
+    let mut order: Vec<usize> = (0..claims.len()).collect();
+    // The least served per unit of weight first.
+    order.sort_by_key(|&i| ordered_share(claims[i].weight.max(1), out[i]));
+    while left > 0 {
+        let before = left;
+        for &i in &order {
+            if left > 0 && out[i] < claims[i].cap {
+                out[i] += 1;
+                left -= 1;
+            }
+        }
+        if left == before {
+            break;
+        }
+    }
+}
+
+/// A sort key that orders claimants by `out / weight` (fixed point, 2^20 per unit).
+fn ordered_share(weight: u64, out: u64) -> u128 {
+    ((out as u128) << 20) / weight as u128
+}
+
+/// A tenant group's claim on N*: its weight and reservation (operations per period);
+/// it can take what its hosts circulate together.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct GroupClaim {
+    pub(crate) weight: u64,
+    pub(crate) reservation_ops: u64,
+    /// Its limit, operations per period ([`UNLIMITED`]: none).
+    pub(crate) limit_ops: u64,
 }
 
 /// Each host's hold target `seen - n_i*` into `out`: N* (`n_star` commands) split by
-/// [`entitle`], a reservation first as the commands it needs at the period's estimate
-/// (`budget_ops` per period: `r_i N* / C`, Little's law at the operating point), the
-/// rest by weight, each host capped at what it circulates.
+/// [`entitle`], a reservation first as the commands it needs at the target's rate
+/// (`rate_ops` per period: `r_i N* / C`, Little's law at the operating point), the
+/// rest by weight, each host capped at what it circulates and at what its limit needs
+/// (`l_i N* / C`: what a limit leaves unused goes to the others). Tenant groups nest,
+/// as in the entitlement report: a group is one claimant beside the lone hosts (its
+/// weight, its reservation, capped at its hosts' circulation together and at its
+/// limit), and its part is split among its hosts the same way.
 pub(crate) fn hold_targets(
     n_star: u64,
-    budget_ops: u64,
-    claims: &[CirculationClaim],
+    rate_ops: u64,
+    (claims, groups): (&[CirculationClaim], &[GroupClaim]),
     out: &mut Vec<u64>,
 ) {
-    let budget = budget_ops.max(1);
-    let parts: Vec<Claimant> = claims
+    let rate = rate_ops.max(1);
+    let commands = |ops: u64| mul_div_ceil(ops, n_star, rate);
+    let limited = |limit_ops: u64| {
+        if limit_ops == UNLIMITED {
+            u64::MAX
+        } else {
+            commands(limit_ops)
+        }
+    };
+    let host = |c: &CirculationClaim| Claimant {
+        weight: c.weight.max(1),
+        reservation: commands(c.reservation_ops),
+        cap: c.seen.min(limited(c.limit_ops)),
+    };
+    // The top level: lone hosts, then the groups.
+    let mut top: Vec<Claimant> = claims
         .iter()
-        .map(|c| Claimant {
-            weight: c.weight.max(1),
-            reservation: mul_div_ceil(c.reservation_ops, n_star, budget),
-            cap: c.seen,
-        })
+        .filter(|c| c.group.is_none())
+        .map(host)
         .collect();
+    let lone = top.len();
+    top.extend(groups.iter().enumerate().map(|(g, gc)| {
+        Claimant {
+            weight: gc.weight.max(1),
+            reservation: commands(gc.reservation_ops),
+            cap: claims
+                .iter()
+                .filter(|c| c.group == Some(g))
+                .map(|c| host(c).cap)
+                .fold(0, u64::saturating_add)
+                .min(limited(gc.limit_ops)),
+        }
+    }));
+    let mut top_out = vec![0; top.len()];
+    entitle_commands(n_star, &top, &mut top_out);
     out.clear();
     out.resize(claims.len(), 0);
-    entitle(n_star, &parts, out);
+    let mut lone_parts = top_out[..lone].iter();
+    for (o, c) in out.iter_mut().zip(claims) {
+        if c.group.is_none() {
+            *o = *lone_parts.next().expect("one part per lone host");
+        }
+    }
+    for (g, &pot) in top_out[lone..].iter().enumerate() {
+        let members: Vec<usize> = (0..claims.len())
+            .filter(|&i| claims[i].group == Some(g))
+            .collect();
+        let parts: Vec<Claimant> = members.iter().map(|&i| host(&claims[i])).collect();
+        let mut got = vec![0; parts.len()];
+        entitle_commands(pot, &parts, &mut got);
+        for (&i, n) in members.iter().zip(got) {
+            out[i] = n;
+        }
+    }
     for (o, c) in out.iter_mut().zip(claims) {
         *o = c.seen.saturating_sub(*o);
     }
@@ -552,6 +660,8 @@ mod tests {
     #[test]
     fn hold_targets_split_the_circulation_by_weight_within_what_each_host_circulates() {
         let claim = |weight, seen| CirculationClaim {
+            group: None,
+            limit_ops: UNLIMITED,
             weight,
             reservation_ops: 0,
             seen,
@@ -560,7 +670,7 @@ mod tests {
         // theirs (their weighted parts are above their depths); 62 left split 2:1.
         let claims = [claim(4, 16), claim(3, 32), claim(2, 48), claim(1, 64)];
         let mut out = Vec::new();
-        hold_targets(110, 1000, &claims, &mut out);
+        hold_targets(110, 1000, (&claims, &[]), &mut out);
         let parts: Vec<u64> = claims.iter().zip(&out).map(|(c, t)| c.seen - t).collect();
         assert_eq!(parts.iter().sum::<u64>(), 110);
         assert_eq!(&parts[..2], &[16, 32]);
@@ -569,7 +679,7 @@ mod tests {
             "{parts:?}"
         );
         // Nothing to hold when the hosts circulate no more than N*.
-        hold_targets(200, 1000, &claims, &mut out);
+        hold_targets(200, 1000, (&claims, &[]), &mut out);
         assert_eq!(out, [0, 0, 0, 0]);
         // A reservation is a floor in commands: 300 of a 1,000-op period at N* = 100 is
         // 30 commands, above what weight 1 of 10 would give.
@@ -577,12 +687,79 @@ mod tests {
             CirculationClaim {
                 weight: 1,
                 reservation_ops: 300,
+                limit_ops: UNLIMITED,
                 seen: 64,
+                group: None,
             },
             claim(9, 100),
         ];
-        hold_targets(100, 1000, &claims, &mut out);
+        hold_targets(100, 1000, (&claims, &[]), &mut out);
         assert_eq!(out, [34, 30], "30 and 70 of N*: 34 and 30 held");
+        // A group of weight 1 (hosts of weight 1 and 3) beside a lone host of weight 1,
+        // everybody at QD 64, N* = 40: the group gets 20 and splits it 5 / 15.
+        let member = |weight, group| CirculationClaim {
+            weight,
+            reservation_ops: 0,
+            limit_ops: UNLIMITED,
+            seen: 64,
+            group,
+        };
+        let claims = [member(1, Some(0)), member(1, None), member(3, Some(0))];
+        let group = GroupClaim {
+            weight: 1,
+            reservation_ops: 0,
+            limit_ops: UNLIMITED,
+        };
+        hold_targets(40, 1000, (&claims, &[group]), &mut out);
+        assert_eq!(out, [64 - 5, 64 - 20, 64 - 15]);
+        // The group's reservation comes first: 300 of 1,000 ops at N* = 40 is 12
+        // commands for the group, more than weight alone gives it when the lone host
+        // weighs 9: 12 against 28, split 3 / 9 inside.
+        let claims = [member(1, Some(0)), member(9, None), member(3, Some(0))];
+        let group = GroupClaim {
+            weight: 1,
+            reservation_ops: 300,
+            limit_ops: UNLIMITED,
+        };
+        hold_targets(40, 1000, (&claims, &[group]), &mut out);
+        assert_eq!(out, [64 - 3, 64 - 28, 64 - 9]);
+        // Its limit caps it: 100 of 1,000 ops is 4 commands (1 / 3 inside); the lone
+        // host takes the rest of N*.
+        let group = GroupClaim {
+            weight: 1,
+            reservation_ops: 0,
+            limit_ops: 100,
+        };
+        let claims = [member(1, Some(0)), member(1, None), member(3, Some(0))];
+        hold_targets(40, 1000, (&claims, &[group]), &mut out);
+        assert_eq!(out, [64 - 1, 64 - 36, 64 - 3]);
+    }
+
+    proptest::proptest! {
+        /// Whole commands: N* is handed out in full (up to what the claimants can
+        /// take), nobody above its cap, and never less than `entitle` gave.
+        #[test]
+        fn whole_commands_add_up_to_n_star(
+            pot in 0u64..400,
+            claims in proptest::collection::vec((1u64..20, 0u64..30, 0u64..130), 1..12),
+        ) {
+            let claims: Vec<Claimant> = claims
+                .into_iter()
+                .map(|(weight, reservation, cap)| Claimant { weight, reservation, cap })
+                .collect();
+            let mut plain = vec![0; claims.len()];
+            entitle(pot, &claims, &mut plain);
+            let mut whole = vec![0; claims.len()];
+            entitle_commands(pot, &claims, &mut whole);
+            let floors: u64 = claims.iter().map(|c| c.reservation.min(c.cap)).sum();
+            let caps: u64 = claims.iter().map(|c| c.cap).sum();
+            if floors < pot.min(caps) {
+                proptest::prop_assert_eq!(whole.iter().sum::<u64>(), pot.min(caps));
+            }
+            for ((w, p), c) in whole.iter().zip(&plain).zip(&claims) {
+                proptest::prop_assert!(w >= p && *w <= c.cap.max(*p));
+            }
+        }
     }
 
     /// The target `800 K q / (q + 15)` with `q` commands in flight: one depth sample.
