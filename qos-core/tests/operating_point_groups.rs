@@ -15,13 +15,9 @@ const WARMUP: u64 = 2;
 const PERIODS: u64 = 6;
 
 /// Adds `group`, then each host `(config, queue depth)`; serves them for the warm-up
-/// and [`PERIODS`] periods, and returns each host's completions per judged period.
-fn run(group: GroupConfig, hosts: Vec<(HostConfig, u32)>) -> (Vec<Vec<u64>>, f64) {
-    run_at(group, hosts, None)
-}
-
-/// [`run`] with the operating point over the hosts' circulation at `n_star` commands
-/// (issue 39) instead of η on the curve at the base.
+/// and [`PERIODS`] periods, and returns each host's completions per judged period and
+/// the report's C\*. The operating point is η on the curve at the base, or over the
+/// hosts' circulation at `n_star` commands (issue 39).
 fn run_at(
     group: GroupConfig,
     hosts: Vec<(HostConfig, u32)>,
