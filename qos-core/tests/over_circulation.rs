@@ -7,7 +7,7 @@
 
 mod fluid;
 
-use fluid::{Host, domain, serve};
+use fluid::{Host, domain, serve, serve_skewed};
 use qos_core::{ExcessSharing, HostConfig, Monitor, Nanos, TargetChannel};
 
 /// Commands in circulation the operating point allows (N*).
@@ -129,4 +129,38 @@ fn a_stopped_host_s_last_commands_go_within_the_bound() {
         0,
         "held after it stopped, per ms: {left:?}"
     );
+}
+
+#[test]
+fn shares_follow_the_split_when_a_host_s_own_commands_slow_it() {
+    // The target serves a host's commands at the base in proportion to their number to
+    // the power 0.7: a host with few commands outside QoS gets more per command than
+    // one with many, as on NVMe/TCP. The correction of the parts puts the shares back:
+    // without it the held hosts split 0.45 / 0.34 / 0.21 instead of 3 : 2 : 1.
+    let t0 = Nanos::from_secs(1);
+    let mut m = monitor(t0);
+    let mut hs = hosts(&mut m, t0, &[(4, 16), (3, 32), (2, 48), (1, 64)]);
+    let counters: Vec<_> = hs
+        .iter_mut()
+        .map(|h| h.ch.tokens().host().clone())
+        .collect();
+    let done = |i: usize| counters[i].counters().completed_ios;
+    serve_skewed(&mut m, &mut hs, (1, 3), 0.7);
+    let before: Vec<u64> = (0..hs.len()).map(done).collect();
+    serve_skewed(&mut m, &mut hs, (4, 1), 0.7);
+    let got: Vec<u64> = (0..hs.len()).map(|i| done(i) - before[i]).collect();
+    let total: u64 = got.iter().sum();
+    let shares: Vec<f64> = got.iter().map(|&g| g as f64 / total as f64).collect();
+    let held: Vec<usize> = hs.iter().map(|h| h.ch.held()).collect();
+    println!("skewed: shares {shares:.3?}, held {held:?}");
+    // The QD-16 host's part is all its commands (never held): its depth is what limits
+    // it here (self-limited). The three held hosts split what they get 3 : 2 : 1.
+    let theirs: f64 = shares[1..].iter().sum();
+    for (i, w) in [(1, 0.5), (2, 1.0 / 3.0), (3, 1.0 / 6.0)] {
+        let s = shares[i] / theirs;
+        assert!(
+            (s - w).abs() <= 0.05 * w,
+            "host {i}: {s:.3} of the held hosts' total, its part is {w:.3} (shares {shares:.3?})"
+        );
+    }
 }

@@ -37,6 +37,30 @@ pub(crate) struct HostEntry {
     pub(crate) burst_seen_held: u64,
     /// The last ended period as the entitlement report reads it.
     pub(crate) window: Window,
+    /// Over the hosts' circulation: the correction of its part of N* (see
+    /// `sharing::operating_point`, "Shares by feedback").
+    pub(crate) circulation: CirculationFeedback,
+}
+
+/// Over the hosts' circulation, what the monitor corrects a host's part of N* by:
+/// Little's law splits N* by the commands each host keeps outside QoS, but a host's
+/// round trip grows with its own commands in flight (they queue behind each other in
+/// its connection), so the one-shot split favours the hosts with few.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CirculationFeedback {
+    /// Its weight's multiplier in the split, thousandths (1000: none).
+    pub(crate) gain_milli: u64,
+    /// Its completed work as of the last correction.
+    pub(crate) completed_at: u64,
+}
+
+impl Default for CirculationFeedback {
+    fn default() -> Self {
+        CirculationFeedback {
+            gain_milli: 1000,
+            completed_at: 0,
+        }
+    }
 }
 
 /// What a host did in the last ended period, for the entitlement report (issue 26):
@@ -284,6 +308,7 @@ impl HostEntry {
             },
             share: HostShare::default(),
             window: Window::default(),
+            circulation: CirculationFeedback::default(),
             burst,
             burst_seen,
             burst_seen_held: at_start.held_events,

@@ -57,26 +57,47 @@ pub fn serve_at(m: &mut Monitor, hosts: &mut [Host], (from, secs): (u64, u64), s
         hosts,
         Nanos::from_secs(from),
         Nanos::from_secs(secs),
-        speed,
+        (speed, 1.0),
+    );
+}
+
+/// [`serve`] on a target that serves a host's commands at the base in proportion to
+/// their number to the power `skew` (below 1: a host's commands queue behind each
+/// other, as in its NVMe/TCP connection, so a host with many gets less per command).
+pub fn serve_skewed(m: &mut Monitor, hosts: &mut [Host], (from, secs): (u64, u64), skew: f64) {
+    serve_span(
+        m,
+        hosts,
+        Nanos::from_secs(from),
+        Nanos::from_secs(secs),
+        (1.0, skew),
     );
 }
 
 /// [`serve`] from `t0` (a whole millisecond) for `len` (whole milliseconds).
 pub fn serve_for(m: &mut Monitor, hosts: &mut [Host], t0: Nanos, len: Nanos) {
-    serve_span(m, hosts, t0, len, 1.0);
+    serve_span(m, hosts, t0, len, (1.0, 1.0));
 }
 
-fn serve_span(m: &mut Monitor, hosts: &mut [Host], t0: Nanos, len: Nanos, speed: f64) {
+fn serve_span(
+    m: &mut Monitor,
+    hosts: &mut [Host],
+    t0: Nanos,
+    len: Nanos,
+    (speed, skew): (f64, f64),
+) {
     let steps_per_ms = 1_000_000 / STEP.0;
     for step in 1..=len.0 / STEP.0 {
         let now = t0.saturating_add(Nanos(step * STEP.0));
         let q: u32 = hosts.iter().map(|h| h.at_base).sum();
         let rate = speed * T_MAX * q as f64 / (q as f64 + HALF_DEPTH);
+        let part = |n: u32| (n as f64).powf(skew);
+        let parts: f64 = hosts.iter().map(|h| part(h.at_base)).sum();
         for h in hosts.iter_mut() {
             if h.at_base == 0 {
                 continue;
             }
-            h.carry += rate * STEP.0 as f64 / 1e9 * h.at_base as f64 / q as f64;
+            h.carry += rate * STEP.0 as f64 / 1e9 * part(h.at_base) / parts;
             // Every command at the base spent this step there.
             h.ch.tokens()
                 .record_service(Nanos(h.at_base as u64 * STEP.0));

@@ -36,7 +36,8 @@ impl HostLoad {
 
 /// The side-by-side test's hosts, by `QOS_IT_WORKLOAD` (issue 26's acceptance
 /// configurations): `four` (default: QD 16/32/48/64 4 KiB random reads, weights
-/// 4/3/2/1, reservations `default_res` %; `QOS_IT_QDS` and `QOS_IT_RES` apply), `eight`
+/// 4/3/2/1 or `QOS_IT_WEIGHTS`, reservations `default_res` %; `QOS_IT_QDS` and
+/// `QOS_IT_RES` apply), `eight`
 /// (QD 4 to 128, weights and reservations of the lab's `op-depth-8hosts`; eight
 /// `QOS_IT_RES` apply), `rw` (the
 /// four with 70/30 random reads and writes), `big` (the four, hosts 2 and 4 reading
@@ -44,9 +45,10 @@ impl HostLoad {
 pub fn side_by_side_workload(default_res: [u64; 4]) -> (String, Vec<HostLoad>) {
     let name = std::env::var("QOS_IT_WORKLOAD").unwrap_or_else(|_| "four".into());
     let four = |rw: &'static str, read_mix, big: bool| -> Vec<HostLoad> {
-        let (qds, res) = (
+        let (qds, res, weights) = (
             queue_depths([16, 32, 48, 64]),
             percents("QOS_IT_RES", &default_res),
+            weights([4, 3, 2, 1]),
         );
         (0..4)
             .map(|k| HostLoad {
@@ -54,7 +56,7 @@ pub fn side_by_side_workload(default_res: [u64; 4]) -> (String, Vec<HostLoad>) {
                 rw,
                 read_mix,
                 bs: if big && k % 2 == 1 { 128 * 1024 } else { 4096 },
-                weight: [4, 3, 2, 1][k],
+                weight: weights[k],
                 res_pct: res[k],
             })
             .collect()
@@ -90,6 +92,18 @@ pub fn side_by_side_workload(default_res: [u64; 4]) -> (String, Vec<HostLoad>) {
         other => panic!("QOS_IT_WORKLOAD={other:?}: give four, eight, rw or big"),
     };
     (name, loads)
+}
+
+/// The four hosts' weights: `default`, or `QOS_IT_WEIGHTS` (four numbers, commas).
+pub fn weights(default: [u32; 4]) -> [u32; 4] {
+    let Ok(v) = std::env::var("QOS_IT_WEIGHTS") else {
+        return default;
+    };
+    let w: Vec<u32> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+    match <[u32; 4]>::try_from(w) {
+        Ok(w) if w.iter().all(|&x| (1..=1000).contains(&x)) => w,
+        _ => panic!("QOS_IT_WEIGHTS={v:?}: give four weights 1..=1000, e.g. 1,1,4,8"),
+    }
 }
 
 /// The four hosts' queue depths: `default`, or `QOS_IT_QDS` (four numbers, commas).

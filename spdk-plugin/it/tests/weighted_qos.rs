@@ -32,7 +32,8 @@
 //! `QOS_IT_SHARING=first_come` runs them with Haechi's first-come pool instead,
 //! `QOS_IT_PROFILE=F` configures the domain at F times the bare total (default 0.9;
 //! `QOS_IT_CAPACITY=none` gives it no capacity: it learns it from the target),
-//! `QOS_IT_QDS=a,b,c,d` sets the weighted test's four queue depths, `QOS_IT_ESTIMATOR=0`
+//! `QOS_IT_QDS=a,b,c,d` sets the weighted test's four queue depths (`QOS_IT_WEIGHTS=a,b,c,d`
+//! the side-by-side test's four weights), `QOS_IT_ESTIMATOR=0`
 //! turns the capacity estimator off (the domain then stays at its configured capacity),
 //! `QOS_IT_ESTIMATOR_HOLD=N` sets the estimator's hold band (thousandths; 0 = none),
 //! `QOS_IT_CHECK_US=N` the domain's check interval (default 1000 us),

@@ -89,6 +89,9 @@ pub(crate) struct OperatingPoint {
     census_at: Nanos,
     /// Over circulation: the hosts' claims on N* and their hold targets (reused).
     claims: Vec<CirculationClaim>,
+    uncorrected: Vec<CirculationClaim>,
+    /// When the hosts' parts were last corrected by what they got.
+    corrected_at: Nanos,
     group_claims: Vec<GroupClaim>,
     parts: Vec<u64>,
     /// Whether the window is over the hosts' circulation (the operating point given
@@ -299,7 +302,7 @@ impl OperatingPoint {
     /// order of tags is needed, and the target runs at N*. Returns whether the window
     /// is over circulation (`false` for the other operating targets: W counts commands
     /// at the base).
-    fn hold_targets(&mut self, iv: &Interval<'_>) -> bool {
+    fn hold_targets(&mut self, iv: &mut Interval<'_>) -> bool {
         let OperatingTarget::InFlight(q) = iv.cfg.operating_target() else {
             return false;
         };
@@ -321,6 +324,7 @@ impl OperatingPoint {
             limit_ops: h.limit()[crate::config::BudgetClass::Total as usize].ops,
             seen: h.circulation_seen(),
             group: h.group,
+            gain_milli: h.circulation.gain_milli,
         }));
         self.group_claims.clear();
         self.group_claims
@@ -335,12 +339,17 @@ impl OperatingPoint {
         // commands).
         let done: u64 = hosts.iter().map(|h| h.window.completed_ops).sum();
         let rate_ops = if done > 0 { done } else { iv.budget.ops };
+        let n_star = q.div_ceil(1000);
         hold_targets(
-            q.div_ceil(1000),
+            n_star,
             rate_ops,
             (&self.claims, &self.group_claims),
             &mut self.parts,
         );
+        if iv.now.saturating_sub(self.corrected_at) >= CORRECT_EVERY {
+            self.correct(iv, n_star, rate_ops);
+        }
+        let hosts = &iv.members.hosts;
         for (h, &t) in hosts.iter().zip(&self.parts) {
             h.shared.window.set_hold_target(t);
             h.shared
@@ -348,6 +357,79 @@ impl OperatingPoint {
                 .set_hold_for(hold_bound(t, h.window.completed_ops, iv.cfg.period));
         }
         true
+    }
+}
+
+/// How often the hosts' parts of N* are corrected by what they got (several thousand
+/// completions of a small host at these rates: a share to about 2 %).
+const CORRECT_EVERY: Nanos = Nanos::from_millis(100);
+/// A part's correction stays within these multiples of its weight (thousandths).
+const GAIN_MIN: u64 = 250;
+const GAIN_MAX: u64 = 4000;
+
+impl OperatingPoint {
+    /// **Shares by feedback.** Little's law splits N* by the commands each host keeps
+    /// outside QoS, assuming every host's commands take the same round trip; on NVMe/TCP
+    /// a host's round trip grows with its own commands in flight (they queue behind
+    /// each other in its connection), so hosts with few got up to 30 % more than their
+    /// part, hosts with many up to 20 % less (docs/benchmarks.md). Every
+    /// [`CORRECT_EVERY`], among the hosts held (their part below what they circulate),
+    /// each one's weight in the split is multiplied by the square root of (its part of
+    /// their uncorrected split) / (its part of what they completed), the multipliers
+    /// kept at a mean of one over them, within [`GAIN_MIN`]..=[`GAIN_MAX`]: a fixed
+    /// point where the held hosts' completions split as their uncorrected parts do.
+    /// Hosts not held keep no correction (QoS does not hold them: self-limited).
+    fn correct(&mut self, iv: &mut Interval<'_>, n_star: u64, rate_ops: u64) {
+        let first = self.corrected_at == Nanos::ZERO;
+        self.corrected_at = iv.now;
+        // The split without corrections: what each host is entitled to.
+        self.uncorrected.clear();
+        self.uncorrected
+            .extend(self.claims.iter().map(|c| CirculationClaim {
+                gain_milli: 1000,
+                ..*c
+            }));
+        let mut plain = Vec::new();
+        hold_targets(
+            n_star,
+            rate_ops,
+            (&self.uncorrected, &self.group_claims),
+            &mut plain,
+        );
+        let hosts = &mut iv.members.hosts;
+        let mut held: Vec<(usize, u64, u64)> = Vec::new();
+        for (i, h) in hosts.iter_mut().enumerate() {
+            let done_now = h.shared.completed_work_and_service().0;
+            let done = done_now.saturating_sub(h.circulation.completed_at);
+            h.circulation.completed_at = done_now;
+            let entitled = self.claims[i].seen.saturating_sub(plain[i]);
+            if self.parts[i] > 0 && done > 0 && entitled > 0 {
+                held.push((i, entitled, done));
+            } else {
+                h.circulation.gain_milli = 1000;
+            }
+        }
+        if first || held.len() < 2 {
+            for &(i, ..) in &held {
+                hosts[i].circulation.gain_milli = 1000;
+            }
+            return;
+        }
+        let (want, got) = held
+            .iter()
+            .fold((0u64, 0u64), |(w, g), &(_, e, d)| (w + e, g + d));
+        let mut gains: Vec<f64> = held
+            .iter()
+            .map(|&(i, e, d)| {
+                let ratio = (e as f64 / want as f64) / (d as f64 / got as f64);
+                hosts[i].circulation.gain_milli as f64 * ratio.sqrt()
+            })
+            .collect();
+        let mean = gains.iter().sum::<f64>() / gains.len() as f64;
+        for ((i, ..), g) in held.iter().zip(&mut gains) {
+            *g = (*g * 1000.0 / mean).clamp(GAIN_MIN as f64, GAIN_MAX as f64);
+            hosts[*i].circulation.gain_milli = *g as u64;
+        }
     }
 }
 
@@ -381,6 +463,9 @@ pub(crate) struct CirculationClaim {
     pub(crate) limit_ops: u64,
     pub(crate) seen: u64,
     pub(crate) group: Option<usize>,
+    /// Its weight's (and reservation's) correction, thousandths (see
+    /// `OperatingPoint::correct`).
+    pub(crate) gain_milli: u64,
 }
 
 /// [`entitle`] in whole commands: the units its rounding down leaves (at most one per
@@ -450,8 +535,8 @@ pub(crate) fn hold_targets(
         }
     };
     let host = |c: &CirculationClaim| Claimant {
-        weight: c.weight.max(1),
-        reservation: commands(c.reservation_ops),
+        weight: c.weight.max(1).saturating_mul(c.gain_milli.max(1)),
+        reservation: mul_div(commands(c.reservation_ops), c.gain_milli, 1000),
         cap: c.seen.min(limited(c.limit_ops)),
     };
     // The top level: lone hosts, then the groups.
@@ -463,7 +548,8 @@ pub(crate) fn hold_targets(
     let lone = top.len();
     top.extend(groups.iter().enumerate().map(|(g, gc)| {
         Claimant {
-            weight: gc.weight.max(1),
+            // In the hosts' unit: their weights carry their corrections (thousandths).
+            weight: gc.weight.max(1).saturating_mul(1000),
             reservation: commands(gc.reservation_ops),
             cap: claims
                 .iter()
@@ -532,7 +618,7 @@ impl SharingPolicy for OperatingPoint {
     /// behind its reservation, publishes each host's tag step (its weight, nested in
     /// its group's), advances V to the smallest tag of the hosts the window held, and
     /// sets the slack.
-    fn share(&mut self, iv: Interval<'_>) {
+    fn share(&mut self, mut iv: Interval<'_>) {
         self.hold_groups(&iv);
         let mut w = Waiting::default();
         for h in &iv.members.hosts {
@@ -555,7 +641,7 @@ impl SharingPolicy for OperatingPoint {
             }
         }
         let window = &iv.shared.window;
-        self.over_circulation = self.hold_targets(&iv);
+        self.over_circulation = self.hold_targets(&mut iv);
         window.set_over_circulation(self.over_circulation);
         if let Some(t) = w.min_tag {
             self.bound_ticks += 1;
@@ -660,6 +746,7 @@ mod tests {
     #[test]
     fn hold_targets_split_the_circulation_by_weight_within_what_each_host_circulates() {
         let claim = |weight, seen| CirculationClaim {
+            gain_milli: 1000,
             group: None,
             limit_ops: UNLIMITED,
             weight,
@@ -690,6 +777,7 @@ mod tests {
                 limit_ops: UNLIMITED,
                 seen: 64,
                 group: None,
+                gain_milli: 1000,
             },
             claim(9, 100),
         ];
@@ -698,6 +786,7 @@ mod tests {
         // A group of weight 1 (hosts of weight 1 and 3) beside a lone host of weight 1,
         // everybody at QD 64, N* = 40: the group gets 20 and splits it 5 / 15.
         let member = |weight, group| CirculationClaim {
+            gain_milli: 1000,
             weight,
             reservation_ops: 0,
             limit_ops: UNLIMITED,
