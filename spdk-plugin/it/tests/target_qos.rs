@@ -19,7 +19,8 @@
 //!    more than 1% (average over the window).
 //!
 //! The other tests check reconfiguration without disconnect, deletion and shutdown with
-//! held I/O, and the RPCs' refusals of bad input.
+//! held I/O, the RPCs' refusals of bad input, and that over the hosts' circulation a
+//! host that stops sending gets its held commands back within the bound on their wait.
 
 use std::time::{Duration, Instant};
 
@@ -855,4 +856,48 @@ fn the_target_learns_its_depth_curve() {
         (max as f64) <= 1.25 * best && (max as f64) >= 0.75 * best,
         "the curve's most ({max}) is not what perf measured at best ({best:.0})"
     );
+}
+
+/// Over the hosts' circulation (issue 39: `operating_point` with
+/// `operating_in_flight_milli`), a host keeps the commands beyond its part of N* held,
+/// one in, one out at its arrivals. When it stops sending (the end of `spdk_nvme_perf`'s
+/// run) no arrival lets them go: each waits at most a few times its one-in-one-out wait
+/// (2-50 ms), not until the monitor stops seeing its circulation (a period or more,
+/// 500 ms here). One host at QD 64 with N* = 16: 48 held all along.
+#[test]
+fn over_circulation_a_host_that_stops_is_not_kept_waiting() {
+    let Some(s) =
+        setup_or_skip("target_qos::over_circulation_a_host_that_stops_is_not_kept_waiting")
+    else {
+        return;
+    };
+    let mut t = s.one_host_target(
+        120,
+        (131072, 512),
+        json!({"capacity_iops": 1_000_000, "period_ms": 500, "estimator": false,
+               "sharing": "operating_point", "operating_in_flight_milli": 16000}),
+        json!({}),
+    );
+    let started = Instant::now();
+    let r = s.perf(&s.perf_job(1, "randread", 4096, 64, 3)).wait();
+    let took = started.elapsed();
+    assert!(r.ok, "perf failed:\n{}", r.output);
+    let st = t.stats("d", 1);
+    let h = st.host(&host_nqn(1)).expect("host 1");
+    let over_100ms = st.held_longer_than(100_000_000);
+    println!(
+        "perf {:.0} IOPS in {took:?}; {} commands held ({} hold events), {} of them over 100 ms; \
+         held now {}",
+        r.iops, h.held_time.count, h.hold_events, over_100ms, h.held
+    );
+    assert!(
+        h.held_time.count > 1000,
+        "the mode held nothing: {} held commands",
+        h.held_time.count
+    );
+    assert_eq!(
+        over_100ms, 0,
+        "commands waited over 100 ms for arrivals that did not come"
+    );
+    assert_eq!(h.held, 0, "commands still held after the host stopped");
 }
