@@ -450,6 +450,14 @@ class QosCollector(Collector):
                       'operations per second (cost units)', ['domain']).add_metric([dom], op['max_ops_per_s'])
                 gauge('domain_operating_point_latency_seconds', 'Latency of a command at the operating point '
                       '(L* = Q* / C*)', ['domain']).add_metric([dom], op['latency_ns'] / 1e9)
+            circ = op.get('circulation')
+            if circ:
+                gauge('domain_circulation_commands', 'Over the hosts\' circulation: commands the hosts '
+                      'circulate as far as the target saw (N)', ['domain']).add_metric([dom], circ['commands'])
+                gauge('domain_circulation_hold_target', 'Over the hosts\' circulation: commands the hold '
+                      'targets keep held (H* = N - N*)', ['domain']).add_metric([dom], circ['hold_target'])
+                gauge('domain_circulation_held', 'Over the hosts\' circulation: commands held now, any '
+                      'reason', ['domain']).add_metric([dom], circ['held'])
             bounds = [b / 1e9 for b in d.get('held_time_bounds_ns') or []]
             for h in hosts:
                 lv = [dom, h.get('host_nqn', '')] + ([h.get('group') or ''] if with_group else [])

@@ -897,6 +897,21 @@ def _domain_mode(d):
     return ''
 
 
+def _circulation_line(d):
+    """Over the hosts' circulation (issue 39): `circulation: N commands, N* x at C* y/s
+    (L* z), hold target H*, held now h`; None in the other modes."""
+    op = d.get('operating_point') or {}
+    c = op.get('circulation')
+    if not c:
+        return None
+    point = ''
+    if op.get('in_flight') is not None:
+        point = ', N* %g at C* %s/s (L* %.0f us)' % (op['in_flight'], op.get('ops_per_s', '-'),
+                                                       (op.get('latency_ns') or 0) / 1e3)
+    return 'circulation: %s commands%s, hold target %s, held now %s' % (
+        c.get('commands', '-'), point, c.get('hold_target', '-'), c.get('held', '-'))
+
+
 def _print_stats_table(domains):
     if isinstance(domains, dict):
         domains = [domains]
@@ -908,6 +923,9 @@ def _print_stats_table(domains):
         print("domain %s: epoch %s, period %s (%s elapsed), capacity estimate %s per period, global available %s%s"
               % (d.get('name', '-'), d.get('epoch', '-'), _ms(d.get('period_ns')), _ms(d.get('elapsed_ns')),
                  _capacity_estimate(d), _fmt_amount(d.get('global_available')), _domain_mode(d)))
+        circulation = _circulation_line(d)
+        if circulation:
+            print('  ' + circulation)
         rows = [header] + [(h.get('host_nqn', '-'), _fmt_rates(h.get('min')), _fmt_rates(h.get('max')),
                             _fmt_amount(h.get('completed_this_period')),
                             _fmt_met(h.get('reservation_met_fraction')),

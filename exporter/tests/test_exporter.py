@@ -95,6 +95,8 @@ def test_target_metrics_names_labels_and_histogram(stub):
     assert value(m, 'nvmf_qos_domain_operating_point_ops_per_second', domain='d0') == 640_000
     assert value(m, 'nvmf_qos_domain_depth_curve_max_ops_per_second', domain='d0') == 655_000
     assert value(m, 'nvmf_qos_domain_operating_point_latency_seconds', domain='d0') == 150e-6
+    # Not over the hosts' circulation: no circulation series.
+    assert 'nvmf_qos_domain_circulation_commands' not in m
     # The histogram: one bucket per bound plus +Inf, cumulative, in seconds.
     buckets = [(lab['le'], v) for lab, v in m['nvmf_qos_host_held_seconds_bucket'] if lab['host_nqn'] == 'nqn.h1']
     assert len(buckets) == len(BOUNDS_NS) + 1
@@ -419,3 +421,15 @@ def test_requirements_are_pinned_and_the_lock_has_the_same_pins_with_hashes():
     assert {k: v for k, (v, _) in pinned.items()} == {k: v for k, (v, _) in locked.items()}
     for pkg, (_, hashes) in locked.items():
         assert hashes and all(len(h) == len('--hash=sha256:') + 64 for h in hashes), pkg
+
+
+def test_the_circulation_of_a_domain_over_it(stub):
+    """Over the hosts' circulation (issue 39) the domain's N, H* and held commands are
+    gauges."""
+    d = domain('d0', [])
+    d['operating_point']['circulation'] = {'commands': 160, 'hold_target': 50, 'held': 49}
+    s = stub({'qos_stats_get': [d]})
+    _, m = scrape(s.path)
+    assert value(m, 'nvmf_qos_domain_circulation_commands', domain='d0') == 160
+    assert value(m, 'nvmf_qos_domain_circulation_hold_target', domain='d0') == 50
+    assert value(m, 'nvmf_qos_domain_circulation_held', domain='d0') == 49

@@ -142,8 +142,8 @@ pub use ledger::{
     Admission, ChannelTokens, DomainShared, HoldCounts, HoldReason, HostShared, PeriodState,
 };
 pub use monitor::{
-    BurstStats, DomainStats, EstimatorRecord, GroupStats, HostStats, Monitor, PeriodRecord,
-    PeriodReport, Tick,
+    BurstStats, CirculationStats, DomainStats, EstimatorRecord, GroupStats, HostStats, Monitor,
+    PeriodRecord, PeriodReport, Tick,
 };
 pub use time::Nanos;
 pub use window::{HostWindow, WindowShared};

@@ -39,8 +39,8 @@ pub use membership::{
 };
 pub use outcome::{PeriodCounts, PeriodRecord};
 pub use report::{
-    BurstStats, DomainStats, ESTIMATOR_LOG_PERIODS, Entitlement, EstimatorRecord, GroupStats,
-    HISTORY_PERIODS, HostStats, PeriodReport,
+    BurstStats, CirculationStats, DomainStats, ESTIMATOR_LOG_PERIODS, Entitlement, EstimatorRecord,
+    GroupStats, HISTORY_PERIODS, HostStats, PeriodReport,
 };
 
 use crate::burst::BurstStep;

@@ -304,6 +304,11 @@ impl HostWindow {
     pub fn held(&self) -> u64 {
         self.held.load(Ordering::Relaxed)
     }
+    /// Over circulation: how many of its commands it keeps held (`u64::MAX` during a
+    /// census).
+    pub fn hold_target(&self) -> u64 {
+        self.hold_target.load(Ordering::Relaxed)
+    }
     /// The monitor: keep `n` of its commands held (over circulation).
     pub(crate) fn set_hold_target(&self, n: u64) {
         if self.hold_target.load(Ordering::Relaxed) != n {

@@ -139,6 +139,20 @@ def test_stats_table_says_when_the_domain_is_bypassed_or_paced(capsys):
         assert first.endswith('global available 120000 ops, 1000.0 MiB' + says), first
 
 
+def test_stats_table_shows_the_circulation_over_it(capsys):
+    op = {'by': {'in_flight': 110000}, 'efficiency_milli': 970, 'in_flight': 110.0, 'ops_per_s': 480000,
+          'max_ops_per_s': 517000, 'latency_ns': 229166, 'depth_curve': [],
+          'circulation': {'commands': 160, 'hold_target': 50, 'held': 49}}
+    run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': [dict(STATS[0], hosts=[], operating_point=op)]}))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == ('  circulation: 160 commands, N* 110 at C* 480000/s (L* 229 us), hold target 50, '
+                        'held now 49')
+    # Not over circulation (no `circulation`): no such line.
+    del op['circulation']
+    run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': [dict(STATS[0], hosts=[], operating_point=op)]}))
+    assert 'circulation' not in capsys.readouterr().out
+
+
 def test_stats_table_with_a_dry_run_client_prints_nothing(capsys):
     run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': None}))
     assert capsys.readouterr().out == ''

@@ -408,6 +408,9 @@ fn milli(v: u64) -> f64 {
 struct OperatingPointOut {
     /// `{"efficiency": milli}`, `{"in_flight": milli}` or `{"latency": ns}`.
     by: OperatingTarget,
+    /// Over the hosts' circulation only: N, H\* and what is held now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    circulation: Option<CirculationOut>,
     depth_curve: Vec<CurvePointOut>,
     efficiency_milli: u64,
     /// The point; absent before the curve has a sample.
@@ -424,6 +427,15 @@ struct PointOut {
     ops_per_s: u64,
 }
 
+/// Over the hosts' circulation (issue 39): the commands the hosts circulate as far as
+/// the target saw (N), what the hold targets keep held (H\*), what is held now.
+#[derive(Debug, Serialize)]
+struct CirculationOut {
+    commands: u64,
+    held: u64,
+    hold_target: u64,
+}
+
 /// One point of the depth curve.
 #[derive(Debug, Serialize)]
 struct CurvePointOut {
@@ -434,6 +446,11 @@ struct CurvePointOut {
 fn operating_point(s: &DomainStats) -> OperatingPointOut {
     OperatingPointOut {
         by: s.operating_target,
+        circulation: s.circulation.map(|c| CirculationOut {
+            commands: c.commands,
+            held: c.held,
+            hold_target: c.hold_target,
+        }),
         depth_curve: s
             .depth_curve
             .iter()

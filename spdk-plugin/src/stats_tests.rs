@@ -228,6 +228,7 @@ pub(crate) fn sample_domain() -> DomainStats {
             max_rate: 101_000,
             latency: Nanos(166_666),
         }),
+        circulation: None,
         depth_curve: vec![
             CurvePoint {
                 in_flight_milli: 1000,
@@ -297,6 +298,26 @@ pub(crate) fn sample_estimator_record() -> EstimatorRecord {
     }
 }
 
+/// The sample domain over the hosts' circulation (issue 39): N* = 110 given, the
+/// operating point the hosts ran at, and what the hold targets act on.
+fn over_circulation() -> DomainStats {
+    let mut s = sample_domain();
+    s.sharing = ExcessSharing::OperatingPoint;
+    s.operating_target = OperatingTarget::InFlight(110_000);
+    s.operating_point = Some(OperatingPoint {
+        in_flight_milli: 110_000,
+        rate: 480_000,
+        max_rate: 517_000,
+        latency: Nanos(229_166),
+    });
+    s.circulation = Some(qos_core::CirculationStats {
+        commands: 160,
+        hold_target: 50,
+        held: 49,
+    });
+    s
+}
+
 /// The parts of the answer that a monitor without I/O leaves out (the operating point,
 /// the entitlements, the bursts' credit, every counter above 0), from a domain with every
 /// field set.
@@ -318,6 +339,10 @@ fn every_part_of_a_full_domain_is_as_before() {
         (
             "operating_point",
             serde_json::to_string(&stats::operating_point(&s)),
+        ),
+        (
+            "operating_point_over_circulation",
+            serde_json::to_string(&stats::operating_point(&over_circulation())),
         ),
         ("groups", serde_json::to_string(&groups)),
         ("sharing", serde_json::to_string(&s.sharing)),
@@ -419,6 +444,7 @@ fn samples() -> Vec<(DomainStats, Vec<PeriodRecord>)> {
         (wide, sample_history()),
         (latency, sample_history()),
         (rates, sample_history()),
+        (over_circulation(), sample_history()),
         (empty, Vec::new()),
     ]
 }

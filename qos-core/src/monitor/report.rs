@@ -174,10 +174,23 @@ pub struct DomainStats {
     /// What placed the operating point: η, or the Q\* or L\* the domain gives instead.
     pub operating_target: crate::depth::OperatingTarget,
     pub operating_point: Option<OperatingPoint>,
+    /// Over the hosts' circulation (issue 39), what the hold targets act on now; `None`
+    /// in the other modes.
+    pub circulation: Option<CirculationStats>,
     /// The depth curve: commands in flight and operations per second there.
     pub depth_curve: Vec<CurvePoint>,
     pub hosts: Vec<HostStats>,
     pub groups: Vec<GroupStats>,
+}
+
+/// Over the hosts' circulation: the commands the hosts circulate as far as the target
+/// saw (N, each host's `at_target_peak` this period or the last), what the hold targets
+/// keep held (H\* = Σ h_i = Σ (N_i - n_i\*)), and what is held now (any reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CirculationStats {
+    pub commands: u64,
+    pub hold_target: u64,
+    pub held: u64,
 }
 
 /// Statistics of one tenant group.
@@ -542,6 +555,24 @@ impl Monitor {
         let m = &self.members;
         let curve = self.depth.curve(now);
         let circulation = self.circulation_point(&curve);
+        let circulating = self.circulation_point_on().then(|| {
+            m.hosts.iter().fold(
+                CirculationStats {
+                    commands: 0,
+                    hold_target: 0,
+                    held: 0,
+                },
+                |c, h| {
+                    let w = &h.shared.window;
+                    CirculationStats {
+                        commands: c.commands + h.circulation_seen(),
+                        // u64::MAX during a census: count what is held.
+                        hold_target: c.hold_target + w.hold_target().min(h.circulation_seen()),
+                        held: c.held + w.held(),
+                    }
+                },
+            )
+        });
         let op =
             circulation.or_else(|| self.depth.operating_point(now, self.cfg.operating_target()));
         let entitled = op.as_ref().map(|op| {
@@ -585,6 +616,7 @@ impl Monitor {
             efficiency_milli: self.cfg.efficiency_milli,
             operating_target: self.cfg.operating_target(),
             operating_point: op,
+            circulation: circulating,
             depth_curve: curve,
             hosts,
             groups,
@@ -599,7 +631,7 @@ impl Monitor {
         let crate::depth::OperatingTarget::InFlight(n_star) = self.cfg.operating_target() else {
             return None;
         };
-        if self.cfg.sharing != ExcessSharing::OperatingPoint {
+        if !self.circulation_point_on() {
             return None;
         }
         let done: u64 = self
@@ -618,6 +650,15 @@ impl Monitor {
             max_rate: curve.last().map_or(rate, |p| p.rate.max(rate)),
             latency: Nanos((n_star as u128 * 1_000_000 / rate as u128) as u64),
         })
+    }
+
+    /// The domain's operating point is over the hosts' circulation.
+    fn circulation_point_on(&self) -> bool {
+        self.cfg.sharing == ExcessSharing::OperatingPoint
+            && matches!(
+                self.cfg.operating_target(),
+                crate::depth::OperatingTarget::InFlight(_)
+            )
     }
 
     /// History of `nqn`'s past periods, oldest first.
