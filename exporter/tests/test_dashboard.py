@@ -37,6 +37,8 @@ def answers(t0=[None]):  # noqa: B006 - a clock shared by the callables
         h['burst'] = {'iops': 6000, 'mibps': None, 'seconds': 30, 'credit_seconds': 30 - n % 30,
                       'bursting': n % 2 == 0, 'bursting_periods': n // 100}
         d = domain('d0', [h])
+        # Over the hosts' circulation (the dashboard plots its hold target).
+        d['operating_point']['circulation'] = {'commands': 160, 'hold_target': 50, 'held': 49}
         # The estimator's log, which the exporter reads for the tick gap.
         d['estimator_periods'] = [{'epoch': 11, 'longest_tick_gap_ns': 1_200_000}]
         return [d]
