@@ -58,7 +58,9 @@
 //! the reservations are met from 2 periods on (reported; asserted under
 //! `NVMF_QOS_ACCEPTANCE=1`, as the machine's other load can take capacity away).
 //!
-//! `SOAK_SECS` sets the soak's length (default 60; `make soak` runs 600). Each test
+//! `SOAK_SECS` sets the soak's length (default 60; `make soak` runs 600);
+//! `SOAK_IN_FLIGHT=N` runs it over the hosts' circulation at N thousandths of a command
+//! (`operating_point`, issue 39) instead of weighted sharing. Each test
 //! prints `SKIPPED: ...` and passes when SPDK, bdevperf or the plugins are not found.
 
 use std::collections::BTreeMap;
@@ -119,6 +121,22 @@ fn soak_seed() -> u64 {
 fn wait_bound_us() -> f64 {
     let max_period = *PERIODS_MS.iter().max().unwrap_or(&1000);
     ((2 * max_period + MAX_DISCONNECT_MS + RECONNECT_DELAY_S * 1000 + 2000) * 1000) as f64
+}
+
+/// The soak's domain: weighted sharing, or over the hosts' circulation at
+/// `SOAK_IN_FLIGHT` commands (thousandths; issue 39: `operating_point` with
+/// `operating_in_flight_milli`).
+fn soak_domain(capacity: u64) -> Value {
+    let mut d = json!({"name": "d", "capacity_iops": capacity, "capacity_iops_stddev": capacity / 20,
+                       "period_ms": 500, "sharing": "weighted"});
+    if let Ok(v) = std::env::var("SOAK_IN_FLIGHT") {
+        let n: u64 = v.parse().unwrap_or_else(|_| {
+            panic!("SOAK_IN_FLIGHT={v:?}: give thousandths of a command, e.g. 40000")
+        });
+        d["sharing"] = json!("operating_point");
+        d["operating_in_flight_milli"] = json!(n);
+    }
+    d
 }
 
 /// xorshift64*: the churn's schedule, reproducible from `SOAK_SEED`.
@@ -288,11 +306,7 @@ fn configured_target_on(
     );
     base1.create(&mut t);
     t.malloc("Malloc1", 16384, 512);
-    t.call(
-        "qos_domain_create",
-        json!({"name": "d", "capacity_iops": capacity, "capacity_iops_stddev": capacity / 20,
-               "period_ms": 500, "sharing": "weighted"}),
-    );
+    t.call("qos_domain_create", soak_domain(capacity));
     if throttled {
         let cfg = HostCfg::initial(capacity);
         t.call(
