@@ -96,6 +96,13 @@ impl<T> HoldQueue<T> {
             tokens.left_after(Nanos(0));
             return Some(item);
         }
+        self.hold(tokens, kind, bytes, now, item);
+        None
+    }
+
+    /// Queues `item` behind the others.
+    #[inline]
+    fn hold(&mut self, tokens: &mut impl Admit, kind: IoKind, bytes: u64, now: Nanos, item: T) {
         self.q.push_back(Held {
             kind,
             bytes,
@@ -103,7 +110,6 @@ impl<T> HoldQueue<T> {
             item,
         });
         tokens.held_changed(1);
-        None
     }
 
     /// Releases waiting commands in order while tokens allow; `send` gets each with the
@@ -135,13 +141,7 @@ impl<T> HoldQueue<T> {
         now: Nanos,
         item: T,
     ) -> Option<(T, Nanos)> {
-        self.q.push_back(Held {
-            kind,
-            bytes,
-            since: now,
-            item,
-        });
-        tokens.held_changed(1);
+        self.hold(tokens, kind, bytes, now, item);
         self.release_front(tokens, now)
     }
 

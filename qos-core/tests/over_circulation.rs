@@ -32,21 +32,28 @@ fn monitor(t0: Nanos) -> Monitor {
     Monitor::new(cfg, t0).unwrap()
 }
 
-#[test]
-fn hosts_get_their_part_of_the_circulation_and_a_stopped_host_is_not_kept_waiting() {
+/// Weights 4/3/2/1 at queue depths 16/32/48/64 (issue 39's first workload) on the fluid
+/// target (`skew`: see [`fluid::serve_skewed`]; 1: every command alike): three seconds
+/// of warm-up, then what each host completed in the fourth.
+fn four_hosts(skew: f64) -> (Monitor, Vec<Host>, Vec<u64>) {
     let t0 = Nanos::from_secs(1);
     let mut m = monitor(t0);
-    // Weights 4/3/2/1 at queue depths 16/32/48/64 (issue 39's first workload).
     let mut hs = hosts(&mut m, t0, &[(4, 16), (3, 32), (2, 48), (1, 64)]);
     let counters: Vec<_> = hs
         .iter_mut()
         .map(|h| h.ch.tokens().host().clone())
         .collect();
     let done = |i: usize| counters[i].counters().completed_ios;
-    serve(&mut m, &mut hs, (1, 2));
+    serve_skewed(&mut m, &mut hs, (1, 3), skew);
     let before: Vec<u64> = (0..hs.len()).map(done).collect();
-    serve(&mut m, &mut hs, (3, 1));
-    let got: Vec<u64> = (0..hs.len()).map(|i| done(i) - before[i]).collect();
+    serve_skewed(&mut m, &mut hs, (4, 1), skew);
+    let got = (0..hs.len()).map(|i| done(i) - before[i]).collect();
+    (m, hs, got)
+}
+
+#[test]
+fn hosts_get_their_part_of_the_circulation_and_a_stopped_host_is_not_kept_waiting() {
+    let (mut m, mut hs, got) = four_hosts(1.0);
     let total: u64 = got.iter().sum();
     println!(
         "got {got:?}, held {:?}",
@@ -65,7 +72,7 @@ fn hosts_get_their_part_of_the_circulation_and_a_stopped_host_is_not_kept_waitin
     // The report reads the same operating point: N* circulating at what the target
     // did, each contending host entitled to its part, the QD-16 host (never held)
     // self-limited.
-    let stats = m.stats(Nanos::from_secs(4));
+    let stats = m.stats(Nanos::from_secs(5));
     let op = stats.operating_point.expect("a period ended");
     assert_eq!(op.in_flight_milli, N_STAR * 1000);
     let c_star: u64 = got.iter().sum();
@@ -97,7 +104,7 @@ fn hosts_get_their_part_of_the_circulation_and_a_stopped_host_is_not_kept_waitin
     // go within the bound on a command's wait (a few times what one in, one out gives
     // it), not when its circulation ages out of the monitor's view (a period or more).
     hs[3].depth = 0;
-    serve(&mut m, &mut hs, (4, 1));
+    serve(&mut m, &mut hs, (5, 1));
     assert_eq!(hs[3].ch.held(), 0, "a stopped host's commands all went");
     assert_eq!(hs[3].at_base, 0);
 }
@@ -137,18 +144,7 @@ fn shares_follow_the_split_when_a_host_s_own_commands_slow_it() {
     // the power 0.7: a host with few commands outside QoS gets more per command than
     // one with many, as on NVMe/TCP. The correction of the parts puts the shares back:
     // without it the held hosts split 0.45 / 0.34 / 0.21 instead of 3 : 2 : 1.
-    let t0 = Nanos::from_secs(1);
-    let mut m = monitor(t0);
-    let mut hs = hosts(&mut m, t0, &[(4, 16), (3, 32), (2, 48), (1, 64)]);
-    let counters: Vec<_> = hs
-        .iter_mut()
-        .map(|h| h.ch.tokens().host().clone())
-        .collect();
-    let done = |i: usize| counters[i].counters().completed_ios;
-    serve_skewed(&mut m, &mut hs, (1, 3), 0.7);
-    let before: Vec<u64> = (0..hs.len()).map(done).collect();
-    serve_skewed(&mut m, &mut hs, (4, 1), 0.7);
-    let got: Vec<u64> = (0..hs.len()).map(|i| done(i) - before[i]).collect();
+    let (_, hs, got) = four_hosts(0.7);
     let total: u64 = got.iter().sum();
     let shares: Vec<f64> = got.iter().map(|&g| g as f64 / total as f64).collect();
     let held: Vec<usize> = hs.iter().map(|h| h.ch.held()).collect();
