@@ -87,11 +87,25 @@ fn single_thread(c: &mut Criterion) {
     // Admission and completion together: under `operating_point` each command takes a
     // slot of the window and its host's start tag moves, and its completion gives the
     // slot back (the window is unbounded here: no depth curve yet).
-    for (name, sharing) in [
-        ("first_come", ExcessSharing::FirstCome),
-        ("operating_point", ExcessSharing::OperatingPoint),
+    // Over the hosts' circulation (issue 39): the window's mode flag and the host's hold
+    // target are read at each command (none held here: the target is 0).
+    for (name, sharing, over) in [
+        ("first_come", ExcessSharing::FirstCome, None),
+        ("operating_point", ExcessSharing::OperatingPoint, None),
+        (
+            "over_circulation",
+            ExcessSharing::OperatingPoint,
+            Some(110_000),
+        ),
     ] {
-        let m = monitor_with(false, sharing);
+        let mut m = monitor_with(false, sharing);
+        if let Some(n) = over {
+            let mut cfg = m.config().clone();
+            cfg.operating_in_flight_milli = Some(n);
+            m.update_domain(cfg, Nanos::ZERO).unwrap();
+            m.tick(Nanos::from_millis(5));
+            assert!(m.shared().window().is_over_circulation());
+        }
         let mut ch = m.channel("nqn.bench").unwrap();
         let mut clock = Clock::default();
         g.bench_function(format!("admit_and_complete/{name}"), |b| {
