@@ -305,38 +305,42 @@ impl StubTarget {
         let listener = std::os::unix::net::UnixListener::bind(&sock).expect("stub socket");
         std::thread::spawn(move || {
             let mut hosts: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+            // As SPDK's RPC server: any number of requests on a connection (the agent
+            // keeps one), answered in order.
             for conn in listener.incoming() {
                 let Ok(mut conn) = conn else { continue };
-                let mut de = serde_json::Deserializer::from_reader(BufReader::new(
+                let de = serde_json::Deserializer::from_reader(BufReader::new(
                     conn.try_clone().expect("clone"),
                 ))
                 .into_iter::<serde_json::Value>();
-                let Some(Ok(req)) = de.next() else { continue };
-                let params = &req["params"];
-                let result = match req["method"].as_str().unwrap_or("") {
-                    "qos_stats_get" => json!([{
-                        "period_ns": INTERVAL_MS * 1_000_000,
-                        "capacity_estimate": {"ops": capacity * INTERVAL_MS / 1000},
-                        "hosts": hosts.keys().map(|n| json!({
-                            "host_nqn": n,
-                            "completed_total": {"ops": 0, "bytes": 0},
-                            "held_time": {"sum_ns": 0},
-                        })).collect::<Vec<_>>(),
-                    }]),
-                    "qos_host_get" => json!(hosts.values().collect::<Vec<_>>()),
-                    "qos_host_set" => {
-                        let nqn = params["host_nqn"].as_str().unwrap_or("").to_string();
-                        hosts.insert(nqn, params.clone());
-                        json!(true)
-                    }
-                    "qos_host_remove" => {
-                        hosts.remove(params["host_nqn"].as_str().unwrap_or(""));
-                        json!(true)
-                    }
-                    _ => json!(true),
-                };
-                let reply = json!({"jsonrpc": "2.0", "id": req["id"], "result": result});
-                let _ = conn.write_all(reply.to_string().as_bytes());
+                for req in de {
+                    let Ok(req) = req else { break };
+                    let params = &req["params"];
+                    let result = match req["method"].as_str().unwrap_or("") {
+                        "qos_stats_get" => json!([{
+                            "period_ns": INTERVAL_MS * 1_000_000,
+                            "capacity_estimate": {"ops": capacity * INTERVAL_MS / 1000},
+                            "hosts": hosts.keys().map(|n| json!({
+                                "host_nqn": n,
+                                "completed_total": {"ops": 0, "bytes": 0},
+                                "held_time": {"sum_ns": 0},
+                            })).collect::<Vec<_>>(),
+                        }]),
+                        "qos_host_get" => json!(hosts.values().collect::<Vec<_>>()),
+                        "qos_host_set" => {
+                            let nqn = params["host_nqn"].as_str().unwrap_or("").to_string();
+                            hosts.insert(nqn, params.clone());
+                            json!(true)
+                        }
+                        "qos_host_remove" => {
+                            hosts.remove(params["host_nqn"].as_str().unwrap_or(""));
+                            json!(true)
+                        }
+                        _ => json!(true),
+                    };
+                    let reply = json!({"jsonrpc": "2.0", "id": req["id"], "result": result});
+                    let _ = conn.write_all(reply.to_string().as_bytes());
+                }
             }
         });
         StubTarget { sock }
