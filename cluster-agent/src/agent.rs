@@ -74,7 +74,20 @@ pub struct TickReport {
     pub division_time: Option<std::time::Duration>,
     /// As leader: the division records written this interval, when it wrote one.
     pub division_written: Option<division::WriteCount>,
+    /// Where the interval's time went, in order: (what, milliseconds of wall time).
+    pub phases: Vec<(&'static str, u64)>,
     pub errors: Vec<String>,
+}
+
+/// Marks the end of an interval's phase in [`TickReport::phases`].
+struct Clock(std::time::Instant);
+
+impl Clock {
+    fn lap(&mut self, r: &mut TickReport, what: &'static str) {
+        let now = std::time::Instant::now();
+        r.phases.push((what, (now - self.0).as_millis() as u64));
+        self.0 = now;
+    }
 }
 
 /// A change to make at the target.
@@ -534,7 +547,10 @@ impl Agent {
         peers: &mut dyn Peers,
     ) -> TickReport {
         let mut r = TickReport::default();
-        let local = match tgt.read(&self.cfg.domain) {
+        let mut clock = Clock(std::time::Instant::now());
+        let local = tgt.read(&self.cfg.domain);
+        clock.lap(&mut r, "target");
+        let local = match local {
             Ok(l) => l,
             Err(e) => {
                 // Not renewing the lease is how a dead target leaves the cluster. etcd
@@ -553,7 +569,7 @@ impl Agent {
         let mut demand = self.meter.observe(now_ms, &local.counters, window);
         crate::demand::held_near_a_limit(&mut demand, &local.settings);
         self.handover.observe(&demand);
-        match self.sync(store, tgt, &local, &demand, &mut r) {
+        match self.sync(store, tgt, &local, &demand, &mut clock, &mut r) {
             Ok(()) => {
                 r.etcd_ok = true;
                 r.etcd_reachable = true;
@@ -677,6 +693,7 @@ impl Agent {
         tgt: &mut dyn TargetRpc,
         local: &LocalState,
         measured: &BTreeMap<String, PathDemand>,
+        clock: &mut Clock,
         r: &mut TickReport,
     ) -> Result<(), StoreError> {
         let lease = self.ensure_lease(store)?;
@@ -688,7 +705,7 @@ impl Agent {
             lapsed: false,
             errors: Vec::new(),
         };
-        let res = self.sync_renewing(&mut renewing, lease, tgt, local, measured, r);
+        let res = self.sync_renewing(&mut renewing, lease, tgt, local, measured, clock, r);
         r.errors.append(&mut renewing.errors);
         res
     }
@@ -700,6 +717,7 @@ impl Agent {
         tgt: &mut dyn TargetRpc,
         local: &LocalState,
         measured: &BTreeMap<String, PathDemand>,
+        clock: &mut Clock,
         r: &mut TickReport,
     ) -> Result<(), StoreError> {
         let Some(cfg_text) = store.get(&self.keys.config())? else {
@@ -752,13 +770,15 @@ impl Agent {
         )?;
 
         store.create(&self.keys.leader(), &self.cfg.target, lease)?;
-        if store.get(&self.keys.leader())?.as_deref() == Some(self.cfg.target.as_str()) {
+        let leads = store.get(&self.keys.leader())?.as_deref() == Some(self.cfg.target.as_str());
+        clock.lap(r, "report");
+        if leads {
             r.leader = true;
             // A new leader divides from its second interval on: the live targets whose
             // leases expired while etcd was away re-join in this one, and a division
             // over the first to come back would give it every host's whole contract.
             if self.leading {
-                self.lead(store, &cluster, &hosts, r)?;
+                self.lead(store, &cluster, &hosts, clock, r)?;
             }
             self.leading = true;
         } else {
@@ -766,14 +786,16 @@ impl Agent {
             self.written = None;
         }
 
-        let Some(shares) = division::read(
+        clock.lap(r, "lead");
+        let shares = division::read(
             store,
             &self.keys,
             cluster.schema,
             &self.cfg.target,
             &mut r.errors,
-        )?
-        else {
+        )?;
+        clock.lap(r, "division");
+        let Some(shares) = shares else {
             return Ok(());
         };
         let mine = shares.mine.as_ref();
@@ -810,6 +832,7 @@ impl Agent {
             Some(store),
             r,
         );
+        clock.lap(r, "apply");
         Ok(())
     }
 
@@ -818,6 +841,7 @@ impl Agent {
         store: &mut dyn Store,
         cluster: &ClusterRecord,
         hosts: &BTreeMap<String, ClusterHost>,
+        clock: &mut Clock,
         r: &mut TickReport,
     ) -> Result<(), StoreError> {
         let (members, peers) = self
@@ -826,9 +850,11 @@ impl Agent {
         let demand = self
             .read
             .demand(store.list(&self.keys.demands())?, &self.keys, r);
+        clock.lap(r, "listed");
         let started = std::time::Instant::now();
         let p = plan(hosts, &members, demand, &cluster.divide);
         r.division_time = Some(started.elapsed());
+        clock.lap(r, "plan");
         if let Some(w) = &self.written
             && w.members == members
             && !plan_moves(&w.plan, &p)

@@ -254,7 +254,10 @@ pub fn host_set_params(domain: &str, nqn: &str, s: &LocalShare) -> Value {
 
 impl TargetRpc for SocketTarget {
     fn read(&mut self, domain: &str) -> Result<LocalState, TargetError> {
-        let stats = self.call("qos_stats_get", json!({ "domain": domain, "periods": 1 }))?;
+        let stats = self.call(
+            "qos_stats_get",
+            json!({ "domain": domain, "compact": true }),
+        )?;
         let mut state = parse_stats(&stats)?;
         state.settings = parse_hosts(&self.call("qos_host_get", json!({ "domain": domain }))?)?;
         Ok(state)
