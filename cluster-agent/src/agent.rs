@@ -425,12 +425,13 @@ pub fn reconcile(
 /// The agent's store during an interval: renews the agent's lease before a call
 /// whenever a third of its time to live has passed since it was last renewed, and
 /// between the shares applied ([`Agent::apply`]). An interval at fleet size can outlast
-/// the lease: a target's RPC takes a connection and a poll of its RPC server per call
-/// (about 10 ms at a real `nvmf_tgt`), so setting 1,000 hosts takes about 10 s; the
-/// leader's division is a put per target's part (64 of 83 KB at 64 x 1,000), seconds
-/// when etcd is busy. An agent that renewed once an interval lost its lease meanwhile:
-/// its member and demand records went, and the leader key with them, to another
-/// target (the agent at scale's first real runs, 2026-11-29).
+/// the lease: set one at a time, a target's RPC took a connection and a poll of its RPC
+/// server per call (about 10 ms at a real `nvmf_tgt`), so setting 1,000 hosts took about
+/// 10 s (sent [`SETS_AT_ONCE`] at a time over one connection now: about 0.15 s); the
+/// leader's division was a put per target's part (64 of 83 KB at 64 x 1,000), seconds
+/// when etcd is busy (a few transactions now). An agent that renewed once an interval
+/// lost its lease meanwhile: its member and demand records went, and the leader key
+/// with them, to another target (the agent at scale's first real runs, 2026-11-29).
 struct Renewing<'a> {
     inner: &'a mut dyn Store,
     lease: LeaseId,
@@ -705,7 +706,7 @@ impl Agent {
             lapsed: false,
             errors: Vec::new(),
         };
-        let res = self.sync_renewing(&mut renewing, lease, tgt, local, measured, clock, r);
+        let res = self.sync_renewing(&mut renewing, tgt, local, measured, clock, r);
         r.errors.append(&mut renewing.errors);
         res
     }
@@ -713,13 +714,13 @@ impl Agent {
     fn sync_renewing(
         &mut self,
         store: &mut Renewing,
-        lease: LeaseId,
         tgt: &mut dyn TargetRpc,
         local: &LocalState,
         measured: &BTreeMap<String, PathDemand>,
         clock: &mut Clock,
         r: &mut TickReport,
     ) -> Result<(), StoreError> {
+        let lease = store.lease;
         let Some(cfg_text) = store.get(&self.keys.config())? else {
             r.errors.push(format!(
                 "cluster {} does not exist in etcd: create it with `nvmf-qos-agent cluster create`",

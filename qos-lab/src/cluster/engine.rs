@@ -482,7 +482,7 @@ impl<'a> Engine<'a> {
                 let applied = || row_len(groups, lens, row);
                 self.run
                     .etcd
-                    .agent_interval(i, &self.names[i], s, rep, idle, changed, applied);
+                    .agent_interval(i, &self.names[i], s, (rep, changed), idle, applied);
             }
         }
         self.run.periods.push(row);

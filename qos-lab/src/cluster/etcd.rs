@@ -311,19 +311,20 @@ impl EtcdLoad {
     }
 
     /// Target `i`'s interval with etcd up: its demand record, its member record, the
-    /// lease renewal and the leader-key attempt. The demand record holds `demand` and
-    /// `idle.0` idle entries more (hosts configured at the target without demand there,
-    /// as the real agent lists them; `idle.1` their NQNs' JSON lengths, quoted).
+    /// lease renewal and the leader-key attempt. The demand record holds `demand.0`
+    /// (`demand.1`: it differs from the target's last) and `idle.0` idle entries more
+    /// (hosts configured at the target without demand there, as the real agent lists
+    /// them; `idle.1` their NQNs' JSON lengths, quoted).
     pub fn agent_interval(
         &mut self,
         i: usize,
         name: &str,
         s: &ClusterScenario,
-        demand: &BTreeMap<String, PathDemand>,
+        demand: (&BTreeMap<String, PathDemand>, bool),
         idle: (u64, u64),
-        demand_changed: bool,
         applied_len: impl FnOnce() -> u64,
     ) {
+        let (demand, demand_changed) = demand;
         let d = demand_len(demand, idle);
         let m = *self.member_size[i].get_or_insert_with(|| {
             let head = json_len(&MemberRecord {
