@@ -74,7 +74,20 @@ pub struct TickReport {
     pub division_time: Option<std::time::Duration>,
     /// As leader: the division records written this interval, when it wrote one.
     pub division_written: Option<division::WriteCount>,
+    /// Where the interval's time went, in order: (what, milliseconds of wall time).
+    pub phases: Vec<(&'static str, u64)>,
     pub errors: Vec<String>,
+}
+
+/// Marks the end of an interval's phase in [`TickReport::phases`].
+struct Clock(std::time::Instant);
+
+impl Clock {
+    fn lap(&mut self, r: &mut TickReport, what: &'static str) {
+        let now = std::time::Instant::now();
+        r.phases.push((what, (now - self.0).as_millis() as u64));
+        self.0 = now;
+    }
 }
 
 /// A change to make at the target.
@@ -144,6 +157,104 @@ pub struct Agent {
     /// an agent that read a division its peers did not before etcd went away goes back
     /// to the one they share, to trade on it ([`Agent::trade`]).
     parts: Vec<(u64, BTreeMap<String, LocalShare>)>,
+    /// As leader: the members' and demand records last read, parsed.
+    read: LeaderReads,
+}
+
+/// The members' and demand records a leader read, with what it took from each: a
+/// record whose text is the one read at the last interval is not parsed again. Every
+/// agent writes both every interval, mostly unchanged (the demand moves when a host's
+/// does); at 64 targets x 1,000 hosts they are about 10 MB of JSON an interval, and
+/// parsing them was most of the leader's own work beside `plan`. What the division
+/// gets is what parsing every record would give (test
+/// `the_leader_reads_what_it_parsed_before_only_when_the_text_is_the_same`).
+#[derive(Debug, Default)]
+struct LeaderReads {
+    /// Per member: its record's text and the handover URL in it.
+    members: BTreeMap<String, (String, Option<String>)>,
+    /// Per target: its demand record's text, and why it does not parse.
+    demand_text: BTreeMap<String, (String, Option<String>)>,
+    /// Per target whose demand record parses: the demand in it.
+    demand: BTreeMap<String, BTreeMap<String, PathDemand>>,
+    /// Records parsed (not taken from the last interval's) so far.
+    parsed: u64,
+}
+
+impl LeaderReads {
+    /// The members (their names, in key order) and their handover URLs, from a listing
+    /// of [`Keys::members`].
+    fn members(
+        &mut self,
+        listing: Vec<(String, String)>,
+        keys: &Keys,
+    ) -> (Vec<String>, BTreeMap<String, String>) {
+        let prefix = keys.members();
+        let mut seen = BTreeMap::new();
+        for (k, v) in listing {
+            let Some(t) = k.strip_prefix(&prefix) else {
+                continue;
+            };
+            let entry = match self.members.remove(t) {
+                Some((text, url)) if text == v => (text, url),
+                _ => {
+                    self.parsed += 1;
+                    let url = parse::<MemberRecord>(&k, &v)
+                        .ok()
+                        .and_then(|m| m.handover_url);
+                    (v, url)
+                }
+            };
+            seen.insert(t.to_string(), entry);
+        }
+        self.members = seen;
+        let names = self.members.keys().cloned().collect();
+        let urls = self
+            .members
+            .iter()
+            .filter_map(|(t, (_, url))| Some((t.clone(), url.clone()?)))
+            .collect();
+        (names, urls)
+    }
+
+    /// Every target's demand, from a listing of [`Keys::demands`]; a record that does
+    /// not parse is named in `r.errors` (at every interval, as long as it is there).
+    fn demand(
+        &mut self,
+        listing: Vec<(String, String)>,
+        keys: &Keys,
+        r: &mut TickReport,
+    ) -> &BTreeMap<String, BTreeMap<String, PathDemand>> {
+        let prefix = keys.demands();
+        let mut seen = BTreeMap::new();
+        for (k, v) in listing {
+            let Some(t) = k.strip_prefix(&prefix) else {
+                continue;
+            };
+            let error = match self.demand_text.remove(t) {
+                Some((text, error)) if text == v => error,
+                _ => {
+                    self.parsed += 1;
+                    match parse::<DemandRecord>(&k, &v) {
+                        Ok(d) => {
+                            self.demand.insert(t.to_string(), d.hosts);
+                            None
+                        }
+                        Err(e) => {
+                            self.demand.remove(t);
+                            Some(e)
+                        }
+                    }
+                }
+            };
+            if let Some(e) = &error {
+                r.errors.push(e.clone());
+            }
+            seen.insert(t.to_string(), (v, error));
+        }
+        self.demand.retain(|t, _| seen.contains_key(t));
+        self.demand_text = seen;
+        &self.demand
+    }
 }
 
 /// Shares move at the target only when they change by more than this many thousandths
@@ -229,7 +340,21 @@ fn set_share(
     want: &LocalShare,
     have: Option<&LocalShare>,
 ) -> Result<(), (TargetError, bool)> {
-    let Err(e) = tgt.host_set(domain, nqn, want) else {
+    let res = tgt.host_set(domain, nqn, want);
+    after_set(tgt, domain, nqn, want, have, res)
+}
+
+/// What [`set_share`] does once the target answered `res` to `want`: the fallback when
+/// it refused a raise.
+fn after_set(
+    tgt: &mut dyn TargetRpc,
+    domain: &str,
+    nqn: &str,
+    want: &LocalShare,
+    have: Option<&LocalShare>,
+    res: Result<(), TargetError>,
+) -> Result<(), (TargetError, bool)> {
+    let Err(e) = res else {
         return Ok(());
     };
     let (Some(have), TargetError::Refused { .. }) = (have, &e) else {
@@ -248,6 +373,11 @@ fn set_share(
     let fallback = tgt.host_set(domain, nqn, &kept).is_ok();
     Err((e, fallback))
 }
+
+/// Shares sent to the target at once ([`TargetRpc::host_set_many`]): about 16 KB of
+/// requests, half of what SPDK's RPC server reads from a connection per poll; the
+/// lease is renewed between two such runs when due.
+pub const SETS_AT_ONCE: usize = 64;
 
 /// What a refusal reads as in the log and the member record.
 fn refusal_text(c: &Change, e: &TargetError, fallback: bool) -> String {
@@ -295,12 +425,13 @@ pub fn reconcile(
 /// The agent's store during an interval: renews the agent's lease before a call
 /// whenever a third of its time to live has passed since it was last renewed, and
 /// between the shares applied ([`Agent::apply`]). An interval at fleet size can outlast
-/// the lease: a target's RPC takes a connection and a poll of its RPC server per call
-/// (about 10 ms at a real `nvmf_tgt`), so setting 1,000 hosts takes about 10 s; the
-/// leader's division is a put per target's part (64 of 83 KB at 64 x 1,000), seconds
-/// when etcd is busy. An agent that renewed once an interval lost its lease meanwhile:
-/// its member and demand records went, and the leader key with them, to another
-/// target (the agent at scale's first real runs, 2026-11-29).
+/// the lease: set one at a time, a target's RPC took a connection and a poll of its RPC
+/// server per call (about 10 ms at a real `nvmf_tgt`), so setting 1,000 hosts took about
+/// 10 s (sent [`SETS_AT_ONCE`] at a time over one connection now: about 0.15 s); the
+/// leader's division was a put per target's part (64 of 83 KB at 64 x 1,000), seconds
+/// when etcd is busy (a few transactions now). An agent that renewed once an interval
+/// lost its lease meanwhile: its member and demand records went, and the leader key
+/// with them, to another target (the agent at scale's first real runs, 2026-11-29).
 struct Renewing<'a> {
     inner: &'a mut dyn Store,
     lease: LeaseId,
@@ -344,6 +475,10 @@ impl Store for Renewing<'_> {
         self.renew_if_due();
         self.inner.put(key, value, lease)
     }
+    fn put_all(&mut self, puts: &[(String, String)]) -> Result<(), StoreError> {
+        self.renew_if_due();
+        self.inner.put_all(puts)
+    }
     fn create(&mut self, key: &str, value: &str, lease: LeaseId) -> Result<bool, StoreError> {
         self.renew_if_due();
         self.inner.create(key, value, lease)
@@ -384,6 +519,7 @@ impl Agent {
             contracts: BTreeMap::new(),
             divide: DivideConfig::default(),
             parts: Vec::new(),
+            read: LeaderReads::default(),
         }
     }
 
@@ -412,7 +548,10 @@ impl Agent {
         peers: &mut dyn Peers,
     ) -> TickReport {
         let mut r = TickReport::default();
-        let local = match tgt.read(&self.cfg.domain) {
+        let mut clock = Clock(std::time::Instant::now());
+        let local = tgt.read(&self.cfg.domain);
+        clock.lap(&mut r, "target");
+        let local = match local {
             Ok(l) => l,
             Err(e) => {
                 // Not renewing the lease is how a dead target leaves the cluster. etcd
@@ -431,7 +570,7 @@ impl Agent {
         let mut demand = self.meter.observe(now_ms, &local.counters, window);
         crate::demand::held_near_a_limit(&mut demand, &local.settings);
         self.handover.observe(&demand);
-        match self.sync(store, tgt, &local, &demand, &mut r) {
+        match self.sync(store, tgt, &local, &demand, &mut clock, &mut r) {
             Ok(()) => {
                 r.etcd_ok = true;
                 r.etcd_reachable = true;
@@ -555,6 +694,7 @@ impl Agent {
         tgt: &mut dyn TargetRpc,
         local: &LocalState,
         measured: &BTreeMap<String, PathDemand>,
+        clock: &mut Clock,
         r: &mut TickReport,
     ) -> Result<(), StoreError> {
         let lease = self.ensure_lease(store)?;
@@ -566,7 +706,7 @@ impl Agent {
             lapsed: false,
             errors: Vec::new(),
         };
-        let res = self.sync_renewing(&mut renewing, lease, tgt, local, measured, r);
+        let res = self.sync_renewing(&mut renewing, tgt, local, measured, clock, r);
         r.errors.append(&mut renewing.errors);
         res
     }
@@ -574,12 +714,13 @@ impl Agent {
     fn sync_renewing(
         &mut self,
         store: &mut Renewing,
-        lease: LeaseId,
         tgt: &mut dyn TargetRpc,
         local: &LocalState,
         measured: &BTreeMap<String, PathDemand>,
+        clock: &mut Clock,
         r: &mut TickReport,
     ) -> Result<(), StoreError> {
+        let lease = store.lease;
         let Some(cfg_text) = store.get(&self.keys.config())? else {
             r.errors.push(format!(
                 "cluster {} does not exist in etcd: create it with `nvmf-qos-agent cluster create`",
@@ -630,13 +771,15 @@ impl Agent {
         )?;
 
         store.create(&self.keys.leader(), &self.cfg.target, lease)?;
-        if store.get(&self.keys.leader())?.as_deref() == Some(self.cfg.target.as_str()) {
+        let leads = store.get(&self.keys.leader())?.as_deref() == Some(self.cfg.target.as_str());
+        clock.lap(r, "report");
+        if leads {
             r.leader = true;
             // A new leader divides from its second interval on: the live targets whose
             // leases expired while etcd was away re-join in this one, and a division
             // over the first to come back would give it every host's whole contract.
             if self.leading {
-                self.lead(store, &cluster, &hosts, r)?;
+                self.lead(store, &cluster, &hosts, clock, r)?;
             }
             self.leading = true;
         } else {
@@ -644,14 +787,16 @@ impl Agent {
             self.written = None;
         }
 
-        let Some(shares) = division::read(
+        clock.lap(r, "lead");
+        let shares = division::read(
             store,
             &self.keys,
             cluster.schema,
             &self.cfg.target,
             &mut r.errors,
-        )?
-        else {
+        )?;
+        clock.lap(r, "division");
+        let Some(shares) = shares else {
             return Ok(());
         };
         let mine = shares.mine.as_ref();
@@ -688,6 +833,7 @@ impl Agent {
             Some(store),
             r,
         );
+        clock.lap(r, "apply");
         Ok(())
     }
 
@@ -696,39 +842,20 @@ impl Agent {
         store: &mut dyn Store,
         cluster: &ClusterRecord,
         hosts: &BTreeMap<String, ClusterHost>,
+        clock: &mut Clock,
         r: &mut TickReport,
     ) -> Result<(), StoreError> {
-        let mprefix = self.keys.members();
-        let mut members: Vec<String> = Vec::new();
-        let mut peers: BTreeMap<String, String> = BTreeMap::new();
-        for (k, v) in store.list(&mprefix)? {
-            let Some(t) = k.strip_prefix(&mprefix) else {
-                continue;
-            };
-            members.push(t.to_string());
-            if let Some(url) = parse::<MemberRecord>(&k, &v)
-                .ok()
-                .and_then(|m| m.handover_url)
-            {
-                peers.insert(t.to_string(), url);
-            }
-        }
-        let dprefix = self.keys.demands();
-        let mut demand: BTreeMap<String, BTreeMap<String, PathDemand>> = BTreeMap::new();
-        for (k, v) in store.list(&dprefix)? {
-            let Some(t) = k.strip_prefix(&dprefix) else {
-                continue;
-            };
-            match parse::<DemandRecord>(&k, &v) {
-                Ok(d) => {
-                    demand.insert(t.to_string(), d.hosts);
-                }
-                Err(e) => r.errors.push(e),
-            }
-        }
+        let (members, peers) = self
+            .read
+            .members(store.list(&self.keys.members())?, &self.keys);
+        let demand = self
+            .read
+            .demand(store.list(&self.keys.demands())?, &self.keys, r);
+        clock.lap(r, "listed");
         let started = std::time::Instant::now();
-        let p = plan(hosts, &members, &demand, &cluster.divide);
+        let p = plan(hosts, &members, demand, &cluster.divide);
         r.division_time = Some(started.elapsed());
+        clock.lap(r, "plan");
         if let Some(w) = &self.written
             && w.members == members
             && !plan_moves(&w.plan, &p)
@@ -752,7 +879,8 @@ impl Agent {
     }
 
     /// Applies `changes` at the target, one `qos_host_set` or `qos_host_remove` each,
-    /// renewing the lease between them when it is due (see [`Renewing`]).
+    /// the sets up to [`SETS_AT_ONCE`] at a time, renewing the lease between them when
+    /// it is due (see [`Renewing`]).
     fn apply(
         &mut self,
         changes: Vec<Change>,
@@ -761,31 +889,49 @@ impl Agent {
         mut renew: Option<&mut Renewing>,
         r: &mut TickReport,
     ) {
-        for c in changes {
+        let mut rest = changes.as_slice();
+        while let Some(c) = rest.first() {
             if let Some(store) = renew.as_mut() {
                 store.renew_if_due();
             }
-            let res = match &c {
-                Change::Set(nqn, s) => {
-                    let res = set_share(tgt, &self.cfg.domain, nqn, s, settings.get(nqn));
-                    if matches!(res, Ok(()) | Err((_, true))) {
-                        self.managed.insert(nqn.clone());
-                        r.set += 1;
-                    }
-                    res
-                }
-                Change::Remove(nqn) => tgt
-                    .host_remove(&self.cfg.domain, nqn)
-                    .map(|_| {
+            let sets: Vec<(String, LocalShare)> = rest
+                .iter()
+                .take(SETS_AT_ONCE)
+                .map_while(|c| match c {
+                    Change::Set(nqn, s) => Some((nqn.clone(), *s)),
+                    Change::Remove(_) => None,
+                })
+                .collect();
+            if sets.is_empty() {
+                let Change::Remove(nqn) = c else {
+                    unreachable!("a set starts a run")
+                };
+                match tgt.host_remove(&self.cfg.domain, nqn) {
+                    Ok(()) => {
                         self.managed.remove(nqn);
                         r.removed += 1;
-                    })
-                    .map_err(|e| (e, false)),
-            };
-            if let Err((e, fallback)) = res {
-                r.refused
-                    .insert(c.host().to_string(), refusal_text(&c, &e, fallback));
+                    }
+                    Err(e) => {
+                        r.refused.insert(nqn.clone(), refusal_text(c, &e, false));
+                    }
+                }
+                rest = &rest[1..];
+                continue;
             }
+            let answers = tgt.host_set_many(&self.cfg.domain, &sets);
+            for ((nqn, s), res) in sets.iter().zip(answers) {
+                let res = after_set(tgt, &self.cfg.domain, nqn, s, settings.get(nqn), res);
+                if matches!(res, Ok(()) | Err((_, true))) {
+                    self.managed.insert(nqn.clone());
+                    r.set += 1;
+                }
+                if let Err((e, fallback)) = res {
+                    let c = Change::Set(nqn.clone(), *s);
+                    r.refused
+                        .insert(nqn.clone(), refusal_text(&c, &e, fallback));
+                }
+            }
+            rest = &rest[sets.len()..];
         }
         // Published in this target's member record (`show` prints it), one line a host.
         self.last_refusal = (!r.refused.is_empty())
@@ -879,6 +1025,74 @@ mod tests {
             weight: 1,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn the_leader_reads_what_it_parsed_before_only_when_the_text_is_the_same() {
+        let keys = Keys::new("c");
+        let member = |t: &str, url: Option<&str>| {
+            let m = MemberRecord {
+                target: t.into(),
+                domain: "d".into(),
+                capacity_iops: 1000,
+                period_ms: 500,
+                applied: BTreeMap::new(),
+                error: None,
+                handover_url: url.map(String::from),
+            };
+            (keys.member(t), json(&m))
+        };
+        let demand = |t: &str, served: u64| {
+            let d = DemandRecord {
+                hosts: BTreeMap::from([(
+                    "h".to_string(),
+                    PathDemand {
+                        served,
+                        ..Default::default()
+                    },
+                )]),
+            };
+            (keys.demand(t), json(&d))
+        };
+        let garbled = |t: &str| (keys.demand(t), "{\"hosts\":".to_string());
+        // The listings of four intervals: unchanged, changed, gone, back, unreadable.
+        let intervals = [
+            (
+                vec![member("a", Some("http://a")), member("b", None)],
+                vec![demand("a", 10), demand("b", 20)],
+            ),
+            (
+                vec![member("a", Some("http://a")), member("b", Some("http://b"))],
+                vec![demand("a", 10), demand("b", 30)],
+            ),
+            (
+                vec![member("b", Some("http://b"))],
+                vec![demand("b", 30), garbled("c")],
+            ),
+            (
+                vec![member("a", None), member("b", Some("http://b"))],
+                vec![demand("a", 10), demand("b", 30), garbled("c")],
+            ),
+        ];
+        let mut kept = LeaderReads::default();
+        let mut parsed = Vec::new();
+        for (members, demands) in intervals {
+            let mut fresh = LeaderReads::default();
+            let (mut r1, mut r2) = (TickReport::default(), TickReport::default());
+            assert_eq!(
+                kept.members(members.clone(), &keys),
+                fresh.members(members, &keys)
+            );
+            assert_eq!(
+                kept.demand(demands.clone(), &keys, &mut r1),
+                fresh.demand(demands, &keys, &mut r2)
+            );
+            assert_eq!(r1.errors, r2.errors);
+            parsed.push(kept.parsed);
+        }
+        // Parsed: 4; then b's member and demand records; c's new one; a's two records
+        // again (c's, unchanged, not: its error is named again all the same).
+        assert_eq!(parsed, vec![4, 6, 7, 9]);
     }
 
     /// A target whose admission control refuses a reservation above `admits`.

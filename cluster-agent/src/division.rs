@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use qos_core::cluster::{LocalShare, Plan};
 
 use crate::keys::{DivisionRecord, Keys, PartRecord, SCHEMA_ONE_RECORD, SharesRecord, parse};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, TxnLimit};
 
 /// A division as one agent reads it.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,10 +46,15 @@ pub struct Written {
     pub parts: BTreeMap<String, u64>,
 }
 
-/// Puts per division: the records the leader wrote (parts and head, or the one record).
+/// What writing a division took: the records the leader wrote (parts and head, or the
+/// one record) and the requests they went in.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriteCount {
+    /// Records written.
     pub puts: usize,
+    /// Requests to etcd that carried them (schema 2: transactions of several parts, the
+    /// head in the last).
+    pub requests: usize,
     pub bytes: usize,
     /// The largest record written (etcd refuses requests above `--max-request-bytes`,
     /// 1.5 MiB by default).
@@ -72,7 +77,11 @@ pub fn last_seq(store: &mut dyn Store, keys: &Keys) -> Result<u64, StoreError> {
 /// Writes the division `plan` over `members` as `leader`, in key `schema`. `last`: what
 /// this leader wrote before (`None` for its first division: every part is written, and
 /// the number continues from the records found). Returns what was written and the
-/// writes it took.
+/// writes it took. Schema 2's parts and head go in as few etcd transactions as
+/// [`TxnLimit::ETCD_DEFAULT`] allows, in key order, the head in the last: each
+/// transaction lands whole, so the head still lands after (or with) every part it
+/// names, and a leader that stops between two transactions leaves parts without their
+/// head, which readers do not take (see [`read`]).
 #[allow(clippy::too_many_arguments)]
 pub fn write(
     store: &mut dyn Store,
@@ -84,17 +93,38 @@ pub fn write(
     plan: Plan,
     peers: BTreeMap<String, String>,
 ) -> Result<(Written, WriteCount), StoreError> {
+    write_in(
+        store,
+        keys,
+        schema,
+        leader,
+        last,
+        members,
+        plan,
+        peers,
+        TxnLimit::ETCD_DEFAULT,
+    )
+}
+
+/// [`write`], each transaction within `limit`.
+#[allow(clippy::too_many_arguments)]
+pub fn write_in(
+    store: &mut dyn Store,
+    keys: &Keys,
+    schema: u32,
+    leader: &str,
+    last: Option<&Written>,
+    members: Vec<String>,
+    plan: Plan,
+    peers: BTreeMap<String, String>,
+    limit: TxnLimit,
+) -> Result<(Written, WriteCount), StoreError> {
     let seq = match last {
         Some(w) => w.seq,
         None => last_seq(store, keys)?,
     } + 1;
     let mut count = WriteCount::default();
-    let mut put = |store: &mut dyn Store, key: &str, text: String| {
-        count.puts += 1;
-        count.bytes += text.len();
-        count.largest = count.largest.max(text.len());
-        store.put(key, &text, None)
-    };
+    let mut records: Vec<(String, String)> = Vec::new();
     let mut parts = BTreeMap::new();
     if schema <= SCHEMA_ONE_RECORD {
         let rec = SharesRecord {
@@ -104,7 +134,7 @@ pub fn write(
             plan: plan.clone(),
             peers: peers.clone(),
         };
-        put(store, &keys.shares(), json(&rec))?;
+        records.push((keys.shares(), json(&rec)));
     } else {
         for (t, shares) in &plan {
             let kept = last.and_then(|w| {
@@ -120,7 +150,7 @@ pub fn write(
                         target: t.clone(),
                         shares: shares.clone(),
                     };
-                    put(store, &keys.part(t), json(&rec))?;
+                    records.push((keys.part(t), json(&rec)));
                     seq
                 }
             };
@@ -133,11 +163,25 @@ pub fn write(
             parts: parts.clone(),
             peers: peers.clone(),
         };
-        put(store, &keys.division(), json(&head))?;
-        if last.is_none() {
-            // A cluster moved from schema 1: its old record is read by nobody now.
-            store.delete(&keys.shares())?;
+        records.push((keys.division(), json(&head)));
+    }
+    for (_, text) in &records {
+        count.puts += 1;
+        count.bytes += text.len();
+        count.largest = count.largest.max(text.len());
+    }
+    if let [(key, text)] = records.as_slice() {
+        count.requests = 1;
+        store.put(key, text, None)?;
+    } else {
+        for run in limit.batches(&records) {
+            count.requests += 1;
+            store.put_all(run)?;
         }
+    }
+    if schema > SCHEMA_ONE_RECORD && last.is_none() {
+        // A cluster moved from schema 1: its old record is read by nobody now.
+        store.delete(&keys.shares())?;
     }
     Ok((
         Written {
@@ -493,8 +537,12 @@ mod tests {
         assert!(one_record.len() > LIMIT, "{} bytes", one_record.len());
         println!("one record: {} bytes", one_record.len());
         let (mut s, k) = (MemStore::default(), Keys::new("c"));
+        let mut rec = Recorder {
+            inner: &mut s,
+            ops: Vec::new(),
+        };
         let (_, n) = write(
-            &mut s,
+            &mut rec,
             &k,
             2,
             "t000",
@@ -504,6 +552,7 @@ mod tests {
             BTreeMap::new(),
         )
         .unwrap();
+        let requests = rec.ops;
         assert_eq!(n.puts, 65);
         assert!(
             n.largest * 10 < LIMIT,
@@ -511,14 +560,38 @@ mod tests {
             n.largest
         );
         println!("the largest part: {} bytes", n.largest);
+        // The 65 records in a few transactions, each within etcd's limits, the head
+        // last (the delete of a schema-1 record after it, in a request of its own).
+        let (writes, delete) = requests.split_at(requests.len() - 1);
+        assert_eq!(delete, [vec![(k.shares(), None)]]);
+        assert_eq!(n.requests, writes.len());
+        assert!((2..=8).contains(&writes.len()), "{} requests", writes.len());
+        for w in writes {
+            let bytes: usize = w
+                .iter()
+                .map(|(k, v)| k.len() + v.as_ref().unwrap().len())
+                .sum();
+            assert!(bytes < LIMIT && w.len() <= 128, "{bytes} bytes");
+        }
+        let order: Vec<&String> = writes.iter().flatten().map(|(k, _)| k).collect();
+        assert_eq!(order.len(), 65);
+        assert_eq!(*order[64], k.division(), "the head last");
+        println!("{} records in {} transactions", n.puts, n.requests);
+        for (key, v) in writes.iter().flatten() {
+            s.put(key, v.as_ref().unwrap(), None).unwrap();
+        }
         assert!(mine(&mut s, &k, "t063").unwrap().1.unwrap().len() == 1000);
     }
 
+    /// A write to etcd: the records one request carries (`None`: a delete), landing
+    /// together.
+    type Request = Vec<(String, Option<String>)>;
+
     /// A store that records the leader's writes instead of making them (reads go to
-    /// the store it wraps): the test then lets them land one at a time.
+    /// the store it wraps): the test then lets them land one request at a time.
     struct Recorder<'a> {
         inner: &'a mut MemStore,
-        ops: Vec<(String, Option<String>)>,
+        ops: Vec<Request>,
     }
 
     impl Store for Recorder<'_> {
@@ -532,7 +605,12 @@ mod tests {
             unreachable!()
         }
         fn put(&mut self, key: &str, value: &str, _: Option<LeaseId>) -> Result<(), StoreError> {
-            self.ops.push((key.into(), Some(value.into())));
+            self.ops.push(vec![(key.into(), Some(value.into()))]);
+            Ok(())
+        }
+        fn put_all(&mut self, puts: &[(String, String)]) -> Result<(), StoreError> {
+            let request = puts.iter().map(|(k, v)| (k.clone(), Some(v.clone())));
+            self.ops.push(request.collect());
             Ok(())
         }
         fn create(&mut self, _: &str, _: &str, _: LeaseId) -> Result<bool, StoreError> {
@@ -545,7 +623,7 @@ mod tests {
             unreachable!()
         }
         fn delete(&mut self, key: &str) -> Result<(), StoreError> {
-            self.ops.push((key.into(), None));
+            self.ops.push(vec![(key.into(), None)]);
             Ok(())
         }
     }
@@ -554,32 +632,35 @@ mod tests {
     /// head numbered.
     struct World {
         mem: MemStore,
-        pending: VecDeque<(String, Option<String>)>,
-        /// The plan each write was for, by the index of its head in the op stream.
+        pending: VecDeque<Request>,
+        /// The plan each division numbered was for.
         heads: BTreeMap<u64, Plan>,
+        /// Per pending request: the plan of the head it carries.
         landing: VecDeque<Option<Plan>>,
     }
 
     impl World {
-        /// Lands the next pending write; a head's division is then complete.
+        /// Lands the next pending request whole; a head's division is then complete.
         fn land(&mut self, keys: &Keys) {
-            let Some((k, v)) = self.pending.pop_front() else {
+            let Some(request) = self.pending.pop_front() else {
                 return;
             };
-            let plan = self.landing.pop_front().flatten();
-            match v {
-                Some(v) => {
-                    if k == keys.division() {
-                        let head: DivisionRecord = parse("h", &v).unwrap();
-                        let plan = plan.expect("a head carries its plan");
-                        if let Some(before) = self.heads.get(&head.seq) {
-                            assert_eq!(before, &plan, "two divisions numbered #{}", head.seq);
+            let mut plan = self.landing.pop_front().flatten();
+            for (k, v) in request {
+                match v {
+                    Some(v) => {
+                        if k == keys.division() {
+                            let head: DivisionRecord = parse("h", &v).unwrap();
+                            let plan = plan.take().expect("a head carries its plan");
+                            if let Some(before) = self.heads.get(&head.seq) {
+                                assert_eq!(before, &plan, "two divisions numbered #{}", head.seq);
+                            }
+                            self.heads.insert(head.seq, plan);
                         }
-                        self.heads.insert(head.seq, plan);
+                        self.mem.put(&k, &v, None).unwrap();
                     }
-                    self.mem.put(&k, &v, None).unwrap();
+                    None => self.mem.delete(&k).unwrap(),
                 }
-                None => self.mem.delete(&k).unwrap(),
             }
         }
     }
@@ -613,6 +694,9 @@ mod tests {
         fn put(&mut self, _: &str, _: &str, _: Option<LeaseId>) -> Result<(), StoreError> {
             unreachable!()
         }
+        fn put_all(&mut self, _: &[(String, String)]) -> Result<(), StoreError> {
+            unreachable!()
+        }
         fn create(&mut self, _: &str, _: &str, _: LeaseId) -> Result<bool, StoreError> {
             unreachable!()
         }
@@ -632,7 +716,8 @@ mod tests {
 
     proptest! {
         /// Whatever the leaders write (members and shares changing, a leader stopping
-        /// after any of its writes, another taking over) and whenever the targets read
+        /// after any of its requests, another taking over; a division's records in
+        /// requests of 1 to 4 records, `max_ops`) and whenever the targets read
         /// (between any two writes, also between a read's own two or three calls), a
         /// target that reads a part reads exactly its part of the division the head
         /// numbered (no division mixed, none numbered twice), the numbers a target
@@ -642,6 +727,7 @@ mod tests {
         fn a_division_is_read_whole_numbered_once_and_never_back(
             events in proptest::collection::vec(
                 (0usize..3, 0u64..4, 1usize..16, 0usize..4, 0usize..4, 0usize..6), 1..60),
+            max_ops in 1usize..5,
         ) {
             let keys = Keys::new("c");
             let mut world = World {
@@ -683,19 +769,20 @@ mod tests {
                             .filter(|(n, _)| *n == name)
                             .map(|(_, w)| w.clone());
                         let mut rec = Recorder { inner: &mut world.mem, ops: Vec::new() };
-                        let (w, _) = write(
+                        let limit = TxnLimit { max_bytes: usize::MAX / 2, max_ops };
+                        let (w, _) = write_in(
                             &mut rec, &keys, 2, &name, last.as_ref(), members, plan.clone(),
-                            BTreeMap::new(),
+                            BTreeMap::new(), limit,
                         ).unwrap();
                         let mut ops = rec.ops;
                         let complete = kind == 0 || cut >= ops.len();
                         if !complete {
                             ops.truncate(cut);
                         }
-                        for (k, v) in ops {
-                            let head = k == keys.division();
+                        for request in ops {
+                            let head = request.iter().any(|(k, _)| *k == keys.division());
                             world.landing.push_back(head.then(|| plan.clone()));
-                            world.pending.push_back((k, v));
+                            world.pending.push_back(request);
                         }
                         // A leader that stopped part-way writes anew when it leads again.
                         leader = complete.then_some((name, w));

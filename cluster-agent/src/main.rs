@@ -329,8 +329,9 @@ fn main() -> ExitCode {
 }
 
 fn summary(r: &TickReport) -> String {
+    let phases: Vec<String> = r.phases.iter().map(|(p, ms)| format!("{p} {ms}")).collect();
     format!(
-        "target {} etcd {}{} shares #{} set {} removed {}{}{}",
+        "target {} etcd {}{} shares #{} set {} removed {}{}{} (ms: {})",
         if r.target_ok { "ok" } else { "DOWN" },
         if r.etcd_ok {
             "ok"
@@ -361,7 +362,8 @@ fn summary(r: &TickReport) -> String {
                 },
                 r.traded
             )
-        }
+        },
+        phases.join(", ")
     )
 }
 

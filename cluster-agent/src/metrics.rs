@@ -55,6 +55,7 @@ pub struct AgentStatus {
     divisions_total: u64,
     division_seconds_total: f64,
     division_puts_total: u64,
+    division_requests_total: u64,
     division_bytes_total: u64,
 }
 
@@ -83,6 +84,7 @@ impl AgentStatus {
             divisions_total: 0,
             division_seconds_total: 0.0,
             division_puts_total: 0,
+            division_requests_total: 0,
             division_bytes_total: 0,
         }
     }
@@ -130,6 +132,7 @@ impl AgentStatus {
         }
         if let Some(w) = r.division_written {
             self.division_puts_total += w.puts as u64;
+            self.division_requests_total += w.requests as u64;
             self.division_bytes_total += w.bytes as u64;
         }
     }
@@ -299,6 +302,13 @@ impl AgentStatus {
             "division records (a target's part, the head) the leader wrote to etcd",
             "",
             self.division_puts_total as f64,
+        );
+        m.one(
+            "division_requests_total",
+            "counter",
+            "requests to etcd (transactions of several records) that carried the division records",
+            "",
+            self.division_requests_total as f64,
         );
         m.one(
             "division_bytes_written_total",

@@ -18,6 +18,51 @@ use crate::connect::{self, ConnectError, Credentials, EtcdOptions};
 /// An etcd lease id.
 pub type LeaseId = i64;
 
+/// What one etcd request may hold: etcd refuses a request above `--max-request-bytes`
+/// (1.5 MiB by default) and a transaction of more than `--max-txn-ops` operations (128
+/// by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnLimit {
+    /// Bytes of keys and values, each operation counted [`TxnLimit::OP_OVERHEAD`] more.
+    pub max_bytes: usize,
+    pub max_ops: usize,
+}
+
+impl TxnLimit {
+    /// What an operation adds to a request beside its key and value (its protobuf
+    /// framing: tags, lengths; a few bytes, counted generously).
+    pub const OP_OVERHEAD: usize = 32;
+
+    /// Two thirds of etcd's default request limit (the rest is margin for framing and
+    /// for an etcd set lower), and its default operations per transaction.
+    pub const ETCD_DEFAULT: TxnLimit = TxnLimit {
+        max_bytes: 1 << 20,
+        max_ops: 128,
+    };
+
+    /// `puts` in order, cut into runs that each fit in one request: a run ends before
+    /// the operation that would take it over either limit. A record above `max_bytes`
+    /// on its own is a run of its own (etcd may refuse it; nothing smaller can carry
+    /// it). Concatenated, the runs are `puts`.
+    pub fn batches<'a>(&self, puts: &'a [(String, String)]) -> Vec<&'a [(String, String)]> {
+        let mut out = Vec::new();
+        let (mut start, mut bytes) = (0, 0);
+        for (i, (k, v)) in puts.iter().enumerate() {
+            let size = k.len() + v.len() + Self::OP_OVERHEAD;
+            let n = i - start;
+            if n > 0 && (bytes + size > self.max_bytes || n >= self.max_ops) {
+                out.push(&puts[start..i]);
+                (start, bytes) = (i, 0);
+            }
+            bytes += size;
+        }
+        if start < puts.len() {
+            out.push(&puts[start..]);
+        }
+        out
+    }
+}
+
 /// A call to etcd that did not succeed.
 #[derive(Debug, Error)]
 pub enum StoreError {
@@ -101,6 +146,10 @@ pub trait Store {
     fn revoke(&mut self, lease: LeaseId) -> Result<(), StoreError>;
     /// Writes `key`, under `lease` when given.
     fn put(&mut self, key: &str, value: &str, lease: Option<LeaseId>) -> Result<(), StoreError>;
+    /// Writes every `(key, value)` of `puts`, without a lease, in one request that etcd
+    /// applies whole (a transaction without conditions): a reader sees all of them or
+    /// none. The caller keeps the request under etcd's limits ([`TxnLimit`]).
+    fn put_all(&mut self, puts: &[(String, String)]) -> Result<(), StoreError>;
     /// Writes `key` under `lease` only if it does not exist; `true` when written.
     fn create(&mut self, key: &str, value: &str, lease: LeaseId) -> Result<bool, StoreError>;
     /// Every key starting with `prefix`, with its value, in key order.
@@ -585,6 +634,15 @@ impl Store for EtcdGateway {
         self.call("/v3/kv/put", body).map(|_| ())
     }
 
+    fn put_all(&mut self, puts: &[(String, String)]) -> Result<(), StoreError> {
+        let success: Vec<Value> = puts
+            .iter()
+            .map(|(k, v)| json!({ "request_put": { "key": b64(k), "value": b64(v) } }))
+            .collect();
+        self.call("/v3/kv/txn", json!({ "success": success }))
+            .map(|_| ())
+    }
+
     fn create(&mut self, key: &str, value: &str, lease: LeaseId) -> Result<bool, StoreError> {
         let body = json!({
             "compare": [{
@@ -716,6 +774,13 @@ impl Store for MemStore {
         self.kv.insert(key.into(), (value.into(), lease));
         Ok(())
     }
+    fn put_all(&mut self, puts: &[(String, String)]) -> Result<(), StoreError> {
+        self.up()?;
+        for (k, v) in puts {
+            self.kv.insert(k.clone(), (v.clone(), None));
+        }
+        Ok(())
+    }
     fn create(&mut self, key: &str, value: &str, lease: LeaseId) -> Result<bool, StoreError> {
         self.up()?;
         if self.kv.contains_key(key) {
@@ -799,6 +864,10 @@ pub(crate) mod hooked {
             self.before(Call::Other)?;
             self.inner.put(k, v, lease)
         }
+        fn put_all(&mut self, puts: &[(String, String)]) -> Result<(), StoreError> {
+            self.before(Call::Other)?;
+            self.inner.put_all(puts)
+        }
         fn create(&mut self, k: &str, v: &str, lease: LeaseId) -> Result<bool, StoreError> {
             self.before(Call::Other)?;
             self.inner.create(k, v, lease)
@@ -826,6 +895,56 @@ mod tests {
     fn prefix_end_is_the_next_key() {
         assert_eq!(B64.decode(prefix_end("/a/")).unwrap(), b"/a0");
         assert_eq!(B64.decode(prefix_end("a\u{7f}")).unwrap(), b"a\x80");
+    }
+
+    fn records(sizes: &[usize]) -> Vec<(String, String)> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (format!("k{i}"), "x".repeat(n)))
+            .collect()
+    }
+
+    #[test]
+    fn batches_keep_the_order_and_each_fits_in_a_request() {
+        // 2-byte keys: each record counts its value + 2 + OP_OVERHEAD.
+        let o = 2 + TxnLimit::OP_OVERHEAD;
+        let limit = TxnLimit {
+            max_bytes: 100 + 2 * o,
+            max_ops: 3,
+        };
+        let puts = records(&[50, 50, 1, 20, 20, 40, 40, 300, 1, 1, 1, 1]);
+        let b = limit.batches(&puts);
+        let sizes: Vec<Vec<usize>> = b
+            .iter()
+            .map(|run| run.iter().map(|(_, v)| v.len()).collect())
+            .collect();
+        assert_eq!(
+            sizes,
+            vec![
+                vec![50, 50],    // a third record would take it over the bytes
+                vec![1, 20, 20], // three operations: the most
+                vec![40, 40],    // the next would take it over the bytes
+                vec![300],       // too large for any request: alone
+                vec![1, 1, 1],   // operations again
+                vec![1],
+            ]
+        );
+        let again: Vec<&(String, String)> = b.iter().flat_map(|r| r.iter()).collect();
+        assert_eq!(
+            again,
+            puts.iter().collect::<Vec<_>>(),
+            "in order, each once"
+        );
+        for run in &b {
+            let bytes: usize = run
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + TxnLimit::OP_OVERHEAD)
+                .sum();
+            assert!(run.len() <= limit.max_ops);
+            assert!(run.len() == 1 || bytes <= limit.max_bytes, "{bytes}");
+        }
+        assert!(limit.batches(&[]).is_empty());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! target's capacity estimate, and the hosts' local settings, read and written through
 //! the target plugin's JSON-RPC methods (`qos_stats_get`, `qos_host_get`,
 //! `qos_host_set`, `qos_host_remove`) on the target's Unix socket ([`TargetRpc`],
-//! through the workspace's JSON-RPC client, `rpc-client`).
+//! through the workspace's JSON-RPC client, `rpc-client`, over one connection it keeps,
+//! the shares of an interval sent several at once).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -59,9 +60,22 @@ pub trait TargetRpc {
     fn read(&mut self, domain: &str) -> Result<LocalState, TargetError>;
     fn host_set(&mut self, domain: &str, nqn: &str, share: &LocalShare) -> Result<(), TargetError>;
     fn host_remove(&mut self, domain: &str, nqn: &str) -> Result<(), TargetError>;
+    /// Sets every share of `sets`, one result each, in order; a target that can take
+    /// several calls at once takes them so ([`SocketTarget`]: sent together on one
+    /// connection); by default one after the other.
+    fn host_set_many(
+        &mut self,
+        domain: &str,
+        sets: &[(String, LocalShare)],
+    ) -> Vec<Result<(), TargetError>> {
+        sets.iter()
+            .map(|(nqn, s)| self.host_set(domain, nqn, s))
+            .collect()
+    }
 }
 
-/// The target at a JSON-RPC Unix socket.
+/// The target at a JSON-RPC Unix socket, over one connection kept open between calls
+/// (`rpc_client::Client`).
 #[derive(Debug)]
 pub struct SocketTarget {
     client: rpc_client::Client,
@@ -74,9 +88,19 @@ impl SocketTarget {
         }
     }
 
-    /// One JSON-RPC 2.0 call on a connection of its own.
+    /// One JSON-RPC 2.0 call.
     pub fn call(&mut self, method: &str, params: Value) -> Result<Value, TargetError> {
-        self.client.call(method, params).map_err(|e| match e {
+        let r = self.client.call(method, params);
+        r.map_err(|e| self.error(e))
+    }
+
+    /// Connections opened to the target so far.
+    pub fn connects(&self) -> u64 {
+        self.client.connects()
+    }
+
+    fn error(&self, e: rpc_client::RpcError) -> TargetError {
+        match e {
             rpc_client::RpcError::Refused {
                 method,
                 code,
@@ -90,7 +114,7 @@ impl SocketTarget {
                 sock: self.client.sock().display().to_string(),
                 detail: e.detail(),
             },
-        })
+        }
     }
 }
 
@@ -230,7 +254,10 @@ pub fn host_set_params(domain: &str, nqn: &str, s: &LocalShare) -> Value {
 
 impl TargetRpc for SocketTarget {
     fn read(&mut self, domain: &str) -> Result<LocalState, TargetError> {
-        let stats = self.call("qos_stats_get", json!({ "domain": domain, "periods": 1 }))?;
+        let stats = self.call(
+            "qos_stats_get",
+            json!({ "domain": domain, "compact": true }),
+        )?;
         let mut state = parse_stats(&stats)?;
         state.settings = parse_hosts(&self.call("qos_host_get", json!({ "domain": domain }))?)?;
         Ok(state)
@@ -247,6 +274,22 @@ impl TargetRpc for SocketTarget {
             json!({ "domain": domain, "host_nqn": nqn }),
         )
         .map(|_| ())
+    }
+
+    fn host_set_many(
+        &mut self,
+        domain: &str,
+        sets: &[(String, LocalShare)],
+    ) -> Vec<Result<(), TargetError>> {
+        let calls = sets
+            .iter()
+            .map(|(nqn, s)| ("qos_host_set".to_string(), host_set_params(domain, nqn, s)))
+            .collect();
+        let answers = self.client.call_many(calls);
+        answers
+            .into_iter()
+            .map(|r| r.map(|_| ()).map_err(|e| self.error(e)))
+            .collect()
     }
 }
 

@@ -144,6 +144,8 @@ fn cluster(file: &Path) -> ExitCode {
             });
             print!("{}", qos_lab::cluster::fleet_report(&s, &run));
             println!("{}", qos_lab::cluster::division_time_line(&run));
+            let costs = qos_lab::cluster::ByteCosts::calibrate(&s);
+            println!("{}", qos_lab::cluster::agent_cpu_line(&run, &costs));
             println!("simulated in {:.1} s", started.elapsed().as_secs_f64());
             ExitCode::SUCCESS
         }

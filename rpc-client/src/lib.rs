@@ -1,8 +1,11 @@
-//! A small JSON-RPC 2.0 client for an SPDK application's Unix socket (`rpc.py -s`):
-//! one connection per call, a request written as one JSON object and the first JSON
-//! object read back as its answer, within a timeout. It owns the wire format and the
-//! errors ([`RpcError`]: the call did not get through, or the application refused it);
-//! what the methods mean is the callers' (the cluster agent, the test harness).
+//! A small JSON-RPC 2.0 client for an SPDK application's Unix socket (`rpc.py -s`): a
+//! request written as one JSON object and a JSON object read back as its answer,
+//! within a timeout, either on a connection of its own ([`call`]) or on one connection
+//! a [`Client`] keeps, several requests at once ([`Client::call_many`]: SPDK's RPC
+//! server reads and answers what it finds on a connection once per poll, every 4 ms,
+//! so calls one after the other cost a poll or two each). It owns the wire format and
+//! the errors ([`RpcError`]: the call did not get through, or the application refused
+//! it); what the methods mean is the callers' (the cluster agent, the test harness).
 
 use std::io::{BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -75,12 +78,17 @@ impl RpcError {
     }
 }
 
-/// An SPDK application's JSON-RPC socket. Request ids count up from 1 per client.
+/// An SPDK application's JSON-RPC socket, over one connection kept open between
+/// calls (opened at the first call, and again after the application closed it or a
+/// call failed on it). Request ids count up from 1 per client.
 #[derive(Debug)]
 pub struct Client {
     sock: PathBuf,
     timeout: Duration,
     next_id: u64,
+    conn: Option<BufReader<UnixStream>>,
+    /// Connections opened so far.
+    connects: u64,
 }
 
 impl Client {
@@ -91,6 +99,8 @@ impl Client {
             sock: sock.into(),
             timeout,
             next_id: 1,
+            conn: None,
+            connects: 0,
         }
     }
 
@@ -98,13 +108,168 @@ impl Client {
         &self.sock
     }
 
-    /// Calls `method` on a connection of its own; `Value::Null` params are left out
-    /// of the request. Returns the answer's `result` (`Null` when it has none).
-    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
-        let id = self.next_id;
-        self.next_id += 1;
-        call_with_id(&self.sock, method, params, self.timeout, id)
+    /// How many connections this client opened.
+    pub fn connects(&self) -> u64 {
+        self.connects
     }
+
+    /// Calls `method`; `Value::Null` params are left out of the request. Returns the
+    /// answer's `result` (`Null` when it has none).
+    pub fn call(&mut self, method: &str, params: Value) -> Result<Value, RpcError> {
+        self.call_many(vec![(method.to_string(), params)])
+            .pop()
+            .expect("one answer per call")
+    }
+
+    /// Sends every call at once on the kept connection, then reads their answers
+    /// (matched by id); one result per call, in order. When the application closes
+    /// the connection before answering them all, the unanswered calls are sent again
+    /// on a new connection, once per connection that answered something or had been
+    /// used before (an application that answers one request per connection still
+    /// answers them all; one that answers none fails them). A call may then run twice
+    /// at the application: the callers' methods set values, so running one again
+    /// changes nothing. A timeout or an answer that is not JSON fails every call not
+    /// answered yet, and the connection is dropped.
+    pub fn call_many(&mut self, calls: Vec<(String, Value)>) -> Vec<Result<Value, RpcError>> {
+        let n = calls.len();
+        let mut out: Vec<Option<Result<Value, RpcError>>> = (0..n).map(|_| None).collect();
+        let ids: Vec<u64> = (0..n as u64).map(|i| self.next_id + i).collect();
+        self.next_id += n as u64;
+        let requests: Vec<String> = calls
+            .iter()
+            .zip(&ids)
+            .map(|((method, params), id)| {
+                let mut req = json!({"jsonrpc": "2.0", "method": method, "id": id});
+                if !params.is_null() {
+                    req["params"] = params.clone();
+                }
+                req.to_string() + "\n"
+            })
+            .collect();
+        let method = |i: usize| calls[i].0.clone();
+        loop {
+            let open: Vec<usize> = (0..n).filter(|&i| out[i].is_none()).collect();
+            if open.is_empty() {
+                break;
+            }
+            let fresh = self.conn.is_none();
+            if fresh {
+                match self.connect() {
+                    Ok(c) => self.conn = Some(c),
+                    Err(e) => {
+                        for &i in &open {
+                            out[i] = Some(Err(RpcError::Connect {
+                                sock: self.sock.clone(),
+                                source: std::io::Error::new(e.kind(), e.to_string()),
+                            }));
+                        }
+                        break;
+                    }
+                }
+            }
+            let conn = self.conn.as_mut().expect("connected");
+            let text: String = open.iter().map(|&i| requests[i].as_str()).collect();
+            if let Err(e) = conn.get_mut().write_all(text.as_bytes()) {
+                self.conn = None;
+                if fresh {
+                    for &i in &open {
+                        out[i] = Some(Err(RpcError::Send {
+                            sock: self.sock.clone(),
+                            method: method(i),
+                            source: std::io::Error::new(e.kind(), e.to_string()),
+                        }));
+                    }
+                    break;
+                }
+                continue;
+            }
+            let mut answered = 0;
+            let mut waiting = open.len();
+            while waiting > 0 {
+                let next = serde_json::Deserializer::from_reader(&mut *conn)
+                    .into_iter::<Value>()
+                    .next();
+                match next {
+                    Some(Ok(answer)) => {
+                        let id = answer.get("id").and_then(Value::as_u64);
+                        // An answer to an earlier call (one that timed out) is skipped.
+                        let Some(i) = id.and_then(|id| ids.iter().position(|&x| x == id)) else {
+                            continue;
+                        };
+                        if out[i].is_none() {
+                            out[i] = Some(result_of(&calls[i].0, answer));
+                            answered += 1;
+                            waiting -= 1;
+                        }
+                    }
+                    Some(Err(source)) if !closed(&source) => {
+                        self.conn = None;
+                        let detail = source.to_string();
+                        let mut source = Some(source);
+                        for i in (0..n).filter(|&i| out[i].is_none()).collect::<Vec<_>>() {
+                            let source = source.take().unwrap_or_else(|| {
+                                serde_json::Error::io(std::io::Error::other(detail.clone()))
+                            });
+                            out[i] = Some(Err(RpcError::Answer {
+                                sock: self.sock.clone(),
+                                method: method(i),
+                                source,
+                            }));
+                        }
+                        break;
+                    }
+                    // Closed: at its end, or with requests unread (a reset).
+                    None | Some(Err(_)) => {
+                        self.conn = None;
+                        if fresh && answered == 0 {
+                            for i in (0..n).filter(|&i| out[i].is_none()).collect::<Vec<_>>() {
+                                out[i] = Some(Err(RpcError::Closed {
+                                    sock: self.sock.clone(),
+                                    method: method(i),
+                                }));
+                            }
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|r| r.expect("every call answered or failed"))
+            .collect()
+    }
+
+    fn connect(&mut self) -> std::io::Result<BufReader<UnixStream>> {
+        let s = UnixStream::connect(&self.sock)?;
+        // A zero timeout waits without bound (the socket refuses a zero timeout).
+        let bound = Some(self.timeout).filter(|t| !t.is_zero());
+        s.set_read_timeout(bound)?;
+        s.set_write_timeout(bound)?;
+        self.connects += 1;
+        Ok(BufReader::new(s))
+    }
+}
+
+/// A read that failed because the application closed the connection (Linux resets a
+/// Unix socket whose peer closed with requests it had not read).
+fn closed(e: &serde_json::Error) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        e.io_error_kind(),
+        Some(K::ConnectionReset | K::BrokenPipe | K::UnexpectedEof)
+    )
+}
+
+/// The result of `method` from its `answer`: its `result`, or its JSON-RPC error.
+fn result_of(method: &str, answer: Value) -> Result<Value, RpcError> {
+    if let Some(e) = answer.get("error") {
+        return Err(RpcError::Refused {
+            method: method.into(),
+            code: e["code"].as_i64().unwrap_or(0),
+            message: e["message"].as_str().unwrap_or("").to_string(),
+        });
+    }
+    Ok(answer.get("result").cloned().unwrap_or(Value::Null))
 }
 
 /// One call on a connection of its own (request id 1); see [`Client::call`].
@@ -154,14 +319,7 @@ fn call_with_id(
             method: method.into(),
             source,
         })?;
-    if let Some(e) = answer.get("error") {
-        return Err(RpcError::Refused {
-            method: method.into(),
-            code: e["code"].as_i64().unwrap_or(0),
-            message: e["message"].as_str().unwrap_or("").to_string(),
-        });
-    }
-    Ok(answer.get("result").cloned().unwrap_or(Value::Null))
+    result_of(method, answer)
 }
 
 #[cfg(test)]
@@ -172,7 +330,7 @@ mod tests {
     use std::sync::mpsc;
 
     /// What the fake server does with one connection.
-    #[derive(Clone, Copy)]
+    #[derive(Clone, Copy, Debug)]
     enum Reply {
         /// Answers `{"result": params}` (or its error for method "fail"), in two writes.
         Echo,
@@ -233,6 +391,100 @@ mod tests {
     }
 
     const T: Duration = Duration::from_secs(5);
+
+    /// A fake SPDK application that serves one connection, as SPDK's RPC server does:
+    /// reads the number of requests `batches` says, then answers them, the last first
+    /// when `reversed`; then the next batch. Sends the number of requests it read in
+    /// each batch.
+    fn pipelined_server(batches: Vec<usize>, reversed: bool) -> (PathBuf, mpsc::Receiver<usize>) {
+        let dir = std::env::temp_dir().join(format!(
+            "rpc-client-pipe-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("spdk.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let (c, _) = listener.accept().unwrap();
+            let mut w = c.try_clone().unwrap();
+            let mut reqs =
+                serde_json::Deserializer::from_reader(BufReader::new(c)).into_iter::<Value>();
+            for batch in batches {
+                let got: Vec<Value> = reqs.by_ref().take(batch).map_while(Result::ok).collect();
+                if got.is_empty() {
+                    return;
+                }
+                tx.send(got.len()).unwrap();
+                let mut answers: Vec<Value> = got
+                    .iter()
+                    .map(|r| json!({"jsonrpc": "2.0", "id": r["id"], "result": r["params"]}))
+                    .collect();
+                if reversed {
+                    answers.reverse();
+                }
+                for a in answers {
+                    w.write_all((a.to_string() + "\n").as_bytes()).unwrap();
+                }
+            }
+        });
+        (path, rx)
+    }
+
+    fn numbered(n: u64) -> Vec<(String, Value)> {
+        (0..n)
+            .map(|i| ("qos_host_set".to_string(), json!({ "n": i })))
+            .collect()
+    }
+
+    #[test]
+    fn calls_share_one_connection_and_go_out_together() {
+        let (sock, batches) = pipelined_server(vec![50, 1, 1], true);
+        let mut c = Client::new(&sock, T);
+        let r = c.call_many(numbered(50));
+        // All 50 were read before any was answered (one batch), answered last first,
+        // and each result is its own call's.
+        assert_eq!(batches.recv().unwrap(), 50);
+        let got: Vec<Value> = r.into_iter().map(Result::unwrap).collect();
+        assert_eq!(got, (0..50).map(|i| json!({ "n": i })).collect::<Vec<_>>());
+        // Single calls after it go on the same connection.
+        assert_eq!(c.call("m", json!(7)).unwrap(), json!(7));
+        assert_eq!(c.call("m", json!(8)).unwrap(), json!(8));
+        assert_eq!(c.connects(), 1);
+        assert!(c.call_many(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn an_application_that_answers_once_per_connection_still_answers_every_call() {
+        let (sock, reqs) = server(vec![Reply::Echo; 3]);
+        let mut c = Client::new(&sock, T);
+        let r = c.call_many(numbered(3));
+        let got: Vec<Value> = r.into_iter().map(Result::unwrap).collect();
+        assert_eq!(got, (0..3).map(|i| json!({ "n": i })).collect::<Vec<_>>());
+        assert_eq!(c.connects(), 3);
+        // The server read the first request of each connection: 0, then 1, then 2.
+        let first: Vec<Value> = reqs.try_iter().map(|r| r["params"]["n"].clone()).collect();
+        assert_eq!(first, vec![json!(0), json!(1), json!(2)]);
+    }
+
+    #[test]
+    fn an_application_that_answers_nothing_fails_every_call() {
+        let (sock, _reqs) = server(vec![Reply::Close, Reply::Silent]);
+        let mut c = Client::new(&sock, T);
+        let r = c.call_many(numbered(2));
+        assert!(
+            r.iter().all(|r| matches!(r, Err(RpcError::Closed { .. }))),
+            "{r:?}"
+        );
+        let mut c = Client::new(&sock, Duration::from_millis(200));
+        let r = c.call_many(numbered(2));
+        assert!(
+            r.iter().all(|r| matches!(r, Err(RpcError::Answer { .. }))),
+            "{r:?}"
+        );
+    }
 
     #[test]
     fn a_call_sends_a_request_and_returns_its_result() {

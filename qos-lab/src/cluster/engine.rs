@@ -14,7 +14,10 @@ use qos_core::cluster::{ClusterHost, LocalShare, PathDemand, Plan, plan};
 use qos_core::handover::{Handover, HandoverConfig, HandoverReport};
 use qos_core::share::{Claim, water_fill};
 
-use super::etcd::{EtcdLoad, key_len, share_len};
+use super::etcd::{EtcdLoad, json_len, key_len, share_len};
+
+/// A host's key in etcd but its NQN (`/nvmf-qos/<cluster>/hosts/`, a short cluster name).
+const HOSTS_KEY: &str = "/nvmf-qos/fleet/hosts/";
 use super::{ClusterScenario, HostSpec};
 
 /// One host in one period.
@@ -123,6 +126,8 @@ struct Engine<'a> {
     s: &'a ClusterScenario,
     names: Vec<String>,
     contracts: BTreeMap<String, ClusterHost>,
+    /// The JSON length of the hosts' contracts as etcd holds them (key and value).
+    contracts_len: u64,
     /// The hosts in NQN order (the order of every map of a division), those of one
     /// NQN together, and each NQN's JSON length.
     groups: Vec<Vec<usize>>,
@@ -178,6 +183,10 @@ impl<'a> Engine<'a> {
             s,
             names: s.targets.iter().map(|t| t.name.clone()).collect(),
             contracts: contracts(s),
+            contracts_len: contracts(s)
+                .iter()
+                .map(|(n, c)| json_len(c) + HOSTS_KEY.len() as u64 + n.len() as u64)
+                .sum(),
             groups: groups.values().cloned().collect(),
             nqn_len: groups.keys().map(|n| key_len(n)).collect(),
             at,
@@ -212,6 +221,13 @@ impl<'a> Engine<'a> {
         );
         self.run.division_times.push(started.elapsed());
         let leader = self.leader(p);
+        let member_ix: Vec<usize> = (0..self.names.len())
+            .filter(|&i| members.contains(&self.names[i]))
+            .collect();
+        let leader_name = self.names[leader].clone();
+        self.run
+            .etcd
+            .leader_interval(leader, &leader_name, &member_ix, self.contracts_len);
         let changed = self
             .written
             .as_ref()
@@ -261,8 +277,14 @@ impl<'a> Engine<'a> {
 
     /// The targets apply a division; their handover books start over from it.
     fn apply(&mut self, dense: Dense) {
+        let changed: Vec<bool> = self
+            .applied
+            .iter()
+            .zip(&dense)
+            .map(|(a, b)| a != b)
+            .collect();
         self.applied = dense;
-        self.run.etcd.applied_changed();
+        self.run.etcd.applied_changed(&changed);
         self.seq += 1;
         self.books_behind = true;
     }
@@ -317,7 +339,7 @@ impl<'a> Engine<'a> {
             }
         }
         self.books = Some(books);
-        self.run.etcd.applied_changed();
+        self.run.etcd.applied_changed(alive);
         self.run.limit_share_excess += self.limit_excess(&self.applied, members);
     }
 
@@ -386,9 +408,11 @@ impl<'a> Engine<'a> {
 
     /// Target `i` writes its demand report: each host's mean over the demand window,
     /// held if it got less than it wanted in the last period.
-    fn report(&mut self, i: usize) {
+    /// Returns whether it differs from its last one.
+    fn report(&mut self, i: usize) -> bool {
         let demand = self.demand_at(i);
-        self.reports.insert(self.names[i].clone(), demand);
+        let old = self.reports.insert(self.names[i].clone(), demand);
+        old.as_ref() != self.reports.get(&self.names[i])
     }
 
     /// What target `i`'s hosts did, as its agent measures it: each host's mean over the
@@ -451,14 +475,14 @@ impl<'a> Engine<'a> {
                 row[k].served += got;
             }
             if etcd_up {
-                self.report(i);
+                let changed = self.report(i);
                 let rep = &self.reports[&self.names[i]];
                 let (groups, lens, row) = (&self.groups, &self.nqn_len, &self.applied[i]);
                 let idle = idle_entries(groups, lens, row, &self.at[i]);
                 let applied = || row_len(groups, lens, row);
                 self.run
                     .etcd
-                    .agent_interval(i, &self.names[i], s, rep, idle, applied);
+                    .agent_interval(i, &self.names[i], s, (rep, changed), idle, applied);
             }
         }
         self.run.periods.push(row);

@@ -26,7 +26,7 @@ impl Write for Count {
     }
 }
 
-fn json_len<T: Serialize>(v: &T) -> u64 {
+pub(super) fn json_len<T: Serialize>(v: &T) -> u64 {
     let mut c = Count(0);
     serde_json::to_writer(&mut c, v).expect("records serialise");
     c.0
@@ -128,6 +128,36 @@ struct DivisionRecord<'a> {
     parts: &'a BTreeMap<&'a str, u64>,
 }
 
+/// A transaction's limits in the agent (`TxnLimit::ETCD_DEFAULT`): bytes of keys and
+/// values, each record counted 32 bytes more, and records.
+pub(super) const TXN_BYTES: u64 = 1 << 20;
+pub(super) const TXN_OPS: u64 = 128;
+const OP_OVERHEAD: u64 = 32;
+/// A part's key but the target's name, and the head's key (a short cluster name).
+const PART_KEY: &str = "/nvmf-qos/fleet/parts/";
+const HEAD_KEY: &str = "/nvmf-qos/fleet/division";
+
+/// The transactions a run of records goes in, cut as the agent cuts them.
+#[derive(Debug, Default)]
+struct Txns {
+    requests: u64,
+    bytes: u64,
+    ops: u64,
+}
+
+impl Txns {
+    /// The next record, of `len` bytes of key and value.
+    fn add(&mut self, len: u64) {
+        let size = len + OP_OVERHEAD;
+        if self.ops == 0 || self.bytes + size > TXN_BYTES || self.ops >= TXN_OPS {
+            self.requests += 1;
+            (self.bytes, self.ops) = (0, 0);
+        }
+        self.bytes += size;
+        self.ops += 1;
+    }
+}
+
 /// Writes and bytes, per agent and for the shares record.
 #[derive(Debug, Clone, Default)]
 pub struct EtcdLoad {
@@ -150,6 +180,37 @@ pub struct EtcdLoad {
     last_seq: u64,
     /// Per target name: the division its part was last written at.
     parts: BTreeMap<String, u64>,
+    /// Per target name: its part's size as last written; the last head's size.
+    part_size: BTreeMap<String, u64>,
+    head_size: u64,
+    /// Per target: its demand record's size now, and the bytes of its records (demand,
+    /// member) that changed since the leader last listed them.
+    demand_size: Vec<u64>,
+    dirty: Vec<u64>,
+    /// Per target: its member record changed (its applied shares did).
+    member_dirty: Vec<bool>,
+    /// The leader agent's record handling, summed over its intervals.
+    pub leader_bytes: LeaderBytes,
+    /// The target that led at the last division.
+    leader_now: Option<usize>,
+}
+
+/// What the leader agent's intervals handle, in bytes of records (JSON), summed over
+/// the intervals it divided in (docs/cluster.md, "The agent at scale"): the inputs of
+/// the lab's prediction of its CPU ([`super::agent_cpu`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaderBytes {
+    pub intervals: u64,
+    /// Every member's and demand record listed (read from etcd each interval).
+    pub listed: u64,
+    /// Of those, the records whose text changed since the last listing (parsed).
+    pub parsed: u64,
+    /// Its own part and the division's head, read and parsed each interval.
+    pub part_read: u64,
+    /// The hosts' contracts, listed and parsed each interval.
+    pub contracts: u64,
+    /// Records it wrote: its demand and member records, the division's parts and head.
+    pub written: u64,
 }
 
 impl EtcdLoad {
@@ -160,13 +221,18 @@ impl EtcdLoad {
             demand_largest: vec![0; targets],
             member_largest: vec![0; targets],
             member_size: vec![None; targets],
+            demand_size: vec![0; targets],
+            dirty: vec![0; targets],
+            member_dirty: vec![true; targets],
             ..Default::default()
         }
     }
 
     /// The leader (target `leader`) writes a new division over `members`: the parts
     /// in `changed` (each member's name and the JSON length of its map of shares),
-    /// then the head.
+    /// then the head, in as few transactions as etcd's limits allow (as the agent's
+    /// `division::write`: up to [`TXN_BYTES`] of keys and values and [`TXN_OPS`]
+    /// records each; a write is a request).
     pub fn shares_written(
         &mut self,
         leader: (usize, &str),
@@ -176,6 +242,7 @@ impl EtcdLoad {
         let (leader, leader_name) = leader;
         self.last_seq += 1;
         let seq = self.last_seq;
+        let mut txn = Txns::default();
         for &(t, map) in changed {
             let len = json_len(&PartRecord {
                 seq,
@@ -185,9 +252,11 @@ impl EtcdLoad {
             }) - 2
                 + map;
             self.parts.insert(t.to_string(), seq);
+            self.part_size.insert(t.to_string(), len);
+            self.leader_bytes.written += len;
             self.part_writes += 1;
             self.part_largest = self.part_largest.max(len);
-            self.writes[leader] += 1;
+            txn.add(PART_KEY.len() as u64 + t.len() as u64 + len);
             self.bytes[leader] += len;
         }
         let parts: BTreeMap<&str, u64> = members
@@ -202,28 +271,60 @@ impl EtcdLoad {
         });
         self.shares_writes += 1;
         self.head_largest = self.head_largest.max(len);
+        self.head_size = len;
+        self.leader_bytes.written += len;
+        txn.add(HEAD_KEY.len() as u64 + len);
+        self.writes[leader] += txn.requests;
         self.writes[leader] += 1;
         self.bytes[leader] += len;
     }
 
-    /// The targets' applied shares changed: their member records change size.
-    pub fn applied_changed(&mut self) {
+    /// The targets' applied shares changed (`changed[i]`: target `i`'s did): their
+    /// member records change.
+    pub fn applied_changed(&mut self, changed: &[bool]) {
         self.member_size.fill(None);
+        for (d, &c) in self.member_dirty.iter_mut().zip(changed) {
+            *d |= c;
+        }
+    }
+
+    /// The leader (target `leader`) divides: it lists the `members`' member and demand
+    /// records (parsing those that changed since its last listing), the hosts'
+    /// contracts (`contracts`: their records' JSON length), and reads its own part
+    /// and the head.
+    pub fn leader_interval(
+        &mut self,
+        leader: usize,
+        leader_name: &str,
+        members: &[usize],
+        contracts: u64,
+    ) {
+        self.leader_now = Some(leader);
+        let b = &mut self.leader_bytes;
+        b.intervals += 1;
+        b.contracts += contracts;
+        for &i in members {
+            b.listed += self.demand_size[i] + self.member_size[i].unwrap_or(0);
+            b.parsed += std::mem::take(&mut self.dirty[i]);
+        }
+        b.part_read += self.part_size.get(leader_name).copied().unwrap_or(0) + self.head_size;
     }
 
     /// Target `i`'s interval with etcd up: its demand record, its member record, the
-    /// lease renewal and the leader-key attempt. The demand record holds `demand` and
-    /// `idle.0` idle entries more (hosts configured at the target without demand there,
-    /// as the real agent lists them; `idle.1` their NQNs' JSON lengths, quoted).
+    /// lease renewal and the leader-key attempt. The demand record holds `demand.0`
+    /// (`demand.1`: it differs from the target's last) and `idle.0` idle entries more
+    /// (hosts configured at the target without demand there, as the real agent lists
+    /// them; `idle.1` their NQNs' JSON lengths, quoted).
     pub fn agent_interval(
         &mut self,
         i: usize,
         name: &str,
         s: &ClusterScenario,
-        demand: &BTreeMap<String, PathDemand>,
+        demand: (&BTreeMap<String, PathDemand>, bool),
         idle: (u64, u64),
         applied_len: impl FnOnce() -> u64,
     ) {
+        let (demand, demand_changed) = demand;
         let d = demand_len(demand, idle);
         let m = *self.member_size[i].get_or_insert_with(|| {
             let head = json_len(&MemberRecord {
@@ -238,6 +339,16 @@ impl EtcdLoad {
         });
         self.demand_largest[i] = self.demand_largest[i].max(d);
         self.member_largest[i] = self.member_largest[i].max(m);
+        if demand_changed || d != self.demand_size[i] {
+            self.dirty[i] += d;
+        }
+        if std::mem::take(&mut self.member_dirty[i]) {
+            self.dirty[i] += m;
+        }
+        self.demand_size[i] = d;
+        if self.leader_now == Some(i) {
+            self.leader_bytes.written += d + m;
+        }
         // Two puts, the lease's keep-alive, the leader key's create transaction.
         self.writes[i] += 4;
         self.bytes[i] += d + m + name.len() as u64;
@@ -287,6 +398,25 @@ mod tests {
             .collect();
         assert_eq!(plan_len(&maps), json_len(&plan));
         assert_eq!(plan_len(&[]), json_len(&Plan::new()));
+    }
+
+    #[test]
+    fn records_go_in_transactions_as_the_agent_cuts_them() {
+        let mut t = Txns::default();
+        // 54 parts of 83 KB and a head: 12 parts fit in 1 MiB, so five transactions.
+        for _ in 0..54 {
+            t.add(83_000);
+        }
+        t.add(1_100);
+        assert_eq!(t.requests, 5);
+        // 200 small records: 128 at most in one.
+        let mut t = Txns::default();
+        (0..200).for_each(|_| t.add(10));
+        assert_eq!(t.requests, 2);
+        // One above the limit goes alone.
+        let mut t = Txns::default();
+        [10, TXN_BYTES * 2, 10].into_iter().for_each(|l| t.add(l));
+        assert_eq!(t.requests, 3);
     }
 
     #[test]

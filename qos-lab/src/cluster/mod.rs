@@ -23,13 +23,15 @@ use qos_core::cluster::DivideConfig;
 use serde::Deserialize;
 use thiserror::Error;
 
+mod agent_cpu;
 mod engine;
 mod etcd;
 mod fleet;
 mod scale;
 
+pub use agent_cpu::{ByteCosts, RecordHandling, agent_cpu_line};
 pub use engine::{ClusterRun, HostPeriod, simulate, simulate_with_progress};
-pub use etcd::EtcdLoad;
+pub use etcd::{EtcdLoad, LeaderBytes};
 pub use fleet::{FleetFailure, FleetMove, FleetSpec};
 pub use scale::{division_time_line, fleet_report};
 
