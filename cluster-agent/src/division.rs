@@ -61,7 +61,12 @@ pub struct WriteCount {
     pub largest: usize,
 }
 
-/// The number of the last division written, of either schema (0: none).
+/// The number of the last division written, of either schema (0: none), or of the
+/// parts a leader wrote without their head (it stopped between two transactions): a
+/// new leader numbers its division above both. Numbered from the head alone, it took
+/// the number of the parts left behind, and a reader that read one of those parts and
+/// then the new head (its own two calls straddling the new leader's writes) took the
+/// old part as the new division's (found by the property test below).
 pub fn last_seq(store: &mut dyn Store, keys: &Keys) -> Result<u64, StoreError> {
     let head = store
         .get(&keys.division())?
@@ -71,7 +76,14 @@ pub fn last_seq(store: &mut dyn Store, keys: &Keys) -> Result<u64, StoreError> {
         .get(&keys.shares())?
         .and_then(|t| parse::<SharesRecord>("shares", &t).ok())
         .map_or(0, |s| s.seq);
-    Ok(head.max(one))
+    let parts = store
+        .list(&keys.parts())?
+        .iter()
+        .filter_map(|(_, t)| parse::<PartRecord>("part", t).ok())
+        .map(|p| p.seq)
+        .max()
+        .unwrap_or(0);
+    Ok(head.max(one).max(parts))
 }
 
 /// Writes the division `plan` over `members` as `leader`, in key `schema`. `last`: what
