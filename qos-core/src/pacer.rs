@@ -428,6 +428,16 @@ pub struct PacerConfig {
     /// backlogged writer sends late (see [`DELIVERY_WINDOW`]); 1000 turns the
     /// correction off. Default 1125, at most 2000.
     pub floor_boost_max_milli: u64,
+    /// With `chunk_auto`, the chunk is at least what the link moves in this many
+    /// thousandths of the probe's base latency ([`chunk_floor_for_base`]), and the
+    /// automatic latency target leaves a small command room to wait behind one such
+    /// chunk ([`target_for_path`]). The base latency is a small command's round trip on
+    /// the idle path: what a command costs both stacks, an upper bound of the fixed cost
+    /// a chunk pays besides its data. A chunk that takes less time on the link than that
+    /// cost spends the target's core on commands, not data (on 2026-11-29: base 12-13
+    /// us, chunks of 12-16 KiB, the writer alone in them 0.87-0.90 of plain). Default
+    /// 2000 (two base latencies); 0: no such floor (the slack alone sizes the chunk).
+    pub chunk_floor_base_milli: u64,
 }
 
 impl Default for PacerConfig {
@@ -447,6 +457,7 @@ impl Default for PacerConfig {
             split_always: false,
             dirs: DirsConfig::default(),
             floor_boost_max_milli: 1125,
+            chunk_floor_base_milli: 2000,
         }
     }
 }
@@ -471,6 +482,10 @@ pub enum PacerConfigError {
     AutoTarget(u64),
     #[error("the sharing floor's correction {0}/1000 is outside 1000 ..= 2000 (1000 turns it off)")]
     FloorBoost(u64),
+    #[error(
+        "the chunk floor of {0}/1000 of the base latency is outside 100 ..= 100000 (0 turns it off)"
+    )]
+    ChunkFloorBase(u64),
 }
 
 impl PacerConfig {
@@ -505,6 +520,10 @@ impl PacerConfig {
         }
         if self.probe_window == 0 || self.probe_window > 100_000 {
             return Err(PacerConfigError::Window(self.probe_window));
+        }
+        let cf = self.chunk_floor_base_milli;
+        if cf != 0 && !(100..=100_000).contains(&cf) {
+            return Err(PacerConfigError::ChunkFloorBase(cf));
         }
         let auto = self.latency_target_auto_milli;
         if auto != 0 && !(1000..=100_000).contains(&auto) {
@@ -603,12 +622,60 @@ pub fn chunk_for_slack(
     (bytes / CHUNK_GRAIN * CHUNK_GRAIN).clamp(floor.min(ceiling), ceiling)
 }
 
+/// The smallest chunk that keeps the link on a path of `base` latency: the bytes the
+/// link (`link_bytes` per second) moves in `milli` thousandths of `base`, rounded up to
+/// 4 KiB (0 when `milli` is 0). A command's fixed cost, both stacks' work on it, is at
+/// most its round trip on the idle path (the probe's base latency); a chunk whose data
+/// takes that long on the link at least spends the path's time mostly on data.
+pub fn chunk_floor_for_base(base: Nanos, link_bytes: u64, milli: u64) -> u64 {
+    let t = mul_div(base.0, milli, 1000);
+    mul_div(t, link_bytes, 1_000_000_000).next_multiple_of(CHUNK_GRAIN)
+}
+
+/// The automatic latency target on a path of `base` latency: `auto_milli` thousandths
+/// of `base`, but at least `base` plus the time the link (`link_bytes` per second)
+/// takes for one chunk of `floor` bytes (a small command that arrives behind the
+/// smallest chunk the link needs waits that long, and a target below it would call
+/// every such wait congestion: on 2026-11-29, with a target of 1.5 base = 18-20 us,
+/// 92-96 % of AIMD's decisions did), never above `ceiling` (the fixed target). At
+/// least 1 ns.
+pub fn target_for_path(
+    base: Nanos,
+    auto_milli: u64,
+    floor: u64,
+    link_bytes: u64,
+    ceiling: Nanos,
+) -> Nanos {
+    let scaled = Nanos(mul_div(base.0, auto_milli, 1000));
+    let behind_floor = base.saturating_add(Nanos(mul_div(floor, 1_000_000_000, link_bytes.max(1))));
+    scaled.max(behind_floor).max(Nanos(1)).min(ceiling)
+}
+
 /// Whether latency-sensitive traffic shares the path at `now`: a small command was sent
 /// (`last_small`) less than `idle` ago. Shaping large transfers pays only then; the
 /// initiator plugin applies the same rule on its submit path, from an atomic copy of
 /// `last_small`, without taking the pacer's lock.
 pub fn latency_sensitive_at(last_small: Option<Nanos>, now: Nanos, idle: Nanos) -> bool {
     last_small.is_some_and(|t| now.saturating_sub(t) < idle)
+}
+
+/// May a sender (a connection of the path) send the probe that has been due since
+/// `due_since`? Yes if it sent latency-sensitive traffic less than `idle` ago
+/// (`last_small_here`, [`latency_sensitive_at`]): the probe then shares the queue of the
+/// traffic it stands for. On a large stream's connection it waits behind that stream's
+/// own chunks in the same queue, which the latency-sensitive traffic does not (on
+/// 2026-11-29 about 28 % of the probes went on the writer's connection). Any sender may
+/// once the probe has waited `2 × interval`, so a path whose latency-sensitive senders
+/// cannot probe is still measured.
+pub fn may_send_probe(
+    last_small_here: Option<Nanos>,
+    due_since: Nanos,
+    now: Nanos,
+    idle: Nanos,
+    interval: Nanos,
+) -> bool {
+    latency_sensitive_at(last_small_here, now, idle)
+        || now.saturating_sub(due_since) >= interval.saturating_add(interval)
 }
 
 /// The minimum of the last `block` to `2 × block` samples, in O(1) per sample: the
@@ -760,11 +827,40 @@ impl Pacer {
     /// The p99 target AIMD holds the probe to now: the fixed `latency_target`, or with
     /// `latency_target_auto_milli` that multiple of the base latency (at most the fixed
     /// one; the fixed one until a probe has completed).
+    ///
+    /// The automatic target is at least the base latency plus one chunk of
+    /// [`Self::chunk_floor`] on the link ([`target_for_path`]).
     pub fn latency_target(&self) -> Nanos {
         let fixed = self.cfg.latency_target;
         match (self.cfg.latency_target_auto_milli, self.base.min()) {
             (0, _) | (_, None) => fixed,
-            (milli, Some(base)) => Nanos(mul_div(base.0, milli, 1000).max(1)).min(fixed),
+            (milli, Some(base)) => {
+                let floor = if self.cfg.chunk_auto {
+                    self.base_floor(base)
+                } else {
+                    0
+                };
+                target_for_path(base, milli, floor, self.link, fixed)
+            }
+        }
+    }
+
+    /// The chunk floor from the base latency alone ([`chunk_floor_for_base`]), at most
+    /// `chunk_bytes`.
+    fn base_floor(&self, base: Nanos) -> u64 {
+        chunk_floor_for_base(base, self.link, self.cfg.chunk_floor_base_milli)
+            .min(self.cfg.chunk_bytes)
+    }
+
+    /// The smallest chunk `chunk_auto` picks now: the link's bytes per operation
+    /// ([`PacerConfig::chunk_floor`]) or, once a probe has measured the path, what the
+    /// link moves in `chunk_floor_base_milli` of its base latency if more
+    /// ([`chunk_floor_for_base`]); at most `chunk_bytes`.
+    pub fn chunk_floor(&self) -> u64 {
+        let ops = self.cfg.chunk_floor();
+        match self.base.min() {
+            None => ops,
+            Some(base) => ops.max(self.base_floor(base)),
         }
     }
     pub fn stream_rate(&self, id: StreamId) -> Option<u64> {
@@ -786,7 +882,7 @@ impl Pacer {
         if !c.chunk_auto || !self.latency_sensitive(now) {
             return c.chunk_bytes;
         }
-        let floor = c.chunk_floor();
+        let floor = self.chunk_floor();
         match self.base.min() {
             None => CHUNK_BEFORE_PROBE.clamp(floor, c.chunk_bytes),
             Some(base) => {
@@ -800,6 +896,12 @@ impl Pacer {
             .get(id.index as usize)?
             .as_ref()
             .filter(|s| s.generation == id.generation)
+    }
+
+    /// Latency-sensitive traffic shares the path at `now` (as the pacer last heard of
+    /// it: [`Self::note_latency_sensitive`]).
+    pub fn latency_sensitive_now(&self, now: Nanos) -> bool {
+        self.latency_sensitive(now)
     }
 
     fn latency_sensitive(&self, now: Nanos) -> bool {
@@ -1394,10 +1496,12 @@ mod tests {
     #[test]
     fn the_automatic_target_follows_the_probes_base_latency() {
         let mut t = Nanos::from_secs(1);
+        // (The target alone: no chunk floor from the base latency, which raises it.)
         let cfg = PacerConfig {
             link_mibps: 1000,
             probe_window: 4,
             latency_target_auto_milli: 1500,
+            chunk_floor_base_milli: 0,
             ..PacerConfig::default()
         };
         let mut p = Pacer::new(cfg, t).unwrap();
@@ -1625,9 +1729,11 @@ mod tests {
     #[test]
     fn the_chunk_follows_the_path_only_while_small_commands_share_it() {
         let mut t = Nanos::from_secs(1);
+        // (The slack alone: no chunk floor from the base latency.)
         let cfg = PacerConfig {
             link_mibps: 4500,
             link_iops: 150_000,
+            chunk_floor_base_milli: 0,
             ..PacerConfig::default()
         };
         let mut p = Pacer::new(cfg, t).unwrap();
@@ -1687,7 +1793,141 @@ mod tests {
         assert_eq!(p.chunk_bytes(t), 32 * 1024);
     }
 
+    #[test]
+    fn the_chunk_floor_follows_the_base_latency() {
+        let mib = MIB;
+        // 2026-11-29's path: base 12.5 us, link 2500 MiB/s. Two base latencies of the
+        // link are 65,536 bytes: 64 KiB, where the slack alone (1.5 x base) gave 16 KiB.
+        assert_eq!(
+            chunk_floor_for_base(Nanos(12_500), 2500 * mib, 2000),
+            64 * 1024
+        );
+        // Rounded up to 4 KiB; 0 thousandths: no floor.
+        assert_eq!(chunk_floor_for_base(Nanos(1000), 1000 * mib, 1000), 4096);
+        assert_eq!(chunk_floor_for_base(Nanos(12_500), 2500 * mib, 0), 0);
+        // The target leaves room for one such chunk: base + 25 us = 37.5 us, not 1.5 x
+        // 12.5 = 18.75 us.
+        let ceiling = Nanos::from_micros(200);
+        let t = target_for_path(Nanos(12_500), 1500, 64 * 1024, 2500 * mib, ceiling);
+        assert_eq!(t, Nanos(37_500));
+        // A slow path (base 100 us): 1.5 x base is more than base + the chunk.
+        let t = target_for_path(Nanos::from_micros(100), 1500, 8192, 2500 * mib, ceiling);
+        assert_eq!(t, Nanos::from_micros(150));
+        // Never above the fixed target.
+        let t = target_for_path(Nanos::from_micros(150), 1500, 8192, 2500 * mib, ceiling);
+        assert_eq!(t, ceiling);
+
+        let mut t = Nanos::from_secs(1);
+        let cfg = PacerConfig {
+            link_mibps: 2500,
+            probe_window: 4,
+            ..PacerConfig::default()
+        };
+        assert_eq!(cfg.chunk_floor_base_milli, 2000);
+        let mut p = Pacer::new(cfg, t).unwrap();
+        p.note_latency_sensitive(t);
+        // Before a probe: the link's bytes per operation and 32 KiB, as before.
+        assert_eq!(p.chunk_floor(), cfg.chunk_floor());
+        assert_eq!(p.chunk_bytes(t), CHUNK_BEFORE_PROBE);
+        t = congest(&mut p, t, Nanos(12_500), 2);
+        assert_eq!(p.chunk_floor(), 64 * 1024);
+        assert_eq!(p.latency_target(), Nanos(37_500));
+        assert_eq!(p.chunk_bytes(t), 64 * 1024);
+        // Probes behind one such chunk (36 us) are not congestion; behind two they are.
+        let link = 2500 * MIB;
+        let s = p.open_stream(1, t);
+        let _ = s;
+        p.note_latency_sensitive(t);
+        let before = p.aimd_counts();
+        t = congest(&mut p, t, Nanos::from_micros(36), 3);
+        assert_eq!(p.aimd_counts().congested, before.congested);
+        assert_eq!(p.allowed_rate(), link);
+        congest(&mut p, t, Nanos::from_micros(60), 1);
+        assert_eq!(p.aimd_counts().congested, before.congested + 1);
+        // A path of 60 us: the floor reaches the largest chunk.
+        let mut q = Pacer::new(cfg, t).unwrap();
+        q.note_latency_sensitive(t);
+        let t = congest(&mut q, t, Nanos::from_micros(60), 2);
+        assert_eq!(q.chunk_bytes(t), cfg.chunk_bytes);
+        assert_eq!(q.chunk_floor(), cfg.chunk_bytes);
+        // chunk_auto off: the fixed chunk, and the target is 1.5 x base.
+        let mut f = Pacer::new(
+            PacerConfig {
+                chunk_auto: false,
+                chunk_bytes: 16 * 1024,
+                ..cfg
+            },
+            t,
+        )
+        .unwrap();
+        f.note_latency_sensitive(t);
+        let t = congest(&mut f, t, Nanos(12_500), 2);
+        assert_eq!(f.chunk_bytes(t), 16 * 1024);
+        assert_eq!(f.latency_target(), Nanos(18_750));
+        // Out of range is refused.
+        for bad in [1, 99, 100_001] {
+            assert_eq!(
+                PacerConfig {
+                    chunk_floor_base_milli: bad,
+                    ..cfg
+                }
+                .validate(),
+                Err(PacerConfigError::ChunkFloorBase(bad))
+            );
+        }
+    }
+
+    #[test]
+    fn a_due_probe_goes_with_the_small_traffic() {
+        let (idle, interval) = (Nanos::from_millis(100), Nanos::from_micros(500));
+        let due = Nanos::from_secs(1);
+        let at = |us: u64| due.saturating_add(Nanos::from_micros(us));
+        // The reader's connection sent small I/O 10 us ago: it probes at once.
+        assert!(may_send_probe(Some(at(0)), due, at(10), idle, interval));
+        // The writer's connection never did: not before the probe waited 1 ms...
+        assert!(!may_send_probe(None, due, at(10), idle, interval));
+        assert!(!may_send_probe(None, due, at(999), idle, interval));
+        assert!(may_send_probe(None, due, at(1000), idle, interval));
+        // ...nor with small I/O older than the idle time.
+        let old = Some(due.saturating_sub(idle));
+        assert!(!may_send_probe(old, due, at(0), idle, interval));
+    }
+
     proptest! {
+        /// The chunk the base latency asks for fits in the slack the target leaves:
+        /// whatever the path, the automatic chunk is at least the floor, and a small
+        /// command behind one floor chunk is within the target (unless the fixed
+        /// ceiling binds).
+        #[test]
+        fn the_target_leaves_room_for_the_chunk_floor(
+            base_ns in 1000u64..500_000, auto in 1000u64..5000, link_mibps in 100u64..20_000,
+            floor_milli in prop_oneof![Just(0u64), 100u64..10_000], ceiling_kib in 4u64..2048,
+        ) {
+            let cfg = PacerConfig {
+                chunk_bytes: ceiling_kib * 1024,
+                link_mibps,
+                latency_target_auto_milli: auto,
+                chunk_floor_base_milli: floor_milli,
+                ..PacerConfig::default()
+            };
+            let mut t = Nanos::from_secs(1);
+            let mut p = Pacer::new(cfg, t).unwrap();
+            p.note_latency_sensitive(t);
+            t = congest(&mut p, t, Nanos(base_ns), 2);
+            let floor = p.chunk_floor();
+            let c = p.chunk_bytes(t);
+            prop_assert!(floor >= cfg.chunk_floor() && floor <= cfg.chunk_bytes);
+            prop_assert!(c >= floor && c <= cfg.chunk_bytes, "{c} {floor}");
+            let link = link_mibps * MIB;
+            let want = chunk_floor_for_base(Nanos(base_ns), link, floor_milli);
+            prop_assert_eq!(floor, cfg.chunk_floor().max(want.min(cfg.chunk_bytes)));
+            let target = p.latency_target();
+            prop_assert!(target <= cfg.latency_target);
+            let behind = Nanos(base_ns).saturating_add(Nanos(mul_div(floor, 1_000_000_000, link)));
+            prop_assert!(target >= behind.min(cfg.latency_target), "{target} {behind}");
+            prop_assert!(target.0 >= mul_div(base_ns, auto, 1000).min(cfg.latency_target.0));
+        }
+
         /// Whatever the path, the chunk is within the floor and the ceiling, and the
         /// buckets hold one chunk: a stream released after a long pause sends one chunk
         /// and waits for the next (two while it was late).
