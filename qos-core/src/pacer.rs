@@ -405,8 +405,15 @@ pub struct PacerConfig {
     /// 2 × `probe_window` probes), never above `latency_target`. Justitia sets its target
     /// to a latency-sensitive flow's latency alone; the base latency is that, measured
     /// by the probe in the gaps pacing leaves, so the same setting suits RDMA's
-    /// microseconds and TCP's tens of them. Default 1500 (1.5 × the base latency); 0:
-    /// the fixed `latency_target`.
+    /// microseconds and TCP's tens of them. Default 0 (the fixed `latency_target`,
+    /// since 2026-11-29; 1500, 1.5 × the base latency, from 2026-11-25): AIMD compares
+    /// the probe's p99 with the target, and the base latency is the probe's *lowest*
+    /// latency. On NVMe/TCP loopback the small command's p99 alone was 2-4.5 × its
+    /// lowest (reader alone: p50 10 us, p99 23-47 us), and beside a paced writer most of
+    /// it is the wait behind the writer's chunks: with 1.5 × (18-20 us) 80-96 % of AIMD's
+    /// decisions were congestion, with 6 × (63-69 us) still 65-80 %, so the writer sat
+    /// at its sharing floor (0.48-0.56 of its unpaced rate); with the fixed 200 us
+    /// 8-10 % (0.63-0.69, reader's p99 14-17x lower: docs/benchmarks.md).
     pub latency_target_auto_milli: u64,
     /// The reference probe is sent this often. Default 500 us (Justitia).
     pub probe_interval: Nanos,
@@ -448,7 +455,7 @@ impl Default for PacerConfig {
             link_mibps: 2800,
             link_iops: 1_000_000,
             latency_target: Nanos::from_micros(200),
-            latency_target_auto_milli: 1500,
+            latency_target_auto_milli: 0,
             probe_interval: Nanos::from_micros(500),
             probe_window: 1000,
             aimd_interval: Nanos::from_millis(1),
@@ -1727,12 +1734,30 @@ mod tests {
     }
 
     #[test]
+    fn the_default_target_is_fixed_and_the_chunk_the_largest_on_a_fast_path() {
+        // 2026-11-29's path: base 12.5 us, 2500 MiB/s. The fixed 200 us leaves 187.5 us
+        // of slack: the largest chunk, 128 KiB.
+        let mut t = Nanos::from_secs(1);
+        let cfg = PacerConfig {
+            link_mibps: 2500,
+            ..PacerConfig::default()
+        };
+        assert_eq!(cfg.latency_target_auto_milli, 0);
+        let mut p = Pacer::new(cfg, t).unwrap();
+        p.note_latency_sensitive(t);
+        t = congest(&mut p, t, Nanos(12_500), 2);
+        assert_eq!(p.latency_target(), Nanos::from_micros(200));
+        assert_eq!(p.chunk_bytes(t), 128 * 1024);
+    }
+
+    #[test]
     fn the_chunk_follows_the_path_only_while_small_commands_share_it() {
         let mut t = Nanos::from_secs(1);
         // (The slack alone: no chunk floor from the base latency.)
         let cfg = PacerConfig {
             link_mibps: 4500,
             link_iops: 150_000,
+            latency_target_auto_milli: 1500,
             chunk_floor_base_milli: 0,
             ..PacerConfig::default()
         };
@@ -1783,6 +1808,7 @@ mod tests {
         let cfg = PacerConfig {
             link_mibps: 4500,
             link_iops: 150_000,
+            latency_target_auto_milli: 1500,
             ..PacerConfig::default()
         };
         assert_eq!(cfg.chunk_floor(), 32 * 1024);
@@ -1821,6 +1847,7 @@ mod tests {
         let cfg = PacerConfig {
             link_mibps: 2500,
             probe_window: 4,
+            latency_target_auto_milli: 1500,
             ..PacerConfig::default()
         };
         assert_eq!(cfg.chunk_floor_base_milli, 2000);
