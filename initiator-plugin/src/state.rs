@@ -385,9 +385,7 @@ impl PacerGroup {
         if t.send_probe && g.probe_due.is_none() {
             g.probe_due = Some(now);
         }
-        let Some(due) = g.probe_due else {
-            return None;
-        };
+        let due = g.probe_due?;
         if !g.pacer.latency_sensitive_now(now) {
             // The small I/O is gone: no probe.
             g.probe_due = None;

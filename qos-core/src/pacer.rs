@@ -408,12 +408,12 @@ pub struct PacerConfig {
     /// microseconds and TCP's tens of them. Default 0 (the fixed `latency_target`,
     /// since 2026-11-29; 1500, 1.5 × the base latency, from 2026-11-25): AIMD compares
     /// the probe's p99 with the target, and the base latency is the probe's *lowest*
-    /// latency. On NVMe/TCP loopback the small command's p99 alone was 2-4.5 × its
-    /// lowest (reader alone: p50 10 us, p99 23-47 us), and beside a paced writer most of
-    /// it is the wait behind the writer's chunks: with 1.5 × (18-20 us) 80-96 % of AIMD's
-    /// decisions were congestion, with 6 × (63-69 us) still 65-80 %, so the writer sat
+    /// latency. On NVMe/TCP loopback the small command's p99 alone was 2-4.6 × its
+    /// lowest (reader alone: p50 9-10 us, p99 20-47 us), and beside a paced writer most of
+    /// it is the wait behind the writer's chunks: with 1.5 × (18-43 us) 79-96 % of AIMD's
+    /// decisions were congestion, with 6 × (63-69 us) still 65-78 %, so the writer sat
     /// at its sharing floor (0.48-0.56 of its unpaced rate); with the fixed 200 us
-    /// 8-10 % (0.63-0.69, reader's p99 14-17x lower: docs/benchmarks.md).
+    /// 5-10 % (0.60-0.72, reader's p99 14-22x lower: docs/benchmarks.md).
     pub latency_target_auto_milli: u64,
     /// The reference probe is sent this often. Default 500 us (Justitia).
     pub probe_interval: Nanos,
@@ -842,8 +842,10 @@ impl Pacer {
         match (self.cfg.latency_target_auto_milli, self.base.min()) {
             (0, _) | (_, None) => fixed,
             (milli, Some(base)) => {
+                // The whole floor (the link's bytes per operation too), so the chunk
+                // `chunk_auto` picks always fits in the slack.
                 let floor = if self.cfg.chunk_auto {
-                    self.base_floor(base)
+                    self.chunk_floor()
                 } else {
                     0
                 };
