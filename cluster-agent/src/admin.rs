@@ -393,60 +393,34 @@ pub fn show_text(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{LeaseId, MemStore};
+    use crate::store::hooked::{Call, Hooked};
     use std::time::{Duration, Instant};
 
     /// A store in which a target's agent joins (writes its member record) at the
     /// `join_after`-th listing of the members: an agent's first interval after the
-    /// cluster was created.
-    struct Joining {
-        inner: MemStore,
-        member_lists: u32,
-        join_after: u32,
-    }
-
-    impl Store for Joining {
-        fn grant(&mut self, ttl_s: u64) -> Result<LeaseId, StoreError> {
-            self.inner.grant(ttl_s)
-        }
-        fn keep_alive(&mut self, lease: LeaseId) -> Result<bool, StoreError> {
-            self.inner.keep_alive(lease)
-        }
-        fn revoke(&mut self, lease: LeaseId) -> Result<(), StoreError> {
-            self.inner.revoke(lease)
-        }
-        fn put(&mut self, k: &str, v: &str, lease: Option<LeaseId>) -> Result<(), StoreError> {
-            self.inner.put(k, v, lease)
-        }
-        fn create(&mut self, k: &str, v: &str, lease: LeaseId) -> Result<bool, StoreError> {
-            self.inner.create(k, v, lease)
-        }
-        fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+    /// cluster was created. State: (member listings so far, join_after).
+    fn joining(join_after: u32) -> Hooked<(u32, u32)> {
+        Hooked::new((0, join_after), |(lists, join_after), inner, call| {
             let k = Keys::new("c");
-            if prefix == k.members() {
-                self.member_lists += 1;
-                if self.member_lists == self.join_after {
-                    let m = MemberRecord {
-                        target: "t1".into(),
-                        domain: "d".into(),
-                        capacity_iops: 100_000,
-                        period_ms: 1000,
-                        applied: BTreeMap::new(),
-                        error: None,
-                        handover_url: None,
-                    };
-                    let v = serde_json::to_string(&m).unwrap();
-                    self.inner.put(&k.member("t1"), &v, None)?;
-                }
+            if !matches!(call, Call::List(p) if p == k.members()) {
+                return Ok(());
             }
-            self.inner.list(prefix)
-        }
-        fn delete_prefix(&mut self, prefix: &str) -> Result<(), StoreError> {
-            self.inner.delete_prefix(prefix)
-        }
-        fn delete(&mut self, key: &str) -> Result<(), StoreError> {
-            self.inner.delete(key)
-        }
+            *lists += 1;
+            if *lists == *join_after {
+                let m = MemberRecord {
+                    target: "t1".into(),
+                    domain: "d".into(),
+                    capacity_iops: 100_000,
+                    period_ms: 1000,
+                    applied: BTreeMap::new(),
+                    error: None,
+                    handover_url: None,
+                };
+                let v = serde_json::to_string(&m).unwrap();
+                inner.put(&k.member("t1"), &v, None)?;
+            }
+            Ok(())
+        })
     }
 
     fn host() -> ClusterHost {
@@ -460,25 +434,17 @@ mod tests {
 
     #[test]
     fn host_set_right_after_cluster_create_waits_for_an_agent_to_join() {
-        let mut s = Joining {
-            inner: MemStore::default(),
-            member_lists: 0,
-            join_after: 3,
-        };
+        let mut s = joining(3);
         cluster_create(&mut s, "c", DivideConfig::default(), false).unwrap();
         let poll = Duration::from_millis(10);
         host_set_waiting(&mut s, "c", "h", host(), Duration::from_secs(5), poll).unwrap();
-        assert_eq!(s.member_lists, 3, "retried until the agent joined");
+        assert_eq!(s.state.0, 3, "retried until the agent joined");
         assert!(s.inner.get(&Keys::new("c").host("h")).unwrap().is_some());
     }
 
     #[test]
     fn host_set_without_any_agent_says_what_to_do_after_its_wait() {
-        let mut s = Joining {
-            inner: MemStore::default(),
-            member_lists: 0,
-            join_after: u32::MAX,
-        };
+        let mut s = joining(u32::MAX);
         cluster_create(&mut s, "c", DivideConfig::default(), false).unwrap();
         let t0 = Instant::now();
         let wait = Duration::from_millis(300);

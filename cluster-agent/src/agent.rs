@@ -185,7 +185,7 @@ fn share_differs(have: &LocalShare, want: &LocalShare) -> bool {
 /// `seq` trade, so an outage that began right after one agent had read a new division
 /// and the other had not saw no trade at all (real two-target runs, 2026-11-29). The
 /// plan compared with is the one last written, so small moves that add up are written.
-fn plan_moves(written: &Plan, new: &Plan) -> bool {
+pub fn plan_moves(written: &Plan, new: &Plan) -> bool {
     written.len() != new.len()
         || written.iter().zip(new).any(|((t0, h0), (t1, h1))| {
             t0 != t1
@@ -290,6 +290,80 @@ pub fn reconcile(
             .map(|n| Change::Remove(n.clone())),
     );
     out
+}
+
+/// The agent's store during an interval: renews the agent's lease before a call
+/// whenever a third of its time to live has passed since it was last renewed, and
+/// between the shares applied ([`Agent::apply`]). An interval at fleet size can outlast
+/// the lease: a target's RPC takes a connection and a poll of its RPC server per call
+/// (about 10 ms at a real `nvmf_tgt`), so setting 1,000 hosts takes about 10 s; the
+/// leader's division is a put per target's part (64 of 83 KB at 64 x 1,000), seconds
+/// when etcd is busy. An agent that renewed once an interval lost its lease meanwhile:
+/// its member and demand records went, and the leader key with them, to another
+/// target (the agent at scale's first real runs, 2026-11-29).
+struct Renewing<'a> {
+    inner: &'a mut dyn Store,
+    lease: LeaseId,
+    every: std::time::Duration,
+    renewed: std::time::Instant,
+    /// etcd no longer knows the lease: the next interval grants a new one.
+    lapsed: bool,
+    errors: Vec<String>,
+}
+
+impl Renewing<'_> {
+    fn renew_if_due(&mut self) {
+        if self.lapsed || self.renewed.elapsed() < self.every {
+            return;
+        }
+        match self.inner.keep_alive(self.lease) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.lapsed = true;
+                self.errors
+                    .push("the lease expired during the interval".into());
+            }
+            // Tried again a third of the time to live later.
+            Err(e) => self.errors.push(e.to_string()),
+        }
+        self.renewed = std::time::Instant::now();
+    }
+}
+
+impl Store for Renewing<'_> {
+    fn grant(&mut self, ttl_s: u64) -> Result<LeaseId, StoreError> {
+        self.inner.grant(ttl_s)
+    }
+    fn keep_alive(&mut self, lease: LeaseId) -> Result<bool, StoreError> {
+        self.inner.keep_alive(lease)
+    }
+    fn revoke(&mut self, lease: LeaseId) -> Result<(), StoreError> {
+        self.inner.revoke(lease)
+    }
+    fn put(&mut self, key: &str, value: &str, lease: Option<LeaseId>) -> Result<(), StoreError> {
+        self.renew_if_due();
+        self.inner.put(key, value, lease)
+    }
+    fn create(&mut self, key: &str, value: &str, lease: LeaseId) -> Result<bool, StoreError> {
+        self.renew_if_due();
+        self.inner.create(key, value, lease)
+    }
+    fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+        self.renew_if_due();
+        self.inner.list(prefix)
+    }
+    fn get(&mut self, key: &str) -> Result<Option<String>, StoreError> {
+        self.renew_if_due();
+        self.inner.get(key)
+    }
+    fn delete_prefix(&mut self, prefix: &str) -> Result<(), StoreError> {
+        self.renew_if_due();
+        self.inner.delete_prefix(prefix)
+    }
+    fn delete(&mut self, key: &str) -> Result<(), StoreError> {
+        self.renew_if_due();
+        self.inner.delete(key)
+    }
 }
 
 impl Agent {
@@ -484,6 +558,28 @@ impl Agent {
         r: &mut TickReport,
     ) -> Result<(), StoreError> {
         let lease = self.ensure_lease(store)?;
+        let mut renewing = Renewing {
+            inner: store,
+            lease,
+            every: std::time::Duration::from_millis(self.cfg.lease_ttl_s.max(1) * 1000 / 3),
+            renewed: std::time::Instant::now(),
+            lapsed: false,
+            errors: Vec::new(),
+        };
+        let res = self.sync_renewing(&mut renewing, lease, tgt, local, measured, r);
+        r.errors.append(&mut renewing.errors);
+        res
+    }
+
+    fn sync_renewing(
+        &mut self,
+        store: &mut Renewing,
+        lease: LeaseId,
+        tgt: &mut dyn TargetRpc,
+        local: &LocalState,
+        measured: &BTreeMap<String, PathDemand>,
+        r: &mut TickReport,
+    ) -> Result<(), StoreError> {
         let Some(cfg_text) = store.get(&self.keys.config())? else {
             r.errors.push(format!(
                 "cluster {} does not exist in etcd: create it with `nvmf-qos-agent cluster create`",
@@ -589,6 +685,7 @@ impl Agent {
             reconcile(mine, &hosts, &local.settings, &self.managed),
             &local.settings,
             tgt,
+            Some(store),
             r,
         );
         Ok(())
@@ -654,14 +751,20 @@ impl Agent {
         Ok(())
     }
 
+    /// Applies `changes` at the target, one `qos_host_set` or `qos_host_remove` each,
+    /// renewing the lease between them when it is due (see [`Renewing`]).
     fn apply(
         &mut self,
         changes: Vec<Change>,
         settings: &BTreeMap<String, LocalShare>,
         tgt: &mut dyn TargetRpc,
+        mut renew: Option<&mut Renewing>,
         r: &mut TickReport,
     ) {
         for c in changes {
+            if let Some(store) = renew.as_mut() {
+                store.renew_if_due();
+            }
             let res = match &c {
                 Change::Set(nqn, s) => {
                     let res = set_share(tgt, &self.cfg.domain, nqn, s, settings.get(nqn));
@@ -758,6 +861,7 @@ fn json<T: serde::Serialize>(v: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::hooked::{Call, Hooked};
 
     fn share(r: u64, l: Option<u64>) -> LocalShare {
         LocalShare {
@@ -821,7 +925,7 @@ mod tests {
         });
         let mut r = TickReport::default();
         let raise = vec![Change::Set("h".into(), share(200, Some(500)))];
-        agent.apply(raise, &have, &mut tgt, &mut r);
+        agent.apply(raise, &have, &mut tgt, None, &mut r);
         assert_eq!(tgt.settings["h"], share(100, Some(500)), "limit applied");
         assert!(r.refused["h"].contains("reservation held before"), "{r:?}");
         assert!(agent.managed.contains("h"));
@@ -829,9 +933,115 @@ mod tests {
         tgt.admits = 0;
         let mut r = TickReport::default();
         let lower = vec![Change::Set("h".into(), share(50, Some(400)))];
-        agent.apply(lower, &tgt.settings.clone(), &mut tgt, &mut r);
+        agent.apply(lower, &tgt.settings.clone(), &mut tgt, None, &mut r);
         assert_eq!(tgt.settings["h"], share(100, Some(500)), "nothing applied");
         assert!(!r.refused["h"].contains("reservation held before"));
+    }
+
+    /// A target that takes `each` per `qos_host_set`, as a real one takes ~10 ms.
+    struct Slow {
+        each: std::time::Duration,
+        sets: u64,
+    }
+
+    impl TargetRpc for Slow {
+        fn read(&mut self, _: &str) -> Result<LocalState, TargetError> {
+            unreachable!("not read in this test")
+        }
+        fn host_set(&mut self, _: &str, _: &str, _: &LocalShare) -> Result<(), TargetError> {
+            std::thread::sleep(self.each);
+            self.sets += 1;
+            Ok(())
+        }
+        fn host_remove(&mut self, _: &str, _: &str) -> Result<(), TargetError> {
+            unreachable!("nothing removed in this test")
+        }
+    }
+
+    /// A [`MemStore`] that counts the renewals of its leases (in its state).
+    fn renewals() -> Hooked<u64> {
+        Hooked::new(0, |renewed, _, call| {
+            *renewed += matches!(call, Call::KeepAlive) as u64;
+            Ok(())
+        })
+    }
+
+    #[test]
+    fn a_long_apply_renews_the_lease_every_third_of_its_time_to_live() {
+        let mut agent = Agent::new(AgentConfig {
+            cluster: "c".into(),
+            target: "t".into(),
+            domain: "d".into(),
+            lease_ttl_s: 1,
+            window_ms: None,
+            handover_url: None,
+        });
+        let mut store = renewals();
+        let lease = agent.ensure_lease(&mut store).unwrap();
+        // 300 sets of 3 ms: at least 0.9 s, where the lease lives 1 s.
+        let mut tgt = Slow {
+            each: std::time::Duration::from_millis(3),
+            sets: 0,
+        };
+        let changes: Vec<Change> = (0..300)
+            .map(|i| Change::Set(format!("h{i}"), share(1, Some(2))))
+            .collect();
+        let started = std::time::Instant::now();
+        let mut renewing = Renewing {
+            inner: &mut store,
+            lease,
+            every: std::time::Duration::from_millis(333),
+            renewed: started,
+            lapsed: false,
+            errors: Vec::new(),
+        };
+        let mut r = TickReport::default();
+        agent.apply(
+            changes,
+            &BTreeMap::new(),
+            &mut tgt,
+            Some(&mut renewing),
+            &mut r,
+        );
+        assert!(renewing.errors.is_empty(), "{:?}", renewing.errors);
+        let took = started.elapsed();
+        assert_eq!((tgt.sets, r.set), (300, 300));
+        // Once each 333 ms that passed (the first at 333 ms), never more.
+        let most = took.as_millis() as u64 / 333;
+        assert!(
+            store.state >= 2 && store.state <= most,
+            "{} renewals in {took:?}",
+            store.state
+        );
+    }
+
+    #[test]
+    fn the_interval_s_calls_renew_the_lease_when_due_and_a_lapsed_one_is_left() {
+        let mut store = renewals();
+        let lease = store.grant(1).unwrap();
+        let mut renewing = Renewing {
+            inner: &mut store,
+            lease,
+            every: std::time::Duration::from_secs(3600),
+            renewed: std::time::Instant::now(),
+            lapsed: false,
+            errors: Vec::new(),
+        };
+        // Not due: the put renews nothing; one renewal by hand.
+        renewing.put("k", "v", Some(lease)).unwrap();
+        assert!(renewing.inner.keep_alive(lease).unwrap());
+        // Due at every call from now on.
+        renewing.every = std::time::Duration::ZERO;
+        renewing.put("k", "v", Some(lease)).unwrap();
+        renewing.list("k").unwrap();
+        assert!(renewing.errors.is_empty());
+        renewing.inner.revoke(lease).unwrap();
+        renewing.get("k").unwrap();
+        renewing.get("k").unwrap();
+        assert!(renewing.lapsed);
+        assert_eq!(renewing.errors.len(), 1, "{:?}", renewing.errors);
+        // 1 by hand, 2 due, 1 that found the lease gone, none after.
+        assert_eq!(store.state, 4);
     }
 
     #[test]

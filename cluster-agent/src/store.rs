@@ -745,6 +745,79 @@ impl Store for MemStore {
     }
 }
 
+/// Test doubles built on [`MemStore`].
+#[cfg(test)]
+pub(crate) mod hooked {
+    use super::{LeaseId, MemStore, Store, StoreError};
+
+    /// The call a [`Hooked`] store is about to pass to its [`MemStore`].
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) enum Call<'a> {
+        KeepAlive,
+        List(&'a str),
+        Other,
+    }
+
+    /// A [`MemStore`] that runs `hook` on its state before each call: a test's counter or
+    /// fault writes only what it adds.
+    pub(crate) struct Hooked<S> {
+        pub(crate) inner: MemStore,
+        pub(crate) state: S,
+        hook: fn(&mut S, &mut MemStore, Call<'_>) -> Result<(), StoreError>,
+    }
+
+    impl<S> Hooked<S> {
+        pub(crate) fn new(
+            state: S,
+            hook: fn(&mut S, &mut MemStore, Call<'_>) -> Result<(), StoreError>,
+        ) -> Self {
+            Hooked {
+                inner: MemStore::default(),
+                state,
+                hook,
+            }
+        }
+        fn before(&mut self, call: Call<'_>) -> Result<(), StoreError> {
+            (self.hook)(&mut self.state, &mut self.inner, call)
+        }
+    }
+
+    impl<S> Store for Hooked<S> {
+        fn grant(&mut self, ttl_s: u64) -> Result<LeaseId, StoreError> {
+            self.before(Call::Other)?;
+            self.inner.grant(ttl_s)
+        }
+        fn keep_alive(&mut self, lease: LeaseId) -> Result<bool, StoreError> {
+            self.before(Call::KeepAlive)?;
+            self.inner.keep_alive(lease)
+        }
+        fn revoke(&mut self, lease: LeaseId) -> Result<(), StoreError> {
+            self.before(Call::Other)?;
+            self.inner.revoke(lease)
+        }
+        fn put(&mut self, k: &str, v: &str, lease: Option<LeaseId>) -> Result<(), StoreError> {
+            self.before(Call::Other)?;
+            self.inner.put(k, v, lease)
+        }
+        fn create(&mut self, k: &str, v: &str, lease: LeaseId) -> Result<bool, StoreError> {
+            self.before(Call::Other)?;
+            self.inner.create(k, v, lease)
+        }
+        fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
+            self.before(Call::List(prefix))?;
+            self.inner.list(prefix)
+        }
+        fn delete_prefix(&mut self, prefix: &str) -> Result<(), StoreError> {
+            self.before(Call::Other)?;
+            self.inner.delete_prefix(prefix)
+        }
+        fn delete(&mut self, key: &str) -> Result<(), StoreError> {
+            self.before(Call::Other)?;
+            self.inner.delete(key)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,7 +113,7 @@ def host(nqn, ios, held_cum, sum_ns, group=None, res_iops=None, max_iops=None):
         'credit_tokens': {'ops': 0, 'bytes': 0}, 'limit_left': {'ops': None, 'bytes': None},
         'underuse_flag': False, 'reservation_at_risk': True, 'reservation_unreachable': res_iops is not None,
         'in_flight_at_base': 2.5, 'reservation_depth_needed': 0.75 if res_iops else None,
-        'entitlement': {'contending': True, 'held_fraction': 0.8, 'at_target': 30.0, 'cap': None,
+        'entitlement': {'contending': True, 'held_fraction': 0.8, 'at_target': 30.0, 'at_target_peak': 36, 'cap': None,
                         'entitled': 40000, 'achieved': 39000, 'shortfall': 1000,
                         'queue_depth_needed': 6.5} if res_iops else None,
     }

@@ -67,6 +67,9 @@ pub struct Entitlement {
     pub contending: bool,
     pub held_fraction: f64,
     pub at_target: f64,
+    /// The most commands at the target at one check interval (a lower bound of the
+    /// host's queue depth).
+    pub at_target_peak: u64,
     /// None: no bound.
     pub cap: Option<u64>,
     pub entitled: u64,

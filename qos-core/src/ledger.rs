@@ -1158,6 +1158,7 @@ impl ChannelTokens {
 
     /// Tracks the hold-queue gauge published in the host's stats.
     pub(crate) fn note_held(&mut self, delta: i64) {
+        self.host.window.note_held(delta);
         self.held_delta += delta;
         self.held_here = self.held_here.saturating_add_signed(delta);
         if delta > 0 {

@@ -59,6 +59,10 @@ struct WindowParams {
     vclock: AtomicU64,
     /// How far a host's tag may run ahead of V and still take excess, tag units.
     slack: AtomicU64,
+    /// 1 while the window is over the hosts' circulation (issue 39): a host's excess
+    /// waits while fewer than its hold target ([`HostWindow`]) are held, and neither W
+    /// nor the tags bind; 0: W counts commands at the base.
+    over_circulation: AtomicU64,
 }
 
 impl Default for WindowShared {
@@ -68,6 +72,7 @@ impl Default for WindowShared {
                 limit: AtomicU64::new(OFF),
                 vclock: AtomicU64::new(0),
                 slack: AtomicU64::new(u64::MAX / 4),
+                over_circulation: AtomicU64::new(0),
             }),
             in_flight: CachePadded(AtomicU64::new(0)),
         }
@@ -94,6 +99,13 @@ pub struct HostWindow {
     /// 1 while the host's tenant group has used what its limit released so far (set
     /// by the monitor): its excess waits (its reserved work does not); else 0.
     blocked: AtomicU64,
+    /// Its commands in hold queues now, any reason (exact: every queue adds what
+    /// enters and leaves it, `ChannelTokens::note_held`).
+    held: AtomicU64,
+    /// Over circulation: how many of its commands to keep held, h_i = N_i - n_i*
+    /// (set by the monitor): its excess waits while fewer are held, so it circulates
+    /// n_i* outside QoS and, by Little's law, gets n_i* / N* of the target.
+    hold_target: AtomicU64,
 }
 
 impl Default for HostWindow {
@@ -103,6 +115,8 @@ impl Default for HostWindow {
             step: AtomicU64::new(TAG_UNIT),
             waiting: AtomicU64::new(0),
             blocked: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+            hold_target: AtomicU64::new(0),
         }
     }
 }
@@ -161,24 +175,35 @@ impl WindowShared {
                 // Its group's limit, not the window: V does not wait for it.
                 return Slot::Wait;
             }
-            let slack = p.slack.load(Ordering::Relaxed);
-            let ahead = host.tag() > v.saturating_add(slack);
-            if self
-                .in_flight
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                    (n < limit && (!ahead || n < limit / 2)).then_some(n + 1)
-                })
-                .is_err()
-            {
-                host.waiting.store(1, Ordering::Relaxed);
-                return Slot::Wait;
-            }
-            if ahead {
-                // Half the window is free: nobody waits for the slot it takes, so V
-                // moves up to it rather than leave the target half idle until the
-                // monitor's next interval.
-                p.vclock
-                    .fetch_max(host.tag().saturating_sub(slack), Ordering::Relaxed);
+            if p.over_circulation.load(Ordering::Relaxed) != 0 {
+                // Over circulation: the host's excess waits while fewer than its hold
+                // target are held; once that many are, what comes goes (one in, one
+                // out: the commands held keep its circulation at n_i*).
+                if host.held.load(Ordering::Relaxed) < host.hold_target.load(Ordering::Relaxed) {
+                    host.waiting.store(1, Ordering::Relaxed);
+                    return Slot::Wait;
+                }
+                self.in_flight.fetch_add(1, Ordering::Relaxed);
+            } else {
+                let slack = p.slack.load(Ordering::Relaxed);
+                let ahead = host.tag() > v.saturating_add(slack);
+                if self
+                    .in_flight
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                        (n < limit && (!ahead || n < limit / 2)).then_some(n + 1)
+                    })
+                    .is_err()
+                {
+                    host.waiting.store(1, Ordering::Relaxed);
+                    return Slot::Wait;
+                }
+                if ahead {
+                    // Half the window is free: nobody waits for the slot it takes, so
+                    // V moves up to it rather than leave the target half idle until
+                    // the monitor's next interval.
+                    p.vclock
+                        .fetch_max(host.tag().saturating_sub(slack), Ordering::Relaxed);
+                }
             }
         }
         host.charge(v, ops);
@@ -189,6 +214,19 @@ impl WindowShared {
     #[inline]
     pub(crate) fn put(&self) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Whether the window is over the hosts' circulation (else W counts commands at
+    /// the base).
+    pub fn is_over_circulation(&self) -> bool {
+        self.params.over_circulation.load(Ordering::Relaxed) != 0
+    }
+    /// The monitor: over the hosts' circulation or not (stored only when it changed).
+    pub(crate) fn set_over_circulation(&self, on: bool) {
+        let p = &self.params.over_circulation;
+        if p.load(Ordering::Relaxed) != on as u64 {
+            p.store(on as u64, Ordering::Relaxed);
+        }
     }
 
     /// Commands in flight under the window now.
@@ -207,6 +245,7 @@ impl WindowShared {
     /// Another policy: no counting (slots held now are still given back).
     pub(crate) fn disable(&self) {
         self.params.limit.store(OFF, Ordering::Relaxed);
+        self.set_over_circulation(false);
     }
     /// The monitor: counting, with no bound until the depth curve is known.
     pub(crate) fn set_unbounded(&self) {
@@ -231,6 +270,25 @@ impl WindowShared {
 }
 
 impl HostWindow {
+    /// `delta` of its commands entered (positive) or left a hold queue.
+    #[inline]
+    pub(crate) fn note_held(&self, delta: i64) {
+        if delta >= 0 {
+            self.held.fetch_add(delta as u64, Ordering::Relaxed);
+        } else {
+            self.held.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+        }
+    }
+    /// Its commands held now.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+    /// The monitor: keep `n` of its commands held (over circulation).
+    pub(crate) fn set_hold_target(&self, n: u64) {
+        if self.hold_target.load(Ordering::Relaxed) != n {
+            self.hold_target.store(n, Ordering::Relaxed);
+        }
+    }
     /// The monitor: tag units per operation of this host (stored only when changed).
     pub(crate) fn set_step(&self, step: u64) {
         if self.step.load(Ordering::Relaxed) != step {
@@ -358,6 +416,43 @@ mod tests {
         // One command in flight (the reserved one): room for one more.
         assert_eq!(s.admit(&h, 1, false), Slot::Taken);
         assert_eq!(s.admit(&h, 1, false), Slot::Wait);
+    }
+
+    #[test]
+    fn over_circulation_a_host_keeps_its_hold_target_held_and_the_rest_goes() {
+        let s = on(2);
+        s.set_unbounded();
+        s.set_over_circulation(true);
+        let (a, b) = (HostWindow::default(), HostWindow::default());
+        a.set_hold_target(2);
+        // Host a: its excess waits until two of its commands are held; W does not bind.
+        assert_eq!(s.admit(&a, 1, false), Slot::Wait);
+        a.note_held(1);
+        assert_eq!(s.admit(&a, 1, false), Slot::Wait);
+        a.note_held(1);
+        assert_eq!(
+            s.admit(&a, 1, false),
+            Slot::Taken,
+            "two held: the next one goes"
+        );
+        // Its reserved work never waits; host b (target 0) is never held.
+        assert_eq!(s.admit(&a, 1, true), Slot::Taken);
+        for _ in 0..5 {
+            assert_eq!(s.admit(&b, 1, false), Slot::Taken);
+        }
+        assert_eq!(s.in_flight(), 7);
+        // A lower target lets a held command go (one in, one out).
+        a.set_hold_target(1);
+        assert_eq!(s.admit(&a, 1, false), Slot::Taken);
+        a.note_held(-1);
+        assert_eq!(a.held(), 1);
+        assert_eq!(s.admit(&a, 1, false), Slot::Taken, "one held, target one");
+        a.note_held(-1);
+        assert_eq!(s.admit(&a, 1, false), Slot::Wait);
+        // Another sharing: the cap goes with the window.
+        s.disable();
+        assert!(!s.is_over_circulation());
+        assert_eq!(s.admit(&a, 1, false), Slot::Off);
     }
 
     #[test]

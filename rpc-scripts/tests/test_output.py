@@ -17,7 +17,7 @@ STATS = [{
          'reservation_met_fraction': 1.0, 'reservation_tokens': {'ops': 6500, 'bytes': 0},
          'credit_tokens': {'ops': 0, 'bytes': 0}, 'limit_left': {'ops': 46500, 'bytes': 0}, 'held': 0,
          'underuse_flag': False, 'reservation_at_risk': False,
-         'entitlement': {'contending': True, 'held_fraction': 0.9, 'at_target': 31.4, 'cap': 50000,
+         'entitlement': {'contending': True, 'held_fraction': 0.9, 'at_target': 31.4, 'at_target_peak': 40, 'cap': 50000,
                          'entitled': 40000, 'achieved': 39800, 'shortfall': 200,
                          'queue_depth_needed': 9.2},
          'burst': {'iops': 150000, 'mibps': None, 'seconds': 30, 'credit_seconds': 12.345, 'bursting': True,

@@ -196,6 +196,7 @@ pub(crate) fn sample_host() -> HostStats {
             contending: true,
             held_fraction_milli: 625,
             at_target_milli: 7125,
+            at_target_peak: 12,
             cap: 12_000,
             entitled: 9000,
             achieved: 8000,

@@ -49,11 +49,27 @@ pub(crate) struct Window {
     pub(crate) held_ticks: u32,
     /// Commands held, summed over the check intervals.
     pub(crate) held_sum: u64,
+    /// The most commands it had at the target (held and at the base) at a check
+    /// interval: a lower bound of its queue depth, reached while it waited with all of
+    /// them here.
+    pub(crate) at_target_peak: u64,
     /// Time its completed commands spent at the base (ns): over the period's length,
     /// their mean number in flight there.
     pub(crate) service_ns: u64,
     /// Work completed (operations, cost units).
     pub(crate) completed_ops: u64,
+}
+
+impl HostEntry {
+    /// Its circulation as far as the target has seen it: the most commands it had
+    /// held and at the base at one check interval, this period or the last. Its queue
+    /// depth once QoS held all of them at once (on NVMe/TCP an unheld host's commands
+    /// are mostly in the transport, where the QoS bdev does not see them).
+    pub(crate) fn circulation_seen(&self) -> u64 {
+        self.window
+            .at_target_peak
+            .max(self.activity.at_target_peak())
+    }
 }
 
 impl Window {
@@ -110,6 +126,8 @@ pub(crate) struct Activity {
     ticks: u32,
     held_ticks: u32,
     held_sum: u64,
+    /// The most commands held and at the base at one check interval of this period.
+    at_target_peak: u64,
     /// Commands admitted and not completed: the most seen lately (decaying), and
     /// whether it had (nearly) that many out at the last check interval with none
     /// held: a closed loop at its queue depth, bounded by the target's latency.
@@ -603,6 +621,7 @@ impl HostEntry {
             ticks: a.ticks,
             held_ticks: a.held_ticks,
             held_sum: a.held_sum,
+            at_target_peak: a.at_target_peak,
             service_ns,
             completed_ops: completed.ops,
         };
@@ -758,6 +777,7 @@ impl Activity {
             ticks: 0,
             held_ticks: 0,
             held_sum: 0,
+            at_target_peak: 0,
             peak_in_flight: 0,
             window_bound: false,
             seen_work: 0,
@@ -796,12 +816,20 @@ impl Activity {
         self.held_ticks += (c.held_now > 0) as u32;
         self.held_sum = self.held_sum.saturating_add(c.held_now);
         let in_flight_ios = c.admitted_ios.saturating_sub(c.completed_ios);
+        self.at_target_peak = self
+            .at_target_peak
+            .max(in_flight_ios.saturating_add(c.held_now));
         self.peak_in_flight = in_flight_ios.max(self.peak_in_flight - self.peak_in_flight / 256);
         self.window_bound = !idle
             && c.held_now == 0
             && in_flight_ios >= 2
             && in_flight_ios * 4 >= self.peak_in_flight * 3;
         idle
+    }
+
+    /// The most commands held and at the base at one check interval so far this period.
+    pub(crate) fn at_target_peak(&self) -> u64 {
+        self.at_target_peak
     }
 
     /// A new period starts.
@@ -811,6 +839,7 @@ impl Activity {
         self.ticks = 0;
         self.held_ticks = 0;
         self.held_sum = 0;
+        self.at_target_peak = 0;
     }
 }
 
@@ -922,6 +951,25 @@ mod tests {
             "a refusal is asking"
         );
         assert_eq!(a.ticks_active, 2);
+    }
+
+    #[test]
+    fn the_peak_at_the_target_counts_held_and_in_flight_and_restarts_each_period() {
+        let mut a = Activity::new(Nanos(0));
+        let after = Nanos::from_millis(10);
+        let at = |admitted_ios, completed_ios, held_now| CounterSnapshot {
+            admitted_ios,
+            completed_ios,
+            held_now,
+            ..CounterSnapshot::default()
+        };
+        a.observe(&at(10, 4, 3), Nanos::from_millis(1), after);
+        a.observe(&at(30, 26, 20), Nanos::from_millis(2), after);
+        a.observe(&at(40, 38, 1), Nanos::from_millis(3), after);
+        assert_eq!(a.at_target_peak, 24, "6 + 3, 4 + 20, 2 + 1: the most is 24");
+        a.start_period();
+        a.observe(&at(41, 40, 0), Nanos::from_millis(4), after);
+        assert_eq!(a.at_target_peak, 1);
     }
 
     #[test]

@@ -307,6 +307,11 @@ pub struct Entitlement {
     pub held_fraction_milli: u64,
     /// Commands it had at the target on average (held and at the base), thousandths.
     pub at_target_milli: u64,
+    /// The most commands it had at the target at one check interval (held and at the
+    /// base): a lower bound of its queue depth, its circulation as far as the target
+    /// sees it. Reached when all its commands waited here at once; on NVMe/TCP most
+    /// of an unheld host's commands are in the transport, which the QoS bdev does not see.
+    pub at_target_peak: u64,
     /// The most it can take (`u64::MAX`: no bound).
     pub cap: u64,
     /// e_i.
@@ -412,6 +417,7 @@ fn host_claim(h: &HostEntry, latency: u128, period: Nanos) -> (Claimant, Entitle
         contending: w.contending(),
         held_fraction_milli: w.held_ticks as u64 * 1000 / ticks as u64,
         at_target_milli: at_target.min(u64::MAX as u128) as u64,
+        at_target_peak: w.at_target_peak,
         cap,
         entitled: 0,
         achieved,

@@ -454,10 +454,11 @@ impl<'a> Engine<'a> {
                 self.report(i);
                 let rep = &self.reports[&self.names[i]];
                 let (groups, lens, row) = (&self.groups, &self.nqn_len, &self.applied[i]);
+                let idle = idle_entries(groups, lens, row, &self.at[i]);
                 let applied = || row_len(groups, lens, row);
                 self.run
                     .etcd
-                    .agent_interval(i, &self.names[i], s, rep, applied);
+                    .agent_interval(i, &self.names[i], s, rep, idle, applied);
             }
         }
         self.run.periods.push(row);
@@ -469,6 +470,29 @@ impl<'a> Engine<'a> {
 
 /// The JSON length of a target's map of shares (NQN -> share), from the hosts in NQN
 /// order and each NQN's JSON length.
+/// The hosts configured at a target (a share in its `row`) that are not among those
+/// that can want something there (`at`, in host order), and their NQNs' JSON lengths
+/// summed: the real agent's demand record lists every host configured at its target
+/// (`qos_stats_get` lists them all, and the division gives every host a share at every
+/// member), these as idle (served 0, not held). The lab's reports, the division's
+/// input, leave them out (a missing entry divides as an idle one); only the record's
+/// size counts them ([`super::etcd::EtcdLoad::agent_interval`]).
+fn idle_entries(
+    groups: &[Vec<usize>],
+    nqn_len: &[u64],
+    row: &[Option<LocalShare>],
+    at: &[usize],
+) -> (u64, u64) {
+    let (mut count, mut len) = (0u64, 0u64);
+    for (g, l) in groups.iter().zip(nqn_len) {
+        if row[g[0]].is_some() && g.iter().all(|k| at.binary_search(k).is_err()) {
+            count += 1;
+            len += l;
+        }
+    }
+    (count, len)
+}
+
 fn row_len(groups: &[Vec<usize>], nqn_len: &[u64], row: &[Option<LocalShare>]) -> u64 {
     let (mut n, mut count) = (2u64, 0u64);
     for (g, len) in groups.iter().zip(nqn_len) {

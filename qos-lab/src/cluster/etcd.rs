@@ -84,6 +84,20 @@ struct DemandRecord<'a> {
     hosts: &'a BTreeMap<String, PathDemand>,
 }
 
+/// The JSON length of a demand record holding `demand` and `idle.0` idle entries more
+/// (`PathDemand::default()`), whose NQNs' JSON lengths add up to `idle.1`.
+fn demand_len(demand: &BTreeMap<String, PathDemand>, idle: (u64, u64)) -> u64 {
+    let (count, names) = idle;
+    let d = json_len(&DemandRecord { hosts: demand });
+    if count == 0 {
+        return d;
+    }
+    // `"nqn":{...}` each, and a comma between any two entries.
+    let entry = json_len(&PathDemand::default()) + 1;
+    let commas = if demand.is_empty() { count - 1 } else { count };
+    d + names + count * entry + commas
+}
+
 /// The agent's `MemberRecord` (domain and error as an agent without them writes them).
 #[derive(Serialize)]
 struct MemberRecord<'a> {
@@ -198,16 +212,19 @@ impl EtcdLoad {
     }
 
     /// Target `i`'s interval with etcd up: its demand record, its member record, the
-    /// lease renewal and the leader-key attempt.
+    /// lease renewal and the leader-key attempt. The demand record holds `demand` and
+    /// `idle.0` idle entries more (hosts configured at the target without demand there,
+    /// as the real agent lists them; `idle.1` their NQNs' JSON lengths, quoted).
     pub fn agent_interval(
         &mut self,
         i: usize,
         name: &str,
         s: &ClusterScenario,
         demand: &BTreeMap<String, PathDemand>,
+        idle: (u64, u64),
         applied_len: impl FnOnce() -> u64,
     ) {
-        let d = json_len(&DemandRecord { hosts: demand });
+        let d = demand_len(demand, idle);
         let m = *self.member_size[i].get_or_insert_with(|| {
             let head = json_len(&MemberRecord {
                 target: name,
@@ -270,5 +287,28 @@ mod tests {
             .collect();
         assert_eq!(plan_len(&maps), json_len(&plan));
         assert_eq!(plan_len(&[]), json_len(&Plan::new()));
+    }
+
+    #[test]
+    fn idle_entries_count_as_the_real_agent_writes_them() {
+        let busy = PathDemand {
+            served: 1234,
+            backlogged: true,
+            held_milli: 5000,
+            served_bytes: 0,
+        };
+        for (with, idle) in [(0, 0), (0, 3), (2, 0), (2, 5)] {
+            let demand: BTreeMap<String, PathDemand> =
+                (0..with).map(|k| (format!("nqn.busy-{k}"), busy)).collect();
+            let names: Vec<String> = (0..idle).map(|k| format!("nqn.idle-{k}")).collect();
+            let mut all = demand.clone();
+            all.extend(names.iter().map(|n| (n.clone(), PathDemand::default())));
+            let lens = names.iter().map(|n| key_len(n)).sum();
+            assert_eq!(
+                demand_len(&demand, (idle, lens)),
+                json_len(&DemandRecord { hosts: &all }),
+                "{with} busy, {idle} idle"
+            );
+        }
     }
 }

@@ -37,6 +37,8 @@
 //! total of the first plain phase; default 6,5,4,3 here), `QOS_IT_LIMIT=H:P` (host H's
 //! limit at P % of bare), `QOS_IT_CAPACITY` (`none`, the default, or a factor of bare
 //! for the capacity hint: 0.2, 2), `QOS_IT_SHARING` (default `first_come`),
+//! `QOS_IT_OPERATING_IN_FLIGHT` (thousandths: the domain's `operating_in_flight_milli`,
+//! N\* over circulation under `operating_point`),
 //! `QOS_IT_CORES` (`0x1` or `0x3`), `QOS_IT_TOGGLE_SECS`, `QOS_IT_ROUNDS`,
 //! `QOS_IT_PHASE_SECS`, `QOS_IT_BARE` (`direct`, the default, or `split`),
 //! `QOS_IT_PERF=0` (no `perf stat`), `QOS_IT_CIRCULATION=1` (after the rounds against
@@ -208,6 +210,10 @@ fn qos_domain(
     limit: Option<(usize, u64)>,
 ) {
     let mut d = json!({"name": "d", "period_ms": 500, "sharing": sharing});
+    // Under `operating_point`, N*: the window over the hosts' circulation (issue 39).
+    if let Some(q) = env_number("QOS_IT_OPERATING_IN_FLIGHT", "thousandths of a command") {
+        d["operating_in_flight_milli"] = json!(q);
+    }
     if let Some(c) = capacity {
         d["capacity_iops"] = json!(c);
         d["capacity_iops_stddev"] = json!(c / 20);

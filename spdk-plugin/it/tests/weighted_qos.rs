@@ -560,6 +560,16 @@ fn qos_total_against_bare_side_by_side() {
         (iops, busy, stats)
     };
     let first: f64 = phase_run(&mut t, PLAIN).0.iter().sum();
+    // Over circulation (`operating_point` with `QOS_IT_OPERATING_IN_FLIGHT`, N*): a host
+    // is entitled to n_i* / N* of the total, n_i* its part of N* (reservations first,
+    // weights, capped at its queue depth), as the plugin's hold targets give it.
+    let circulation = (std::env::var("QOS_IT_SHARING").as_deref() == Ok("operating_point"))
+        .then(|| env_number("QOS_IT_OPERATING_IN_FLIGHT", "thousandths of a command"))
+        .flatten()
+        .map(|q| q.div_ceil(1000));
+    if let Some(n) = circulation {
+        println!("  over circulation, N* = {n}: each host against n_i* / N* of the QoS total");
+    }
     let mut monitor_vs_e: Vec<f64> = Vec::new();
     let capacity = (first * profile_factor()) as u64;
     let res: Vec<u64> = res_pct.iter().map(|p| capacity * p / 100).collect();
@@ -616,6 +626,29 @@ fn qos_total_against_bare_side_by_side() {
             })
             .collect();
         println!("    monitor's report in the phase: {}", report.join(", "));
+        // How much of each host's circulation (its queue depth) the target sees: held
+        // and at the base, mean and most at a check interval (issue 39 item 1).
+        let seen: Vec<String> = hosts
+            .iter()
+            .zip(&qds)
+            .map(|(&i, qd)| {
+                let h = during.host(&host_nqn(i));
+                match h.and_then(|h| h.entitlement.clone()) {
+                    Some(e) => format!(
+                        "h{i} QD {qd}: {:.1} mean, {} most (now {} held, {:.1} at the base)",
+                        e.at_target,
+                        e.at_target_peak,
+                        h.map_or(0, |h| h.held),
+                        h.map_or(0.0, |h| h.in_flight_at_base)
+                    ),
+                    None => format!("h{i} QD {qd}: -"),
+                }
+            })
+            .collect();
+        println!(
+            "    commands the target sees (held + at the base): {}",
+            seen.join(", ")
+        );
         let st = t.compact_stats("d");
         let op = &st.operating_point;
         let curve: Vec<String> = op
@@ -638,7 +671,10 @@ fn qos_total_against_bare_side_by_side() {
         bare.push(plain.iter().sum());
         let around = (bare[r] + bare[r + 1]) / 2.0;
         ratios.push(total / around);
-        let e = entitlements(total, &res, &weights);
+        let e = match circulation {
+            Some(n_star) => circulation_entitlements(total, &res, &weights, &qds, n_star),
+            None => entitlements(total, &res, &weights),
+        };
         for (k, v) in vs_e.iter_mut().enumerate() {
             v.push(q[k] / e[k] - 1.0);
         }
@@ -784,6 +820,33 @@ fn entitlements(total: f64, res: &[u64], weights: &[u32]) -> Vec<f64> {
     let mut out = vec![0u64; claims.len()];
     entitle(total.max(0.0) as u64, &claims, &mut out);
     out.into_iter().map(|e| e as f64).collect()
+}
+
+/// Over circulation: `total` split as the hosts' parts of N* (`n_star` commands):
+/// reservations first as the commands they need at `total` (Little's law), the rest by
+/// weight, each capped at its queue depth (`qos_core`'s hold targets do the same).
+fn circulation_entitlements(
+    total: f64,
+    res: &[u64],
+    weights: &[u32],
+    qds: &[u32],
+    n_star: u64,
+) -> Vec<f64> {
+    use qos_core::entitlement::{Claimant, entitle};
+    let claims: Vec<Claimant> = weights
+        .iter()
+        .zip(res)
+        .zip(qds)
+        .map(|((&w, &r), &qd)| Claimant {
+            weight: u64::from(w),
+            reservation: (r as f64 * n_star as f64 / total.max(1.0)).ceil() as u64,
+            cap: u64::from(qd),
+        })
+        .collect();
+    let mut out = vec![0u64; claims.len()];
+    entitle(n_star, &claims, &mut out);
+    let sum = out.iter().sum::<u64>().max(1) as f64;
+    out.into_iter().map(|n| total * n as f64 / sum).collect()
 }
 
 /// Weighted max-min shares of `amount` among hosts that are all backlogged: in

@@ -63,6 +63,7 @@
 use crate::config::UNLIMITED;
 use crate::cost::{Amount, RES};
 use crate::depth::{DepthCurve, OperatingTarget};
+use crate::entitlement::{Claimant, entitle};
 use crate::ledger::DomainShared;
 use crate::sync::Ordering;
 use crate::time::{Nanos, mul_div, mul_div_ceil};
@@ -84,7 +85,34 @@ pub(crate) struct OperatingPoint {
     since_probe: u32,
     /// The tenant groups at the last check interval.
     groups: Vec<GroupTick>,
+    /// Over circulation: when the last census began (see [`CENSUS_EVERY`]).
+    census_at: Nanos,
+    /// Over circulation: the hosts' claims on N* and their hold targets (reused).
+    claims: Vec<CirculationClaim>,
+    parts: Vec<u64>,
+    /// Whether the window is over the hosts' circulation (the operating point given
+    /// as commands in circulation), as of the last check interval.
+    over_circulation: bool,
+    /// Over circulation, the global pool is first come's: work-conserving while no
+    /// reservation is at risk, paced while one is behind; the hold targets decide how
+    /// deep the target runs and who gets what. Haechi's pool, bound at the capacity
+    /// estimate, held what the target could serve: on the real target it bound the
+    /// side-by-side total at the estimate, 0.69-0.75 of plain (2026-11-29). With W at
+    /// the base the pool stays Haechi's: opened, the window bound less and the lab's
+    /// shares came apart (op-depth-8hosts: worst contending host 64 % off e_i).
+    pool: super::FirstCome,
 }
+
+/// Over circulation, how often every host's excess is held for [`CENSUS_FOR`] whatever
+/// its hold target says: the hosts' commands then gather in the hold queues, so the
+/// target sees how many each circulates (on NVMe/TCP an unheld host's commands are
+/// mostly in the transport, where the QoS bdev does not see them; a circulation never
+/// seen would cap the host's part of N* at what is at the base). About 0.4 % of the
+/// time.
+const CENSUS_EVERY: Nanos = Nanos::from_millis(250);
+/// How long a census holds: several of the transport's round trips (tens of
+/// microseconds on loopback).
+const CENSUS_FOR: Nanos = Nanos::from_millis(1);
 
 /// Depth samples (about 10 ms each) a probe below the operating point lasts: the first
 /// is mostly the drain to the lower depth.
@@ -129,6 +157,13 @@ impl OperatingPoint {
         shared: &DomainShared,
     ) {
         let bound = std::mem::take(&mut self.bound_ticks) > 0;
+        if let OperatingTarget::InFlight(_) = target {
+            // Over the hosts' circulation (`share` sets the hold targets): W does not
+            // bind.
+            self.window = 0;
+            shared.window.set_unbounded();
+            return;
+        }
         let Some(op) = curve.operating_point(now, target) else {
             self.window = 0;
             shared.window.set_unbounded();
@@ -252,6 +287,87 @@ fn unblock(w: &HostWindow) {
     w.set_blocked(false);
 }
 
+impl OperatingPoint {
+    /// Over circulation (the operating point given as commands in circulation,
+    /// `operating_in_flight`, N*): each host's hold target h_i = N_i - n_i*, where N_i is
+    /// what it circulates as far as the target saw it
+    /// ([`super::super::host::HostEntry::circulation_seen`]) and n_i* its part of N*:
+    /// N* split by [`entitle`] (reservations first, as the commands they need at the
+    /// estimate's rate, the rest by weight, each capped at N_i). By Little's law a host
+    /// that keeps n_i* of its commands outside QoS gets n_i* / N* of the target: no
+    /// order of tags is needed, and the target runs at N*. Returns whether the window
+    /// is over circulation (`false` for the other operating targets: W counts commands
+    /// at the base).
+    fn hold_targets(&mut self, iv: &Interval<'_>) -> bool {
+        let OperatingTarget::InFlight(q) = iv.cfg.operating_target() else {
+            return false;
+        };
+        let hosts = &iv.members.hosts;
+        let since = iv.now.saturating_sub(self.census_at);
+        if since >= CENSUS_EVERY {
+            self.census_at = iv.now;
+        }
+        if since >= CENSUS_EVERY || since < CENSUS_FOR {
+            for h in hosts {
+                h.shared.window.set_hold_target(u64::MAX);
+            }
+            return true;
+        }
+        self.claims.clear();
+        self.claims.extend(hosts.iter().map(|h| CirculationClaim {
+            weight: u64::from(h.cfg.weight.max(1)),
+            reservation_ops: h.budgets.reservation_total().ops,
+            seen: h.circulation_seen(),
+        }));
+        hold_targets(
+            q.div_ceil(1000),
+            iv.budget.ops,
+            &self.claims,
+            &mut self.parts,
+        );
+        for (h, &t) in hosts.iter().zip(&self.parts) {
+            h.shared.window.set_hold_target(t);
+        }
+        true
+    }
+}
+
+/// A host's claim on the circulation N*: its weight, its reservation (operations per
+/// period) and the commands it circulates as far as the target saw.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CirculationClaim {
+    pub(crate) weight: u64,
+    pub(crate) reservation_ops: u64,
+    pub(crate) seen: u64,
+}
+
+/// Each host's hold target `seen - n_i*` into `out`: N* (`n_star` commands) split by
+/// [`entitle`], a reservation first as the commands it needs at the period's estimate
+/// (`budget_ops` per period: `r_i N* / C`, Little's law at the operating point), the
+/// rest by weight, each host capped at what it circulates.
+pub(crate) fn hold_targets(
+    n_star: u64,
+    budget_ops: u64,
+    claims: &[CirculationClaim],
+    out: &mut Vec<u64>,
+) {
+    let budget = budget_ops.max(1);
+    let parts: Vec<Claimant> = claims
+        .iter()
+        .map(|c| Claimant {
+            weight: c.weight.max(1),
+            reservation: mul_div_ceil(c.reservation_ops, n_star, budget),
+            cap: c.seen,
+        })
+        .collect();
+    out.clear();
+    out.resize(claims.len(), 0);
+    entitle(n_star, &parts, out);
+    for (o, c) in out.iter_mut().zip(claims) {
+        *o = c.seen.saturating_sub(*o);
+    }
+}
+
 impl SharingPolicy for OperatingPoint {
     fn attach(&mut self, shared: &DomainShared) {
         if !shared.window.is_on() {
@@ -271,6 +387,14 @@ impl SharingPolicy for OperatingPoint {
 
     fn supports_groups(&self) -> bool {
         true
+    }
+
+    fn owns_pool(&self, paced: bool) -> bool {
+        self.over_circulation && self.pool.owns_pool(paced)
+    }
+
+    fn start_period(&mut self, start: Nanos) {
+        self.pool.start_period(start);
     }
 
     /// Holds each tenant group to its limit and ahead of the others while it lags
@@ -300,6 +424,8 @@ impl SharingPolicy for OperatingPoint {
             }
         }
         let window = &iv.shared.window;
+        self.over_circulation = self.hold_targets(&iv);
+        window.set_over_circulation(self.over_circulation);
         if let Some(t) = w.min_tag {
             self.bound_ticks += 1;
             window.advance_vclock(t);
@@ -311,6 +437,9 @@ impl SharingPolicy for OperatingPoint {
         );
         let s = slack(per_tick.min(self.window.max(64) * 64), self.window, w);
         window.set_slack(s);
+        if self.over_circulation {
+            self.pool.share(iv);
+        }
     }
 
     fn host_batches(
@@ -320,7 +449,8 @@ impl SharingPolicy for OperatingPoint {
         max_weight: u64,
         four_intervals: Amount,
     ) -> (Amount, Amount) {
-        super::FirstCome::default().host_batches(batch, weight, max_weight, four_intervals)
+        self.pool
+            .host_batches(batch, weight, max_weight, four_intervals)
     }
 }
 
@@ -381,6 +511,42 @@ mod tests {
         assert!(m.shared().window().is_on());
         let m = Monitor::new(d(ExcessSharing::FirstCome), t0).unwrap();
         assert!(!m.shared().window().is_on());
+    }
+
+    #[test]
+    fn hold_targets_split_the_circulation_by_weight_within_what_each_host_circulates() {
+        let claim = |weight, seen| CirculationClaim {
+            weight,
+            reservation_ops: 0,
+            seen,
+        };
+        // QD 16/32/48/64, weights 4/3/2/1, N* = 110: the QD-16 and QD-32 hosts keep all
+        // theirs (their weighted parts are above their depths); 62 left split 2:1.
+        let claims = [claim(4, 16), claim(3, 32), claim(2, 48), claim(1, 64)];
+        let mut out = Vec::new();
+        hold_targets(110, 1000, &claims, &mut out);
+        let parts: Vec<u64> = claims.iter().zip(&out).map(|(c, t)| c.seen - t).collect();
+        assert_eq!(parts.iter().sum::<u64>(), 110);
+        assert_eq!(&parts[..2], &[16, 32]);
+        assert!(
+            (41..=42).contains(&parts[2]) && (20..=21).contains(&parts[3]),
+            "{parts:?}"
+        );
+        // Nothing to hold when the hosts circulate no more than N*.
+        hold_targets(200, 1000, &claims, &mut out);
+        assert_eq!(out, [0, 0, 0, 0]);
+        // A reservation is a floor in commands: 300 of a 1,000-op period at N* = 100 is
+        // 30 commands, above what weight 1 of 10 would give.
+        let claims = [
+            CirculationClaim {
+                weight: 1,
+                reservation_ops: 300,
+                seen: 64,
+            },
+            claim(9, 100),
+        ];
+        hold_targets(100, 1000, &claims, &mut out);
+        assert_eq!(out, [34, 30], "30 and 70 of N*: 34 and 30 held");
     }
 
     /// The target `800 K q / (q + 15)` with `q` commands in flight: one depth sample.
