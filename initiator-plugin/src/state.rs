@@ -467,10 +467,18 @@ impl PacerGroup {
         }
     }
 
-    pub fn state_json(&self) -> Value {
+    /// The group's state at `now` (the held delivery and U's integral count up to it).
+    pub fn state_json(&self, now: Nanos) -> Value {
         let g = lock(&self.st);
         let mib = 1u64 << 20;
+        let held = g.pacer.held_delivery(now);
         json!({
+            "now_ns": now.0,
+            "allowed_bytes_total": g.pacer.allowed_bytes_total(now),
+            "held_ns": held.held_ns,
+            "held_allowed_bytes": held.allowed_bytes,
+            "held_sent_bytes": held.sent_bytes,
+            "held_charged_bytes": held.charged_bytes,
             "name": self.name,
             "allowed_mibps": g.pacer.allowed_rate() / mib,
             "allowed_bytes_per_sec": g.pacer.allowed_rate(),
