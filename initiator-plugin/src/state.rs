@@ -477,6 +477,7 @@ impl PacerGroup {
             "allowed_bytes_total": g.pacer.allowed_bytes_total(now),
             "held_ns": held.held_ns,
             "held_allowed_bytes": held.allowed_bytes,
+            "held_stream_allowed_bytes": held.stream_allowed_bytes,
             "held_sent_bytes": held.sent_bytes,
             "held_charged_bytes": held.charged_bytes,
             "name": self.name,

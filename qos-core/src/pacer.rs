@@ -763,6 +763,9 @@ pub struct HeldDelivery {
     pub held_ns: u64,
     /// U over that time, plus the aggregate tokens there when each hold began, bytes.
     pub allowed_bytes: u64,
+    /// The held streams' own rates over that time (plus the same tokens), bytes: below
+    /// `allowed_bytes` where a stream's rate (DIRS, AIMD per stream) was below U.
+    pub stream_allowed_bytes: u64,
     /// Bytes of the chunks that ended a hold (and those sent at the same instant by the
     /// same stream).
     pub sent_bytes: u64,
@@ -812,7 +815,9 @@ pub struct Pacer {
     u_last: Nanos,
     /// Streams held now, since when (and `u_total` then).
     held_streams: usize,
-    held_from: (Nanos, u128),
+    /// The held streams' rates integrated (as `u_total`) while any was held.
+    held_rates_total: u128,
+    held_from: (Nanos, u128, u128),
     held: HeldDelivery,
 }
 
@@ -858,7 +863,8 @@ impl Pacer {
             u_total: 0,
             u_last: now,
             held_streams: 0,
-            held_from: (now, 0),
+            held_rates_total: 0,
+            held_from: (now, 0, 0),
             held: HeldDelivery::default(),
         })
     }
@@ -882,13 +888,24 @@ impl Pacer {
     pub fn held_delivery(&self, now: Nanos) -> HeldDelivery {
         let mut h = self.held;
         if self.held_streams > 0 {
-            let (from, u0) = self.held_from;
+            let (from, u0, r0) = self.held_from;
             let now = now.max(self.u_last);
             h.held_ns = h.held_ns.saturating_add(now.saturating_sub(from).0);
             let u = self.u_total + now.saturating_sub(self.u_last).0 as u128 * self.allowed as u128;
             h.allowed_bytes = h
                 .allowed_bytes
                 .saturating_add(((u - u0) / SCALE).min(u64::MAX as u128) as u64);
+            let rates: u128 = self
+                .streams
+                .iter()
+                .flatten()
+                .filter(|s| s.held)
+                .map(|s| s.bucket.rate() as u128)
+                .sum();
+            let r = self.held_rates_total + now.saturating_sub(self.u_last).0 as u128 * rates;
+            h.stream_allowed_bytes = h
+                .stream_allowed_bytes
+                .saturating_add(((r - r0) / SCALE).min(u64::MAX as u128) as u64);
         }
         h
     }
@@ -896,45 +913,58 @@ impl Pacer {
     fn advance_u(&mut self, now: Nanos) {
         let dt = now.saturating_sub(self.u_last).0 as u128;
         self.u_total += dt * self.allowed as u128;
+        if self.held_streams > 0 {
+            let rates: u128 = self
+                .streams
+                .iter()
+                .flatten()
+                .filter(|s| s.held)
+                .map(|s| s.bucket.rate() as u128)
+                .sum();
+            self.held_rates_total += dt * rates;
+        }
         self.u_last = self.u_last.max(now);
     }
     /// Stream `index` was refused at `now`: a hold begins unless it was held already.
     fn hold(&mut self, index: usize, now: Nanos) {
+        if !matches!(self.streams.get(index), Some(Some(s)) if !s.held) {
+            return;
+        }
+        self.advance_u(now);
         let Some(Some(s)) = self.streams.get_mut(index) else {
             return;
         };
-        if s.held {
-            return;
-        }
         s.held = true;
         let own = s.bucket.level_at(now);
         self.held_streams += 1;
         if self.held_streams == 1 {
-            self.advance_u(now);
             // The tokens already there are allowance too: a hold that begins with most
             // of a chunk in the buckets ends after a fraction of a chunk's time.
             let level = own.min(self.aggregate.bytes.level_at(now));
-            self.held_from = (now, self.u_total);
+            self.held_from = (now, self.u_total, self.held_rates_total);
             self.held.allowed_bytes = self.held.allowed_bytes.saturating_add(level);
+            self.held.stream_allowed_bytes = self.held.stream_allowed_bytes.saturating_add(level);
         }
     }
     /// Stream `index` is no longer held at `now` (it sent, or closed).
     fn unhold(&mut self, index: usize, now: Nanos) {
+        if !matches!(self.streams.get(index), Some(Some(s)) if s.held) {
+            return;
+        }
+        self.advance_u(now);
         let Some(Some(s)) = self.streams.get_mut(index) else {
             return;
         };
-        if !s.held {
-            return;
-        }
         s.held = false;
         s.held_tail = Some(now);
         self.held_streams -= 1;
         if self.held_streams == 0 {
-            self.advance_u(now);
-            let (from, u0) = self.held_from;
+            let (from, u0, r0) = self.held_from;
             self.held.held_ns = self.held.held_ns.saturating_add(now.saturating_sub(from).0);
             let allowed = ((self.u_total - u0) / SCALE).min(u64::MAX as u128) as u64;
             self.held.allowed_bytes = self.held.allowed_bytes.saturating_add(allowed);
+            let own = ((self.held_rates_total - r0) / SCALE).min(u64::MAX as u128) as u64;
+            self.held.stream_allowed_bytes = self.held.stream_allowed_bytes.saturating_add(own);
         }
     }
     pub fn active_streams(&self) -> usize {
@@ -1075,6 +1105,8 @@ impl Pacer {
     }
 
     fn apply_shares(&mut self, now: Nanos) {
+        // The streams' rates change here.
+        self.advance_u(now);
         // Each flow gets U / flows, split among its transfers; a transfer paces at its
         // own rate (DIRS, AIMD) within that, but never under its part of the flow's
         // sharing floor: a flow's transfers come and go (one ends, the application
@@ -1609,6 +1641,7 @@ mod tests {
         let d = HeldDelivery {
             held_ns: h.held_ns - h0.held_ns,
             allowed_bytes: h.allowed_bytes - h0.allowed_bytes,
+            stream_allowed_bytes: h.stream_allowed_bytes - h0.stream_allowed_bytes,
             sent_bytes: h.sent_bytes - h0.sent_bytes,
             charged_bytes: h.charged_bytes - h0.charged_bytes,
         };
@@ -1631,6 +1664,11 @@ mod tests {
         assert_eq!(
             d.sent_bytes, d.charged_bytes,
             "chunks of the bucket's depth"
+        );
+        // One stream at the floor: its own rate is U.
+        assert!(
+            d.stream_allowed_bytes.abs_diff(d.allowed_bytes) * 100 <= d.allowed_bytes,
+            "{d:?}"
         );
         // With gaps in which it has nothing to send (the path holds it), the whole run's
         // rate against U's mean is low, but while held it got U: the gaps are not held.

@@ -393,6 +393,7 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
                 let h = Held {
                     fraction: d("held_ns") / span,
                     allowed: d("held_allowed_bytes"),
+                    stream_allowed: d("held_stream_allowed_bytes"),
                     charged: d("held_charged_bytes"),
                     sent: d("held_sent_bytes"),
                     mean_mibps: d("allowed_bytes_total") / span * 1e9 / (1u64 << 20) as f64,
@@ -400,12 +401,13 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
                 println!(
                     "    over {:.1} s: pacer allowed {:.0} MiB/s on average (U's integral); the \
                      writer held by it {:.0} % of the time, and then it sent {:.3} of what \
-                     U allowed ({:.3} in its chunks' bytes: chunks above the chunk size \
-                     take the chunk size's tokens)",
+                     U allowed ({:.3} of its stream's own rate; {:.3} in its chunks' bytes: \
+                     chunks above the chunk size take the chunk size's tokens)",
                     span / 1e9,
                     h.mean_mibps,
                     h.fraction * 100.0,
                     h.charged / h.allowed.max(1.0),
+                    h.charged / h.stream_allowed.max(1.0),
                     h.sent / h.allowed.max(1.0),
                 );
                 held = Some(h);
@@ -556,6 +558,8 @@ struct Held {
     fraction: f64,
     /// U over the time it held the writer (and the tokens there when holds began), bytes.
     allowed: f64,
+    /// Its stream's own rate over that time (as `allowed`), bytes.
+    stream_allowed: f64,
     /// The tokens the writer's chunks took meanwhile, bytes.
     charged: f64,
     /// The bytes those chunks carried.
