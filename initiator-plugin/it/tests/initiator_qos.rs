@@ -556,7 +556,7 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
 struct Held {
     /// Of the time between the readings, the pacer held the writer this much.
     fraction: f64,
-    /// U over the time it held the writer (and the tokens there when holds began), bytes.
+    /// U over the time it held the writer, bytes.
     allowed: f64,
     /// Its stream's own rate over that time (as `allowed`), bytes.
     stream_allowed: f64,
