@@ -226,13 +226,6 @@ impl TokenBucket {
         let wait = (need - self.level).div_ceil(self.rate as u128);
         now.saturating_add(Nanos(wait.min(u64::MAX as u128) as u64))
     }
-    /// The tokens there at `now` (at most the depth: what a sender that has not been
-    /// refused may take), without refilling.
-    fn level_at(&self, now: Nanos) -> u64 {
-        let dt = now.saturating_sub(self.last).0 as u128;
-        let level = (self.level + dt * self.rate as u128).min(self.depth as u128 * SCALE);
-        (level / SCALE) as u64
-    }
     /// Takes `n` (capped at the depth); the caller checked `ready_at`.
     fn take(&mut self, n: u64) {
         self.level = self.level.saturating_sub(n.min(self.depth) as u128 * SCALE);
@@ -258,6 +251,14 @@ impl MultiBucket {
         MultiBucket {
             bytes: TokenBucket::new(bytes_rate, depth_bytes, now),
             ops: TokenBucket::new(ops_rate, depth_ops, now),
+        }
+    }
+    /// A sender waits for these tokens (refused elsewhere): from `now` they keep the
+    /// lateness credit ([`TokenBucket`]) until it takes them.
+    fn wait(&mut self, now: Nanos) {
+        for b in [&mut self.bytes, &mut self.ops] {
+            b.refill(now);
+            b.waiting = true;
         }
     }
     /// Takes `bytes` and `ops` now, or says when both will be there.
@@ -1216,6 +1217,12 @@ impl Pacer {
             self.delivery.refused = true;
             if known {
                 self.hold(index, now);
+                // Refused on its own rate, the stream waits on the aggregate too, which
+                // keeps the same lateness credit: capped at one chunk meanwhile, it threw
+                // away what a late sender's own bucket kept, and a single stream (its rate
+                // is U's, its bucket asked first) got 0.83 of U when it came most of a
+                // chunk time late at every other chunk (0.80-0.86 on the real target).
+                self.aggregate.wait(now);
             }
             return Err(own);
         }
@@ -1553,8 +1560,12 @@ mod tests {
         let got = sent as f64 / t.saturating_sub(start).as_secs_f64();
         assert!(got >= 0.98 * rate as f64, "{got:.0} B/s of {rate}");
         assert!(got <= 1.01 * rate as f64, "{got:.0} B/s of {rate}");
-        // The credit is for lateness only: after a pause with nothing to send, one chunk
+        // The credit is for lateness only: after a pause with nothing to send (its last
+        // request was served: a refused one is a sender that waits, and late), one chunk
         // goes at once and the next waits its time.
+        while let Err(at) = p.try_send(s, chunk, t) {
+            t = at;
+        }
         t = t.saturating_add(Nanos::from_secs(1));
         assert!(p.try_send(s, chunk, t).is_ok());
         assert!(p.try_send(s, chunk, t).is_err());
@@ -1604,7 +1615,8 @@ mod tests {
     /// A writer held at its floor beside a reader for 2 s, with the floor's correction
     /// off. After a refusal its sender asks again `late_pct` % of a chunk time after the
     /// pacer said; after every fourth chunk it has nothing to send for `idle_pct` % of a
-    /// chunk time (its commands are on the path) and does not ask. Returns what it sent
+    /// chunk time (its commands are on the path) and does not ask. Up to 100 %, the
+    /// lateness is at every other refusal only. Returns what it sent
     /// (bytes) over the whole run, U over the run, and the held delivery.
     fn held_writer(late_pct: u64, idle_pct: u64) -> (u64, u64, HeldDelivery) {
         let mut t = Nanos::from_secs(1);
@@ -1617,7 +1629,7 @@ mod tests {
         let chunk_time = chunk * 1_000_000_000 / (p.link / 2);
         let (start, end) = (t, Nanos::from_secs(3));
         let (u0, h0) = (p.allowed_bytes_total(t), p.held_delivery(t));
-        let (mut sent, mut k) = (0u64, 0u64);
+        let (mut sent, mut k, mut refusals) = (0u64, 0u64, 0u64);
         while t < end {
             p.note_latency_sensitive(t);
             p.on_probe(Nanos::from_millis(5), t);
@@ -1631,7 +1643,15 @@ mod tests {
                     }
                 }
                 Err(at) => {
-                    let at = at.saturating_add(Nanos(chunk_time * late_pct / 100));
+                    // Late by `late_pct` at every other refusal (a reactor's lateness
+                    // varies), or at every one with `late_pct` above 100.
+                    refusals += 1;
+                    let late = if late_pct > 100 || refusals % 2 == 0 {
+                        late_pct
+                    } else {
+                        0
+                    };
+                    let at = at.saturating_add(Nanos(chunk_time * late / 100));
                     t = at.min(t.saturating_add(Nanos::from_micros(100)).max(at));
                 }
             }
@@ -1684,9 +1704,9 @@ mod tests {
         assert!((0.97..=1.02).contains(&ratio(&d)), "{d:?}");
         // A sender that comes late to tokens it was told of loses what the lateness
         // credit (one chunk) does not cover: here two chunk times a refusal.
-        // Half a chunk time late, within the credit: it loses nothing, and the tokens
-        // a hold leaves for the next are counted once.
-        let (_, _, d) = held_writer(50, 0);
+        // Most of a chunk time late at every other refusal, within the credit: it loses
+        // nothing, and the tokens a hold leaves for the next are counted once.
+        let (_, _, d) = held_writer(80, 0);
         println!("late within the credit: {:.3} of U held", ratio(&d));
         assert!((0.97..=1.02).contains(&ratio(&d)), "{d:?}");
         let (_, _, d) = held_writer(200, 0);
