@@ -15,17 +15,18 @@
 //!   1 MiB at queue depth 4, in alternating rounds without and with initiator QoS bdevs
 //!   (chunks sized to the path, `chunk_auto`, and pacing): the reader's p99 must drop
 //!   (the ratio is reported), and the writer must get what its pacer allowed (>= 85 %,
-//!   median of the rounds where the allowance was below 0.9 of the writer's rate
-//!   without the plugin: elsewhere the path binds, not the pacer; judged when plain's rounds alone and the writer's rounds
-//!   without the plugin each held within 25 %: this machine's speed moves by up to 2x
-//!   within a minute). The writer's rate
+//!   median of the rounds): the tokens its chunks took while the pacer held it (a chunk
+//!   refused and waiting) against U integrated over that time (`held_*` of the pacer's
+//!   state, read 1 s into the round and 1 s before its end), in rounds where the pacer
+//!   held it at least a tenth of the time; time in which the path held the writer is not
+//!   judged. The writer's rate
 //!   with against without in each round, and against its share, is printed. Last, the
 //!   writer alone forced into chunks of the size the pacer picked (`split_always`, no
 //!   rate limit) against plain, side by side: what chunks themselves cost.
 //!   `QOS_IT_ROUNDS` sets the writer-alone rounds (default 5), `QOS_IT_CHUNK_BYTES` a
 //!   fixed chunk for the QoS bdevs (`chunk_auto` off), `QOS_IT_LATENCY_TARGET_US` their
 //!   `latency_target_us` (default 200), `QOS_IT_LATENCY_AUTO_MILLI` their
-//!   `latency_target_auto_milli` (default 1500). The target's TCP transport carries a
+//!   `latency_target_auto_milli` (default 0: the fixed target). The target's TCP transport carries a
 //!   chunk in one capsule (`in_capsule_data_size` 128 KiB, or `QOS_IT_CHUNK_BYTES`;
 //!   `QOS_IT_IN_CAPSULE_BYTES` sets another). The reader alone gives the floor of its
 //!   latency; the pacer group's target, base latency, chunk and the writer's chunk and
