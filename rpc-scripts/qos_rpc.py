@@ -641,7 +641,7 @@ _INI_OPTIONS = [
      '200'),
     ('latency_target_auto_milli', _int_range(1000, 100000, or_zero=True),
      "pacer group: the target is this many thousandths of the probe's lowest latency, "
-     "1000 ..= 100000, or 0 for the fixed latency_target_us", '1500'),
+     "1000 ..= 100000, or 0 for the fixed latency_target_us", '0'),
     ('probe_interval_us', _US, "pacer group: probe period while small I/O is active", '500'),
     ('probe_window', _int_range(1, 100000), "pacer group: probe samples kept for the p99", '1000'),
     ('aimd_interval_us', _US, "pacer group: AIMD decision interval", '1000'),

@@ -183,6 +183,9 @@ pub struct IniChannel {
     pub(crate) last_release: Cell<u64>,
     pub(crate) last_engine_poll: Cell<u64>,
     pub(crate) last_credit: Cell<u64>,
+    /// When this channel last sent small I/O (ns, 0: never): the group's probes go on
+    /// channels that did (`qos_core::pacer::may_send_probe`).
+    pub(crate) last_small: Cell<u64>,
 }
 
 impl std::fmt::Debug for IniChannel {
@@ -211,6 +214,7 @@ impl IniChannel {
             last_release: Cell::new(0),
             last_engine_poll: Cell::new(0),
             last_credit: Cell::new(0),
+            last_small: Cell::new(0),
         })
     }
 

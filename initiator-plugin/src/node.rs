@@ -48,7 +48,7 @@ fn info_json(n: &IniNode) -> Value {
     let mut v = serde_json::to_value(params(n)).unwrap_or(Value::Null);
     v["deleting"] = json!(n.is_deleting());
     v["state"] = n.shared.state_json();
-    v["pacer"] = n.group.state_json();
+    v["pacer"] = n.group.state_json(spdk_sys::time::now());
     v
 }
 

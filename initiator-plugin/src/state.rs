@@ -16,7 +16,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use qos_core::Nanos;
 use qos_core::initiator::{InitiatorEngine, Mode};
-use qos_core::pacer::{Pacer, StreamId, latency_sensitive_at};
+use qos_core::pacer::{Pacer, StreamId, latency_sensitive_at, may_send_probe};
 use serde_json::{Value, json};
 
 use crate::params::{BdevOptions, PacerOptions, Refusal};
@@ -237,6 +237,9 @@ pub struct GroupState {
     /// The probe in flight: sequence number and when it was sent.
     pub probe: Option<(u64, Nanos)>,
     probe_seq: u64,
+    /// A probe is due since then and waits for a channel that sent small I/O
+    /// (`qos_core::pacer::may_send_probe`).
+    probe_due: Option<Nanos>,
     applied_small: u64,
     pub probes_lost: u64,
 }
@@ -259,6 +262,9 @@ pub struct PacerGroup {
     split_always: AtomicBool,
     /// When the pacer next wants a tick (ns).
     pub next_tick: AtomicU64,
+    /// A probe is due and no channel that may send it has ticked yet: a channel that
+    /// sent small I/O ticks at its next poll.
+    pub probe_due: AtomicBool,
 }
 
 impl PacerGroup {
@@ -273,6 +279,7 @@ impl PacerGroup {
                 generation: 0,
                 probe: None,
                 probe_seq: 0,
+                probe_due: None,
                 applied_small: 0,
                 probes_lost: 0,
             }),
@@ -282,6 +289,7 @@ impl PacerGroup {
             latency_idle_ns: AtomicU64::new(opts.pacer_config().latency_idle.0),
             split_always: AtomicBool::new(opts.split_always),
             next_tick: AtomicU64::new(0),
+            probe_due: AtomicBool::new(false),
         })
     }
 
@@ -299,6 +307,8 @@ impl PacerGroup {
             g.generation += 1;
             g.opts = opts;
             g.probe = None;
+            g.probe_due = None;
+            self.probe_due.store(false, Ordering::Relaxed);
             self.chunk_bytes.store(opts.chunk_bytes, Ordering::Relaxed);
             self.largest_chunk
                 .store(opts.chunk_bytes, Ordering::Relaxed);
@@ -340,8 +350,21 @@ impl PacerGroup {
         Nanos::from_micros(opts.latency_target_us.saturating_mul(20).max(10_000))
     }
 
-    /// AIMD and DIRS timers; returns the sequence number of a probe to send now.
-    pub fn tick(&self, now: Nanos) -> Option<u64> {
+    /// Small I/O was sent at `last_small` (ns, 0: never) less than `latency_idle` ago.
+    #[inline]
+    pub fn small_recently(&self, last_small: u64, now: Nanos) -> bool {
+        latency_sensitive_at(
+            (last_small != 0).then_some(Nanos(last_small)),
+            now,
+            Nanos(self.latency_idle_ns.load(Ordering::Relaxed)),
+        )
+    }
+
+    /// AIMD and DIRS timers; returns the sequence number of a probe to send now, from
+    /// the ticking channel, whose own small I/O was last sent at `small_here` (ns, 0:
+    /// never): a due probe goes on a channel that sent small I/O
+    /// (`qos_core::pacer::may_send_probe`).
+    pub fn tick(&self, now: Nanos, small_here: u64) -> Option<u64> {
         let mut g = lock(&self.st);
         let small = self.last_small.load(Ordering::Relaxed);
         if small > g.applied_small {
@@ -359,12 +382,28 @@ impl PacerGroup {
         self.next_tick.store(t.next_deadline.0, Ordering::Relaxed);
         self.chunk_bytes
             .store(g.pacer.chunk_bytes(now), Ordering::Relaxed);
-        if t.send_probe && g.probe.is_none() {
+        if t.send_probe && g.probe_due.is_none() {
+            g.probe_due = Some(now);
+        }
+        let due = g.probe_due?;
+        if !g.pacer.latency_sensitive_now(now) {
+            // The small I/O is gone: no probe.
+            g.probe_due = None;
+            self.probe_due.store(false, Ordering::Relaxed);
+            return None;
+        }
+        let here = (small_here != 0).then_some(Nanos(small_here));
+        let cfg = g.pacer.config();
+        if g.probe.is_none() && may_send_probe(here, due, now, cfg.latency_idle, cfg.probe_interval)
+        {
+            g.probe_due = None;
+            self.probe_due.store(false, Ordering::Relaxed);
             g.probe_seq += 1;
             let seq = g.probe_seq;
             g.probe = Some((seq, now));
             return Some(seq);
         }
+        self.probe_due.store(g.probe.is_none(), Ordering::Relaxed);
         None
     }
 
@@ -428,10 +467,19 @@ impl PacerGroup {
         }
     }
 
-    pub fn state_json(&self) -> Value {
+    /// The group's state at `now` (the held delivery and U's integral count up to it).
+    pub fn state_json(&self, now: Nanos) -> Value {
         let g = lock(&self.st);
         let mib = 1u64 << 20;
+        let held = g.pacer.held_delivery(now);
         json!({
+            "now_ns": now.0,
+            "allowed_bytes_total": g.pacer.allowed_bytes_total(now),
+            "held_ns": held.held_ns,
+            "held_allowed_bytes": held.allowed_bytes,
+            "held_stream_allowed_bytes": held.stream_allowed_bytes,
+            "held_sent_bytes": held.sent_bytes,
+            "held_charged_bytes": held.charged_bytes,
             "name": self.name,
             "allowed_mibps": g.pacer.allowed_rate() / mib,
             "allowed_bytes_per_sec": g.pacer.allowed_rate(),

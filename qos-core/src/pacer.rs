@@ -253,6 +253,14 @@ impl MultiBucket {
             ops: TokenBucket::new(ops_rate, depth_ops, now),
         }
     }
+    /// A sender waits for these tokens (refused elsewhere): from `now` they keep the
+    /// lateness credit ([`TokenBucket`]) until it takes them.
+    fn wait(&mut self, now: Nanos) {
+        for b in [&mut self.bytes, &mut self.ops] {
+            b.refill(now);
+            b.waiting = true;
+        }
+    }
     /// Takes `bytes` and `ops` now, or says when both will be there.
     pub fn try_take(&mut self, bytes: u64, ops: u64, now: Nanos) -> Result<(), Nanos> {
         let at = self
@@ -405,8 +413,15 @@ pub struct PacerConfig {
     /// 2 × `probe_window` probes), never above `latency_target`. Justitia sets its target
     /// to a latency-sensitive flow's latency alone; the base latency is that, measured
     /// by the probe in the gaps pacing leaves, so the same setting suits RDMA's
-    /// microseconds and TCP's tens of them. Default 1500 (1.5 × the base latency); 0:
-    /// the fixed `latency_target`.
+    /// microseconds and TCP's tens of them. Default 0 (the fixed `latency_target`,
+    /// since 2026-11-29; 1500, 1.5 × the base latency, from 2026-11-25): AIMD compares
+    /// the probe's p99 with the target, and the base latency is the probe's *lowest*
+    /// latency. On NVMe/TCP loopback the small command's p99 alone was 2-4.6 × its
+    /// lowest (reader alone: p50 9-10 us, p99 20-47 us), and beside a paced writer most of
+    /// it is the wait behind the writer's chunks: with 1.5 × (18-43 us) 79-96 % of AIMD's
+    /// decisions were congestion, with 6 × (63-69 us) still 65-78 %, so the writer sat
+    /// at its sharing floor (0.48-0.56 of its unpaced rate); with the fixed 200 us
+    /// 5-10 % (0.60-0.72, reader's p99 14-22x lower: docs/benchmarks.md).
     pub latency_target_auto_milli: u64,
     /// The reference probe is sent this often. Default 500 us (Justitia).
     pub probe_interval: Nanos,
@@ -428,6 +443,16 @@ pub struct PacerConfig {
     /// backlogged writer sends late (see [`DELIVERY_WINDOW`]); 1000 turns the
     /// correction off. Default 1125, at most 2000.
     pub floor_boost_max_milli: u64,
+    /// With `chunk_auto`, the chunk is at least what the link moves in this many
+    /// thousandths of the probe's base latency ([`chunk_floor_for_base`]), and the
+    /// automatic latency target leaves a small command room to wait behind one such
+    /// chunk ([`target_for_path`]). The base latency is a small command's round trip on
+    /// the idle path: what a command costs both stacks, an upper bound of the fixed cost
+    /// a chunk pays besides its data. A chunk that takes less time on the link than that
+    /// cost spends the target's core on commands, not data (on 2026-11-29: base 12-13
+    /// us, chunks of 12-16 KiB, the writer alone in them 0.87-0.90 of plain). Default
+    /// 2000 (two base latencies); 0: no such floor (the slack alone sizes the chunk).
+    pub chunk_floor_base_milli: u64,
 }
 
 impl Default for PacerConfig {
@@ -438,7 +463,7 @@ impl Default for PacerConfig {
             link_mibps: 2800,
             link_iops: 1_000_000,
             latency_target: Nanos::from_micros(200),
-            latency_target_auto_milli: 1500,
+            latency_target_auto_milli: 0,
             probe_interval: Nanos::from_micros(500),
             probe_window: 1000,
             aimd_interval: Nanos::from_millis(1),
@@ -447,6 +472,7 @@ impl Default for PacerConfig {
             split_always: false,
             dirs: DirsConfig::default(),
             floor_boost_max_milli: 1125,
+            chunk_floor_base_milli: 2000,
         }
     }
 }
@@ -471,6 +497,10 @@ pub enum PacerConfigError {
     AutoTarget(u64),
     #[error("the sharing floor's correction {0}/1000 is outside 1000 ..= 2000 (1000 turns it off)")]
     FloorBoost(u64),
+    #[error(
+        "the chunk floor of {0}/1000 of the base latency is outside 100 ..= 100000 (0 turns it off)"
+    )]
+    ChunkFloorBase(u64),
 }
 
 impl PacerConfig {
@@ -505,6 +535,10 @@ impl PacerConfig {
         }
         if self.probe_window == 0 || self.probe_window > 100_000 {
             return Err(PacerConfigError::Window(self.probe_window));
+        }
+        let cf = self.chunk_floor_base_milli;
+        if cf != 0 && !(100..=100_000).contains(&cf) {
+            return Err(PacerConfigError::ChunkFloorBase(cf));
         }
         let auto = self.latency_target_auto_milli;
         if auto != 0 && !(1000..=100_000).contains(&auto) {
@@ -603,12 +637,60 @@ pub fn chunk_for_slack(
     (bytes / CHUNK_GRAIN * CHUNK_GRAIN).clamp(floor.min(ceiling), ceiling)
 }
 
+/// The smallest chunk that keeps the link on a path of `base` latency: the bytes the
+/// link (`link_bytes` per second) moves in `milli` thousandths of `base`, rounded up to
+/// 4 KiB (0 when `milli` is 0). A command's fixed cost, both stacks' work on it, is at
+/// most its round trip on the idle path (the probe's base latency); a chunk whose data
+/// takes that long on the link at least spends the path's time mostly on data.
+pub fn chunk_floor_for_base(base: Nanos, link_bytes: u64, milli: u64) -> u64 {
+    let t = mul_div(base.0, milli, 1000);
+    mul_div(t, link_bytes, 1_000_000_000).next_multiple_of(CHUNK_GRAIN)
+}
+
+/// The automatic latency target on a path of `base` latency: `auto_milli` thousandths
+/// of `base`, but at least `base` plus the time the link (`link_bytes` per second)
+/// takes for one chunk of `floor` bytes (a small command that arrives behind the
+/// smallest chunk the link needs waits that long, and a target below it would call
+/// every such wait congestion: on 2026-11-29, with a target of 1.5 base = 18-20 us,
+/// 92-96 % of AIMD's decisions did), never above `ceiling` (the fixed target). At
+/// least 1 ns.
+pub fn target_for_path(
+    base: Nanos,
+    auto_milli: u64,
+    floor: u64,
+    link_bytes: u64,
+    ceiling: Nanos,
+) -> Nanos {
+    let scaled = Nanos(mul_div(base.0, auto_milli, 1000));
+    let behind_floor = base.saturating_add(Nanos(mul_div(floor, 1_000_000_000, link_bytes.max(1))));
+    scaled.max(behind_floor).max(Nanos(1)).min(ceiling)
+}
+
 /// Whether latency-sensitive traffic shares the path at `now`: a small command was sent
 /// (`last_small`) less than `idle` ago. Shaping large transfers pays only then; the
 /// initiator plugin applies the same rule on its submit path, from an atomic copy of
 /// `last_small`, without taking the pacer's lock.
 pub fn latency_sensitive_at(last_small: Option<Nanos>, now: Nanos, idle: Nanos) -> bool {
     last_small.is_some_and(|t| now.saturating_sub(t) < idle)
+}
+
+/// May a sender (a connection of the path) send the probe that has been due since
+/// `due_since`? Yes if it sent latency-sensitive traffic less than `idle` ago
+/// (`last_small_here`, [`latency_sensitive_at`]): the probe then shares the queue of the
+/// traffic it stands for. On a large stream's connection it waits behind that stream's
+/// own chunks in the same queue, which the latency-sensitive traffic does not (on
+/// 2026-11-29 about 28 % of the probes went on the writer's connection). Any sender may
+/// once the probe has waited `2 × interval`, so a path whose latency-sensitive senders
+/// cannot probe is still measured.
+pub fn may_send_probe(
+    last_small_here: Option<Nanos>,
+    due_since: Nanos,
+    now: Nanos,
+    idle: Nanos,
+    interval: Nanos,
+) -> bool {
+    latency_sensitive_at(last_small_here, now, idle)
+        || now.saturating_sub(due_since) >= interval.saturating_add(interval)
 }
 
 /// The minimum of the last `block` to `2 × block` samples, in O(1) per sample: the
@@ -661,6 +743,38 @@ struct Stream {
     flow: u64,
     rate: u64,
     bucket: TokenBucket,
+    /// Its last request was refused and it has not sent since: it is held by the pacer.
+    held: bool,
+    /// When it last sent a chunk that ended a hold (sends at that same instant, from the
+    /// lateness credit, belong to the hold too).
+    held_tail: Option<Nanos>,
+}
+
+/// What the large streams were allowed and sent while the pacer held them
+/// ([`Pacer::held_delivery`]): a sender gets what its pacer allows when, over the time
+/// it had a chunk refused and waiting, it sent what the allowed rate U and the tokens
+/// already there came to. Time in which every chunk was already sent (the path, not the
+/// pacer, held the sender) is not in it: beside a reader, U is often above what the
+/// path gives a writer, and the writer's rate over a whole round against U's mean over
+/// it mixes the two (on 2026-11-29 the reader/writer test's check against one snapshot
+/// of U failed in three runs of five).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct HeldDelivery {
+    /// Time during which at least one stream was held, ns.
+    pub held_ns: u64,
+    /// U over that time, bytes.
+    pub allowed_bytes: u64,
+    /// The held streams' own rates over that time, bytes: below
+    /// `allowed_bytes` where a stream's rate (DIRS, AIMD per stream) was below U.
+    pub stream_allowed_bytes: u64,
+    /// Bytes of the chunks that ended a hold (and those sent at the same instant by the
+    /// same stream).
+    pub sent_bytes: u64,
+    /// The tokens those chunks took: a chunk above the buckets' depth (the chunk size)
+    /// takes the depth. [`plan_even_chunks`] stretches chunks up to half as much again
+    /// (1 MiB as 8 × 128 KiB where the chunk is 88 KiB), so `sent_bytes` can be above
+    /// `allowed_bytes` by that much; this is what the pacer's own books say it let go.
+    pub charged_bytes: u64,
 }
 
 /// What [`Pacer::tick`] asks of its caller.
@@ -696,6 +810,16 @@ pub struct Pacer {
     next_probe: Nanos,
     delivery: Delivery,
     aimd: AimdCounts,
+    /// U integrated since the pacer was built up to `u_last`, in bytes × 1e9 (rate per
+    /// second times nanoseconds).
+    u_total: u128,
+    u_last: Nanos,
+    /// Streams held now, since when (and `u_total` then).
+    held_streams: usize,
+    /// The held streams' rates integrated (as `u_total`) while any was held.
+    held_rates_total: u128,
+    held_from: (Nanos, u128, u128),
+    held: HeldDelivery,
 }
 
 /// What AIMD decided while latency-sensitive traffic was about, since the pacer was
@@ -737,6 +861,12 @@ impl Pacer {
             next_probe: now,
             delivery: Delivery::new(now),
             aimd: AimdCounts::default(),
+            u_total: 0,
+            u_last: now,
+            held_streams: 0,
+            held_rates_total: 0,
+            held_from: (now, 0, 0),
+            held: HeldDelivery::default(),
         })
     }
 
@@ -746,6 +876,97 @@ impl Pacer {
     /// The allowed aggregate rate U of large streams, bytes per second.
     pub fn allowed_rate(&self) -> u64 {
         self.allowed
+    }
+    /// U integrated from the pacer's start to `now`, bytes: its difference over a
+    /// time span is the mean allowance over that span (U moves every AIMD interval).
+    pub fn allowed_bytes_total(&self, now: Nanos) -> u64 {
+        let dt = now.saturating_sub(self.u_last).0 as u128;
+        let total = self.u_total + dt * self.allowed as u128;
+        (total / SCALE).min(u64::MAX as u128) as u64
+    }
+    /// What the large streams were allowed and sent while the pacer held them, since the
+    /// pacer was built ([`HeldDelivery`]); a hold still going on counts up to `now`.
+    pub fn held_delivery(&self, now: Nanos) -> HeldDelivery {
+        let mut h = self.held;
+        if self.held_streams > 0 {
+            let (from, u0, r0) = self.held_from;
+            let now = now.max(self.u_last);
+            h.held_ns = h.held_ns.saturating_add(now.saturating_sub(from).0);
+            let u = self.u_total + now.saturating_sub(self.u_last).0 as u128 * self.allowed as u128;
+            h.allowed_bytes = h
+                .allowed_bytes
+                .saturating_add(((u - u0) / SCALE).min(u64::MAX as u128) as u64);
+            let rates: u128 = self
+                .streams
+                .iter()
+                .flatten()
+                .filter(|s| s.held)
+                .map(|s| s.bucket.rate() as u128)
+                .sum();
+            let r = self.held_rates_total + now.saturating_sub(self.u_last).0 as u128 * rates;
+            h.stream_allowed_bytes = h
+                .stream_allowed_bytes
+                .saturating_add(((r - r0) / SCALE).min(u64::MAX as u128) as u64);
+        }
+        h
+    }
+    /// Integrates U up to `now` (before U changes, and where a hold begins or ends).
+    fn advance_u(&mut self, now: Nanos) {
+        let dt = now.saturating_sub(self.u_last).0 as u128;
+        self.u_total += dt * self.allowed as u128;
+        if self.held_streams > 0 {
+            let rates: u128 = self
+                .streams
+                .iter()
+                .flatten()
+                .filter(|s| s.held)
+                .map(|s| s.bucket.rate() as u128)
+                .sum();
+            self.held_rates_total += dt * rates;
+        }
+        self.u_last = self.u_last.max(now);
+    }
+    /// Stream `index` was refused at `now`: a hold begins unless it was held already.
+    fn hold(&mut self, index: usize, now: Nanos) {
+        if !matches!(self.streams.get(index), Some(Some(s)) if !s.held) {
+            return;
+        }
+        self.advance_u(now);
+        let Some(Some(s)) = self.streams.get_mut(index) else {
+            return;
+        };
+        s.held = true;
+        self.held_streams += 1;
+        if self.held_streams == 1 {
+            // The tokens already there are not counted: a hold mostly begins at the
+            // instant the last one ended, and what that one left in the bucket was
+            // counted in its U (counting it again read 0.80-0.83 on the real target
+            // where the writer got all it was allowed). A run of holds that begins
+            // after a pause gets up to one chunk it is not charged for, and one that
+            // ends leaves up to one it was: an error of a chunk per run each way.
+            self.held_from = (now, self.u_total, self.held_rates_total);
+        }
+    }
+    /// Stream `index` is no longer held at `now` (it sent, or closed).
+    fn unhold(&mut self, index: usize, now: Nanos) {
+        if !matches!(self.streams.get(index), Some(Some(s)) if s.held) {
+            return;
+        }
+        self.advance_u(now);
+        let Some(Some(s)) = self.streams.get_mut(index) else {
+            return;
+        };
+        s.held = false;
+        s.held_tail = Some(now);
+        self.held_streams -= 1;
+        if self.held_streams == 0 {
+            let (from, u0, r0) = self.held_from;
+            self.held.held_ns = self.held.held_ns.saturating_add(now.saturating_sub(from).0);
+            let allowed = ((self.u_total - u0) / SCALE).min(u64::MAX as u128) as u64;
+            self.held.allowed_bytes = self.held.allowed_bytes.saturating_add(allowed);
+            let own = ((self.held_rates_total - r0) / SCALE).min(u64::MAX as u128) as u64;
+            self.held.stream_allowed_bytes = self.held.stream_allowed_bytes.saturating_add(own);
+        }
     }
     pub fn active_streams(&self) -> usize {
         self.active
@@ -760,11 +981,42 @@ impl Pacer {
     /// The p99 target AIMD holds the probe to now: the fixed `latency_target`, or with
     /// `latency_target_auto_milli` that multiple of the base latency (at most the fixed
     /// one; the fixed one until a probe has completed).
+    ///
+    /// The automatic target is at least the base latency plus one chunk of
+    /// [`Self::chunk_floor`] on the link ([`target_for_path`]).
     pub fn latency_target(&self) -> Nanos {
         let fixed = self.cfg.latency_target;
         match (self.cfg.latency_target_auto_milli, self.base.min()) {
             (0, _) | (_, None) => fixed,
-            (milli, Some(base)) => Nanos(mul_div(base.0, milli, 1000).max(1)).min(fixed),
+            (milli, Some(base)) => {
+                // The whole floor (the link's bytes per operation too), so the chunk
+                // `chunk_auto` picks always fits in the slack.
+                let floor = if self.cfg.chunk_auto {
+                    self.chunk_floor()
+                } else {
+                    0
+                };
+                target_for_path(base, milli, floor, self.link, fixed)
+            }
+        }
+    }
+
+    /// The chunk floor from the base latency alone ([`chunk_floor_for_base`]), at most
+    /// `chunk_bytes`.
+    fn base_floor(&self, base: Nanos) -> u64 {
+        chunk_floor_for_base(base, self.link, self.cfg.chunk_floor_base_milli)
+            .min(self.cfg.chunk_bytes)
+    }
+
+    /// The smallest chunk `chunk_auto` picks now: the link's bytes per operation
+    /// ([`PacerConfig::chunk_floor`]) or, once a probe has measured the path, what the
+    /// link moves in `chunk_floor_base_milli` of its base latency if more
+    /// ([`chunk_floor_for_base`]); at most `chunk_bytes`.
+    pub fn chunk_floor(&self) -> u64 {
+        let ops = self.cfg.chunk_floor();
+        match self.base.min() {
+            None => ops,
+            Some(base) => ops.max(self.base_floor(base)),
         }
     }
     pub fn stream_rate(&self, id: StreamId) -> Option<u64> {
@@ -786,7 +1038,7 @@ impl Pacer {
         if !c.chunk_auto || !self.latency_sensitive(now) {
             return c.chunk_bytes;
         }
-        let floor = c.chunk_floor();
+        let floor = self.chunk_floor();
         match self.base.min() {
             None => CHUNK_BEFORE_PROBE.clamp(floor, c.chunk_bytes),
             Some(base) => {
@@ -800,6 +1052,12 @@ impl Pacer {
             .get(id.index as usize)?
             .as_ref()
             .filter(|s| s.generation == id.generation)
+    }
+
+    /// Latency-sensitive traffic shares the path at `now` (as the pacer last heard of
+    /// it: [`Self::note_latency_sensitive`]).
+    pub fn latency_sensitive_now(&self, now: Nanos) -> bool {
+        self.latency_sensitive(now)
     }
 
     fn latency_sensitive(&self, now: Nanos) -> bool {
@@ -848,6 +1106,8 @@ impl Pacer {
     }
 
     fn apply_shares(&mut self, now: Nanos) {
+        // The streams' rates change here.
+        self.advance_u(now);
         // Each flow gets U / flows, split among its transfers; a transfer paces at its
         // own rate (DIRS, AIMD) within that, but never under its part of the flow's
         // sharing floor: a flow's transfers come and go (one ends, the application
@@ -911,6 +1171,8 @@ impl Pacer {
             flow,
             rate,
             bucket,
+            held: false,
+            held_tail: None,
         });
         self.active += 1;
         match self.flows.iter_mut().find(|f| f.0 == flow) {
@@ -927,6 +1189,7 @@ impl Pacer {
         let Some(flow) = self.stream(id).map(|s| s.flow) else {
             return;
         };
+        self.unhold(id.index as usize, now);
         if let Some(i) = self.flows.iter().position(|f| f.0 == flow) {
             self.flows[i].1 -= 1;
             if self.flows[i].1 == 0 {
@@ -944,20 +1207,31 @@ impl Pacer {
     /// An unknown stream is paced by the aggregate bucket only.
     pub fn try_send(&mut self, id: StreamId, bytes: u64, now: Nanos) -> Result<(), Nanos> {
         let now = self.clock.observe(now);
-        let own = match self
-            .streams
-            .get_mut(id.index as usize)
-            .and_then(|s| s.as_mut())
-        {
-            Some(s) if s.generation == id.generation => s.bucket.ready_at(bytes, now),
+        let known = self.stream(id).is_some();
+        let index = id.index as usize;
+        let own = match self.streams.get_mut(index).and_then(|s| s.as_mut()) {
+            Some(s) if known => s.bucket.ready_at(bytes, now),
             _ => now,
         };
         if own > now {
             self.delivery.refused = true;
+            if known {
+                self.hold(index, now);
+                // Refused on its own rate, the stream waits on the aggregate too, which
+                // keeps the same lateness credit: capped at one chunk meanwhile, it threw
+                // away what a late sender's own bucket kept, and a single stream (its rate
+                // is U's, its bucket asked first) got 0.83 of U when it came most of a
+                // chunk time late at every other chunk (0.80-0.86 on the real target).
+                self.aggregate.wait(now);
+            }
             return Err(own);
         }
+        let charged = bytes.min(self.aggregate.bytes.depth);
         if let Err(t) = self.aggregate.try_take(bytes, 1, now) {
             self.delivery.refused = true;
+            if known {
+                self.hold(index, now);
+            }
             // The stream's own tokens are there: waiting on the aggregate, it is as late
             // as a refused stream and keeps what it accrues meanwhile.
             if let Some(Some(s)) = self.streams.get_mut(id.index as usize)
@@ -967,10 +1241,17 @@ impl Pacer {
             }
             return Err(t);
         }
-        if let Some(Some(s)) = self.streams.get_mut(id.index as usize)
-            && s.generation == id.generation
+        if let Some(Some(s)) = self.streams.get_mut(index)
+            && known
         {
             s.bucket.take(bytes);
+            // A send that ends a hold, or follows one at the same instant (the lateness
+            // credit), was held.
+            if s.held || s.held_tail == Some(now) {
+                self.held.sent_bytes = self.held.sent_bytes.saturating_add(bytes);
+                self.held.charged_bytes = self.held.charged_bytes.saturating_add(charged);
+            }
+            self.unhold(index, now);
         }
         self.delivery.sent = self.delivery.sent.saturating_add(bytes);
         Ok(())
@@ -1005,6 +1286,7 @@ impl Pacer {
         self.dirs.tick(low, now);
         if now >= self.next_aimd {
             self.next_aimd = now.saturating_add(self.cfg.aimd_interval);
+            self.advance_u(now);
             self.aimd(now);
         }
         let send_probe = self.latency_sensitive(now) && now >= self.next_probe;
@@ -1278,8 +1560,12 @@ mod tests {
         let got = sent as f64 / t.saturating_sub(start).as_secs_f64();
         assert!(got >= 0.98 * rate as f64, "{got:.0} B/s of {rate}");
         assert!(got <= 1.01 * rate as f64, "{got:.0} B/s of {rate}");
-        // The credit is for lateness only: after a pause with nothing to send, one chunk
+        // The credit is for lateness only: after a pause with nothing to send (its last
+        // request was served: a refused one is a sender that waits, and late), one chunk
         // goes at once and the next waits its time.
+        while let Err(at) = p.try_send(s, chunk, t) {
+            t = at;
+        }
         t = t.saturating_add(Nanos::from_secs(1));
         assert!(p.try_send(s, chunk, t).is_ok());
         assert!(p.try_send(s, chunk, t).is_err());
@@ -1324,6 +1610,133 @@ mod tests {
             }
         }
         (sent_last as f64, floor, p)
+    }
+
+    /// A writer held at its floor beside a reader for 2 s, with the floor's correction
+    /// off. After a refusal its sender asks again `late_pct` % of a chunk time after the
+    /// pacer said; after every fourth chunk it has nothing to send for `idle_pct` % of a
+    /// chunk time (its commands are on the path) and does not ask. Up to 100 %, the
+    /// lateness is at every other refusal only. Returns what it sent
+    /// (bytes) over the whole run, U over the run, and the held delivery.
+    fn held_writer(late_pct: u64, idle_pct: u64) -> (u64, u64, HeldDelivery) {
+        let mut t = Nanos::from_secs(1);
+        let mut p = pacer(t);
+        p.cfg.floor_boost_max_milli = 1000;
+        let s = p.open_stream(1, t);
+        p.note_latency_sensitive(t);
+        p.on_probe(Nanos::from_millis(5), t);
+        let chunk = p.chunk_bytes(t);
+        let chunk_time = chunk * 1_000_000_000 / (p.link / 2);
+        let (start, end) = (t, Nanos::from_secs(3));
+        let (u0, h0) = (p.allowed_bytes_total(t), p.held_delivery(t));
+        let (mut sent, mut k, mut refusals) = (0u64, 0u64, 0u64);
+        while t < end {
+            p.note_latency_sensitive(t);
+            p.on_probe(Nanos::from_millis(5), t);
+            p.tick(t);
+            match p.try_send(s, chunk, t) {
+                Ok(()) => {
+                    sent += chunk;
+                    k += 1;
+                    if k % 4 == 0 {
+                        t = t.saturating_add(Nanos(chunk_time * idle_pct / 100));
+                    }
+                }
+                Err(at) => {
+                    // Late by `late_pct` at every other refusal (a reactor's lateness
+                    // varies), or at every one with `late_pct` above 100.
+                    refusals += 1;
+                    let late = if late_pct > 100 || refusals % 2 == 0 {
+                        late_pct
+                    } else {
+                        0
+                    };
+                    let at = at.saturating_add(Nanos(chunk_time * late / 100));
+                    t = at.min(t.saturating_add(Nanos::from_micros(100)).max(at));
+                }
+            }
+        }
+        assert!(t >= start);
+        let h = p.held_delivery(t);
+        let d = HeldDelivery {
+            held_ns: h.held_ns - h0.held_ns,
+            allowed_bytes: h.allowed_bytes - h0.allowed_bytes,
+            stream_allowed_bytes: h.stream_allowed_bytes - h0.stream_allowed_bytes,
+            sent_bytes: h.sent_bytes - h0.sent_bytes,
+            charged_bytes: h.charged_bytes - h0.charged_bytes,
+        };
+        (sent, p.allowed_bytes_total(t) - u0, d)
+    }
+
+    #[test]
+    fn held_delivery_is_what_a_held_writer_sent_against_what_it_was_allowed() {
+        let ratio = |d: &HeldDelivery| d.charged_bytes as f64 / d.allowed_bytes.max(1) as f64;
+        // Prompt and always backlogged: held all the time, and it gets U.
+        let (sent, u, d) = held_writer(0, 0);
+        println!(
+            "prompt: held {} ms, {:.3} of U held, {:.3} over the run",
+            d.held_ns / 1_000_000,
+            ratio(&d),
+            sent as f64 / u as f64
+        );
+        assert!(d.held_ns >= 1_900_000_000, "{d:?}");
+        assert!((0.97..=1.02).contains(&ratio(&d)), "{d:?}");
+        assert_eq!(
+            d.sent_bytes, d.charged_bytes,
+            "chunks of the bucket's depth"
+        );
+        // One stream at the floor: its own rate is U.
+        assert!(
+            d.stream_allowed_bytes.abs_diff(d.allowed_bytes) * 100 <= d.allowed_bytes,
+            "{d:?}"
+        );
+        // With gaps in which it has nothing to send (the path holds it), the whole run's
+        // rate against U's mean is low, but while held it got U: the gaps are not held.
+        let (sent, u, d) = held_writer(0, 400);
+        let whole = sent as f64 / u as f64;
+        println!(
+            "idle gaps: held {} ms, {:.3} of U held, {whole:.3} over the run",
+            d.held_ns / 1_000_000,
+            ratio(&d)
+        );
+        assert!(whole < 0.85, "{whole:.3}");
+        assert!(d.held_ns < 1_500_000_000, "{d:?}");
+        assert!((0.97..=1.02).contains(&ratio(&d)), "{d:?}");
+        // A sender that comes late to tokens it was told of loses what the lateness
+        // credit (one chunk) does not cover: here two chunk times a refusal.
+        // Most of a chunk time late at every other refusal, within the credit: it loses
+        // nothing, and the tokens a hold leaves for the next are counted once.
+        let (_, _, d) = held_writer(80, 0);
+        println!("late within the credit: {:.3} of U held", ratio(&d));
+        assert!((0.97..=1.02).contains(&ratio(&d)), "{d:?}");
+        let (_, _, d) = held_writer(200, 0);
+        println!(
+            "late: held {} ms, {:.3} of U held",
+            d.held_ns / 1_000_000,
+            ratio(&d)
+        );
+        assert!(d.held_ns >= 1_900_000_000, "{d:?}");
+        assert!(ratio(&d) < 0.75, "{d:?}");
+    }
+
+    #[test]
+    fn a_stream_the_pacer_never_refused_was_never_held() {
+        let t = Nanos::from_secs(1);
+        let mut p = pacer(t);
+        let s = p.open_stream(1, t);
+        let chunk = p.config().chunk_bytes;
+        let every = Nanos(chunk * 1_000_000_000 / p.allowed_rate() * 2);
+        let mut now = t;
+        for _ in 0..100 {
+            assert!(p.try_send(s, chunk, now).is_ok());
+            now = now.saturating_add(every);
+        }
+        assert_eq!(p.held_delivery(now), HeldDelivery::default());
+        // No reader about: U is the link, and its integral is the link times the time.
+        let total = p.allowed_bytes_total(now);
+        let want = mul_div(p.link, now.saturating_sub(t).0, 1_000_000_000);
+        assert!(total.abs_diff(want) <= 1, "{total} {want}");
+        p.close_stream(s, now);
     }
 
     #[test]
@@ -1394,10 +1807,12 @@ mod tests {
     #[test]
     fn the_automatic_target_follows_the_probes_base_latency() {
         let mut t = Nanos::from_secs(1);
+        // (The target alone: no chunk floor from the base latency, which raises it.)
         let cfg = PacerConfig {
             link_mibps: 1000,
             probe_window: 4,
             latency_target_auto_milli: 1500,
+            chunk_floor_base_milli: 0,
             ..PacerConfig::default()
         };
         let mut p = Pacer::new(cfg, t).unwrap();
@@ -1623,11 +2038,31 @@ mod tests {
     }
 
     #[test]
+    fn the_default_target_is_fixed_and_the_chunk_the_largest_on_a_fast_path() {
+        // 2026-11-29's path: base 12.5 us, 2500 MiB/s. The fixed 200 us leaves 187.5 us
+        // of slack: the largest chunk, 128 KiB.
+        let mut t = Nanos::from_secs(1);
+        let cfg = PacerConfig {
+            link_mibps: 2500,
+            ..PacerConfig::default()
+        };
+        assert_eq!(cfg.latency_target_auto_milli, 0);
+        let mut p = Pacer::new(cfg, t).unwrap();
+        p.note_latency_sensitive(t);
+        t = congest(&mut p, t, Nanos(12_500), 2);
+        assert_eq!(p.latency_target(), Nanos::from_micros(200));
+        assert_eq!(p.chunk_bytes(t), 128 * 1024);
+    }
+
+    #[test]
     fn the_chunk_follows_the_path_only_while_small_commands_share_it() {
         let mut t = Nanos::from_secs(1);
+        // (The slack alone: no chunk floor from the base latency.)
         let cfg = PacerConfig {
             link_mibps: 4500,
             link_iops: 150_000,
+            latency_target_auto_milli: 1500,
+            chunk_floor_base_milli: 0,
             ..PacerConfig::default()
         };
         let mut p = Pacer::new(cfg, t).unwrap();
@@ -1677,6 +2112,7 @@ mod tests {
         let cfg = PacerConfig {
             link_mibps: 4500,
             link_iops: 150_000,
+            latency_target_auto_milli: 1500,
             ..PacerConfig::default()
         };
         assert_eq!(cfg.chunk_floor(), 32 * 1024);
@@ -1687,7 +2123,142 @@ mod tests {
         assert_eq!(p.chunk_bytes(t), 32 * 1024);
     }
 
+    #[test]
+    fn the_chunk_floor_follows_the_base_latency() {
+        let mib = MIB;
+        // 2026-11-29's path: base 12.5 us, link 2500 MiB/s. Two base latencies of the
+        // link are 65,536 bytes: 64 KiB, where the slack alone (1.5 x base) gave 16 KiB.
+        assert_eq!(
+            chunk_floor_for_base(Nanos(12_500), 2500 * mib, 2000),
+            64 * 1024
+        );
+        // Rounded up to 4 KiB; 0 thousandths: no floor.
+        assert_eq!(chunk_floor_for_base(Nanos(1000), 1000 * mib, 1000), 4096);
+        assert_eq!(chunk_floor_for_base(Nanos(12_500), 2500 * mib, 0), 0);
+        // The target leaves room for one such chunk: base + 25 us = 37.5 us, not 1.5 x
+        // 12.5 = 18.75 us.
+        let ceiling = Nanos::from_micros(200);
+        let t = target_for_path(Nanos(12_500), 1500, 64 * 1024, 2500 * mib, ceiling);
+        assert_eq!(t, Nanos(37_500));
+        // A slow path (base 100 us): 1.5 x base is more than base + the chunk.
+        let t = target_for_path(Nanos::from_micros(100), 1500, 8192, 2500 * mib, ceiling);
+        assert_eq!(t, Nanos::from_micros(150));
+        // Never above the fixed target.
+        let t = target_for_path(Nanos::from_micros(150), 1500, 8192, 2500 * mib, ceiling);
+        assert_eq!(t, ceiling);
+
+        let mut t = Nanos::from_secs(1);
+        let cfg = PacerConfig {
+            link_mibps: 2500,
+            probe_window: 4,
+            latency_target_auto_milli: 1500,
+            ..PacerConfig::default()
+        };
+        assert_eq!(cfg.chunk_floor_base_milli, 2000);
+        let mut p = Pacer::new(cfg, t).unwrap();
+        p.note_latency_sensitive(t);
+        // Before a probe: the link's bytes per operation and 32 KiB, as before.
+        assert_eq!(p.chunk_floor(), cfg.chunk_floor());
+        assert_eq!(p.chunk_bytes(t), CHUNK_BEFORE_PROBE);
+        t = congest(&mut p, t, Nanos(12_500), 2);
+        assert_eq!(p.chunk_floor(), 64 * 1024);
+        assert_eq!(p.latency_target(), Nanos(37_500));
+        assert_eq!(p.chunk_bytes(t), 64 * 1024);
+        // Probes behind one such chunk (36 us) are not congestion; behind two they are.
+        let link = 2500 * MIB;
+        let s = p.open_stream(1, t);
+        let _ = s;
+        p.note_latency_sensitive(t);
+        let before = p.aimd_counts();
+        t = congest(&mut p, t, Nanos::from_micros(36), 3);
+        assert_eq!(p.aimd_counts().congested, before.congested);
+        assert_eq!(p.allowed_rate(), link);
+        congest(&mut p, t, Nanos::from_micros(60), 1);
+        assert_eq!(p.aimd_counts().congested, before.congested + 1);
+        // A path of 60 us: the floor reaches the largest chunk.
+        let mut q = Pacer::new(cfg, t).unwrap();
+        q.note_latency_sensitive(t);
+        let t = congest(&mut q, t, Nanos::from_micros(60), 2);
+        assert_eq!(q.chunk_bytes(t), cfg.chunk_bytes);
+        assert_eq!(q.chunk_floor(), cfg.chunk_bytes);
+        // chunk_auto off: the fixed chunk, and the target is 1.5 x base.
+        let mut f = Pacer::new(
+            PacerConfig {
+                chunk_auto: false,
+                chunk_bytes: 16 * 1024,
+                ..cfg
+            },
+            t,
+        )
+        .unwrap();
+        f.note_latency_sensitive(t);
+        let t = congest(&mut f, t, Nanos(12_500), 2);
+        assert_eq!(f.chunk_bytes(t), 16 * 1024);
+        assert_eq!(f.latency_target(), Nanos(18_750));
+        // Out of range is refused.
+        for bad in [1, 99, 100_001] {
+            assert_eq!(
+                PacerConfig {
+                    chunk_floor_base_milli: bad,
+                    ..cfg
+                }
+                .validate(),
+                Err(PacerConfigError::ChunkFloorBase(bad))
+            );
+        }
+    }
+
+    #[test]
+    fn a_due_probe_goes_with_the_small_traffic() {
+        let (idle, interval) = (Nanos::from_millis(100), Nanos::from_micros(500));
+        let due = Nanos::from_secs(1);
+        let at = |us: u64| due.saturating_add(Nanos::from_micros(us));
+        // The reader's connection sent small I/O 10 us ago: it probes at once.
+        assert!(may_send_probe(Some(at(0)), due, at(10), idle, interval));
+        // The writer's connection never did: not before the probe waited 1 ms...
+        assert!(!may_send_probe(None, due, at(10), idle, interval));
+        assert!(!may_send_probe(None, due, at(999), idle, interval));
+        assert!(may_send_probe(None, due, at(1000), idle, interval));
+        // ...nor with small I/O older than the idle time.
+        let old = Some(due.saturating_sub(idle));
+        assert!(!may_send_probe(old, due, at(0), idle, interval));
+    }
+
     proptest! {
+        /// The chunk the base latency asks for fits in the slack the target leaves:
+        /// whatever the path, the automatic chunk is at least the floor, and a small
+        /// command behind one floor chunk is within the target (unless the fixed
+        /// ceiling binds).
+        #[test]
+        fn the_target_leaves_room_for_the_chunk_floor(
+            base_ns in 1000u64..500_000, auto in 1000u64..5000, link_mibps in 100u64..20_000,
+            floor_milli in prop_oneof![Just(0u64), 100u64..10_000], ceiling_kib in 4u64..2048,
+        ) {
+            let cfg = PacerConfig {
+                chunk_bytes: ceiling_kib * 1024,
+                link_mibps,
+                latency_target_auto_milli: auto,
+                chunk_floor_base_milli: floor_milli,
+                ..PacerConfig::default()
+            };
+            let mut t = Nanos::from_secs(1);
+            let mut p = Pacer::new(cfg, t).unwrap();
+            p.note_latency_sensitive(t);
+            t = congest(&mut p, t, Nanos(base_ns), 2);
+            let floor = p.chunk_floor();
+            let c = p.chunk_bytes(t);
+            prop_assert!(floor >= cfg.chunk_floor() && floor <= cfg.chunk_bytes);
+            prop_assert!(c >= floor && c <= cfg.chunk_bytes, "{c} {floor}");
+            let link = link_mibps * MIB;
+            let want = chunk_floor_for_base(Nanos(base_ns), link, floor_milli);
+            prop_assert_eq!(floor, cfg.chunk_floor().max(want.min(cfg.chunk_bytes)));
+            let target = p.latency_target();
+            prop_assert!(target <= cfg.latency_target);
+            let behind = Nanos(base_ns).saturating_add(Nanos(mul_div(floor, 1_000_000_000, link)));
+            prop_assert!(target >= behind.min(cfg.latency_target), "{target} {behind}");
+            prop_assert!(target.0 >= mul_div(base_ns, auto, 1000).min(cfg.latency_target.0));
+        }
+
         /// Whatever the path, the chunk is within the floor and the ceiling, and the
         /// buckets hold one chunk: a stream released after a long pause sends one chunk
         /// and waits for the next (two while it was late).

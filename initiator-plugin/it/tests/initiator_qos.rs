@@ -15,16 +15,18 @@
 //!   1 MiB at queue depth 4, in alternating rounds without and with initiator QoS bdevs
 //!   (chunks sized to the path, `chunk_auto`, and pacing): the reader's p99 must drop
 //!   (the ratio is reported), and the writer must get what its pacer allowed (>= 85 %,
-//!   median of the rounds; judged when plain's rounds alone and the writer's rounds
-//!   without the plugin each held within 25 %: this machine's speed moves by up to 2x
-//!   within a minute). The writer's rate
+//!   median of the rounds): the tokens its chunks took while the pacer held it (a chunk
+//!   refused and waiting) against U integrated over that time (`held_*` of the pacer's
+//!   state, read 1 s into the round and 1 s before its end), in rounds where the pacer
+//!   held it at least a tenth of the time; time in which the path held the writer is not
+//!   judged. The writer's rate
 //!   with against without in each round, and against its share, is printed. Last, the
 //!   writer alone forced into chunks of the size the pacer picked (`split_always`, no
 //!   rate limit) against plain, side by side: what chunks themselves cost.
 //!   `QOS_IT_ROUNDS` sets the writer-alone rounds (default 5), `QOS_IT_CHUNK_BYTES` a
 //!   fixed chunk for the QoS bdevs (`chunk_auto` off), `QOS_IT_LATENCY_TARGET_US` their
 //!   `latency_target_us` (default 200), `QOS_IT_LATENCY_AUTO_MILLI` their
-//!   `latency_target_auto_milli` (default 1500). The target's TCP transport carries a
+//!   `latency_target_auto_milli` (default 0: the fixed target). The target's TCP transport carries a
 //!   chunk in one capsule (`in_capsule_data_size` 128 KiB, or `QOS_IT_CHUNK_BYTES`;
 //!   `QOS_IT_IN_CAPSULE_BYTES` sets another). The reader alone gives the floor of its
 //!   latency; the pacer group's target, base latency, chunk and the writer's chunk and
@@ -342,14 +344,21 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
                 Job::new(&w, "write", 1 << 20, 4),
             ];
             let mut b = s.bdevperf(qos, cfg, jobs, secs, &[]);
-            let (out, state, r_state) = if qos {
-                // The QoS bdevs' state halfway through.
+            // With QoS: the writer's pacer group 1 s in and 1 s before the end (what
+            // it allowed and what the writer sent while it held it, in between), and
+            // the QoS bdevs' state halfway through.
+            let (out, state, r_state, ends) = if qos {
                 let run = b.start_tests();
-                std::thread::sleep(Duration::from_millis(u64::from(secs) * 500));
+                let ms = u64::from(secs) * 1000;
+                std::thread::sleep(Duration::from_millis(1000));
+                let first = b.ini_bdev(&w)["pacer"].clone();
+                std::thread::sleep(Duration::from_millis(ms / 2 - 1000));
                 let (ws, rs) = (b.ini_bdev(&w), b.ini_bdev(&r));
-                (b.finish_tests(run), ws, rs)
+                std::thread::sleep(Duration::from_millis(ms / 2 - 1000));
+                let last = b.ini_bdev(&w)["pacer"].clone();
+                (b.finish_tests(run), ws, rs, Some((first, last)))
             } else {
-                (b.run(), Value::Null, Value::Null)
+                (b.run(), Value::Null, Value::Null, None)
             };
             let (rr, wr) = (out.job(&r), out.job(&w));
             assert!(
@@ -372,12 +381,43 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
                 p99,
                 wr.mibps
             );
-            let mut allowed = 0.0;
+            let mut held = None;
+            if let Some((a, z)) = &ends {
+                let d = |k: &str| {
+                    let (a, z) = (a[k].as_u64(), z[k].as_u64());
+                    let (a, z) = a
+                        .zip(z)
+                        .unwrap_or_else(|| panic!("no {k} in {a:?} / {z:?}"));
+                    z.saturating_sub(a) as f64
+                };
+                let span = d("now_ns").max(1.0);
+                let h = Held {
+                    fraction: d("held_ns") / span,
+                    allowed: d("held_allowed_bytes"),
+                    stream_allowed: d("held_stream_allowed_bytes"),
+                    charged: d("held_charged_bytes"),
+                    sent: d("held_sent_bytes"),
+                    mean_mibps: d("allowed_bytes_total") / span * 1e9 / (1u64 << 20) as f64,
+                };
+                println!(
+                    "    over {:.1} s: pacer allowed {:.0} MiB/s on average (U's integral); the \
+                     writer held by it {:.0} % of the time, and then it sent {:.3} of what \
+                     U allowed ({:.3} of its stream's own rate; {:.3} in its chunks' bytes: \
+                     chunks above the chunk size take the chunk size's tokens)",
+                    span / 1e9,
+                    h.mean_mibps,
+                    h.fraction * 100.0,
+                    h.charged / h.allowed.max(1.0),
+                    h.charged / h.stream_allowed.max(1.0),
+                    h.sent / h.allowed.max(1.0),
+                );
+                held = Some(h);
+            }
             if qos {
                 let (pacer, w) = (&state["pacer"], &state["state"]);
                 let us = |k: &str| pacer[k].as_u64().map_or(0.0, |n| n as f64 / 1000.0);
                 let n = |k: &str| w[k].as_u64().unwrap_or(0);
-                allowed = pacer["allowed_mibps"].as_f64().unwrap_or(0.0);
+                let allowed = pacer["allowed_mibps"].as_f64().unwrap_or(0.0);
                 // The chunk the writer really used (the pacer's chunk is at most its
                 // size; `plan_even_chunks` may take fewer, larger equal ones), in 4 KiB.
                 let (sent, count) = (n("chunk_bytes_sent"), n("chunks"));
@@ -413,7 +453,7 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
                 qos,
                 p99,
                 writer: wr.mibps,
-                allowed,
+                held,
             });
         }
     }
@@ -438,8 +478,7 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
     let kept: Vec<f64> = in_round(|r| r.writer).iter().map(|x| 1.0 / x).collect();
     let of_allowed: Vec<f64> = rows
         .iter()
-        .filter(|r| r.qos && r.allowed > 0.0)
-        .map(|r| r.writer / r.allowed)
+        .filter_map(|r| Some(r.writer / r.held.as_ref()?.mean_mibps.max(1e-9)))
         .collect();
     let ratio = p99_plain / p99_qos;
     println!(
@@ -450,7 +489,7 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
     println!(
         "writer (median): {w_plain:.0} MiB/s without, {w_qos:.0} MiB/s with = {:.0}% of its share \
          of the real link ({share:.0} MiB/s); with / without in each round: {} (median {:.2}); \
-         of what its pacer allowed: {}",
+         against U's mean over the round: {}",
         w_qos / share * 100.0,
         fmt_all(&kept),
         median(&kept),
@@ -460,6 +499,38 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
         ratio > 1.0,
         "chunking and pacing should lower the reader's p99 (ratio {ratio:.2})"
     );
+    // The writer gets what its pacer allows: while the pacer held it (a chunk refused and
+    // waiting for tokens), it sent at least 85 % of what U allowed over that time (the
+    // tokens its chunks took against U's integral; median of the rounds). Time in which
+    // all its chunks were sent and it waited on the path is not judged: beside a reader U
+    // is often above what the path gives the writer, and against one snapshot of U (which
+    // AIMD moves every millisecond) this check failed in three runs of five on
+    // 2026-11-29. Judged in rounds where the pacer held the writer at least a tenth of the
+    // time; a pacer that starves the writer (late releases, stream rates below U) holds
+    // it all the more.
+    let judged: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| r.held.as_ref())
+        .filter(|h| h.fraction >= 0.1)
+        .map(|h| h.charged / h.allowed.max(1.0))
+        .collect();
+    println!(
+        "writer's delivery while its pacer held it (tokens sent / allowed, rounds held >= 10 % \
+         of the time): {}",
+        fmt_all(&judged)
+    );
+    if judged.is_empty() {
+        println!(
+            "the writer's delivery is not judged: its pacer held it less than a tenth of the \
+             time in every round"
+        );
+    } else {
+        assert!(
+            median(&judged) >= 0.85,
+            "the writer should get what its pacer allows (>= 85 % while it held it): {}",
+            fmt_all(&judged)
+        );
+    }
     chunked_writer_alone(&s, &ctrls, median_u64(&chunks));
     drop(t);
     // The writer without the plugin, round by round: the machine's speed in the rounds
@@ -475,16 +546,27 @@ fn pacing_protects_a_small_reader_from_a_large_writer() {
     // at 0.82-0.87 of an allowance it could not reach.
     if !steady || hi > 1.25 * lo || median(&without) < 0.75 * link as f64 {
         println!(
-            "the writer's share is not judged: its rounds alone, or without the plugin \
+            "the machine's speed moved: its rounds alone, or without the plugin \
              ({lo:.0}-{hi:.0} MiB/s against a link of {link}), moved by more than 25 %"
         );
-        return;
     }
-    assert!(
-        median(&of_allowed) >= 0.85,
-        "the writer should get what its pacer allows (>= 85%): {}",
-        fmt_all(&of_allowed)
-    );
+}
+
+/// What the writer's pacer allowed and the writer sent while the pacer held it, between
+/// two readings of its group's state in a round with QoS.
+struct Held {
+    /// Of the time between the readings, the pacer held the writer this much.
+    fraction: f64,
+    /// U over the time it held the writer, bytes.
+    allowed: f64,
+    /// Its stream's own rate over that time (as `allowed`), bytes.
+    stream_allowed: f64,
+    /// The tokens the writer's chunks took meanwhile, bytes.
+    charged: f64,
+    /// The bytes those chunks carried.
+    sent: f64,
+    /// U's mean between the readings, MiB/s.
+    mean_mibps: f64,
 }
 
 /// One rate of the reader/writer rounds.
@@ -493,8 +575,8 @@ struct Row {
     qos: bool,
     p99: f64,
     writer: f64,
-    /// MiB/s the writer's pacer allowed halfway (with QoS).
-    allowed: f64,
+    /// The writer's pacer between 1 s in and 1 s before the end (with QoS).
+    held: Option<Held>,
 }
 
 fn fmt_all(v: &[f64]) -> String {

@@ -50,6 +50,7 @@ impl IniChannel {
                 .fetch_add(1, Ordering::Relaxed);
         } else if pacing {
             self.group.note_small(now);
+            self.last_small.set(now.0);
         }
         self.admit(Item::Io(io), kind, bytes, now);
     }

@@ -168,9 +168,12 @@ impl IniChannel {
             self.last_engine_poll.set(t);
             busy |= self.poll_engine(now);
         }
+        // A due probe waits for a channel that sent small I/O (it ticks at once).
         if self.pacing()
-            && t >= self.group.next_tick.load(Ordering::Relaxed)
-            && let Some(seq) = self.group.tick(now)
+            && (t >= self.group.next_tick.load(Ordering::Relaxed)
+                || (self.group.probe_due.load(Ordering::Relaxed)
+                    && self.group.small_recently(self.last_small.get(), now)))
+            && let Some(seq) = self.group.tick(now, self.last_small.get())
         {
             if self.shared.probe_ok.load(Ordering::Relaxed) {
                 self.send_vendor(Request::GetState, VendorKind::Probe(seq), now);
