@@ -188,25 +188,17 @@ impl LeaderReads {
         listing: Vec<(String, String)>,
         keys: &Keys,
     ) -> (Vec<String>, BTreeMap<String, String>) {
-        let prefix = keys.members();
-        let mut seen = BTreeMap::new();
-        for (k, v) in listing {
-            let Some(t) = k.strip_prefix(&prefix) else {
-                continue;
-            };
-            let entry = match self.members.remove(t) {
-                Some((text, url)) if text == v => (text, url),
-                _ => {
-                    self.parsed += 1;
-                    let url = parse::<MemberRecord>(&k, &v)
-                        .ok()
-                        .and_then(|m| m.handover_url);
-                    (v, url)
-                }
-            };
-            seen.insert(t.to_string(), entry);
-        }
-        self.members = seen;
+        refresh(
+            &mut self.members,
+            listing,
+            &keys.members(),
+            &mut self.parsed,
+            |k, _, v| {
+                parse::<MemberRecord>(k, v)
+                    .ok()
+                    .and_then(|m| m.handover_url)
+            },
+        );
         let names = self.members.keys().cloned().collect();
         let urls = self
             .members
@@ -224,37 +216,57 @@ impl LeaderReads {
         keys: &Keys,
         r: &mut TickReport,
     ) -> &BTreeMap<String, BTreeMap<String, PathDemand>> {
-        let prefix = keys.demands();
-        let mut seen = BTreeMap::new();
-        for (k, v) in listing {
-            let Some(t) = k.strip_prefix(&prefix) else {
-                continue;
-            };
-            let error = match self.demand_text.remove(t) {
-                Some((text, error)) if text == v => error,
-                _ => {
-                    self.parsed += 1;
-                    match parse::<DemandRecord>(&k, &v) {
-                        Ok(d) => {
-                            self.demand.insert(t.to_string(), d.hosts);
-                            None
-                        }
-                        Err(e) => {
-                            self.demand.remove(t);
-                            Some(e)
-                        }
-                    }
+        let demand = &mut self.demand;
+        refresh(
+            &mut self.demand_text,
+            listing,
+            &keys.demands(),
+            &mut self.parsed,
+            |k, t, v| match parse::<DemandRecord>(k, v) {
+                Ok(d) => {
+                    demand.insert(t.to_string(), d.hosts);
+                    None
                 }
-            };
-            if let Some(e) = &error {
-                r.errors.push(e.clone());
-            }
-            seen.insert(t.to_string(), (v, error));
-        }
-        self.demand.retain(|t, _| seen.contains_key(t));
-        self.demand_text = seen;
+                Err(e) => {
+                    demand.remove(t);
+                    Some(e)
+                }
+            },
+        );
+        r.errors
+            .extend(self.demand_text.values().filter_map(|(_, e)| e.clone()));
+        let listed = &self.demand_text;
+        self.demand.retain(|t, _| listed.contains_key(t));
         &self.demand
     }
+}
+
+/// Takes the records of `listing` under `prefix` into `cache` (per target: the record's
+/// text and what was taken from it): a record whose text is the cached one keeps what
+/// was taken from it, any other is given to `take(key, target, text)` (counted in
+/// `parsed`); targets no longer listed leave the cache.
+fn refresh<V>(
+    cache: &mut BTreeMap<String, (String, V)>,
+    listing: Vec<(String, String)>,
+    prefix: &str,
+    parsed: &mut u64,
+    mut take: impl FnMut(&str, &str, &str) -> V,
+) {
+    let mut seen = BTreeMap::new();
+    for (k, v) in listing {
+        let Some(t) = k.strip_prefix(prefix) else {
+            continue;
+        };
+        let taken = match cache.remove(t) {
+            Some((text, taken)) if text == v => taken,
+            _ => {
+                *parsed += 1;
+                take(&k, t, &v)
+            }
+        };
+        seen.insert(t.to_string(), (v, taken));
+    }
+    *cache = seen;
 }
 
 /// Shares move at the target only when they change by more than this many thousandths

@@ -896,14 +896,8 @@ impl Pacer {
             h.allowed_bytes = h
                 .allowed_bytes
                 .saturating_add(((u - u0) / SCALE).min(u64::MAX as u128) as u64);
-            let rates: u128 = self
-                .streams
-                .iter()
-                .flatten()
-                .filter(|s| s.held)
-                .map(|s| s.bucket.rate() as u128)
-                .sum();
-            let r = self.held_rates_total + now.saturating_sub(self.u_last).0 as u128 * rates;
+            let r = self.held_rates_total
+                + now.saturating_sub(self.u_last).0 as u128 * self.held_rates();
             h.stream_allowed_bytes = h
                 .stream_allowed_bytes
                 .saturating_add(((r - r0) / SCALE).min(u64::MAX as u128) as u64);
@@ -915,16 +909,18 @@ impl Pacer {
         let dt = now.saturating_sub(self.u_last).0 as u128;
         self.u_total += dt * self.allowed as u128;
         if self.held_streams > 0 {
-            let rates: u128 = self
-                .streams
-                .iter()
-                .flatten()
-                .filter(|s| s.held)
-                .map(|s| s.bucket.rate() as u128)
-                .sum();
-            self.held_rates_total += dt * rates;
+            self.held_rates_total += dt * self.held_rates();
         }
         self.u_last = self.u_last.max(now);
+    }
+    /// The held streams' own rates together (bytes per second, scaled).
+    fn held_rates(&self) -> u128 {
+        self.streams
+            .iter()
+            .flatten()
+            .filter(|s| s.held)
+            .map(|s| s.bucket.rate() as u128)
+            .sum()
     }
     /// Stream `index` was refused at `now`: a hold begins unless it was held already.
     fn hold(&mut self, index: usize, now: Nanos) {

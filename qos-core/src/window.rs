@@ -404,14 +404,15 @@ impl Tried {
 /// full). The tags are read afresh before each pick: a retry moves its host's tag,
 /// which another channel of that host shares.
 pub fn dispatch(window: &WindowShared, handing: Handing, waiters: &mut impl WindowWaiters) {
-    if window.is_over_circulation() {
-        // No slot to hand: a host's held commands go at its own arrivals.
-        return;
-    }
     let mut tried = Tried::default();
     loop {
-        // Another sharing: the limit is 0, so the window is never found with room.
+        // Another sharing: the limit is 0, so the window is never found with room (the
+        // first check at every completion of the other modes).
         if handing == Handing::WhileRoom && window.in_flight() >= window.limit() {
+            return;
+        }
+        if window.is_over_circulation() {
+            // No slot to hand: a host's held commands go at its own arrivals.
             return;
         }
         let mut best: Option<(u64, usize)> = None;

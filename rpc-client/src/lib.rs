@@ -342,11 +342,10 @@ mod tests {
         Garbage,
     }
 
-    /// A fake SPDK application on a socket of its own in a temporary directory: serves
-    /// `replies.len()` connections, one reply each, and sends each request it read.
-    fn server(replies: Vec<Reply>) -> (PathBuf, mpsc::Receiver<Value>) {
+    /// A socket of this test's own in a fresh temporary directory (`kind` names it).
+    fn listen(kind: &str) -> (PathBuf, UnixListener) {
         let dir = std::env::temp_dir().join(format!(
-            "rpc-client-test-{}-{:?}",
+            "rpc-client-{kind}-{}-{:?}",
             std::process::id(),
             std::thread::current().id()
         ));
@@ -354,6 +353,13 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("spdk.sock");
         let listener = UnixListener::bind(&path).unwrap();
+        (path, listener)
+    }
+
+    /// A fake SPDK application on a socket of its own in a temporary directory: serves
+    /// `replies.len()` connections, one reply each, and sends each request it read.
+    fn server(replies: Vec<Reply>) -> (PathBuf, mpsc::Receiver<Value>) {
+        let (path, listener) = listen("test");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for reply in replies {
@@ -397,15 +403,7 @@ mod tests {
     /// when `reversed`; then the next batch. Sends the number of requests it read in
     /// each batch.
     fn pipelined_server(batches: Vec<usize>, reversed: bool) -> (PathBuf, mpsc::Receiver<usize>) {
-        let dir = std::env::temp_dir().join(format!(
-            "rpc-client-pipe-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("spdk.sock");
-        let listener = UnixListener::bind(&path).unwrap();
+        let (path, listener) = listen("pipe");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let (c, _) = listener.accept().unwrap();
