@@ -458,6 +458,11 @@ class QosCollector(Collector):
                       'targets keep held (H* = N - N*)', ['domain']).add_metric([dom], circ['hold_target'])
                 gauge('domain_circulation_held', 'Over the hosts\' circulation: commands held now, any '
                       'reason', ['domain']).add_metric([dom], circ['held'])
+                learned = circ.get('learned') or {}
+                if learned.get('ratio') is not None:
+                    gauge('domain_circulation_held_open_ratio', 'Over the hosts\' circulation by eta: the '
+                          'rate held at N* against the rate holding nothing (smoothed over the learner\'s '
+                          'triplets)', ['domain']).add_metric([dom], learned['ratio'])
             bounds = [b / 1e9 for b in d.get('held_time_bounds_ns') or []]
             for h in hosts:
                 lv = [dom, h.get('host_nqn', '')] + ([h.get('group') or ''] if with_group else [])

@@ -311,6 +311,11 @@ _DOMAIN_HELP = {
     'bypass': ('hold nothing: every command goes to the base at once, counted and accounted '
                'as usual (qos_stats_get: held_by.bypassed); for an incident, or to measure '
                'what the QoS costs; changing only this starts no new period', ': off'),
+    'operating_over_circulation': (
+        'with --sharing operating_point: the operating point is N*, commands circulating outside '
+        'QoS, learned online as the fewest that keep the target at --efficiency-milli of what it '
+        'does holding nothing (qos_stats_get: operating_point.circulation.learned); not with '
+        '--operating-latency-us', ': off (the operating point is at the base)'),
 }
 
 
@@ -908,6 +913,12 @@ def _circulation_line(d):
     if op.get('in_flight') is not None:
         point = ', N* %g at C* %s/s (L* %.0f us)' % (op['in_flight'], op.get('ops_per_s', '-'),
                                                        (op.get('latency_ns') or 0) / 1e3)
+    learned = c.get('learned')
+    if learned:
+        ratio = learned.get('ratio')
+        point += ', learned for eta %g: held/open rate %s over %s triplets' % (
+            (op.get('efficiency_milli') or 0) / 1e3,
+            '-' if ratio is None else '%.3f' % ratio, learned.get('triplets', 0))
     return 'circulation: %s commands%s, hold target %s, held now %s' % (
         c.get('commands', '-'), point, c.get('hold_target', '-'), c.get('held', '-'))
 

@@ -433,3 +433,8 @@ def test_the_circulation_of_a_domain_over_it(stub):
     assert value(m, 'nvmf_qos_domain_circulation_commands', domain='d0') == 160
     assert value(m, 'nvmf_qos_domain_circulation_hold_target', domain='d0') == 50
     assert value(m, 'nvmf_qos_domain_circulation_held', domain='d0') == 49
+    # Not learned (N* given): no ratio; learned for eta: the held/open rate.
+    assert 'nvmf_qos_domain_circulation_held_open_ratio' not in m
+    d['operating_point']['circulation']['learned'] = {'n_star': 110, 'ratio': 0.975, 'triplets': 40}
+    _, m = scrape(stub({'qos_stats_get': [d]}).path)
+    assert value(m, 'nvmf_qos_domain_circulation_held_open_ratio', domain='d0') == 0.975

@@ -192,6 +192,32 @@ pub struct OperatingPoint {
     #[serde(default)]
     pub latency_ns: Option<u64>,
     pub depth_curve: Vec<CurvePoint>,
+    /// Over the hosts' circulation only (issue 39).
+    #[serde(default)]
+    pub circulation: Option<Circulation>,
+}
+
+/// Over the hosts' circulation: N, H\*, what is held now, and the learner of N\* when it
+/// is learned for η.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Circulation {
+    pub commands: u64,
+    pub hold_target: u64,
+    pub held: u64,
+    #[serde(default)]
+    pub learned: Option<Learned>,
+}
+
+/// The learner of N\* (`qos_core::circulation`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Learned {
+    #[serde(default)]
+    pub n_star: Option<u64>,
+    #[serde(default)]
+    pub ratio: Option<f64>,
+    #[serde(default)]
+    pub last_ratio: Option<f64>,
+    pub triplets: u64,
 }
 
 /// One point of the depth curve.

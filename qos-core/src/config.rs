@@ -347,6 +347,14 @@ pub struct DomainConfig {
     /// base (the deepest point of the curve whose latency is not above it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub operating_latency: Option<Nanos>,
+    /// η over the hosts' circulation (issue 39 item 1): the operating point is N\*,
+    /// commands circulating outside QoS, learned online as the fewest that keep what the
+    /// target completes at η of what it completes holding nothing
+    /// ([`crate::circulation`]), rather than Q\* at the base. With
+    /// `operating_in_flight_milli` (N\* given) it changes nothing; with
+    /// `operating_latency` it is refused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub operating_over_circulation: bool,
     /// Hold nothing: channels count and account as usual, and a command the contract
     /// would hold goes at once (an operator's switch in an incident, and the "A" of
     /// the side-by-side instrument). Changing only this does not start a new period.
@@ -401,6 +409,7 @@ impl Default for DomainConfig {
             efficiency_milli: DEFAULT_EFFICIENCY_MILLI,
             operating_in_flight_milli: None,
             operating_latency: None,
+            operating_over_circulation: false,
             bypass: false,
         }
     }
@@ -636,6 +645,10 @@ pub enum ConfigError {
         "the operating point's {0} must be above 0 (in flight: thousandths of a command, at least 1; latency: at least 1 us)"
     )]
     OperatingPointZero(&'static str),
+    #[error(
+        "an operating point by latency is at the base; over the hosts' circulation give it by efficiency (eta) or by commands (operating_in_flight_milli)"
+    )]
+    LatencyOverCirculation,
     #[error("release burst {got} must be at most the period {period}")]
     ReleaseBurst { got: Nanos, period: Nanos },
     #[error("host NQN must be 1 ..= {MAX_NQN_LEN} bytes of printable ASCII (got {0:?})")]
@@ -835,6 +848,9 @@ impl DomainConfig {
             (_, Some(l)) if l == Nanos::ZERO => {
                 return Err(ConfigError::OperatingPointZero("latency"));
             }
+            (_, Some(_)) if self.operating_over_circulation => {
+                return Err(ConfigError::LatencyOverCirculation);
+            }
             _ => {}
         }
         if let Some(b) = self.release_burst
@@ -854,6 +870,9 @@ impl DomainConfig {
         match (self.operating_in_flight_milli, self.operating_latency) {
             (Some(q), _) => OperatingTarget::InFlight(q),
             (_, Some(l)) => OperatingTarget::Latency(l),
+            _ if self.operating_over_circulation => {
+                OperatingTarget::Circulation(self.efficiency_milli)
+            }
             _ => OperatingTarget::Efficiency(self.efficiency_milli),
         }
     }
@@ -1287,6 +1306,27 @@ mod tests {
             },
             ..DomainConfig::default()
         }
+    }
+
+    #[test]
+    fn eta_over_the_circulation_is_its_own_target_and_latency_is_refused_there() {
+        use crate::depth::OperatingTarget;
+        let mut d = domain();
+        d.operating_over_circulation = true;
+        d.efficiency_milli = 800;
+        assert_eq!(d.operating_target(), OperatingTarget::Circulation(800));
+        d.validate().unwrap();
+        // N* given: the circulation's too, and nothing to learn.
+        d.operating_in_flight_milli = Some(40_000);
+        assert_eq!(d.operating_target(), OperatingTarget::InFlight(40_000));
+        d.validate().unwrap();
+        d.operating_in_flight_milli = None;
+        d.operating_latency = Some(Nanos::from_micros(200));
+        let e = d.validate().unwrap_err();
+        assert!(matches!(e, ConfigError::LatencyOverCirculation), "{e}");
+        assert!(e.to_string().contains("operating_in_flight_milli"), "{e}");
+        d.operating_over_circulation = false;
+        d.validate().unwrap();
     }
 
     #[test]

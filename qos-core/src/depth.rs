@@ -337,6 +337,9 @@ pub enum OperatingTarget {
     InFlight(u64),
     /// L\*: the deepest point whose latency (Q / T(Q)) is not above it.
     Latency(Nanos),
+    /// Efficiency η over the hosts' circulation, thousandths: N\* learned by toggling
+    /// ([`crate::circulation`]). On this (the base's) curve it reads as `Efficiency`.
+    Circulation(u64),
 }
 
 /// The operating point's depth on `curve` (commands in flight, thousandths).
@@ -351,7 +354,7 @@ fn point_for(curve: &[CurvePoint], target: OperatingTarget) -> Option<&CurvePoin
     let deepest_with =
         |ok: &dyn Fn(&CurvePoint) -> bool| curve.iter().filter(|p| ok(p)).last().or(Some(first));
     match target {
-        OperatingTarget::Efficiency(eta_milli) => {
+        OperatingTarget::Efficiency(eta_milli) | OperatingTarget::Circulation(eta_milli) => {
             let max_rate = curve.last()?.rate;
             let want = (max_rate as u128 * eta_milli.min(1000) as u128).div_ceil(1000) as u64;
             curve.iter().find(|p| p.rate >= want)

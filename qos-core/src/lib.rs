@@ -22,6 +22,7 @@
 //! - [`burst`]: burst credits, a bucket that lets a host or group exceed its limit.
 //! - [`estimator`]: the adaptive capacity estimate (Haechi's Algorithm 1).
 //! - [`depth`]: the target's depth curve learned online, and the operating point on it.
+//! - [`circulation`]: N\*, the hosts' circulation for an efficiency, learned by toggling.
 //! - [`cluster`]: one host's reservation and limit divided over a cluster of targets.
 //!
 //! **The I/O path's shared state** (lock-free, written by the poll-group threads and the
@@ -106,6 +107,7 @@
 pub mod admission;
 pub mod burst;
 pub mod channel;
+pub mod circulation;
 pub mod cluster;
 pub mod config;
 pub mod cost;

@@ -160,3 +160,66 @@ fn shares_follow_the_split_when_a_host_s_own_commands_slow_it() {
         );
     }
 }
+
+/// N\* learned for η (`operating_over_circulation`, issue 39 item 1): on the fluid
+/// target (T(Q) = 200 K Q / (Q + 4)) the four hosts circulate 160 commands; η = 0.97 of
+/// T(160) needs about 71. The learner settles where the rate held is η of the rate
+/// open, and the hosts get their parts of the N\* it learned.
+#[test]
+fn n_star_is_learned_for_eta_and_the_hosts_get_their_parts_of_it() {
+    let t0 = Nanos::from_secs(1);
+    let mut cfg = domain(ExcessSharing::OperatingPoint);
+    cfg.operating_over_circulation = true;
+    cfg.efficiency_milli = 970;
+    let mut m = Monitor::new(cfg, t0).unwrap();
+    let mut hs = hosts(&mut m, t0, &[(4, 16), (3, 32), (2, 48), (1, 64)]);
+    let counters: Vec<_> = hs
+        .iter_mut()
+        .map(|h| h.ch.tokens().host().clone())
+        .collect();
+    let done = |i: usize| counters[i].counters().completed_ios;
+    serve(&mut m, &mut hs, (1, 6));
+    let before: Vec<u64> = (0..hs.len()).map(done).collect();
+    serve(&mut m, &mut hs, (7, 2));
+    let got: Vec<u64> = (0..hs.len()).map(|i| done(i) - before[i]).collect();
+    let total: u64 = got.iter().sum();
+    let stats = m.stats(Nanos::from_secs(9));
+    let c = stats.circulation.expect("over circulation");
+    let learned = c.learned.expect("learned by eta");
+    println!("got {got:?} ({total} in 2 s), {c:?}");
+    let n_star = learned.n_star.expect("a triplet was measured");
+    let ratio = learned.ratio_milli.unwrap();
+    assert!(
+        (950..=1000).contains(&ratio),
+        "held / open rate {ratio} (eta 970)"
+    );
+    let t = |q: f64| fluid::T_MAX * q / (q + fluid::HALF_DEPTH);
+    assert!(
+        (60..=100).contains(&n_star),
+        "N* {n_star}: T(N*) / T(160) = {:.3}",
+        t(n_star as f64) / t(160.0)
+    );
+    // What the target did, against T(160) (nothing held): about η, less the open
+    // spells' and the census's drains.
+    let did = total as f64 / 2.0 / t(160.0);
+    assert!(did >= 0.93, "the target did {did:.3} of T(160)");
+    // Parts of N*: the QD-16 host's weighted part (4/10) is above its depth, so it is
+    // not held; the rest split 3:2:1.
+    let rest = (n_star - 16) as f64;
+    let parts = [16.0, rest * 0.5, rest / 3.0, rest / 6.0];
+    for (i, (&g, p)) in got.iter().zip(parts).enumerate() {
+        let (share, want) = (g as f64 / total as f64, p / n_star as f64);
+        assert!(
+            (share - want).abs() <= 0.1 * want,
+            "host {i}: {share:.3} of the target, its part of N* {n_star} is {want:.3} (got {got:?})"
+        );
+    }
+    assert_eq!(
+        stats
+            .operating_point
+            .expect("a period ended")
+            .in_flight_milli,
+        n_star * 1000,
+        "the report's N* is the learned one"
+    );
+}

@@ -147,6 +147,13 @@ def test_stats_table_shows_the_circulation_over_it(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == ('  circulation: 160 commands, N* 110 at C* 480000/s (L* 229 us), hold target 50, '
                         'held now 49')
+    # N* learned for eta: the held/open rate and the triplets it was learned from.
+    op['by'] = {'circulation': 970}
+    op['circulation']['learned'] = {'n_star': 110, 'ratio': 0.975, 'last_ratio': 0.981, 'triplets': 40}
+    run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': [dict(STATS[0], hosts=[], operating_point=op)]}))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == ('  circulation: 160 commands, N* 110 at C* 480000/s (L* 229 us), learned for eta 0.97: '
+                        'held/open rate 0.975 over 40 triplets, hold target 50, held now 49')
     # Not over circulation (no `circulation`): no such line.
     del op['circulation']
     run(['qos_stats_get', '--table'], FakeClient({'qos_stats_get': [dict(STATS[0], hosts=[], operating_point=op)]}))

@@ -91,6 +91,11 @@ param_table! {
         /// The operating point by its latency instead of η: L*, a command's time at the
         /// base in microseconds.
         operating_latency_us: optional u64 = opt_micros(operating_latency);
+        /// η over the hosts' circulation (with `sharing` `operating_point`): N*,
+        /// commands circulating outside QoS, learned online as the fewest that keep the
+        /// target at η of what it does holding nothing (not with `operating_latency_us`).
+        #[serde(default = "domain_defaults::operating_over_circulation", skip_serializing_if = "std::ops::Not::not")]
+        operating_over_circulation: value bool = same(operating_over_circulation);
         /// Hold nothing (count and account only): an operator's switch in an incident,
         /// and the instrument's "A". Changing only this starts no new period.
         #[serde(default = "domain_defaults::bypass", skip_serializing_if = "std::ops::Not::not")]

@@ -434,6 +434,23 @@ struct CirculationOut {
     commands: u64,
     held: u64,
     hold_target: u64,
+    /// Over circulation by η (`operating_over_circulation`): the learner of N\*.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    learned: Option<LearnedOut>,
+}
+
+/// The learner of N\* ([`qos_core::circulation`]): N\* now (absent before its first
+/// triplet: nothing held), the rate held at N\* against the rate holding nothing
+/// (smoothed, and the last triplet's), and the triplets measured.
+#[derive(Debug, Serialize)]
+struct LearnedOut {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    n_star: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio: Option<f64>,
+    triplets: u64,
 }
 
 /// One point of the depth curve.
@@ -450,6 +467,12 @@ fn operating_point(s: &DomainStats) -> OperatingPointOut {
             commands: c.commands,
             held: c.held,
             hold_target: c.hold_target,
+            learned: c.learned.map(|l| LearnedOut {
+                last_ratio: l.last_ratio_milli.map(milli),
+                n_star: l.n_star,
+                ratio: l.ratio_milli.map(milli),
+                triplets: l.triplets,
+            }),
         }),
         depth_curve: s
             .depth_curve

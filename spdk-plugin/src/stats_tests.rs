@@ -314,7 +314,37 @@ fn over_circulation() -> DomainStats {
         commands: 160,
         hold_target: 50,
         held: 49,
+        learned: None,
     });
+    s
+}
+
+/// N* to be learned, before the learner's first triplet (nothing held yet).
+fn learning_circulation() -> DomainStats {
+    let mut s = learned_circulation();
+    if let Some(c) = s.circulation.as_mut() {
+        c.learned = Some(qos_core::circulation::ProbeReport {
+            n_star: None,
+            ratio_milli: None,
+            last_ratio_milli: None,
+            triplets: 0,
+        });
+    }
+    s
+}
+
+/// The same with N* learned for η (`operating_over_circulation`).
+fn learned_circulation() -> DomainStats {
+    let mut s = over_circulation();
+    s.operating_target = OperatingTarget::Circulation(970);
+    if let Some(c) = s.circulation.as_mut() {
+        c.learned = Some(qos_core::circulation::ProbeReport {
+            n_star: Some(110),
+            ratio_milli: Some(975),
+            last_ratio_milli: Some(981),
+            triplets: 40,
+        });
+    }
     s
 }
 
@@ -343,6 +373,10 @@ fn every_part_of_a_full_domain_is_as_before() {
         (
             "operating_point_over_circulation",
             serde_json::to_string(&stats::operating_point(&over_circulation())),
+        ),
+        (
+            "operating_point_learned_circulation",
+            serde_json::to_string(&stats::operating_point(&learned_circulation())),
         ),
         ("groups", serde_json::to_string(&groups)),
         ("sharing", serde_json::to_string(&s.sharing)),
@@ -445,6 +479,8 @@ fn samples() -> Vec<(DomainStats, Vec<PeriodRecord>)> {
         (latency, sample_history()),
         (rates, sample_history()),
         (over_circulation(), sample_history()),
+        (learned_circulation(), sample_history()),
+        (learning_circulation(), sample_history()),
         (empty, Vec::new()),
     ]
 }

@@ -191,6 +191,8 @@ pub struct CirculationStats {
     pub commands: u64,
     pub hold_target: u64,
     pub held: u64,
+    /// Over circulation by η: the learner of N\* ([`crate::circulation`]).
+    pub learned: Option<crate::circulation::ProbeReport>,
 }
 
 /// Statistics of one tenant group.
@@ -561,10 +563,12 @@ impl Monitor {
                     commands: 0,
                     hold_target: 0,
                     held: 0,
+                    learned: self.policy.circulation_probe(),
                 },
                 |c, h| {
                     let w = &h.shared.window;
                     CirculationStats {
+                        learned: c.learned,
                         commands: c.commands + h.circulation_seen(),
                         // u64::MAX during a census: count what is held.
                         hold_target: c.hold_target + w.hold_target().min(h.circulation_seen()),
@@ -628,12 +632,23 @@ impl Monitor {
     /// commands circulating at C\* = what the target completed then, L\* = N\* / C\*
     /// (Little's law). `None` in the other modes, and before a period with work ended.
     fn circulation_point(&self, curve: &[CurvePoint]) -> Option<OperatingPoint> {
-        let crate::depth::OperatingTarget::InFlight(n_star) = self.cfg.operating_target() else {
-            return None;
-        };
         if !self.circulation_point_on() {
             return None;
         }
+        let n_star = match self.cfg.operating_target() {
+            crate::depth::OperatingTarget::InFlight(n_star) => n_star,
+            // Learned: N* now, or what the hosts circulate before it is.
+            _ => {
+                let learned = self.policy.circulation_probe().and_then(|p| p.n_star);
+                learned.unwrap_or_else(|| {
+                    self.members
+                        .hosts
+                        .iter()
+                        .map(|h| h.circulation_seen())
+                        .sum()
+                }) * 1000
+            }
+        };
         let done: u64 = self
             .members
             .hosts
@@ -658,6 +673,7 @@ impl Monitor {
             && matches!(
                 self.cfg.operating_target(),
                 crate::depth::OperatingTarget::InFlight(_)
+                    | crate::depth::OperatingTarget::Circulation(_)
             )
     }
 

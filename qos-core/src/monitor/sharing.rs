@@ -105,6 +105,11 @@ pub(crate) trait SharingPolicy: fmt::Debug + Send {
         false
     }
 
+    /// Over the hosts' circulation by η: what the learner of N\* reports.
+    fn circulation_probe(&self) -> Option<crate::circulation::ProbeReport> {
+        None
+    }
+
     /// Bit r: global tokens of resource r reach channels only as credit the policy
     /// hands out, never from the pool directly (the ledger's capability).
     /// `bytes_metered`: the domain has a bandwidth capacity.

@@ -38,7 +38,8 @@
 //! limit at P % of bare), `QOS_IT_CAPACITY` (`none`, the default, or a factor of bare
 //! for the capacity hint: 0.2, 2), `QOS_IT_SHARING` (default `first_come`),
 //! `QOS_IT_OPERATING_IN_FLIGHT` (thousandths: the domain's `operating_in_flight_milli`,
-//! N\* over circulation under `operating_point`),
+//! N\* over circulation under `operating_point`), `QOS_IT_OVER_CIRCULATION=1` with
+//! `QOS_IT_EFFICIENCY` (N\* learned for η: `operating_over_circulation`),
 //! `QOS_IT_CORES` (`0x1` or `0x3`), `QOS_IT_TOGGLE_SECS`, `QOS_IT_ROUNDS`,
 //! `QOS_IT_PHASE_SECS`, `QOS_IT_BARE` (`direct`, the default, or `split`),
 //! `QOS_IT_PERF=0` (no `perf stat`), `QOS_IT_CIRCULATION=1` (after the rounds against
@@ -213,6 +214,13 @@ fn qos_domain(
     // Under `operating_point`, N*: the window over the hosts' circulation (issue 39).
     if let Some(q) = env_number("QOS_IT_OPERATING_IN_FLIGHT", "thousandths of a command") {
         d["operating_in_flight_milli"] = json!(q);
+    }
+    // N* over the hosts' circulation learned for η (issue 39 item 1).
+    if std::env::var("QOS_IT_OVER_CIRCULATION").as_deref() == Ok("1") {
+        d["operating_over_circulation"] = json!(true);
+    }
+    if let Some(eta) = env_number("QOS_IT_EFFICIENCY", "thousandths, e.g. 970") {
+        d["efficiency_milli"] = json!(eta);
     }
     if let Some(c) = capacity {
         d["capacity_iops"] = json!(c);

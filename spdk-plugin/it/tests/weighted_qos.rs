@@ -37,6 +37,8 @@
 //! turns the capacity estimator off (the domain then stays at its configured capacity),
 //! `QOS_IT_ESTIMATOR_HOLD=N` sets the estimator's hold band (thousandths; 0 = none),
 //! `QOS_IT_CHECK_US=N` the domain's check interval (default 1000 us),
+//! `QOS_IT_OVER_CIRCULATION=1` N\* over the hosts' circulation learned for η (issue 39
+//! item 1; the hosts judged against their parts of the N\* reported after each phase);
 //! `QOS_IT_EFFICIENCY=N` the operating point's efficiency η (thousandths, default 970;
 //! with `QOS_IT_SHARING=operating_point`; `QOS_IT_OPERATING_IN_FLIGHT=N` sets Q\* instead,
 //! thousandths of a command), `QOS_IT_BASE_LATENCY_US=N` puts SPDK's delay
@@ -156,10 +158,20 @@ fn domain(t: &mut Target, capacity: u64) {
         // Q* instead of η: the deepest point of the curve not above it.
         params["operating_in_flight_milli"] = json!(q);
     }
+    if over_circulation_learned() {
+        // η over the hosts' circulation: N* learned (issue 39 item 1).
+        params["operating_over_circulation"] = json!(true);
+    }
     if let Some(hold) = env_number("QOS_IT_ESTIMATOR_HOLD", "thousandths, e.g. 30") {
         params["estimator_hold_milli"] = json!(hold);
     }
     t.call("qos_domain_create", params);
+}
+
+/// `QOS_IT_OVER_CIRCULATION=1`: the domain's `operating_over_circulation` (N\* learned
+/// for η, with `QOS_IT_SHARING=operating_point`).
+fn over_circulation_learned() -> bool {
+    std::env::var("QOS_IT_OVER_CIRCULATION").as_deref() == Ok("1")
 }
 
 /// The four hosts' load without QoS (`bare_secs`), then a target whose domain is
@@ -571,6 +583,13 @@ fn qos_total_against_bare_side_by_side() {
     if let Some(n) = circulation {
         println!("  over circulation, N* = {n}: each host against n_i* / N* of the QoS total");
     }
+    let learned = over_circulation_learned() && circulation.is_none();
+    if learned {
+        println!(
+            "  over circulation, N* learned for eta: each host against n_i* / N* of the QoS total, \
+             N* as the target reports it after each phase"
+        );
+    }
     let mut monitor_vs_e: Vec<f64> = Vec::new();
     let capacity = (first * profile_factor()) as u64;
     let res: Vec<u64> = res_pct.iter().map(|p| capacity * p / 100).collect();
@@ -672,7 +691,21 @@ fn qos_total_against_bare_side_by_side() {
         bare.push(plain.iter().sum());
         let around = (bare[r] + bare[r + 1]) / 2.0;
         ratios.push(total / around);
-        let e = match circulation {
+        let n_star = circulation.or_else(|| {
+            learned
+                .then(|| op.in_flight.map(|n| n.round() as u64))
+                .flatten()
+        });
+        if learned {
+            let l = op.circulation.as_ref().and_then(|c| c.learned.as_ref());
+            println!(
+                "    learned: N* {n_star:?}, held/open rate {:?} (last triplet {:?}, {} triplets)",
+                l.and_then(|l| l.ratio),
+                l.and_then(|l| l.last_ratio),
+                l.map_or(0, |l| l.triplets)
+            );
+        }
+        let e = match n_star {
             Some(n_star) => circulation_entitlements(total, &res, &weights, &qds, n_star),
             None => entitlements(total, &res, &weights),
         };

@@ -60,6 +60,7 @@
 //!   its hosts' own is kept out of the global pool until released, as under the other
 //!   policies.
 
+use crate::circulation::{CirculationProbe, ProbeReport};
 use crate::config::UNLIMITED;
 use crate::cost::{Amount, RES};
 use crate::depth::{DepthCurve, OperatingTarget};
@@ -97,6 +98,8 @@ pub(crate) struct OperatingPoint {
     /// Whether the window is over the hosts' circulation (the operating point given
     /// as commands in circulation), as of the last check interval.
     over_circulation: bool,
+    /// Over circulation by η: N\* learned by toggling (`None` in the other modes).
+    probe: Option<CirculationProbe>,
     /// Over circulation, the global pool is first come's: work-conserving while no
     /// reservation is at risk, paced while one is behind; the hold targets decide how
     /// deep the target runs and who gets what. Haechi's pool, bound at the capacity
@@ -161,7 +164,7 @@ impl OperatingPoint {
         shared: &DomainShared,
     ) {
         let bound = std::mem::take(&mut self.bound_ticks) > 0;
-        if let OperatingTarget::InFlight(_) = target {
+        if let OperatingTarget::InFlight(_) | OperatingTarget::Circulation(_) = target {
             // Over the hosts' circulation (`share` sets the hold targets): W does not
             // bind.
             self.window = 0;
@@ -303,8 +306,21 @@ impl OperatingPoint {
     /// is over circulation (`false` for the other operating targets: W counts commands
     /// at the base).
     fn hold_targets(&mut self, iv: &mut Interval<'_>) -> bool {
-        let OperatingTarget::InFlight(q) = iv.cfg.operating_target() else {
-            return false;
+        let given = match iv.cfg.operating_target() {
+            OperatingTarget::InFlight(q) => {
+                self.probe = None;
+                Some(q.div_ceil(1000))
+            }
+            OperatingTarget::Circulation(eta) => {
+                self.probe
+                    .get_or_insert_with(|| CirculationProbe::new(eta))
+                    .set_eta(eta);
+                None
+            }
+            _ => {
+                self.probe = None;
+                return false;
+            }
         };
         let hosts = &iv.members.hosts;
         let since = iv.now.saturating_sub(self.census_at);
@@ -339,14 +355,28 @@ impl OperatingPoint {
         // commands).
         let done: u64 = hosts.iter().map(|h| h.window.completed_ops).sum();
         let rate_ops = if done > 0 { done } else { iv.budget.ops };
-        let n_star = q.div_ceil(1000);
+        let n_star = match (given, &mut self.probe) {
+            (Some(n), _) => n,
+            (None, Some(p)) => {
+                let circulating = self.claims.iter().map(|c| c.seen).sum();
+                let offset = iv.now.saturating_sub(self.census_at);
+                p.tick(iv.now, offset, circulating, || {
+                    hosts
+                        .iter()
+                        .map(|h| h.shared.completed_work_and_service().0)
+                        .fold(0, u64::saturating_add)
+                })
+            }
+            (None, None) => unreachable!("the probe is set above"),
+        };
         hold_targets(
             n_star,
             rate_ops,
             (&self.claims, &self.group_claims),
             &mut self.parts,
         );
-        if iv.now.saturating_sub(self.corrected_at) >= CORRECT_EVERY {
+        let open = self.probe.as_ref().is_some_and(CirculationProbe::is_open);
+        if !open && iv.now.saturating_sub(self.corrected_at) >= CORRECT_EVERY {
             self.correct(iv, n_star, rate_ops);
         }
         let hosts = &iv.members.hosts;
@@ -604,6 +634,10 @@ impl SharingPolicy for OperatingPoint {
 
     fn supports_groups(&self) -> bool {
         true
+    }
+
+    fn circulation_probe(&self) -> Option<ProbeReport> {
+        self.probe.as_ref().map(CirculationProbe::report)
     }
 
     fn owns_pool(&self, paced: bool) -> bool {
