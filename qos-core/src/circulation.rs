@@ -34,8 +34,9 @@ pub const SETTLE: Nanos = Nanos::from_millis(2);
 /// Where in the cycle the triplet starts: half a census cycle away from the census (the
 /// census holds every host's excess for a millisecond at the cycle's start).
 pub const TRIPLET_AT: Nanos = Nanos::from_millis(120);
-/// Weight of a new triplet's ratio in the smoothed one, in 1/4 (about 4 cycles, 1 s, to
-/// follow a change; a triplet's ratio is within a few per cent on these machines).
+/// Weight of a new triplet's ratio in the smoothed one, in 1/8 (about 8 cycles, 2 s, to
+/// follow a change): a triplet's ratio moved by 0.74-1.03 between cycles on the real
+/// target with the load steady.
 pub const RATIO_WEIGHT: u64 = 1;
 /// The smoothed ratio must be this far above η (thousandths) for N\* to go down, so it
 /// settles within [η, η + band] rather than oscillating across η.
@@ -150,6 +151,15 @@ impl CirculationProbe {
         self.stage.open()
     }
 
+    /// From the open spell's start until the hosts are held again (the settling after
+    /// it): what the hosts complete follows their queue depths.
+    pub fn is_unsettled(&self) -> bool {
+        matches!(
+            self.stage,
+            Stage::OpenSettle | Stage::Open | Stage::HeldSettle
+        )
+    }
+
     pub fn report(&self) -> ProbeReport {
         ProbeReport {
             n_star: self.n_star,
@@ -224,7 +234,7 @@ impl CirculationProbe {
         self.last_ratio_milli = Some(ratio);
         let smooth = match self.ratio_milli {
             None => ratio,
-            Some(old) => (old * (4 - RATIO_WEIGHT) + ratio * RATIO_WEIGHT) / 4,
+            Some(old) => (old * (8 - RATIO_WEIGHT) + ratio * RATIO_WEIGHT) / 8,
         };
         self.ratio_milli = Some(smooth);
         let n = self.n_star.unwrap_or(circulating).min(circulating).max(1);

@@ -94,6 +94,12 @@ pub struct DomainShared {
     /// 1 while the domain is bypassed (`DomainConfig::bypass`): channels count and
     /// account as usual but hold nothing; a command that would wait goes at once.
     pub(crate) bypass: AtomicU64,
+    /// 1 during the open spell of the learner of N\* (`crate::circulation`): what the
+    /// contract holds for others (a reservation behind, the pool) goes at once, as
+    /// under `bypass`, so the spell measures the target holding nothing; a host's own
+    /// limit and burst still hold. Set by the operating-point policy only, cleared when
+    /// any policy attaches.
+    pub(crate) probe_open: AtomicU64,
     /// Commands in flight at the base against the operating point's window (sharing
     /// `operating_point`; off otherwise). Its own ordering: see [`WindowShared`].
     pub(crate) window: WindowShared,
@@ -117,6 +123,7 @@ impl DomainShared {
             pool_paced: AtomicU64::new(0),
             credit_only: AtomicU64::new(0),
             bypass: AtomicU64::new(0),
+            probe_open: AtomicU64::new(0),
             window: WindowShared::default(),
         }
     }
@@ -1013,8 +1020,9 @@ impl ChannelTokens {
         self.admitted_ios += 1;
     }
 
-    /// A command the contract holds for `reason`: held, unless the domain is bypassed,
-    /// in which case it goes at once, paid with what tokens the caches have and the
+    /// A command the contract holds for `reason`: held, unless the domain is bypassed
+    /// (or in the open spell of the learner of N\*, for a reason other than the host's
+    /// own limit or burst), in which case it goes at once, paid with what tokens the caches have and the
     /// limit charged so far. What no token covered is counted in `bypassed` only (the
     /// token books stay exact; the host's work in flight reads that much low while
     /// the bypass lasts).
@@ -1027,7 +1035,11 @@ impl ChannelTokens {
         p: usize,
         need: [u64; 2],
     ) -> Admission {
-        if self.domain.bypass.load(Ordering::Relaxed) != 0 {
+        let probing = || {
+            self.domain.probe_open.load(Ordering::Relaxed) != 0
+                && !matches!(reason, HoldReason::Limit | HoldReason::Burst)
+        };
+        if self.domain.bypass.load(Ordering::Relaxed) != 0 || probing() {
             self.bypassed += 1;
             self.consume(p, need);
             return Admission::Admitted { reserved: false };

@@ -88,6 +88,7 @@ pub(crate) trait SharingPolicy: fmt::Debug + Send {
     /// flight is off (no slot is counted; slots taken before are still given back).
     fn attach(&mut self, shared: &DomainShared) {
         shared.window.disable();
+        shared.probe_open.store(0, crate::sync::Ordering::Release);
     }
 
     /// The depth curve took a sample at `now` (the operating point may have moved).

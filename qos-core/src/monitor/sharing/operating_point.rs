@@ -309,6 +309,7 @@ impl OperatingPoint {
         let given = match iv.cfg.operating_target() {
             OperatingTarget::InFlight(q) => {
                 self.probe = None;
+                iv.shared.probe_open.store(0, Ordering::Release);
                 Some(q.div_ceil(1000))
             }
             OperatingTarget::Circulation(eta) => {
@@ -319,6 +320,7 @@ impl OperatingPoint {
             }
             _ => {
                 self.probe = None;
+                iv.shared.probe_open.store(0, Ordering::Release);
                 return false;
             }
         };
@@ -376,6 +378,17 @@ impl OperatingPoint {
             &mut self.parts,
         );
         let open = self.probe.as_ref().is_some_and(CirculationProbe::is_open);
+        // The open spell measures the target holding nothing: the pool's holds for
+        // others' reservations go too (a host's own limit still holds).
+        iv.shared.probe_open.store(open as u64, Ordering::Release);
+        if self.probe.as_ref().is_some_and(CirculationProbe::is_unsettled) {
+            // What the hosts complete while nothing is held for circulation (and until
+            // they are held again) follows their queue depths, not their parts: the
+            // shares' correction leaves it out.
+            for h in iv.members.hosts.iter_mut() {
+                h.circulation.completed_at = h.shared.completed_work_and_service().0;
+            }
+        }
         if !open && iv.now.saturating_sub(self.corrected_at) >= CORRECT_EVERY {
             self.correct(iv, n_star, rate_ops);
         }
@@ -620,6 +633,7 @@ impl SharingPolicy for OperatingPoint {
         if !shared.window.is_on() {
             shared.window.set_unbounded();
         }
+        shared.probe_open.store(0, Ordering::Release);
     }
 
     fn depth_learned(
