@@ -145,6 +145,18 @@ impl CirculationProbe {
         self.eta_milli = eta_milli.clamp(1, 1000);
     }
 
+    /// While the domain is bypassed (it holds nothing, so a triplet would compare the
+    /// target with itself): no span is measured, N\* stays, and the cycle's triplet
+    /// starts afresh. Returns N\* as [`Self::tick`] would hold it.
+    pub fn pause(&mut self, circulating: u64) -> u64 {
+        self.stage = Stage::Steady;
+        self.mark = None;
+        self.before = None;
+        self.open = None;
+        self.n_star
+            .map_or(circulating, |n| n.clamp(1, circulating.max(1)))
+    }
+
     /// In the open spell: nothing is held for circulation (the hosts' shares follow
     /// their queue depths, so what they complete now says nothing of their parts).
     pub fn is_open(&self) -> bool {
@@ -425,6 +437,24 @@ mod tests {
         let n = p.report().n_star.unwrap();
         let got = target.rate(n) * 1000 / target.rate(160);
         assert!((950..=1000).contains(&got), "N* {n} gives {got}");
+    }
+
+    #[test]
+    fn a_bypass_pauses_the_learning() {
+        let target = Target {
+            peak: 700_000,
+            half: 4,
+        };
+        let mut p = probe(970);
+        run(&mut p, &target, 160, 100, &|_| 1000);
+        let before = p.report();
+        // A second bypassed: every check interval pauses; nothing is measured.
+        for ms in 0..1000 {
+            p.clock_ms += 1;
+            assert_eq!(p.pause(160), before.n_star.unwrap(), "at {ms} ms");
+        }
+        assert_eq!(p.report(), before);
+        assert!(!p.is_open());
     }
 
     #[test]

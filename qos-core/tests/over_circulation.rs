@@ -223,3 +223,35 @@ fn n_star_is_learned_for_eta_and_the_hosts_get_their_parts_of_it() {
         "the report's N* is the learned one"
     );
 }
+
+/// The learner's open spells let through what the contract holds for others (the
+/// target then holds nothing), never a host's own limit: a host limited to 30 K IOPS
+/// among the four stays within 1 % of it while N\* is learned.
+#[test]
+fn the_open_spells_keep_a_host_s_limit() {
+    let t0 = Nanos::from_secs(1);
+    let mut cfg = domain(ExcessSharing::OperatingPoint);
+    cfg.operating_over_circulation = true;
+    let mut m = Monitor::new(cfg, t0).unwrap();
+    let mut hs = hosts(&mut m, t0, &[(4, 16), (3, 32), (2, 48)]);
+    // Weight 8: its part of N* is above what its limit needs, so the limit binds.
+    let mut limited_cfg = HostConfig::new("limited").with_limit(qos_core::Rate::iops(30_000));
+    limited_cfg.weight = 8;
+    m.add_host(limited_cfg, t0).unwrap();
+    hs.push(Host::new(
+        TargetChannel::new(m.channel("limited").unwrap()),
+        64,
+    ));
+    let limited = hs[3].ch.tokens().host().clone();
+    serve(&mut m, &mut hs, (1, 3));
+    let before = limited.counters().completed_ios;
+    serve(&mut m, &mut hs, (4, 2));
+    let got = limited.counters().completed_ios - before;
+    let learned = m.stats(Nanos::from_secs(6)).circulation.unwrap().learned;
+    println!("limited host: {got} in 2 s; {learned:?}");
+    assert!(learned.is_some_and(|l| l.triplets >= 15), "{learned:?}");
+    assert!(
+        got <= 60_600 && got >= 57_000,
+        "{got} in 2 s at a limit of 30 K IOPS"
+    );
+}

@@ -362,12 +362,16 @@ impl OperatingPoint {
             (None, Some(p)) => {
                 let circulating = self.claims.iter().map(|c| c.seen).sum();
                 let offset = iv.now.saturating_sub(self.census_at);
-                p.tick(iv.now, offset, circulating, || {
-                    hosts
-                        .iter()
-                        .map(|h| h.shared.completed_work_and_service().0)
-                        .fold(0, u64::saturating_add)
-                })
+                if iv.cfg.bypass {
+                    p.pause(circulating)
+                } else {
+                    p.tick(iv.now, offset, circulating, || {
+                        hosts
+                            .iter()
+                            .map(|h| h.shared.completed_work_and_service().0)
+                            .fold(0, u64::saturating_add)
+                    })
+                }
             }
             (None, None) => unreachable!("the probe is set above"),
         };
@@ -381,7 +385,11 @@ impl OperatingPoint {
         // The open spell measures the target holding nothing: the pool's holds for
         // others' reservations go too (a host's own limit still holds).
         iv.shared.probe_open.store(open as u64, Ordering::Release);
-        if self.probe.as_ref().is_some_and(CirculationProbe::is_unsettled) {
+        if self
+            .probe
+            .as_ref()
+            .is_some_and(CirculationProbe::is_unsettled)
+        {
             // What the hosts complete while nothing is held for circulation (and until
             // they are held again) follows their queue depths, not their parts: the
             // shares' correction leaves it out.
