@@ -306,23 +306,8 @@ impl OperatingPoint {
     /// is over circulation (`false` for the other operating targets: W counts commands
     /// at the base).
     fn hold_targets(&mut self, iv: &mut Interval<'_>) -> bool {
-        let given = match iv.cfg.operating_target() {
-            OperatingTarget::InFlight(q) => {
-                self.probe = None;
-                iv.shared.probe_open.store(0, Ordering::Release);
-                Some(q.div_ceil(1000))
-            }
-            OperatingTarget::Circulation(eta) => {
-                self.probe
-                    .get_or_insert_with(|| CirculationProbe::new(eta))
-                    .set_eta(eta);
-                None
-            }
-            _ => {
-                self.probe = None;
-                iv.shared.probe_open.store(0, Ordering::Release);
-                return false;
-            }
+        let Some(given) = self.circulation_target(iv) else {
+            return false;
         };
         let hosts = &iv.members.hosts;
         let since = iv.now.saturating_sub(self.census_at);
@@ -357,24 +342,7 @@ impl OperatingPoint {
         // commands).
         let done: u64 = hosts.iter().map(|h| h.window.completed_ops).sum();
         let rate_ops = if done > 0 { done } else { iv.budget.ops };
-        let n_star = match (given, &mut self.probe) {
-            (Some(n), _) => n,
-            (None, Some(p)) => {
-                let circulating = self.claims.iter().map(|c| c.seen).sum();
-                let offset = iv.now.saturating_sub(self.census_at);
-                if iv.cfg.bypass {
-                    p.pause(circulating)
-                } else {
-                    p.tick(iv.now, offset, circulating, || {
-                        hosts
-                            .iter()
-                            .map(|h| h.shared.completed_work_and_service().0)
-                            .fold(0, u64::saturating_add)
-                    })
-                }
-            }
-            (None, None) => unreachable!("the probe is set above"),
-        };
+        let n_star = given.unwrap_or_else(|| self.learned_n_star(iv));
         hold_targets(
             n_star,
             rate_ops,
@@ -382,21 +350,6 @@ impl OperatingPoint {
             &mut self.parts,
         );
         let open = self.probe.as_ref().is_some_and(CirculationProbe::is_open);
-        // The open spell measures the target holding nothing: the pool's holds for
-        // others' reservations go too (a host's own limit still holds).
-        iv.shared.probe_open.store(open as u64, Ordering::Release);
-        if self
-            .probe
-            .as_ref()
-            .is_some_and(CirculationProbe::is_unsettled)
-        {
-            // What the hosts complete while nothing is held for circulation (and until
-            // they are held again) follows their queue depths, not their parts: the
-            // shares' correction leaves it out.
-            for h in iv.members.hosts.iter_mut() {
-                h.circulation.completed_at = h.shared.completed_work_and_service().0;
-            }
-        }
         if !open && iv.now.saturating_sub(self.corrected_at) >= CORRECT_EVERY {
             self.correct(iv, n_star, rate_ops);
         }
@@ -408,6 +361,60 @@ impl OperatingPoint {
                 .set_hold_for(hold_bound(t, h.window.completed_ops, iv.cfg.period));
         }
         true
+    }
+}
+
+impl OperatingPoint {
+    /// Over circulation: `Some(Some(N*))` given, `Some(None)` learned for η (the
+    /// learner is set up), `None` in the other modes (W counts commands at the base).
+    fn circulation_target(&mut self, iv: &Interval<'_>) -> Option<Option<u64>> {
+        let given = match iv.cfg.operating_target() {
+            OperatingTarget::InFlight(q) => Some(Some(q.div_ceil(1000))),
+            OperatingTarget::Circulation(eta) => {
+                self.probe
+                    .get_or_insert_with(|| CirculationProbe::new(eta))
+                    .set_eta(eta);
+                return Some(None);
+            }
+            _ => None,
+        };
+        self.probe = None;
+        iv.shared.probe_open.store(0, Ordering::Release);
+        given
+    }
+
+    /// N\* from the learner at this check interval (`self.claims` are this interval's:
+    /// what the hosts circulate). The open spell measures the target holding nothing:
+    /// the pool's holds for others' reservations go too (a host's own limit still
+    /// holds); what the hosts complete from the spell's start until they are held again
+    /// follows their queue depths, not their parts, so the shares' correction leaves it
+    /// out.
+    fn learned_n_star(&mut self, iv: &mut Interval<'_>) -> u64 {
+        let circulating = self.claims.iter().map(|c| c.seen).sum();
+        let Some(p) = self.probe.as_mut() else {
+            return circulating;
+        };
+        let hosts = &mut iv.members.hosts;
+        let n_star = if iv.cfg.bypass {
+            p.pause(circulating)
+        } else {
+            let offset = iv.now.saturating_sub(self.census_at);
+            p.tick(iv.now, offset, circulating, || {
+                hosts
+                    .iter()
+                    .map(|h| h.shared.completed_work_and_service().0)
+                    .fold(0, u64::saturating_add)
+            })
+        };
+        iv.shared
+            .probe_open
+            .store(p.is_open() as u64, Ordering::Release);
+        if p.is_unsettled() {
+            for h in hosts.iter_mut() {
+                h.circulation.completed_at = h.shared.completed_work_and_service().0;
+            }
+        }
+        n_star
     }
 }
 
