@@ -13,9 +13,10 @@
 //! before and just after it, adjacent spans of [`MEASURE`] each:
 //! `r = mean(T_before, T_after) / T_open`. The mean of the two held spans cancels a
 //! speed change that is linear over the triplet. `r` is smoothed over cycles
-//! ([`RATIO_WEIGHT`]); N\* steps down while the smoothed ratio is above η + [`BAND`]
-//! and up while it is below η (faster when it is far below), within 1 ..= the
-//! circulation. The open spells are the "periods with nothing held" that give T(N) for
+//! ([`RATIO_WEIGHT`]); N\* steps down by 1/32 while the smoothed ratio is above η +
+//! [`BAND`] and up by 1/16 while it is below η (by 1/4 when far below), within 1 ..=
+//! the circulation: holding too much costs the total, holding too little only the
+//! weights, so a noisy ratio's walk leans to holding less. The open spells are the "periods with nothing held" that give T(N) for
 //! free; they take [`SETTLE`] + [`MEASURE`] of every cycle, about 5 % of the time,
 //! during which the hosts' shares follow their queue depths.
 //!
@@ -251,7 +252,7 @@ impl CirculationProbe {
         self.ratio_milli = Some(smooth);
         let n = self.n_star.unwrap_or(circulating).min(circulating).max(1);
         let n = if smooth > self.eta_milli + BAND {
-            n - (n / 16).max(1).min(n - 1)
+            n - (n / 32).max(1).min(n - 1)
         } else if smooth + FAR_BELOW < self.eta_milli {
             n + (n / 4).max(1)
         } else if smooth < self.eta_milli {
