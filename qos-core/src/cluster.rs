@@ -336,27 +336,12 @@ pub fn plan(
             ),
         };
         let (res, lim) = split(host.reservation_iops, host.limit_iops, &paths, cfg);
-        // MiB/s is divided like IOPS, over what each path served in KiB/s (a MiB is
-        // too coarse a unit to weigh paths by), then rounded to whole MiB/s.
-        let by_bytes: Vec<PathDemand> = paths
-            .iter()
-            .map(|p| PathDemand {
-                served: p.served_bytes / KIB,
-                ..*p
-            })
-            .collect();
-        let (res_kib, lim_kib) = split(
-            host.reservation_mibps.saturating_mul(KIB),
-            host.limit_mibps.map(|l| l.saturating_mul(KIB)),
-            &by_bytes,
-            cfg,
-        );
-        let mut res_mib = in_units(&res_kib, KIB);
-        let lim_mib = lim_kib.map(|l| in_units(&l, KIB));
-        if let Some(lim) = &lim_mib {
-            // Rounded apart, a reservation share may have rounded up past its limit's.
-            fit_under(&mut res_mib, lim);
-        }
+        let (res_mib, lim_mib) = if host.reservation_mibps == 0 && host.limit_mibps.is_none() {
+            // No MiB/s contract: nothing to divide (what dividing 0 and no limit gives).
+            (vec![0; paths.len()], None)
+        } else {
+            split_mibps(host, &paths, cfg)
+        };
         for (j, &i) in at.iter().enumerate() {
             let (reservation_iops, limit_iops) = share_at(&res, &lim, j);
             let (reservation_mibps, limit_mibps) = share_at(&res_mib, &lim_mib, j);
@@ -379,6 +364,36 @@ pub fn plan(
 
 /// KiB in a MiB: the MiB/s division's working unit is KiB/s.
 const KIB: u64 = 1024;
+
+/// `host`'s MiB/s reservation and limit split over `paths`: like IOPS, over what each
+/// path served in KiB/s (a MiB is too coarse a unit to weigh paths by), then rounded
+/// to whole MiB/s.
+fn split_mibps(
+    host: &ClusterHost,
+    paths: &[PathDemand],
+    cfg: &DivideConfig,
+) -> (Vec<u64>, Option<Vec<u64>>) {
+    let by_bytes: Vec<PathDemand> = paths
+        .iter()
+        .map(|p| PathDemand {
+            served: p.served_bytes / KIB,
+            ..*p
+        })
+        .collect();
+    let (res_kib, lim_kib) = split(
+        host.reservation_mibps.saturating_mul(KIB),
+        host.limit_mibps.map(|l| l.saturating_mul(KIB)),
+        &by_bytes,
+        cfg,
+    );
+    let mut res_mib = in_units(&res_kib, KIB);
+    let lim_mib = lim_kib.map(|l| in_units(&l, KIB));
+    if let Some(lim) = &lim_mib {
+        // Rounded apart, a reservation share may have rounded up past its limit's.
+        fit_under(&mut res_mib, lim);
+    }
+    (res_mib, lim_mib)
+}
 
 /// One resource's reservation and limit split over `paths`: the reservation without
 /// headroom (a reservation share above what the host uses at a target is lost to it at

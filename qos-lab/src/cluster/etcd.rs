@@ -162,6 +162,8 @@ pub struct EtcdLoad {
     pub shares_writes: u64,
     pub part_writes: u64,
     pub part_largest: u64,
+    /// The parts' bytes, in all.
+    pub part_bytes: u64,
     pub head_largest: u64,
     /// Per target, the largest demand and member record.
     pub demand_largest: Vec<u64>,
@@ -247,6 +249,7 @@ impl EtcdLoad {
             self.leader_bytes.written += len;
             self.part_writes += 1;
             self.part_largest = self.part_largest.max(len);
+            self.part_bytes += len;
             txn.add(PART_KEY.len() as u64 + t.len() as u64 + len);
             self.bytes[leader] += len;
         }
