@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use qos_core::cluster::{
     ClusterAdmissionError, ClusterConfigError, ClusterHost, DivideConfig, check_cluster_admission,
+    cold_share,
 };
 use serde_json::{Value, json};
 use thiserror::Error;
@@ -14,7 +15,7 @@ use thiserror::Error;
 use crate::division;
 use crate::keys::{
     ClusterRecord, DemandRecord, KEY_SCHEMA, Keys, MemberRecord, NameError, check_name, hosts_of,
-    parse,
+    parse, parts_list_paths_only,
 };
 use crate::store::{Store, StoreError};
 
@@ -44,7 +45,7 @@ pub enum AdminError {
     #[error("host NQN {0:?}: use 1 ..= 223 printable ASCII characters without spaces or '/'")]
     BadNqn(String),
     #[error(
-        "key schema {0}: this nvmf-qos-agent knows schemas 1 (one division record) and 2 (a record per target); use --key-schema 2, or 1 for a cluster that agents older than schema 2 must still join"
+        "key schema {0}: this nvmf-qos-agent knows schemas 1 (one division record), 2 (a record per target) and 3 (a record per target listing the hosts with a path there); use --key-schema 3, or 2 or 1 for a cluster that agents older than that schema must still join"
     )]
     Schema(u32),
     #[error("{key} holds what this version cannot read: {detail}")]
@@ -271,8 +272,15 @@ pub fn show(s: &mut dyn Store, cluster: &str) -> Result<Value, AdminError> {
                     served += d.map_or(0, |d| d.served);
                     json!({
                         "target": m.target,
-                        "share": shares.as_ref().and_then(|(_, p)| p.get(&m.target)).and_then(|p| p.get(nqn)),
-                        "applied": m.applied.get(nqn),
+                        // A part of schema 3 leaves out the hosts without a path there.
+                        "share": shares.as_ref().and_then(|(_, p)| p.get(&m.target)).and_then(|p| match p.get(nqn) {
+                            Some(s) => Some(*s),
+                            None => parts_list_paths_only(rec.schema).then(|| cold_share(h)),
+                        }),
+                        // A member record of schema 3 leaves out the cold shares too.
+                        "applied": m.applied.get(nqn).copied().or_else(|| {
+                            parts_list_paths_only(rec.schema).then(|| cold_share(h))
+                        }),
                         "served_iops": d.map(|d| d.served),
                         "served_mibps": d.map(|d| d.served_bytes as f64 / (1u64 << 20) as f64),
                         "backlogged": d.map(|d| d.backlogged),

@@ -13,12 +13,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use qos_core::cluster::{ClusterHost, DivideConfig, LocalShare, PathDemand, Plan, plan};
+use qos_core::cluster::{
+    ClusterHost, DivideConfig, LocalShare, PathDemand, Plan, cold_share, on_path, plan,
+    with_cold_shares,
+};
 use qos_core::handover::{Handover, HandoverConfig, HandoverReport};
 
 use crate::demand::DemandMeter;
 use crate::division::{self, Written};
-use crate::keys::{ClusterRecord, DemandRecord, Keys, MemberRecord, hosts_of, parse};
+use crate::keys::{
+    ClusterRecord, DemandRecord, Keys, MemberRecord, hosts_of, parse, parts_list_paths_only,
+};
 use crate::peers::Peers;
 use crate::store::{LeaseId, Store, StoreError};
 use crate::target::{LocalState, TargetError, TargetRpc};
@@ -750,10 +755,14 @@ impl Agent {
         let hosts = hosts_of(&self.keys, store.list(&self.keys.hosts())?, &mut r.errors);
         r.contracts = hosts.clone();
 
+        // Only the hosts on a path here: the division reads a host left out as an idle
+        // one (every version of it), and at fleet size most hosts configured at a
+        // target hold their cold share there and send it nothing (at 64 x 10,000 the
+        // record listed 10,000 hosts, 0.8 MB an interval, for about 300 on a path).
         let demand = DemandRecord {
             hosts: measured
                 .iter()
-                .filter(|(n, _)| hosts.contains_key(*n))
+                .filter(|(n, d)| hosts.contains_key(*n) && on_path(d))
                 .map(|(n, &d)| (n.clone(), d))
                 .collect(),
         };
@@ -767,10 +776,16 @@ impl Agent {
             domain: self.cfg.domain.clone(),
             capacity_iops: local.capacity_iops,
             period_ms: local.period_ms,
+            // In key schema 3 a host holding its cold share here is left out, as in
+            // the division's part (`show` prints it as the cold share).
             applied: local
                 .settings
                 .iter()
-                .filter(|(n, _)| hosts.contains_key(*n))
+                .filter(|(n, s)| {
+                    hosts.get(*n).is_some_and(|h| {
+                        !parts_list_paths_only(cluster.schema) || **s != cold_share(h)
+                    })
+                })
                 .map(|(n, s)| (n.clone(), *s))
                 .collect(),
             error: self.last_refusal.clone(),
@@ -811,7 +826,14 @@ impl Agent {
         let Some(shares) = shares else {
             return Ok(());
         };
-        let mine = shares.mine.as_ref();
+        // A part of key schema 3 lists the hosts with a path at this target: every
+        // other host holds its cold share here (a host added since the division, too).
+        let expanded = shares
+            .mine
+            .as_ref()
+            .filter(|_| parts_list_paths_only(cluster.schema))
+            .map(|m| with_cold_shares(m, &hosts));
+        let mine = expanded.as_ref().or(shares.mine.as_ref());
         self.peer_urls = shares.peers.clone();
         self.contracts = hosts.clone();
         self.divide = cluster.divide;
@@ -865,8 +887,15 @@ impl Agent {
             .demand(store.list(&self.keys.demands())?, &self.keys, r);
         clock.lap(r, "listed");
         let started = std::time::Instant::now();
-        let p = plan(hosts, &members, demand, &cluster.divide);
+        let mut p = plan(hosts, &members, demand, &cluster.divide);
         r.division_time = Some(started.elapsed());
+        if !parts_list_paths_only(cluster.schema) {
+            // Agents of schemas 1 and 2 take a host left out of their part as nothing
+            // to change: every part lists every host.
+            for part in p.values_mut() {
+                *part = with_cold_shares(part, hosts);
+            }
+        }
         clock.lap(r, "plan");
         if let Some(w) = &self.written
             && w.members == members

@@ -507,10 +507,11 @@ mod tests {
 
     /// 64 targets and 1,000 hosts, each host reaching 2 of them (the real agent's test
     /// at scale, tests/scale.rs): the division as one record is above etcd's request
-    /// limit, each target's part well below it.
+    /// limit, each target's part well below it; in key schema 3 a part lists the 30
+    /// hosts with a path at its target, not all 1,000.
     #[test]
     fn at_64_targets_and_1000_hosts_every_record_fits_in_an_etcd_request() {
-        use qos_core::cluster::{ClusterHost, DivideConfig, PathDemand, plan};
+        use qos_core::cluster::{ClusterHost, DivideConfig, PathDemand, plan, with_cold_shares};
         const LIMIT: usize = 3 << 19; // etcd's --max-request-bytes default, 1.5 MiB
         let targets: Vec<String> = (0..64).map(|i| format!("t{i:03}")).collect();
         let nqn = |h: usize| format!("nqn.2014-08.org.example:scale-host-{h:05}");
@@ -538,7 +539,12 @@ mod tests {
                     .insert(nqn(h), d);
             }
         }
-        let p = plan(&hosts, &targets, &demand, &DivideConfig::default());
+        let paths = plan(&hosts, &targets, &demand, &DivideConfig::default());
+        // Schemas 1 and 2 list every host in every part (as the leader writes them).
+        let p: Plan = paths
+            .iter()
+            .map(|(t, part)| (t.clone(), with_cold_shares(part, &hosts)))
+            .collect();
         let one_record = json(&SharesRecord {
             seq: 1,
             leader: "t000".into(),
@@ -593,6 +599,24 @@ mod tests {
             s.put(key, v.as_ref().unwrap(), None).unwrap();
         }
         assert!(mine(&mut s, &k, "t063").unwrap().1.unwrap().len() == 1000);
+
+        // Schema 3: the same division, each part holding the hosts with a path there.
+        let (mut s3, full_part) = (MemStore::default(), n.largest);
+        let (_, n) = write(
+            &mut s3,
+            &k,
+            3,
+            "t000",
+            None,
+            targets.clone(),
+            paths,
+            BTreeMap::new(),
+        )
+        .unwrap();
+        assert_eq!(n.puts, 65);
+        assert!(n.largest * 20 < full_part, "{} of {full_part}", n.largest);
+        println!("the largest part listing paths only: {} bytes", n.largest);
+        assert_eq!(mine(&mut s3, &k, "t063").unwrap().1.unwrap().len(), 30);
     }
 
     /// A write to etcd: the records one request carries (`None`: a delete), landing

@@ -100,7 +100,7 @@ impl Keys {
 /// The newest layout and records of the keys this agent reads and writes (it reads and
 /// writes every older one too); a cluster of a larger one is refused rather than
 /// misread. A new cluster is created with it.
-pub const KEY_SCHEMA: u32 = SCHEMA_PER_TARGET;
+pub const KEY_SCHEMA: u32 = SCHEMA_PATHS;
 
 /// Key schema 1: the leader writes the whole division as one record ([`Keys::shares`]),
 /// which every agent reads. At 64 targets and 1,000 hosts it is several MB, above
@@ -112,6 +112,18 @@ pub const SCHEMA_ONE_RECORD: u32 = 1;
 /// division and the part of each target in it ([`Keys::division`]); each agent reads
 /// the head and its own part only.
 pub const SCHEMA_PER_TARGET: u32 = 2;
+
+/// Key schema 3: as schema 2, but a part lists only the hosts with a path at its
+/// target (and those seen nowhere yet); a host it leaves out holds its cold share there
+/// (`qos_core::cluster::cold_share`: no reservation, limit 1). An agent of schema 2
+/// would leave such a host at whatever it held: it refuses the cluster instead.
+pub const SCHEMA_PATHS: u32 = 3;
+
+/// Whether a part of a division in key `schema` may leave hosts out (they hold their
+/// cold share); in older schemas a part lists every host.
+pub fn parts_list_paths_only(schema: u32) -> bool {
+    schema >= SCHEMA_PATHS
+}
 
 fn schema_before_versions() -> u32 {
     1
@@ -258,18 +270,20 @@ mod tests {
     fn a_cluster_of_a_newer_key_schema_is_refused_with_the_fix() {
         let k = Keys::new("c").config();
         let now = serde_json::to_string(&ClusterRecord::default()).unwrap();
-        assert!(now.contains("\"schema\":2"), "{now}");
+        assert!(now.contains("\"schema\":3"), "{now}");
         assert_eq!(
             ClusterRecord::read(&k, &now).unwrap(),
             ClusterRecord::default()
         );
         // Written before schemas: read as schema 1.
-        let old = now.replace(",\"schema\":2", "");
+        let old = now.replace(",\"schema\":3", "");
         assert!(!old.contains("schema"), "{old}");
         assert_eq!(ClusterRecord::read(&k, &old).unwrap().schema, 1);
-        let future = now.replace("\"schema\":2", "\"schema\":3");
+        let two = now.replace("\"schema\":3", "\"schema\":2");
+        assert_eq!(ClusterRecord::read(&k, &two).unwrap().schema, 2);
+        let future = now.replace("\"schema\":3", "\"schema\":4");
         let e = ClusterRecord::read(&k, &future).unwrap_err();
-        assert!(e.contains("schema 3") && e.contains("upgrade"), "{e}");
+        assert!(e.contains("schema 4") && e.contains("upgrade"), "{e}");
     }
 
     #[test]

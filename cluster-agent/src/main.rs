@@ -140,10 +140,12 @@ enum ClusterOp {
         /// Change the settings of an existing cluster.
         #[arg(long)]
         update: bool,
-        /// The layout of the division in etcd: 2 (default for a new cluster), a record
-        /// per target; 1, one record for the whole division, which agents older than
-        /// schema 2 read. With --update, moves the cluster to it (upgrade every agent
-        /// first; without it, --update keeps the cluster's).
+        /// The layout of the division in etcd: 3 (default for a new cluster), a record
+        /// per target listing the hosts with a path there; 2, a record per target
+        /// listing every host, which agents older than schema 3 read; 1, one record for
+        /// the whole division, which agents older than schema 2 read. With --update,
+        /// moves the cluster to it (upgrade every agent first; without it, --update
+        /// keeps the cluster's).
         #[arg(long)]
         key_schema: Option<u32>,
     },

@@ -254,3 +254,76 @@ fn a_removed_host_is_given_back_and_bad_commands_are_refused() {
     admin::cluster_delete(&mut c.store, "c1", true).unwrap();
     assert!(c.store.list("/nvmf-qos/c1/").unwrap().is_empty());
 }
+
+#[test]
+fn a_host_holds_its_cold_share_where_it_has_no_path_and_a_share_once_it_comes() {
+    let mut c = mem(3_000, 6_000);
+    c.want(8_000, 0);
+    for _ in 0..10 {
+        c.interval();
+    }
+    let cold = &c.targets[1].settings[NQN];
+    assert_eq!(
+        (cold.reservation_iops, cold.limit_iops),
+        (0, Some(1)),
+        "{cold:?}"
+    );
+    let path = &c.targets[0].settings[NQN];
+    assert_eq!(
+        (path.reservation_iops, path.limit_iops),
+        (3_000, Some(6_000))
+    );
+    // It fails over to b: held at b's cold share, b becomes a path, a is left cold.
+    c.want(0, 8_000);
+    let mut n = 0;
+    while c.targets[1].settings[NQN].limit_iops < Some(5_000) {
+        c.interval();
+        n += 1;
+        let s = c.limit_shares();
+        assert!(s.iter().sum::<u64>() <= 6_000 + 2, "{s:?}");
+        assert!(n <= 8, "b has {:?}", c.targets[1].settings[NQN]);
+    }
+    for _ in 0..6 {
+        c.interval();
+    }
+    assert_eq!(c.reservation_shares(), [0, 3_000]);
+    assert_eq!(c.limit_shares(), [1, 6_000]);
+    println!("b took the host's contract {n} intervals after the failover");
+}
+
+/// In a cluster of key schema 2 (agents older than schema 3 may be in it) every part
+/// lists every host, the cold shares written out; moved to schema 3 (`cluster create
+/// --update --key-schema 3`), the parts list the hosts with a path only.
+#[test]
+fn parts_list_every_host_in_schema_2_and_the_paths_only_in_schema_3() {
+    use nvmf_qos_agent::division;
+    use nvmf_qos_agent::keys::Keys;
+    let mut c = mem(3_000, 6_000);
+    admin::cluster_create_with_schema(&mut c.store, "c1", DivideConfig::default(), true, Some(2))
+        .unwrap();
+    c.want(8_000, 0);
+    for _ in 0..10 {
+        c.interval();
+    }
+    let k = Keys::new("c1");
+    let part_of_b = |c: &mut Cluster<MemStore>, schema| {
+        let (_, plan) = division::read_all(&mut c.store, &k, schema, &mut Vec::new())
+            .unwrap()
+            .unwrap();
+        plan["b"].get(NQN).copied()
+    };
+    let cold = part_of_b(&mut c, 2).expect("schema 2: every host in every part");
+    assert_eq!((cold.reservation_iops, cold.limit_iops), (0, Some(1)));
+    admin::cluster_create_with_schema(&mut c.store, "c1", DivideConfig::default(), true, Some(3))
+        .unwrap();
+    for _ in 0..4 {
+        c.interval();
+    }
+    assert_eq!(
+        part_of_b(&mut c, 3),
+        None,
+        "schema 3: no path at b, left out"
+    );
+    let held = &c.targets[1].settings[NQN];
+    assert_eq!((held.reservation_iops, held.limit_iops), (0, Some(1)));
+}

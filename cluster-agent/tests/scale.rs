@@ -32,7 +32,7 @@ use it_harness::target::{Target, TargetOpts};
 use nvmf_qos_agent::admin;
 use nvmf_qos_agent::keys::{DemandRecord, DivisionRecord, Keys, MemberRecord, PartRecord, parse};
 use nvmf_qos_agent::store::{EtcdGateway, LeaseId, Store};
-use qos_core::cluster::{ClusterHost, DivideConfig, LocalShare, PathDemand};
+use qos_core::cluster::{ClusterHost, DivideConfig, LocalShare, PathDemand, cold_share};
 use serde_json::json;
 
 const TARGETS: usize = 64;
@@ -78,6 +78,8 @@ struct Fleet {
     paths: Vec<[usize; 2]>,
     primary: Vec<usize>,
     capacity: Vec<u64>,
+    /// Per host NQN: its cold share (where it has no path).
+    cold: BTreeMap<String, LocalShare>,
 }
 
 impl Fleet {
@@ -103,7 +105,11 @@ impl Fleet {
             paths.push([h % TARGETS, (h + 1) % TARGETS]);
         }
         let capacity = (0..TARGETS).map(|_| g.between(150_000, 250_000)).collect();
+        let cold = (0..HOSTS)
+            .map(|h| (host_nqn(h), cold_share(&contracts[h])))
+            .collect();
         Fleet {
+            cold,
             contracts,
             demand,
             paths,
@@ -127,21 +133,29 @@ impl Fleet {
 }
 
 impl Fleet {
-    /// What a played target `t` reports of each host with the `shares` it applied:
-    /// served what it wants there up to its limit share, held (backlogged, 5 commands
-    /// waiting) when it wants more.
+    /// What a played target `t` reports of each host on a path there (it wants
+    /// something there; the real agent leaves the idle ones out of its record) with the
+    /// `shares` it applied (`None`: no division read yet, the hosts not configured and
+    /// unlimited): served what it wants there up to its limit share, held (backlogged,
+    /// 5 commands waiting) when it wants more. A host a division's part leaves out holds
+    /// its cold share (limit 1), as at a real agent's target.
     fn demand_at(
         &self,
         t: usize,
-        shares: &BTreeMap<String, LocalShare>,
+        shares: Option<&BTreeMap<String, LocalShare>>,
     ) -> BTreeMap<String, PathDemand> {
         (0..HOSTS)
+            .filter(|&h| self.want(h, t) > 0)
             .map(|h| {
                 let want = self.want(h, t);
-                let limit = shares
-                    .get(&host_nqn(h))
-                    .and_then(|s| s.limit_iops)
-                    .unwrap_or(u64::MAX);
+                let limit = match shares {
+                    None => None,
+                    Some(part) => match part.get(&host_nqn(h)) {
+                        Some(s) => s.limit_iops,
+                        None => cold_share(&self.contracts[h]).limit_iops,
+                    },
+                }
+                .unwrap_or(u64::MAX);
                 let held = want > limit;
                 let d = PathDemand {
                     served: want.min(limit),
@@ -215,14 +229,20 @@ impl Played {
         };
         self.writes += 1;
         let shares = &self.applied.1;
-        let hosts = fleet.demand_at(self.t, shares);
+        let hosts = fleet.demand_at(self.t, (self.applied.0 > 0).then_some(shares));
         let demand = serde_json::to_string(&DemandRecord { hosts }).expect("json");
+        // The shares it holds but the cold ones, as the real agent's record lists them.
+        let applied = shares
+            .iter()
+            .filter(|(n, s)| fleet.cold.get(*n) != Some(*s))
+            .map(|(n, s)| (n.clone(), *s))
+            .collect();
         let member = serde_json::to_string(&MemberRecord {
             target: name.clone(),
             domain: "d".into(),
             capacity_iops: fleet.capacity[self.t],
             period_ms: INTERVAL_MS,
-            applied: shares.clone(),
+            applied,
             error: None,
             handover_url: None,
         })
@@ -766,9 +786,8 @@ fn the_played_load_moves_the_division_and_settles() {
         .map(|h| (host_nqn(h), fleet.contracts[h].clone()))
         .collect();
     let members: Vec<String> = (0..TARGETS).map(target_name).collect();
-    let idle: BTreeMap<String, PathDemand> = (0..HOSTS)
-        .map(|h| (host_nqn(h), PathDemand::default()))
-        .collect();
+    // The real agent's target sees no I/O: its record lists no host.
+    let idle: BTreeMap<String, PathDemand> = BTreeMap::new();
     let mut applied = vec![BTreeMap::new(); TARGETS];
     let mut written: Option<qos_core::cluster::Plan> = None;
     let mut moved = Lcg(7);
@@ -788,7 +807,7 @@ fn the_played_load_moves_the_division_and_settles() {
                 let d = if t == 0 {
                     idle.clone()
                 } else {
-                    fleet.demand_at(t, &applied[t])
+                    fleet.demand_at(t, written.as_ref().map(|_| &applied[t]))
                 };
                 (target_name(t), d)
             })

@@ -137,7 +137,7 @@ pub fn agent_input(b: &[u8]) {
         ClusterRecord, DemandRecord, DivisionRecord, MemberRecord, PartRecord, SharesRecord, parse,
     };
     use nvmf_qos_agent::target::{parse_hosts, parse_stats};
-    use qos_core::cluster::{ClusterHost, DivideConfig, divide, plan};
+    use qos_core::cluster::{ClusterHost, DivideConfig, divide, plan, with_cold_shares};
     use std::collections::BTreeMap;
     let text = String::from_utf8_lossy(b);
     let _ = parse::<MemberRecord>("k", &text);
@@ -179,7 +179,14 @@ pub fn agent_input(b: &[u8]) {
     let hosts: BTreeMap<String, ClusterHost> =
         nqns.iter().map(|n| (n.clone(), host.clone())).collect();
     let targets = vec!["a".to_string(), "b".to_string()];
-    let p = plan(&hosts, &targets, &reports, &cfg);
+    // As the agents apply it: a host a part leaves out holds its cold share there.
+    let p: qos_core::cluster::Plan = plan(&hosts, &targets, &reports, &cfg)
+        .into_iter()
+        .map(|(t, part)| {
+            let full = with_cold_shares(&part, &hosts);
+            (t, full)
+        })
+        .collect();
     for (nqn, h) in &hosts {
         let res: u128 = p.values().map(|t| t[nqn].reservation_iops as u128).sum();
         assert!(

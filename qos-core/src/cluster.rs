@@ -4,8 +4,12 @@
 //! the cluster agent's leader runs [`plan`] once per interval, the lab's cluster model
 //! runs the same function.
 //!
-//! The rule, per host and per amount (its reservation, its limit), over the live targets
-//! (its *paths*):
+//! The rule, per host and per amount (its reservation, its limit), over its *paths*:
+//! the live targets whose demand reports show the host there (all live targets when
+//! none does yet). Elsewhere the host holds a fixed cold share ([`cold_share`]: no
+//! reservation, a limit of 1), which a [`Plan`] leaves out, so at fleet size a target's
+//! part of a division holds the hosts that use it and moves only when one of them
+//! moves.
 //!
 //! 1. Every path gets a floor, `floor_milli` thousandths of the amount split evenly
 //!    over the paths, so a cold path (a host that just failed over) can start.
@@ -239,15 +243,66 @@ impl Default for LocalShare {
     }
 }
 
-/// Every live target's share of every host: target -> host NQN -> share.
+/// The live targets' shares: target -> host NQN -> share. A host left out of a
+/// target's map holds its [`cold_share`] there (see [`plan`]); [`with_cold_shares`]
+/// fills them in.
 pub type Plan = BTreeMap<String, BTreeMap<String, LocalShare>>;
 
+/// Whether `d` shows the host on a path at its target: it did work there, or had
+/// commands held or waiting there. An idle entry (a host configured at the target that
+/// sent nothing over the demand window) is no path.
+pub fn on_path(d: &PathDemand) -> bool {
+    d.served > 0 || d.backlogged || d.held_milli > 0 || d.served_bytes > 0
+}
+
+/// A host's share at a target where it has no path (a [`Plan`] leaves it out): no
+/// reservation, the smallest limit a target takes (1 IOPS, 1 MiB/s) for each limit the
+/// contract has, the contract's weight. Fixed by the contract alone, so a target's part
+/// of a division does not move when a host elsewhere moves, and an agent fills it in
+/// without knowing anything of the division. A host that comes to the target (a new
+/// path, a failover) is held there at once, is seen on a path at the next demand
+/// report, and gets its share by the division after it.
+pub fn cold_share(host: &ClusterHost) -> LocalShare {
+    LocalShare {
+        reservation_iops: 0,
+        limit_iops: host.limit_iops.map(|_| 1),
+        weight: host.weight,
+        reservation_mibps: 0,
+        limit_mibps: host.limit_mibps.map(|_| 1),
+    }
+}
+
+/// A target's part of a [`Plan`] with every host of `hosts` in it: those left out hold
+/// their [`cold_share`]. Shares of hosts not in `hosts` are kept as they are.
+pub fn with_cold_shares(
+    part: &BTreeMap<String, LocalShare>,
+    hosts: &BTreeMap<String, ClusterHost>,
+) -> BTreeMap<String, LocalShare> {
+    let mut out = part.clone();
+    for (nqn, h) in hosts {
+        out.entry(nqn.clone()).or_insert_with(|| cold_share(h));
+    }
+    out
+}
+
 /// The shares of `hosts` (NQN -> contract) over `targets` (the live members), from
-/// `demand` (target -> NQN -> what the host did there; missing entries count as a cold
-/// path). Per host, the reservation shares add up to its reservation and the limit
-/// shares to its limit (a limit share is at least 1 operation per second: a target
-/// refuses a limit of 0), and no reservation share is above its limit share. MiB/s
-/// amounts likewise, in whole MiB/s (paths weighed by the KiB/s they served).
+/// `demand` (target -> NQN -> what the host did there; a missing entry counts as an
+/// idle one).
+///
+/// Each host is divided over its *paths*, the targets whose demand shows it there
+/// ([`on_path`]); at the others it holds its [`cold_share`], which the plan leaves
+/// out. A host on no path (seen nowhere yet, or idle everywhere) is divided over every
+/// target and listed at each, as before paths were known. So a target's part holds
+/// the hosts that use it, and a division changes only the parts of the targets where
+/// a host's shares moved.
+///
+/// Per host, the reservation shares at its paths add up to its reservation and the
+/// limit shares to its limit (a limit share is at least 1 operation per second: a
+/// target refuses a limit of 0), and no reservation share is above its limit share.
+/// The cold shares hold no reservation and a limit of 1 each, beyond the contract:
+/// over all targets the limit shares add up to at most the limit plus 1 per target,
+/// the bound the minimum of 1 already set. MiB/s amounts likewise, in whole MiB/s
+/// (paths weighed by the KiB/s they served).
 pub fn plan(
     hosts: &BTreeMap<String, ClusterHost>,
     targets: &[String],
@@ -261,52 +316,47 @@ pub fn plan(
     if targets.is_empty() {
         return out;
     }
-    for (nqn, host) in hosts {
-        let paths: Vec<PathDemand> = targets
-            .iter()
-            .map(|t| {
-                demand
-                    .get(t)
-                    .and_then(|d| d.get(nqn))
-                    .copied()
-                    .unwrap_or_default()
-            })
-            .collect();
-        let (res, lim) = split(host.reservation_iops, host.limit_iops, &paths, cfg);
-        // MiB/s is divided like IOPS, over what each path served in KiB/s (a MiB is
-        // too coarse a unit to weigh paths by), then rounded to whole MiB/s.
-        let by_bytes: Vec<PathDemand> = paths
-            .iter()
-            .map(|p| PathDemand {
-                served: p.served_bytes / KIB,
-                ..*p
-            })
-            .collect();
-        let (res_kib, lim_kib) = split(
-            host.reservation_mibps.saturating_mul(KIB),
-            host.limit_mibps.map(|l| l.saturating_mul(KIB)),
-            &by_bytes,
-            cfg,
-        );
-        let mut res_mib = in_units(&res_kib, KIB);
-        let lim_mib = lim_kib.map(|l| in_units(&l, KIB));
-        if let Some(lim) = &lim_mib {
-            // Rounded apart, a reservation share may have rounded up past its limit's.
-            fit_under(&mut res_mib, lim);
+    // Each host's paths, from one pass over the reports (each lists every host
+    // configured at its target, most of them idle there at fleet size).
+    let mut seen: BTreeMap<&str, Vec<(usize, PathDemand)>> = BTreeMap::new();
+    for (i, t) in targets.iter().enumerate() {
+        for (nqn, d) in demand.get(t).into_iter().flatten() {
+            if on_path(d) && hosts.contains_key(nqn) {
+                seen.entry(nqn.as_str()).or_default().push((i, *d));
+            }
         }
-        for (i, t) in targets.iter().enumerate() {
-            let (reservation_iops, limit_iops) = share_at(&res, &lim, i);
-            let (reservation_mibps, limit_mibps) = share_at(&res_mib, &lim_mib, i);
-            out.get_mut(t).expect("one entry per target").insert(
-                nqn.clone(),
-                LocalShare {
-                    reservation_iops,
-                    limit_iops,
-                    weight: host.weight,
-                    reservation_mibps,
-                    limit_mibps,
-                },
-            );
+    }
+    let everywhere: Vec<usize> = (0..targets.len()).collect();
+    for (nqn, host) in hosts {
+        let (at, paths): (Vec<usize>, Vec<PathDemand>) = match seen.get(nqn.as_str()) {
+            Some(on) => on.iter().copied().unzip(),
+            None => (
+                everywhere.clone(),
+                vec![PathDemand::default(); targets.len()],
+            ),
+        };
+        let (res, lim) = split(host.reservation_iops, host.limit_iops, &paths, cfg);
+        let (res_mib, lim_mib) = if host.reservation_mibps == 0 && host.limit_mibps.is_none() {
+            // No MiB/s contract: nothing to divide (what dividing 0 and no limit gives).
+            (vec![0; paths.len()], None)
+        } else {
+            split_mibps(host, &paths, cfg)
+        };
+        for (j, &i) in at.iter().enumerate() {
+            let (reservation_iops, limit_iops) = share_at(&res, &lim, j);
+            let (reservation_mibps, limit_mibps) = share_at(&res_mib, &lim_mib, j);
+            out.get_mut(&targets[i])
+                .expect("one entry per target")
+                .insert(
+                    nqn.clone(),
+                    LocalShare {
+                        reservation_iops,
+                        limit_iops,
+                        weight: host.weight,
+                        reservation_mibps,
+                        limit_mibps,
+                    },
+                );
         }
     }
     out
@@ -314,6 +364,36 @@ pub fn plan(
 
 /// KiB in a MiB: the MiB/s division's working unit is KiB/s.
 const KIB: u64 = 1024;
+
+/// `host`'s MiB/s reservation and limit split over `paths`: like IOPS, over what each
+/// path served in KiB/s (a MiB is too coarse a unit to weigh paths by), then rounded
+/// to whole MiB/s.
+fn split_mibps(
+    host: &ClusterHost,
+    paths: &[PathDemand],
+    cfg: &DivideConfig,
+) -> (Vec<u64>, Option<Vec<u64>>) {
+    let by_bytes: Vec<PathDemand> = paths
+        .iter()
+        .map(|p| PathDemand {
+            served: p.served_bytes / KIB,
+            ..*p
+        })
+        .collect();
+    let (res_kib, lim_kib) = split(
+        host.reservation_mibps.saturating_mul(KIB),
+        host.limit_mibps.map(|l| l.saturating_mul(KIB)),
+        &by_bytes,
+        cfg,
+    );
+    let mut res_mib = in_units(&res_kib, KIB);
+    let lim_mib = lim_kib.map(|l| in_units(&l, KIB));
+    if let Some(lim) = &lim_mib {
+        // Rounded apart, a reservation share may have rounded up past its limit's.
+        fit_under(&mut res_mib, lim);
+    }
+    (res_mib, lim_mib)
+}
 
 /// One resource's reservation and limit split over `paths`: the reservation without
 /// headroom (a reservation share above what the host uses at a target is lost to it at
@@ -572,6 +652,76 @@ mod tests {
         );
     }
 
+    /// Reports of `(target, host, served, held)`.
+    fn reports(list: &[(&str, &str, u64, bool)]) -> BTreeMap<String, BTreeMap<String, PathDemand>> {
+        let mut out: BTreeMap<String, BTreeMap<String, PathDemand>> = BTreeMap::new();
+        for &(t, h, s, b) in list {
+            out.entry(t.into()).or_default().insert(h.into(), p(s, b));
+        }
+        out
+    }
+
+    #[test]
+    fn a_host_is_divided_over_its_paths_and_holds_its_cold_share_elsewhere() {
+        let h = hosts(&[("x", 400, Some(1000)), ("y", 100, Some(500))]);
+        let targets: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        // x reaches a and b; y was seen nowhere (its entries are idle).
+        let d = reports(&[
+            ("a", "x", 600, true),
+            ("b", "x", 200, false),
+            ("c", "x", 0, false),
+            ("c", "y", 0, false),
+        ]);
+        let plan = plan(&h, &targets, &d, &DivideConfig::default());
+        assert!(!plan["c"].contains_key("x"), "no path: left out ({plan:?})");
+        let (a, b) = (plan["a"]["x"], plan["b"]["x"]);
+        assert_eq!(a.reservation_iops + b.reservation_iops, 400);
+        assert_eq!(a.limit_iops.unwrap() + b.limit_iops.unwrap(), 1000);
+        let cold = with_cold_shares(&plan["c"], &h)["x"];
+        assert_eq!((cold.reservation_iops, cold.limit_iops), (0, Some(1)));
+        // y, seen nowhere, is divided over all three as before paths were known.
+        let y: Vec<LocalShare> = targets.iter().map(|t| plan[t]["y"]).collect();
+        assert_eq!(y.iter().map(|s| s.reservation_iops).sum::<u64>(), 100);
+        assert_eq!(y.iter().map(|s| s.limit_iops.unwrap()).sum::<u64>(), 500);
+    }
+
+    #[test]
+    fn a_move_changes_only_the_parts_of_the_targets_the_host_uses() {
+        let h = hosts(&[("x", 400, Some(1000)), ("y", 300, Some(900))]);
+        let targets: Vec<String> = ["a", "b", "c", "d"].map(String::from).to_vec();
+        let before = reports(&[
+            ("a", "x", 700, false),
+            ("b", "x", 100, false),
+            ("c", "y", 500, true),
+            ("d", "y", 100, false),
+        ]);
+        // x's demand moves from a to b and drops; y does the same as before.
+        let after = reports(&[
+            ("a", "x", 50, false),
+            ("b", "x", 300, false),
+            ("c", "y", 500, true),
+            ("d", "y", 100, false),
+        ]);
+        let cfg = DivideConfig::default();
+        let (p0, p1) = (
+            plan(&h, &targets, &before, &cfg),
+            plan(&h, &targets, &after, &cfg),
+        );
+        let moved: Vec<&String> = targets.iter().filter(|t| p0[*t] != p1[*t]).collect();
+        assert_eq!(moved, ["a", "b"]);
+        assert!(p1["b"]["x"].limit_iops > p0["b"]["x"].limit_iops);
+        // Divided over every target (before paths were known), x's shares at c and d
+        // moved too: what nobody wants goes by what each served, at least 1 each.
+        let everywhere = |a: u64, b: u64| {
+            divide(
+                1000,
+                &[p(a, false), p(b, false), p(0, false), p(0, false)],
+                &cfg,
+            )
+        };
+        assert_ne!(everywhere(700, 100)[2], everywhere(50, 300)[2]);
+    }
+
     #[test]
     fn admission_names_what_to_change() {
         let h = hosts(&[("h1", 600, Some(1000)), ("h2", 600, None)]);
@@ -680,9 +830,11 @@ mod tests {
             prop_assert_eq!(s.iter().sum::<u64>(), amount);
         }
 
-        /// A plan's reservation never exceeds its limit at any target, the limit shares
-        /// add up to the limit (up to the 1 IOPS minimum), and the reservation shares to
-        /// the reservation (up to the clamp at each limit share).
+        /// A plan's reservation never exceeds its limit at any target; over the host's
+        /// paths the limit shares add up to the limit (up to the 1 IOPS minimum) and the
+        /// reservation shares to the reservation; the targets it has no path to are
+        /// left out of the plan and hold its cold share (no reservation, limit 1), so
+        /// over every target the limit shares stay within the limit + 1 per target.
         #[test]
         fn plan_keeps_each_contract(r in 0u64..1_000_000, extra in 0u64..1_000_000,
                                     d in proptest::collection::vec((0u64..2_000_000, any::<bool>()), 1..5)) {
@@ -692,17 +844,81 @@ mod tests {
                 .map(|(t, &(s, b))| (t.clone(), BTreeMap::from([("h".to_string(), p(s, b))])))
                 .collect();
             let plan = plan(&h, &targets, &demand, &DivideConfig::default());
-            let mut res = 0;
-            let mut lim = 0;
-            for t in &targets {
-                let s = plan[t]["h"];
-                let l = s.limit_iops.unwrap();
-                prop_assert!(s.reservation_iops <= l);
-                res += s.reservation_iops;
+            let seen_nowhere = d.iter().all(|&(s, b)| s == 0 && !b);
+            let (mut res, mut lim, mut path_lim) = (0, 0, 0);
+            for (t, &(s, b)) in targets.iter().zip(&d) {
+                let listed = plan[t].get("h");
+                prop_assert_eq!(listed.is_some(), seen_nowhere || s > 0 || b, "{}", t);
+                let share = with_cold_shares(&plan[t], &h)["h"];
+                let l = share.limit_iops.unwrap();
+                prop_assert!(share.reservation_iops <= l);
+                res += share.reservation_iops;
                 lim += l;
+                if listed.is_some() {
+                    path_lim += l;
+                } else {
+                    prop_assert_eq!(share, cold_share(&h["h"]));
+                }
             }
-            prop_assert!(lim >= r + extra && lim <= r + extra + targets.len() as u64);
+            let paths = plan.values().filter(|m| m.contains_key("h")).count() as u64;
+            prop_assert!(path_lim >= r + extra && path_lim <= r + extra + paths);
+            prop_assert!(lim <= r + extra + targets.len() as u64);
             prop_assert_eq!(res, r);
+        }
+
+        /// Many hosts over many targets, each seen on some of them (or on none): every
+        /// host's reservation shares add up to its reservation, none above its limit
+        /// share, never over-committed; its limit shares over its paths to its limit (+1
+        /// per path at most, the minimum share), over every target to at most its limit
+        /// + 1 per target; a target's part lists exactly the hosts with a path there
+        /// (every target lists a host seen nowhere).
+        #[test]
+        fn plan_divides_each_host_over_its_paths(
+            n in 1usize..12,
+            seen in proptest::collection::vec(
+                (0u64..100_000, 0u64..100_000, proptest::collection::vec((0u64..12, 0u64..50_000, any::<bool>()), 0..5)),
+                1..20),
+        ) {
+            let targets: Vec<String> = (0..n).map(|i| format!("t{i:02}")).collect();
+            let mut h = BTreeMap::new();
+            let mut demand: BTreeMap<String, BTreeMap<String, PathDemand>> = BTreeMap::new();
+            for (k, (r, extra, at)) in seen.iter().enumerate() {
+                let nqn = format!("h{k:02}");
+                h.insert(nqn.clone(), ClusterHost {
+                    reservation_iops: *r,
+                    limit_iops: Some(r + extra),
+                    ..Default::default()
+                });
+                for &(t, served, held) in at {
+                    // Reports of targets outside the members are not the plan's.
+                    let t = format!("t{t:02}");
+                    demand.entry(t).or_default().insert(nqn.clone(), p(served, held));
+                }
+            }
+            let plan = plan(&h, &targets, &demand, &DivideConfig::default());
+            for (nqn, c) in &h {
+                let on: Vec<&String> = targets.iter()
+                    .filter(|t| demand.get(*t).and_then(|d| d.get(nqn)).is_some_and(on_path))
+                    .collect();
+                let limit = c.limit_iops.unwrap();
+                let (mut res, mut path_lim, mut lim) = (0, 0, 0);
+                for t in &targets {
+                    let listed = plan[t].contains_key(nqn);
+                    prop_assert_eq!(listed, on.is_empty() || on.contains(&t), "{} at {}", nqn, t);
+                    let s = with_cold_shares(&plan[t], &h)[nqn];
+                    let l = s.limit_iops.unwrap();
+                    prop_assert!(s.reservation_iops <= l);
+                    res += s.reservation_iops;
+                    lim += l;
+                    if listed {
+                        path_lim += l;
+                    }
+                }
+                let paths = if on.is_empty() { n } else { on.len() } as u64;
+                prop_assert_eq!(res, c.reservation_iops, "{}", nqn);
+                prop_assert!(path_lim >= limit && path_lim <= limit + paths, "{}: {} of {}", nqn, path_lim, limit);
+                prop_assert!(lim <= limit + n as u64, "{}: {} of {}", nqn, lim, limit);
+            }
         }
 
         /// The same for MiB/s, in whole MiB/s, whatever the paths served in bytes.
@@ -725,7 +941,7 @@ mod tests {
             let plan = plan(&h, &targets, &demand, &DivideConfig::default());
             let (mut res, mut lim) = (0, 0);
             for t in &targets {
-                let s = plan[t]["h"];
+                let s = with_cold_shares(&plan[t], &h)["h"];
                 let l = s.limit_mibps.unwrap();
                 prop_assert!(s.reservation_mibps <= l);
                 res += s.reservation_mibps;

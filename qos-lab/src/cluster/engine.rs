@@ -10,11 +10,11 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use qos_core::cluster::{ClusterHost, LocalShare, PathDemand, Plan, plan};
+use qos_core::cluster::{ClusterHost, LocalShare, PathDemand, Plan, cold_share, on_path, plan};
 use qos_core::handover::{Handover, HandoverConfig, HandoverReport};
 use qos_core::share::{Claim, water_fill};
 
-use super::etcd::{EtcdLoad, json_len, key_len, share_len};
+use super::etcd::{EtcdLoad, json_len, key_len, share_len, shares_map_len};
 
 /// A host's key in etcd but its NQN (`/nvmf-qos/<cluster>/hosts/`, a short cluster name).
 const HOSTS_KEY: &str = "/nvmf-qos/fleet/hosts/";
@@ -251,9 +251,11 @@ impl<'a> Engine<'a> {
                             .is_none_or(|(_, old, _)| old.get(t) != division.get(t))
                 })
                 .map(|i| {
+                    // The part lists the hosts with a path there (key schema 3).
+                    let part = division.get(&self.names[i]).expect("a member's part");
                     (
                         self.names[i].as_str(),
-                        row_len(&self.groups, &self.nqn_len, &dense[i]),
+                        shares_map_len(part.iter().map(|(n, s)| (n.as_str(), s))),
                     )
                 })
                 .collect();
@@ -350,18 +352,19 @@ impl<'a> Engine<'a> {
             .unwrap_or(0)
     }
 
-    /// The division as `[target][host]`: every map of a division holds every
-    /// contract in NQN order, as `groups` does.
+    /// The division as `[target][host]`, as the agents apply it: a member's map holds
+    /// the hosts with a path there, every other contract holds its cold share there
+    /// (`qos_core::cluster::cold_share`).
     fn densify(&self, division: &Plan) -> Dense {
         let mut dense = vec![vec![None; self.s.hosts.len()]; self.names.len()];
         for (i, name) in self.names.iter().enumerate() {
             let Some(m) = division.get(name) else {
                 continue;
             };
-            assert_eq!(m.len(), self.groups.len(), "a share of every contract");
-            for (share, g) in m.values().zip(&self.groups) {
+            for ((nqn, c), g) in self.contracts.iter().zip(&self.groups) {
+                let share = m.get(nqn).copied().unwrap_or_else(|| cold_share(c));
                 for &k in g {
-                    dense[i][k] = Some(*share);
+                    dense[i][k] = Some(share);
                 }
             }
         }
@@ -477,12 +480,18 @@ impl<'a> Engine<'a> {
             if etcd_up {
                 let changed = self.report(i);
                 let rep = &self.reports[&self.names[i]];
+                // The agent's demand record lists the hosts on a path at its target.
+                let rep: BTreeMap<String, PathDemand> = rep
+                    .iter()
+                    .filter(|(_, d)| on_path(d))
+                    .map(|(n, d)| (n.clone(), *d))
+                    .collect();
                 let (groups, lens, row) = (&self.groups, &self.nqn_len, &self.applied[i]);
-                let idle = idle_entries(groups, lens, row, &self.at[i]);
-                let applied = || row_len(groups, lens, row);
+                let contracts = &self.contracts;
+                let applied = || applied_len(groups, lens, contracts, row);
                 self.run
                     .etcd
-                    .agent_interval(i, &self.names[i], s, (rep, changed), idle, applied);
+                    .agent_interval(i, &self.names[i], s, (&rep, changed), applied);
             }
         }
         self.run.periods.push(row);
@@ -492,35 +501,21 @@ impl<'a> Engine<'a> {
     }
 }
 
-/// The JSON length of a target's map of shares (NQN -> share), from the hosts in NQN
-/// order and each NQN's JSON length.
-/// The hosts configured at a target (a share in its `row`) that are not among those
-/// that can want something there (`at`, in host order), and their NQNs' JSON lengths
-/// summed: the real agent's demand record lists every host configured at its target
-/// (`qos_stats_get` lists them all, and the division gives every host a share at every
-/// member), these as idle (served 0, not held). The lab's reports, the division's
-/// input, leave them out (a missing entry divides as an idle one); only the record's
-/// size counts them ([`super::etcd::EtcdLoad::agent_interval`]).
-fn idle_entries(
+/// The JSON length of a target's member record's `applied` map (NQN -> share): the
+/// shares its `row` holds, in NQN order (`groups`, each NQN's JSON length in
+/// `nqn_len`), but the cold shares (`qos_core::cluster::cold_share` of each contract),
+/// which the real agent leaves out (key schema 3), as it leaves them out of its part.
+fn applied_len(
     groups: &[Vec<usize>],
     nqn_len: &[u64],
+    contracts: &BTreeMap<String, ClusterHost>,
     row: &[Option<LocalShare>],
-    at: &[usize],
-) -> (u64, u64) {
-    let (mut count, mut len) = (0u64, 0u64);
-    for (g, l) in groups.iter().zip(nqn_len) {
-        if row[g[0]].is_some() && g.iter().all(|k| at.binary_search(k).is_err()) {
-            count += 1;
-            len += l;
-        }
-    }
-    (count, len)
-}
-
-fn row_len(groups: &[Vec<usize>], nqn_len: &[u64], row: &[Option<LocalShare>]) -> u64 {
+) -> u64 {
     let (mut n, mut count) = (2u64, 0u64);
-    for (g, len) in groups.iter().zip(nqn_len) {
-        if let Some(s) = &row[g[0]] {
+    for ((g, len), c) in groups.iter().zip(nqn_len).zip(contracts.values()) {
+        if let Some(s) = &row[g[0]]
+            && *s != cold_share(c)
+        {
             n += len + 1 + share_len(s);
             count += 1;
         }

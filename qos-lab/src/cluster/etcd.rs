@@ -61,8 +61,7 @@ pub(super) fn share_len(s: &LocalShare) -> u64 {
 }
 
 /// The JSON length of a map of NQN to share.
-#[cfg(test)]
-fn shares_map_len<'a>(entries: impl Iterator<Item = (&'a str, &'a LocalShare)>) -> u64 {
+pub(super) fn shares_map_len<'a>(entries: impl Iterator<Item = (&'a str, &'a LocalShare)>) -> u64 {
     let (mut n, mut count) = (2u64, 0u64);
     for (k, s) in entries {
         n += key_len(k) + 1 + share_len(s);
@@ -84,18 +83,10 @@ struct DemandRecord<'a> {
     hosts: &'a BTreeMap<String, PathDemand>,
 }
 
-/// The JSON length of a demand record holding `demand` and `idle.0` idle entries more
-/// (`PathDemand::default()`), whose NQNs' JSON lengths add up to `idle.1`.
-fn demand_len(demand: &BTreeMap<String, PathDemand>, idle: (u64, u64)) -> u64 {
-    let (count, names) = idle;
-    let d = json_len(&DemandRecord { hosts: demand });
-    if count == 0 {
-        return d;
-    }
-    // `"nqn":{...}` each, and a comma between any two entries.
-    let entry = json_len(&PathDemand::default()) + 1;
-    let commas = if demand.is_empty() { count - 1 } else { count };
-    d + names + count * entry + commas
+/// The JSON length of a demand record holding `demand` (the hosts on a path at the
+/// target: the agent leaves the idle ones out).
+fn demand_len(demand: &BTreeMap<String, PathDemand>) -> u64 {
+    json_len(&DemandRecord { hosts: demand })
 }
 
 /// The agent's `MemberRecord` (domain and error as an agent without them writes them).
@@ -171,6 +162,8 @@ pub struct EtcdLoad {
     pub shares_writes: u64,
     pub part_writes: u64,
     pub part_largest: u64,
+    /// The parts' bytes, in all.
+    pub part_bytes: u64,
     pub head_largest: u64,
     /// Per target, the largest demand and member record.
     pub demand_largest: Vec<u64>,
@@ -256,6 +249,7 @@ impl EtcdLoad {
             self.leader_bytes.written += len;
             self.part_writes += 1;
             self.part_largest = self.part_largest.max(len);
+            self.part_bytes += len;
             txn.add(PART_KEY.len() as u64 + t.len() as u64 + len);
             self.bytes[leader] += len;
         }
@@ -312,20 +306,17 @@ impl EtcdLoad {
 
     /// Target `i`'s interval with etcd up: its demand record, its member record, the
     /// lease renewal and the leader-key attempt. The demand record holds `demand.0`
-    /// (`demand.1`: it differs from the target's last) and `idle.0` idle entries more
-    /// (hosts configured at the target without demand there, as the real agent lists
-    /// them; `idle.1` their NQNs' JSON lengths, quoted).
+    /// (`demand.1`: it differs from the target's last).
     pub fn agent_interval(
         &mut self,
         i: usize,
         name: &str,
         s: &ClusterScenario,
         demand: (&BTreeMap<String, PathDemand>, bool),
-        idle: (u64, u64),
         applied_len: impl FnOnce() -> u64,
     ) {
         let (demand, demand_changed) = demand;
-        let d = demand_len(demand, idle);
+        let d = demand_len(demand);
         let m = *self.member_size[i].get_or_insert_with(|| {
             let head = json_len(&MemberRecord {
                 target: name,
@@ -417,28 +408,5 @@ mod tests {
         let mut t = Txns::default();
         [10, TXN_BYTES * 2, 10].into_iter().for_each(|l| t.add(l));
         assert_eq!(t.requests, 3);
-    }
-
-    #[test]
-    fn idle_entries_count_as_the_real_agent_writes_them() {
-        let busy = PathDemand {
-            served: 1234,
-            backlogged: true,
-            held_milli: 5000,
-            served_bytes: 0,
-        };
-        for (with, idle) in [(0, 0), (0, 3), (2, 0), (2, 5)] {
-            let demand: BTreeMap<String, PathDemand> =
-                (0..with).map(|k| (format!("nqn.busy-{k}"), busy)).collect();
-            let names: Vec<String> = (0..idle).map(|k| format!("nqn.idle-{k}")).collect();
-            let mut all = demand.clone();
-            all.extend(names.iter().map(|n| (n.clone(), PathDemand::default())));
-            let lens = names.iter().map(|n| key_len(n)).sum();
-            assert_eq!(
-                demand_len(&demand, (idle, lens)),
-                json_len(&DemandRecord { hosts: &all }),
-                "{with} busy, {idle} idle"
-            );
-        }
     }
 }

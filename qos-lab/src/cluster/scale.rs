@@ -238,11 +238,12 @@ fn etcd_lines(out: &mut String, s: &ClusterScenario, run: &ClusterRun) {
     };
     let _ = writeln!(
         out,
-        "records: division parts up to {} bytes{} ({} written over {} divisions), heads up to {} bytes; largest demand record {} bytes, largest member record {} bytes{}",
+        "records: division parts up to {} bytes{} ({} written over {} divisions, {} bytes each on average), heads up to {} bytes; largest demand record {} bytes, largest member record {} bytes{}",
         e.part_largest,
         over(e.part_largest),
         e.part_writes,
         e.shares_writes,
+        e.part_bytes / e.part_writes.max(1),
         e.head_largest,
         largest(&e.demand_largest),
         largest(&e.member_largest),
