@@ -129,11 +129,30 @@ impl Room<'_> {
             a != u64::MAX && s.in_flight.load(Ordering::Relaxed) + self.pending >= a
         })
     }
+
+    /// Records why the oldest held item was last refused (`allowance`: the allowance,
+    /// else tokens).
+    fn refused(&self, allowance: bool) {
+        if let Some(s) = self.shared {
+            s.allowance_refusal.store(allowance, Ordering::Relaxed);
+        }
+    }
+
+    /// An item held now waits for the allowance: it is used up, or the oldest held
+    /// item was last refused by it (a command that comes while the queue is not empty
+    /// waits behind it, even when a completion has just freed a place for the oldest).
+    fn binds(&self) -> bool {
+        self.full()
+            || self
+                .shared
+                .is_some_and(|s| s.allowance_refusal.load(Ordering::Relaxed))
+    }
 }
 
 impl Admit for EngineAdmit<'_> {
     fn admit(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> bool {
         if self.room.full() {
+            self.room.refused(true);
             return false;
         }
         let ok = match self.engine.as_deref_mut() {
@@ -141,6 +160,7 @@ impl Admit for EngineAdmit<'_> {
             None => true,
         };
         self.room.pending += ok as u64;
+        self.room.refused(false);
         ok
     }
     fn left_after(&mut self, waited: Nanos) {
@@ -154,9 +174,8 @@ impl Admit for EngineAdmit<'_> {
             self.stats
                 .held_total
                 .fetch_add(delta as u64, Ordering::Relaxed);
-            // Held while the allowance is used up: the target's share, held here (an
-            // item queued behind others counts by the allowance's state then).
-            if self.room.full() {
+            // Held for the allowance: the target's share, held here.
+            if self.room.binds() {
                 self.stats
                     .allowance_held_total
                     .fetch_add(delta as u64, Ordering::Relaxed);

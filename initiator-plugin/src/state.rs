@@ -130,6 +130,9 @@ pub struct Shared {
     pub in_flight: AtomicU64,
     pub allowance_rx: Mutex<AllowanceReceiver>,
     pub report_gate: Mutex<ReportGate>,
+    /// The last admission refused was the allowance's (not the tokens'): for the
+    /// attribution of holds (`allowance_held_total`).
+    pub allowance_refusal: AtomicBool,
     pub stats: Stats,
 }
 
@@ -160,6 +163,7 @@ impl Shared {
             in_flight: AtomicU64::new(0),
             allowance_rx: Mutex::new(AllowanceReceiver::default()),
             report_gate: Mutex::new(ReportGate::default()),
+            allowance_refusal: AtomicBool::new(false),
             stats: Stats::default(),
         }
     }

@@ -566,6 +566,7 @@ fn qos_total_against_bare_side_by_side() {
         let before = (ns == QOS).then(|| t.compact_stats("d"));
         let mut stats = None;
         let mut ini_held = vec![0u64; ctrls.len()];
+        let mut ini_state = vec![String::new(); ctrls.len()];
         let out = s
             .bdevperf(coop, bdev_config(&ctrls, &ini_bdevs), jobs, phase, &[])
             .run_polling(
@@ -577,11 +578,20 @@ fn qos_total_against_bare_side_by_side() {
                     }
                     for (k, c) in ctrls.iter().enumerate().filter(|_| coop) {
                         if let Ok(v) = b.try_ini_bdev(&ini(c)) {
-                            ini_held[k] = v["state"]["allowance_held_total"].as_u64().unwrap_or(0);
+                            let st = &v["state"];
+                            ini_held[k] = st["allowance_held_total"].as_u64().unwrap_or(0);
+                            ini_state[k] = format!(
+                                "allowance {} ({} applied, {} refused), {} reports, {} vendor commands",
+                                st["allowance"], st["allowances_applied"], st["allowances_refused"],
+                                st["reports_sent"], st["vendor_sent"]
+                            );
                         }
                     }
                 },
             );
+        if coop {
+            println!("    initiators: {}", ini_state.join("; "));
+        }
         let (b1, i1) = poll_group_ticks(t);
         let busy = (b1 - b0) as f64 / ((b1 - b0) + (i1 - i0)).max(1) as f64;
         let iops = ctrls
