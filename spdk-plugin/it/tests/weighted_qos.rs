@@ -607,6 +607,21 @@ fn qos_total_against_bare_side_by_side() {
                     let (Some(x), Some(y)) = (a.host(&n), b.host(&n)) else {
                         return [ini, 0, 0];
                     };
+                    // Why the target held them: the rules' counts over the phase.
+                    if let Some(by) = y.held_by.as_object() {
+                        let why: Vec<String> = by
+                            .iter()
+                            .map(|(k, v)| {
+                                let was = x.held_by[k].as_u64().unwrap_or(0);
+                                (k, v.as_u64().unwrap_or(0).saturating_sub(was))
+                            })
+                            .filter(|(_, d)| *d > 0)
+                            .map(|(k, d)| format!("{k} {d}"))
+                            .collect();
+                        if !why.is_empty() {
+                            println!("    {n} held at the target by: {}", why.join(", "));
+                        }
+                    }
                     [
                         ini,
                         y.throttled_ios.saturating_sub(x.throttled_ios),
