@@ -6,6 +6,7 @@
 //! harness (`qos-fuzz`) and the coverage-guided targets (`fuzz/libfuzzer`) both run
 //! these functions; [`TARGETS`] names them.
 
+use qos_core::allowance::{self, AllowanceCredit, AllowanceReceiver, Received};
 use qos_core::wire::{self, Credit, Request, StateReply, VendorCmd};
 use qos_core::{ExcessSharing, Monitor, Nanos, ReservationRelease, TokenMode};
 use qos_lab::scenario::Scenario;
@@ -19,6 +20,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("vendor_command", vendor_command),
     ("state_reply", state_reply),
     ("credit", credit),
+    ("allowance_credit", allowance_credit),
     ("scenario", scenario),
     ("cluster_scenario", cluster_scenario),
     ("agent_input", agent_input),
@@ -58,6 +60,12 @@ pub fn vendor_command(b: &[u8]) {
             if let Request::Acquire { bytes, .. } = req {
                 assert_eq!(bytes % wire::ACQUIRE_BYTES_UNIT, 0);
             }
+            // A circulation report only ever rides a GET_STATE, and re-encodes.
+            if let Some(c) = allowance::decode_report(opcode, &cmd) {
+                assert_eq!(req, Request::GetState);
+                let (opc, again) = allowance::encode_report(c);
+                assert_eq!(allowance::decode_report(opc, &again), Some(c));
+            }
         }
         Err(e) => {
             let sc = e.status_code();
@@ -91,6 +99,42 @@ pub fn credit(b: &[u8]) {
     if let Some(c) = Credit::decode(cdw0) {
         assert_eq!(Credit::decode(c.encode()), Some(c), "{cdw0:#010x}");
         assert!(c.epoch_low < 16 && c.available_ops <= wire::CREDIT_MAX_OPS);
+    }
+}
+
+/// A stream of completion dwords 0 with the allowance marker as the initiator
+/// receives them: 8 bytes each, dword 0 and the time since the last one (µs, low 16
+/// bits of the next word; the host tag announced is the first word). Only a credit
+/// that decodes, for this host, is applied; what is applied is what it carries, within
+/// the field's range; nothing panics.
+pub fn allowance_credit(b: &[u8]) {
+    let tag = u32_at(b, 0);
+    let mut rx = AllowanceReceiver::default();
+    let mut now = Nanos::from_secs(1);
+    for i in (4..b.len()).step_by(8) {
+        let cdw0 = u32_at(b, i);
+        now = now.saturating_add(Nanos::from_micros(u64::from(u32_at(b, i + 4) & 0xFFFF)));
+        let decoded = AllowanceCredit::decode(cdw0);
+        if let Ok(Some(c)) = decoded {
+            assert_eq!(
+                AllowanceCredit::decode(c.encode()),
+                Ok(Some(c)),
+                "{cdw0:#010x}"
+            );
+        }
+        match rx.receive(cdw0, Some(tag), now) {
+            Received::Applied(cap) => {
+                let c = decoded.ok().flatten().expect("applied: decodes");
+                assert_eq!(c.host_tag, allowance::fold_tag(tag));
+                assert_eq!(cap, c.cap.map(u64::from));
+                assert!(cap.is_none_or(|a| (1..=allowance::MAX_CAP).contains(&a)));
+            }
+            Received::Foreign => {
+                let c = decoded.ok().flatten().expect("foreign: decodes");
+                assert_ne!(c.host_tag, allowance::fold_tag(tag));
+            }
+            r => assert!(r == Received::Duplicate || r.is_refusal()),
+        }
     }
 }
 

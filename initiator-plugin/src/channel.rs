@@ -101,14 +101,67 @@ pub(crate) struct Parent {
 pub(crate) struct EngineAdmit<'a> {
     pub(crate) engine: Option<&'a mut InitiatorEngine>,
     pub(crate) stats: &'a Stats,
+    pub(crate) room: Room<'a>,
+}
+
+/// The target's in-flight allowance as admission sees it (issue 40 item 2; `None`
+/// when the protocol is off): the bdev's commands at the base (every channel) plus
+/// those admitted in this pass and not sent yet. Checked before the engine, which
+/// takes tokens when it admits.
+#[derive(Default)]
+pub(crate) struct Room<'a> {
+    pub(crate) shared: Option<&'a Shared>,
+    pub(crate) pending: u64,
+}
+
+impl Room<'_> {
+    pub(crate) fn of(shared: &Shared) -> Room<'_> {
+        Room {
+            shared: Some(shared),
+            pending: 0,
+        }
+    }
+
+    /// The allowance is used up: what comes waits here, FIFO.
+    fn full(&self) -> bool {
+        self.shared.is_some_and(|s| {
+            let a = s.allowance.load(Ordering::Relaxed);
+            a != u64::MAX && s.in_flight.load(Ordering::Relaxed) + self.pending >= a
+        })
+    }
+
+    /// Records why the oldest held item was last refused (`allowance`: the allowance,
+    /// else tokens).
+    fn refused(&self, allowance: bool) {
+        if let Some(s) = self.shared {
+            s.allowance_refusal.store(allowance, Ordering::Relaxed);
+        }
+    }
+
+    /// An item held now waits for the allowance: it is used up, or the oldest held
+    /// item was last refused by it (a command that comes while the queue is not empty
+    /// waits behind it, even when a completion has just freed a place for the oldest).
+    fn binds(&self) -> bool {
+        self.full()
+            || self
+                .shared
+                .is_some_and(|s| s.allowance_refusal.load(Ordering::Relaxed))
+    }
 }
 
 impl Admit for EngineAdmit<'_> {
     fn admit(&mut self, kind: IoKind, bytes: u64, now: Nanos) -> bool {
-        match self.engine.as_deref_mut() {
+        if self.room.full() {
+            self.room.refused(true);
+            return false;
+        }
+        let ok = match self.engine.as_deref_mut() {
             Some(e) => e.decide(kind, bytes, now),
             None => true,
-        }
+        };
+        self.room.pending += ok as u64;
+        self.room.refused(false);
+        ok
     }
     fn left_after(&mut self, waited: Nanos) {
         if waited.0 > 0 {
@@ -121,6 +174,12 @@ impl Admit for EngineAdmit<'_> {
             self.stats
                 .held_total
                 .fetch_add(delta as u64, Ordering::Relaxed);
+            // Held for the allowance: the target's share, held here.
+            if self.room.binds() {
+                self.stats
+                    .allowance_held_total
+                    .fetch_add(delta as u64, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -153,6 +212,9 @@ pub(crate) struct VendorReq {
 pub(crate) enum VendorKind {
     Engine(u64),
     Probe(u64),
+    /// A circulation report (issue 40 item 2): a GET_STATE whose reply only refreshes
+    /// what the target announces.
+    Report,
 }
 
 /// One QoS bdev on one thread, shared (`Rc`) by the skeleton's channel slot and by its

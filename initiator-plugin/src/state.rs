@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use qos_core::Nanos;
+use qos_core::allowance::{AllowanceReceiver, ReportGate};
 use qos_core::initiator::{InitiatorEngine, Mode};
 use qos_core::pacer::{Pacer, StreamId, latency_sensitive_at, may_send_probe};
 use serde_json::{Value, json};
@@ -60,6 +61,15 @@ pub struct Stats {
     pub credits_applied: AtomicU64,
     /// ACQUIREs sent as GET_STATE because the base's path was down or resetting.
     pub acquire_deferred: AtomicU64,
+    /// Shares held at the initiator (issue 40 item 2): I/O (or chunks) that entered
+    /// the hold queue while the target's in-flight allowance was used up (the rest of
+    /// `held_total` waited for tokens), the allowances applied, the allowance credits
+    /// refused as bad input (malformed, stale, for another host, or from a target that
+    /// did not announce them), and the circulation reports sent.
+    pub allowance_held_total: AtomicU64,
+    pub allowances_applied: AtomicU64,
+    pub allowances_refused: AtomicU64,
+    pub reports_sent: AtomicU64,
 }
 
 fn get(a: &AtomicU64) -> u64 {
@@ -109,6 +119,20 @@ pub struct Shared {
     /// only when the host's allowance changed, so every one is applied (otherwise they
     /// are sampled, at most one per thread every 10 us).
     pub sparse_credit: AtomicBool,
+    /// Shares held at the initiator (issue 40 item 2; `qos_core::allowance`): the
+    /// target's last state reply announced allowances (`flags::ALLOWANCE`), with the
+    /// host tag it gave; the allowance in force (commands outstanding to the target,
+    /// `u64::MAX`: none); the commands of this bdev at the base now (every channel);
+    /// which allowance credits are news; when to report the circulation.
+    pub allowance_on: AtomicBool,
+    pub host_tag: AtomicU32,
+    pub allowance: AtomicU64,
+    pub in_flight: AtomicU64,
+    pub allowance_rx: Mutex<AllowanceReceiver>,
+    pub report_gate: Mutex<ReportGate>,
+    /// The last admission refused was the allowance's (not the tokens'): for the
+    /// attribution of holds (`allowance_held_total`).
+    pub allowance_refusal: AtomicBool,
     pub stats: Stats,
 }
 
@@ -133,6 +157,13 @@ impl Shared {
             path_down: AtomicBool::new(false),
             resetting: AtomicU32::new(0),
             sparse_credit: AtomicBool::new(false),
+            allowance_on: AtomicBool::new(false),
+            host_tag: AtomicU32::new(0),
+            allowance: AtomicU64::new(u64::MAX),
+            in_flight: AtomicU64::new(0),
+            allowance_rx: Mutex::new(AllowanceReceiver::default()),
+            report_gate: Mutex::new(ReportGate::default()),
+            allowance_refusal: AtomicBool::new(false),
             stats: Stats::default(),
         }
     }
@@ -143,6 +174,19 @@ impl Shared {
         if success == self.path_down.load(Ordering::Relaxed) {
             self.path_down.store(!success, Ordering::Relaxed);
         }
+    }
+
+    /// A state reply: whether the target announces allowances, with this host's tag.
+    /// A target that does not (an older one, or another after a reconnect) sets no
+    /// allowance: what one set before is dropped.
+    pub fn note_allowance(&self, r: &qos_core::wire::StateReply) {
+        let on = r.flags & qos_core::wire::flags::ALLOWANCE != 0;
+        self.host_tag.store(r.host_tag, Ordering::Relaxed);
+        if !on && self.allowance_on.load(Ordering::Relaxed) {
+            self.allowance.store(u64::MAX, Ordering::Relaxed);
+            self.version.fetch_add(1, Ordering::Relaxed);
+        }
+        self.allowance_on.store(on, Ordering::Relaxed);
     }
 
     /// ACQUIRE may be sent now (see `path_down`).
@@ -220,6 +264,15 @@ impl Shared {
             "credits_seen": get(&s.credits_seen),
             "credits_applied": get(&s.credits_applied),
             "acquire_deferred": get(&s.acquire_deferred),
+            "allowance": match self.allowance.load(Ordering::Relaxed) {
+                u64::MAX => Value::Null,
+                a => json!(a),
+            },
+            "in_flight": get(&self.in_flight),
+            "allowance_held_total": get(&s.allowance_held_total),
+            "allowances_applied": get(&s.allowances_applied),
+            "allowances_refused": get(&s.allowances_refused),
+            "reports_sent": get(&s.reports_sent),
         })
     }
 }

@@ -101,6 +101,10 @@ pub struct HostStats {
     /// Commands held at least once, since the host was added.
     pub throttled_ios: u64,
     pub hold_events: u64,
+    /// Commands that entered a hold queue, by the rule that held them (monotonic):
+    /// `{"limit": n, ..., "window": n, "bypassed": n}`.
+    #[serde(default)]
+    pub held_by: serde_json::Value,
     pub held_time: HeldTime,
     pub periods_total: PeriodTotals,
     pub reservation_met_fraction: Option<f64>,

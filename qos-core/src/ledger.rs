@@ -496,6 +496,12 @@ impl HostCounters {
 }
 
 impl HostShared {
+    /// Its part of the domain's window (hold target, in-flight allowance, circulation
+    /// report): the target plugin reads the allowance and stores the report.
+    pub fn window(&self) -> &HostWindow {
+        &self.window
+    }
+
     /// A host whose pools start in period `tag`.
     pub(crate) fn new(
         id: u32,
@@ -1170,7 +1176,7 @@ impl ChannelTokens {
         self.completed_ios += 1;
         if self.slots > 0 {
             self.slots -= 1;
-            self.domain.window.put();
+            self.domain.window.put_for(&self.host.window);
         }
     }
 
@@ -1370,6 +1376,8 @@ impl ChannelTokens {
             global_available_ops: s.global_available.ops,
             write_weight_milli: self.cost.write_weight_milli.min(u32::MAX as u64) as u32,
             size_unit: self.cost.size_unit.min(u32::MAX as u64) as u32,
+            // The target plugin sets it with `flags::ALLOWANCE` (it knows the NQN).
+            host_tag: 0,
         }
     }
 
@@ -1447,7 +1455,7 @@ impl Drop for ChannelTokens {
         self.flush();
         // Commands it let in can no longer be booked here: their slots go back.
         for _ in 0..std::mem::take(&mut self.slots) {
-            self.domain.window.put();
+            self.domain.window.put_for(&self.host.window);
         }
     }
 }

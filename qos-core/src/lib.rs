@@ -38,6 +38,8 @@
 //! - [`initiator`]: the cooperative initiator's token engine.
 //! - [`pacer`]: Justitia's chunking and multi-resource pacing, AIMD, and DIRS.
 //! - [`wire`]: the vendor-command protocol between the two plugins.
+//! - [`allowance`]: shares held at the initiator: the in-flight allowance a target
+//!   sends a cooperative host and the circulation the host reports.
 //!
 //! **Measurement**:
 //! - [`histogram`]: the time I/O spent held, in fixed buckets (statistics).
@@ -105,6 +107,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod admission;
+pub mod allowance;
 pub mod burst;
 pub mod channel;
 pub mod circulation;

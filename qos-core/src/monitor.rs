@@ -226,6 +226,7 @@ impl Monitor {
             None
         };
         self.step_bursts(now);
+        self.publish_allowances(now);
         let end = self.period_start.saturating_add(self.cfg.period);
         Tick {
             next_deadline: now.saturating_add(self.cfg.check_interval).min(end),
@@ -284,6 +285,28 @@ impl Monitor {
         }
         if moved {
             self.refresh_params(true);
+        }
+    }
+
+    /// Over circulation, each host's in-flight allowance n_i* = N_i - h_i (what its
+    /// hold target leaves outside QoS), at least one command (a host allowed none
+    /// would never hear of a new allowance: it comes with completions); during a
+    /// census (hold target `u64::MAX`) the last one stands. Otherwise none. A
+    /// cooperative host is sent it (`allowance`, `window.rs`); reports older than
+    /// [`crate::allowance::REPORT_TTL`] are forgotten here.
+    fn publish_allowances(&mut self, now: Nanos) {
+        let over = self.shared.window.is_over_circulation();
+        for h in &self.members.hosts {
+            let w = &h.shared.window;
+            w.expire_report(now, crate::allowance::REPORT_TTL);
+            if !over {
+                w.set_allowance(None);
+                continue;
+            }
+            let t = w.hold_target();
+            if t != u64::MAX {
+                w.set_allowance(Some(h.circulation_seen().saturating_sub(t).max(1)));
+            }
         }
     }
 

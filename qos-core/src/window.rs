@@ -112,6 +112,19 @@ pub struct HostWindow {
     /// one out gives it). A held command is otherwise released only by its host's next
     /// arrival; a host that stops sending would keep its last h_i commands waiting.
     hold_for: AtomicU64,
+    /// Slots its commands hold now (all its channels): its commands at the base that
+    /// the window counted. Compared with its allowance.
+    in_flight: AtomicU64,
+    /// Over circulation, its in-flight allowance n_i* as the monitor last set it
+    /// ([`crate::allowance::allowance_word`]: sequence number and allowance; 0: never
+    /// set). Sent to a cooperative host in completions; while the host reports its
+    /// circulation, its excess waits here only beyond the allowance (instead of its
+    /// hold target).
+    allowance: AtomicU64,
+    /// Its last circulation report plus one (0: none or expired), and when it came
+    /// (ns).
+    reported: AtomicU64,
+    reported_at: AtomicU64,
 }
 
 impl Default for HostWindow {
@@ -124,6 +137,10 @@ impl Default for HostWindow {
             held: AtomicU64::new(0),
             hold_target: AtomicU64::new(0),
             hold_for: AtomicU64::new(u64::MAX),
+            in_flight: AtomicU64::new(0),
+            allowance: AtomicU64::new(0),
+            reported: AtomicU64::new(0),
+            reported_at: AtomicU64::new(0),
         }
     }
 }
@@ -198,9 +215,15 @@ impl WindowShared {
                 // What stays held if this one goes (a held one counts itself).
                 let others = held.saturating_sub(held_for.is_some() as u64);
                 let waited = held_for.map_or(0, |w| w.0);
-                if others < host.hold_target.load(Ordering::Relaxed)
-                    && waited < host.hold_for.load(Ordering::Relaxed)
-                {
+                // A host that holds its own excess (it reports its circulation and was
+                // sent its allowance) waits here only beyond the allowance: obeying,
+                // none of its commands is held here (no census either: its report is
+                // its circulation).
+                let wait = match host.cap() {
+                    Some(cap) => host.in_flight.load(Ordering::Relaxed) >= cap,
+                    None => others < host.hold_target.load(Ordering::Relaxed),
+                };
+                if wait && waited < host.hold_for.load(Ordering::Relaxed) {
                     host.waiting.store(1, Ordering::Relaxed);
                     return Slot::Wait;
                 }
@@ -228,6 +251,7 @@ impl WindowShared {
             }
         }
         host.charge(v, ops);
+        host.in_flight.fetch_add(1, Ordering::Relaxed);
         Slot::Taken
     }
 
@@ -235,6 +259,14 @@ impl WindowShared {
     #[inline]
     pub(crate) fn put(&self) {
         self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A command of `host` that took a slot completed (its count too: every slot a
+    /// channel holds was taken by [`WindowShared::admit`] for its host).
+    #[inline]
+    pub(crate) fn put_for(&self, host: &HostWindow) {
+        self.put();
+        host.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Whether the window is over the hosts' circulation (else W counts commands at
@@ -309,6 +341,63 @@ impl HostWindow {
     pub fn hold_target(&self) -> u64 {
         self.hold_target.load(Ordering::Relaxed)
     }
+    /// Commands of the host the window counts at the base now.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The target: the host reported `circulation` (commands outstanding and waiting
+    /// at its initiator) at `now`.
+    pub fn report_circulation(&self, circulation: u64, now: Nanos) {
+        self.reported_at.store(now.0, Ordering::Relaxed);
+        self.reported
+            .store(circulation.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Its last report, unless expired.
+    pub fn reported_circulation(&self) -> Option<u64> {
+        self.reported.load(Ordering::Relaxed).checked_sub(1)
+    }
+
+    /// The monitor: forgets a report older than `ttl`.
+    pub(crate) fn expire_report(&self, now: Nanos, ttl: Nanos) {
+        let at = Nanos(self.reported_at.load(Ordering::Relaxed));
+        if self.reported.load(Ordering::Relaxed) != 0 && now.saturating_sub(at) >= ttl {
+            self.reported.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Its allowance word ([`crate::allowance::allowance_word`]; 0: never set).
+    pub fn allowance_word(&self) -> u64 {
+        self.allowance.load(Ordering::Relaxed)
+    }
+
+    /// The monitor: its allowance is `cap` (`None`: none). Moves the sequence number
+    /// only when it changed; a host never given one is left without.
+    pub(crate) fn set_allowance(&self, cap: Option<u64>) {
+        let cur = self.allowance.load(Ordering::Relaxed);
+        let next = crate::allowance::allowance_word((cur >> 32) as u32, cap);
+        if (cur == 0 && cap.is_none()) || (cur != 0 && cur as u32 == next as u32) {
+            return;
+        }
+        let seq = ((cur >> 32) as u32).wrapping_add(1).max(1);
+        self.allowance.store(
+            crate::allowance::allowance_word(seq, cap),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The allowance its excess waits for here: while it reports its circulation and
+    /// has an allowance.
+    #[inline]
+    fn cap(&self) -> Option<u64> {
+        if self.reported.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let w = self.allowance.load(Ordering::Relaxed);
+        (w != 0 && w as u32 != u32::MAX).then_some(w as u32 as u64)
+    }
+
     /// The monitor: keep `n` of its commands held (over circulation).
     pub(crate) fn set_hold_target(&self, n: u64) {
         if self.hold_target.load(Ordering::Relaxed) != n {
@@ -505,6 +594,60 @@ mod tests {
         s.disable();
         assert!(!s.is_over_circulation());
         assert_eq!(s.admit(&a, 1, false, None), Slot::Off);
+    }
+
+    /// Issue 40 item 2: a host that reports its circulation and has an allowance is
+    /// held here only beyond the allowance, whatever its hold target (a census's
+    /// `u64::MAX` included); its slots count against it until they are put back; once
+    /// its report expires, its hold target rules again.
+    #[test]
+    fn over_circulation_a_reporting_host_waits_only_beyond_its_allowance() {
+        let s = on(2);
+        s.set_unbounded();
+        s.set_over_circulation(true);
+        let a = HostWindow::default();
+        a.set_hold_target(u64::MAX);
+        a.set_allowance(Some(3));
+        assert_eq!(a.allowance_word() >> 32, 1, "first allowance: sequence 1");
+        assert_eq!(
+            s.admit(&a, 1, false, None),
+            Slot::Wait,
+            "not reporting: census"
+        );
+        a.report_circulation(10, Nanos::from_secs(1));
+        for _ in 0..3 {
+            assert_eq!(s.admit(&a, 1, false, None), Slot::Taken);
+        }
+        assert_eq!(a.in_flight(), 3);
+        assert_eq!(
+            s.admit(&a, 1, false, None),
+            Slot::Wait,
+            "beyond the allowance"
+        );
+        s.put_for(&a);
+        assert_eq!(
+            s.admit(&a, 1, false, Some(Nanos(1))),
+            Slot::Taken,
+            "one out, one in"
+        );
+        // The same allowance again moves nothing; a new one moves the sequence.
+        a.set_allowance(Some(3));
+        assert_eq!(a.allowance_word() >> 32, 1);
+        a.set_allowance(Some(4));
+        assert_eq!(a.allowance_word() >> 32, 2);
+        assert_eq!(s.admit(&a, 1, false, None), Slot::Taken);
+        a.expire_report(
+            Nanos::from_secs(1).saturating_add(Nanos(10)),
+            Nanos::from_secs(1),
+        );
+        assert_eq!(a.reported_circulation(), Some(10), "not expired yet");
+        a.expire_report(Nanos::from_secs(2), Nanos::from_secs(1));
+        assert_eq!(a.reported_circulation(), None);
+        assert_eq!(s.admit(&a, 1, false, None), Slot::Wait, "hold target again");
+        // A host never given an allowance is left without one.
+        let b = HostWindow::default();
+        b.set_allowance(None);
+        assert_eq!(b.allowance_word(), 0);
     }
 
     #[test]

@@ -47,6 +47,10 @@ pub mod flags {
     /// (none is a sample it may skip). Version 1 targets before it sent one in every
     /// read and write.
     pub const SPARSE_CREDIT: u16 = 1 << 4;
+    /// The target sends in-flight allowances (completion dword 0 with the marker
+    /// `0xB`), reads a circulation report in GET_STATE's `cdw14`, and puts the host's
+    /// tag in `host_tag` (see [`crate::allowance`]). Without it `host_tag` is 0.
+    pub const ALLOWANCE: u16 = 1 << 5;
 }
 
 /// The command dwords 10..=15 of a vendor command.
@@ -174,7 +178,14 @@ pub struct StateReply {
     /// paced release the allowance comes out over the period like the reservation.
     pub limit_per_period_ops: u64,
     pub limit_per_period_bytes: u64,
+    /// With `flags::ALLOWANCE`: the tag of the host NQN the QoS bdev is bound to
+    /// ([`crate::allowance::host_tag`]), at offset 152 (bytes the first version-1
+    /// targets leave 0).
+    pub host_tag: u32,
 }
+
+/// Offset of `host_tag` in the reply: the first reserved byte of version 1.
+const HOST_TAG_AT: usize = 152;
 
 /// A reply that does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -199,6 +210,7 @@ impl StateReply {
             out[8 + i * 8..16 + i * 8].copy_from_slice(&v.to_le_bytes());
         }
         out[8 + 18 * 8..REPLY_LEN].fill(0);
+        out[HOST_TAG_AT..HOST_TAG_AT + 4].copy_from_slice(&self.host_tag.to_le_bytes());
         Ok(())
     }
 
@@ -237,6 +249,11 @@ impl StateReply {
             release_burst_ns: w(15),
             limit_per_period_ops: w(16),
             limit_per_period_bytes: w(17),
+            host_tag: u32::from_le_bytes(
+                buf[HOST_TAG_AT..HOST_TAG_AT + 4]
+                    .try_into()
+                    .expect("4 bytes"),
+            ),
         })
     }
 
@@ -450,6 +467,7 @@ mod tests {
                 release_burst_ns: words[1] ^ words[2],
                 limit_per_period_ops: words[3] ^ words[4],
                 limit_per_period_bytes: words[5] ^ words[6],
+                host_tag: words[7] as u32,
             };
             let mut buf = [0u8; REPLY_LEN];
             r.encode(&mut buf).unwrap();

@@ -15,8 +15,8 @@
 //!
 //! | bdev I/O | charged as | cost | notes |
 //! |---|---|---|---|
-//! | READ | read | 1 op + its bytes | credit in completion dword 0 when it changed or commands are held (cooperative hosts) |
-//! | WRITE | write | 1 op + its bytes (x write weight) | credit in completion dword 0 when it changed or commands are held (cooperative hosts) |
+//! | READ | read | 1 op + its bytes | credit in completion dword 0 when it changed or commands are held, or the host's in-flight allowance when that changed (cooperative hosts) |
+//! | WRITE | write | 1 op + its bytes (x write weight) | credit in completion dword 0 when it changed or commands are held, or the host's in-flight allowance when that changed (cooperative hosts) |
 //! | COMPARE | other (read direction) | 1 op + its bytes | |
 //! | FLUSH, UNMAP, WRITE_ZEROES | write direction | 1 op, 0 bytes (x write weight) | no data crosses the fabric |
 //! | NVMe passthru forwarded to the base | other | 1 op + its data bytes | |
@@ -34,6 +34,7 @@ use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use qos_core::allowance::{self, AllowanceGate};
 use qos_core::channel::POLL_INTERVAL;
 use qos_core::window::{self, Handing, WindowWaiters};
 use qos_core::wire::{self, CreditGate, RequestError, VendorCmd};
@@ -132,6 +133,10 @@ pub struct Core {
     /// Which completions of a cooperative host's reads and writes on this channel
     /// carry its credit (a credit costs NVMe/TCP a response PDU per read).
     credit_gate: Cell<CreditGate>,
+    /// Which of them carry its in-flight allowance instead (issue 40 item 2: the first
+    /// after each change, and a refresh), and the folded tag of its NQN they carry.
+    allowance_gate: Cell<AllowanceGate>,
+    host_tag: u8,
     /// The SPDK thread it belongs to: a hand-off only goes to channels of the
     /// completing channel's thread.
     thread: Option<Thread>,
@@ -198,12 +203,14 @@ impl QosChannel {
         let tokens = ChannelTokens::new(node.domain_shared.clone(), node.host_shared.clone());
         let thread = Thread::current();
         let core = Rc::new(Core {
+            host_tag: allowance::fold_tag(allowance::host_tag(&node.host)),
             node,
             base,
             st: RefCell::new(TargetChannel::new(tokens)),
             sends: Cell::new(0),
             released: RefCell::new(Vec::new()),
             credit_gate: Cell::new(CreditGate::default()),
+            allowance_gate: Cell::new(AllowanceGate::default()),
             thread,
         });
         CHANNELS.with(|c| {
@@ -471,11 +478,17 @@ impl Core {
                 if !node.cooperative.load(Ordering::Relaxed) {
                     node.cooperative.store(true, Ordering::Relaxed);
                 }
-                let mut reply = self.st.borrow_mut().tokens().serve_request(req, now());
+                let t = now();
+                if let Some(c) = allowance::decode_report(opc, &cmd) {
+                    // The host holds its own excess: its circulation as it counts it.
+                    node.host_shared.window().report_circulation(c, t);
+                }
+                let mut reply = self.st.borrow_mut().tokens().serve_request(req, t);
                 // Reads and writes carry credits only through `credit_gate`, and the
                 // reply's dword 0 is 0: the reply carries the state, and a non-zero
                 // dword 0 would cost its data PDU the C2H SUCCESS flag (a second PDU).
-                reply.flags |= wire::flags::SPARSE_CREDIT;
+                reply.flags |= wire::flags::SPARSE_CREDIT | wire::flags::ALLOWANCE;
+                reply.host_tag = allowance::host_tag(&node.host);
                 let mut buf = [0u8; wire::REPLY_LEN];
                 match reply.encode(&mut buf) {
                     Ok(()) => {
@@ -549,11 +562,20 @@ fn base_done(inner: &QosChannel, io: QosIo, base: BaseIo, success: bool) {
             && (t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE)
             && inner.node().cooperative.load(Ordering::Relaxed)
         {
-            let hint = st.tokens().credit_hint();
-            let mut gate = inner.credit_gate.get();
-            let send = gate.should_send(hint, inner.clock());
-            inner.credit_gate.set(gate);
-            send.then(|| hint.encode())
+            let now = inner.clock();
+            // The allowance first: it changes a few times a second at most, and the
+            // token credit that waits is sent with the next completion.
+            let mut ag = inner.allowance_gate.get();
+            let word = inner.node().host_shared.window().allowance_word();
+            let allowed = ag.should_send(word, inner.host_tag, now);
+            inner.allowance_gate.set(ag);
+            allowed.or_else(|| {
+                let hint = st.tokens().credit_hint();
+                let mut gate = inner.credit_gate.get();
+                let send = gate.should_send(hint, now);
+                inner.credit_gate.set(gate);
+                send.then(|| hint.encode())
+            })
         } else {
             None
         }

@@ -247,6 +247,7 @@ impl IniChannel {
 fn chunk_done(inner: &Rc<IniChannel>, pp: ParentRef, base: BaseIo, success: bool) {
     let now = now();
     inner.shared.base_outcome(success);
+    inner.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
     let done = {
         let mut p = pp.state().borrow_mut();
         if success {

@@ -10,7 +10,7 @@ use qos_core::{IoKind, Nanos};
 use spdk_sys::bdev_io::IoStatus;
 
 use super::io::base_done;
-use super::{ChState, EngineAdmit, IniChannel, IniIo, Item, ParentRef, now};
+use super::{ChState, EngineAdmit, IniChannel, IniIo, Item, ParentRef, Room, now};
 use crate::split::Stop;
 use crate::state::lock;
 
@@ -26,6 +26,7 @@ impl IniChannel {
             let mut a = EngineAdmit {
                 engine: Some(&mut e.engine),
                 stats: &self.shared.stats,
+                room: Room::of(&self.shared),
             };
             let out = st.held.admit_or_hold(&mut a, kind, bytes, now, item);
             if out.is_none() {
@@ -51,6 +52,11 @@ impl IniChannel {
             let mut a = EngineAdmit {
                 engine: protocol.then_some(&mut e.engine),
                 stats: &self.shared.stats,
+                room: if protocol {
+                    Room::of(&self.shared)
+                } else {
+                    Room::default()
+                },
             };
             let mut v = Vec::new();
             st.held.release(&mut a, now, |it, _| v.push(it));
@@ -76,6 +82,7 @@ impl IniChannel {
             let mut a = EngineAdmit {
                 engine: None,
                 stats: &self.shared.stats,
+                room: Room::default(),
             };
             let h: Vec<Item> = held.drain(&mut a).collect();
             let r: Vec<Item> = retry.drain(..).collect();
@@ -130,6 +137,7 @@ impl IniChannel {
             let mut a = EngineAdmit {
                 engine: None,
                 stats: &self.shared.stats,
+                room: Room::default(),
             };
             let mut v: Vec<Item> = held.drain(&mut a).collect();
             v.extend(retry.drain(..));
@@ -154,6 +162,7 @@ impl IniChannel {
             let mut a = EngineAdmit {
                 engine: None,
                 stats: &self.shared.stats,
+                room: Room::default(),
             };
             let is = |it: &Item| matches!(it, Item::Io(x) if x.id() == target);
             held.remove_first(&mut a, is).or_else(|| {
@@ -179,6 +188,7 @@ impl IniChannel {
                 let mut a = EngineAdmit {
                     engine: None,
                     stats: &self.shared.stats,
+                    room: Room::default(),
                 };
                 let mine = |it: &Item| matches!(it, Item::Chunk(p, _) if Rc::ptr_eq(p, &pp));
                 let mut v = Vec::new();

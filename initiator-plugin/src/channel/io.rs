@@ -82,8 +82,11 @@ impl IniChannel {
         self.rw(io, IoKind::Read, now());
     }
 
-    /// Sends an admitted item to the base.
+    /// Sends an admitted item to the base. Every item at the base counts in the bdev's
+    /// `in_flight` (against the target's allowance) until its completion
+    /// (`base_done`, `chunk_done`) or the base's refusal.
     pub(crate) fn send(&self, item: Item) {
+        self.shared.in_flight.fetch_add(1, Ordering::Relaxed);
         let refused = match item {
             // A READ reaches here only with its buffer (`submit`, `get_read_buf`).
             Item::Io(io) => io.forward(base_done).map_err(|(io, rc)| (Item::Io(io), rc)),
@@ -95,6 +98,7 @@ impl IniChannel {
         let Err((item, rc)) = refused else {
             return;
         };
+        self.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
         if rc == ENOMEM {
             self.st.borrow_mut().retry.push_back(item);
             return;
@@ -191,6 +195,9 @@ impl IniChannel {
                 st.pace_wake,
             )
         };
+        if self.shared.allowance_on.load(Ordering::Relaxed) && self.protocol() {
+            busy |= self.report_circulation(now);
+        }
         if held {
             let v = self.shared.version.load(Ordering::Relaxed);
             if v != self.seen_version.get()
@@ -263,13 +270,15 @@ pub(crate) fn submit(inner: &IniChannel, io: IniIo) {
 pub(crate) fn base_done(inner: &Rc<IniChannel>, io: IniIo, base: BaseIo, success: bool) {
     let now = now();
     inner.shared.base_outcome(success);
-    if success {
-        let t = io.io_type();
-        if t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE {
-            let cdw0 = base.nvme_status().cdw0;
-            if cdw0 != 0 {
-                inner.on_credit(cdw0, now);
-            }
+    let t = io.io_type();
+    if t != T::SPDK_BDEV_IO_TYPE_RESET && t != T::SPDK_BDEV_IO_TYPE_ABORT {
+        // An item of `send` (resets and aborts complete here too, never counted).
+        inner.shared.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+    if success && (t == T::SPDK_BDEV_IO_TYPE_READ || t == T::SPDK_BDEV_IO_TYPE_WRITE) {
+        let cdw0 = base.nvme_status().cdw0;
+        if cdw0 != 0 {
+            inner.on_credit(cdw0, now);
         }
     }
     io.complete_like(&base);

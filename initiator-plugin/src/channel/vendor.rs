@@ -1,6 +1,7 @@
 //! The token protocol's vendor commands on an initiator channel: the engine's state
 //! requests and acquisitions and the pacer's probes (sent on the channel's base
-//! channel, replies decoded into the engine or the pacer), completion credits, and the
+//! channel, replies decoded into the engine or the pacer), completion credits, the
+//! in-flight allowance and the circulation reports (issue 40 item 2), and the
 //! orphan: a channel destroyed while vendor commands are in flight keeps its base
 //! channel until they complete, and aborts those overdue.
 
@@ -8,6 +9,7 @@ use std::rc::{Rc, Weak};
 use std::sync::atomic::Ordering;
 
 use qos_core::Nanos;
+use qos_core::allowance::{self, Received};
 use qos_core::initiator::{InitiatorEngine, Mode, RequestFailure};
 use qos_core::wire::{self, Request, StateReply};
 use spdk_sys::bdev_io::{BaseIo, nvme_cmd_from_dwords};
@@ -28,7 +30,13 @@ impl IniChannel {
     /// Completion dword 0 of a successful read or write: the target's credit, if it
     /// sends one (a dword 0 without the marker, 0 in particular, is no news).
     pub(crate) fn on_credit(&self, cdw0: u32, now: Nanos) {
-        if cdw0 >> 28 != CREDIT_MARKER || !self.shared.protocol_active() {
+        if !self.shared.protocol_active() {
+            return;
+        }
+        if cdw0 >> 28 == allowance::ALLOWANCE_MARK {
+            return self.on_allowance(cdw0, now);
+        }
+        if cdw0 >> 28 != CREDIT_MARKER {
             return;
         }
         self.shared
@@ -67,6 +75,55 @@ impl IniChannel {
             return;
         }
         e.engine.on_completion(cdw0, now);
+    }
+
+    /// Completion dword 0 with the allowance marker: the target's in-flight allowance
+    /// for this host (issue 40 item 2). Applied once when it is news; bad input
+    /// (malformed, stale, another host's, unannounced) is refused, counted and logged
+    /// (the first, then at each power of two: a broken target would flood the log).
+    pub(crate) fn on_allowance(&self, cdw0: u32, now: Nanos) {
+        let sh = &self.shared;
+        let announced = sh
+            .allowance_on
+            .load(Ordering::Relaxed)
+            .then(|| sh.host_tag.load(Ordering::Relaxed));
+        let got = lock(&sh.allowance_rx).receive(cdw0, announced, now);
+        match got {
+            Received::Applied(cap) => {
+                sh.allowance
+                    .store(cap.unwrap_or(u64::MAX), Ordering::Relaxed);
+                sh.stats.allowances_applied.fetch_add(1, Ordering::Relaxed);
+                // Held I/O on every channel may go (a larger allowance).
+                sh.version.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(bdev = sh.name.as_str(), "in-flight allowance {cap:?}");
+            }
+            Received::Duplicate => {}
+            bad => {
+                let n = sh.stats.allowances_refused.fetch_add(1, Ordering::Relaxed) + 1;
+                if n.is_power_of_two() {
+                    tracing::warn!(
+                        bdev = sh.name.as_str(),
+                        "allowance credit {cdw0:#010x} ignored ({bad:?}); {n} ignored so far"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Reports the bdev's circulation (commands at the base plus those waiting here)
+    /// when [`allowance::ReportGate`] says so; returns whether it sent a report.
+    pub(crate) fn report_circulation(&self, now: Nanos) -> bool {
+        let sh = &self.shared;
+        let circulation = sh
+            .in_flight
+            .load(Ordering::Relaxed)
+            .saturating_add(sh.stats.held.load(Ordering::Relaxed).max(0) as u64);
+        if !lock(&sh.report_gate).due(circulation, now) {
+            return false;
+        }
+        let (opc, c) = allowance::encode_report(circulation);
+        self.send_cmd(opc, c, VendorKind::Report, now);
+        true
     }
 
     /// Lets the engine send its next vendor command; returns whether it sent one.
@@ -110,6 +167,11 @@ impl IniChannel {
             r => r,
         };
         let (opc, c) = wire::encode_request(req);
+        self.send_cmd(opc, c, kind, now);
+    }
+
+    /// Sends an encoded vendor command on this thread's base channel.
+    fn send_cmd(&self, opc: u8, c: wire::VendorCmd, kind: VendorKind, now: Nanos) {
         let mut dw = [0u32; 16];
         dw[0] = opc as u32;
         dw[10..16].copy_from_slice(&[c.cdw10, c.cdw11, c.cdw12, c.cdw13, c.cdw14, c.cdw15]);
@@ -153,6 +215,7 @@ impl IniChannel {
         match kind {
             VendorKind::Engine(_) => stats.vendor_sent.fetch_add(1, Ordering::Relaxed),
             VendorKind::Probe(_) => stats.probes_sent.fetch_add(1, Ordering::Relaxed),
+            VendorKind::Report => stats.reports_sent.fetch_add(1, Ordering::Relaxed),
         };
         self.vendor.borrow_mut().push((id, now));
     }
@@ -229,6 +292,7 @@ fn vendor_done(id: RequestId, r: VendorReq, buf: DmaBuf, base: BaseIo, success: 
                         .inspect(|r| {
                             let sparse = r.flags & wire::flags::SPARSE_CREDIT != 0;
                             shared.sparse_credit.store(sparse, Ordering::Relaxed);
+                            shared.note_allowance(r);
                         })
                         .map(mirror_for_engine)
                         .map_err(RequestFailure::BadReply)
@@ -245,6 +309,14 @@ fn vendor_done(id: RequestId, r: VendorReq, buf: DmaBuf, base: BaseIo, success: 
                 shared.version.fetch_add(1, Ordering::Relaxed);
             } else {
                 shared.stats.vendor_late.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        VendorKind::Report => {
+            if let Some(r) = success
+                .then(|| StateReply::decode(buf.as_slice()).ok())
+                .flatten()
+            {
+                shared.note_allowance(&r);
             }
         }
         VendorKind::Probe(seq) => {

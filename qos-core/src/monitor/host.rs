@@ -89,10 +89,19 @@ impl HostEntry {
     /// held and at the base at one check interval, this period or the last. Its queue
     /// depth once QoS held all of them at once (on NVMe/TCP an unheld host's commands
     /// are mostly in the transport, where the QoS bdev does not see them).
+    ///
+    /// A host that holds its own excess (issue 40 item 2) reports its circulation
+    /// (`allowance`): the target then sees at most its allowance of it, and its
+    /// report is the rest.
     pub(crate) fn circulation_seen(&self) -> u64 {
-        self.window
+        let seen = self
+            .window
             .at_target_peak
-            .max(self.activity.at_target_peak())
+            .max(self.activity.at_target_peak());
+        self.shared
+            .window
+            .reported_circulation()
+            .map_or(seen, |r| seen.max(r))
     }
 }
 

@@ -3,6 +3,7 @@
 //! tests (entitlements, groups).
 #![allow(dead_code)] // each test file uses part of it
 
+use qos_core::allowance::{AllowanceGate, AllowanceReceiver, Received, ReportGate, fold_tag};
 use qos_core::{
     Capacity, DomainConfig, EstimatorConfig, ExcessSharing, IoKind, Monitor, Nanos, TargetChannel,
 };
@@ -35,6 +36,35 @@ pub struct Host {
     pub at_base: u32,
     /// Completions owed from fractions of earlier milliseconds.
     carry: f64,
+    /// A cooperative host (issue 40 item 2): it keeps what its allowance does not let
+    /// out itself.
+    pub coop: Option<Coop>,
+}
+
+/// A cooperative host's initiator: the allowance it was sent (through its channel's
+/// completions, as the target plugin sends it), its reports, and the commands it held
+/// itself.
+#[derive(Debug, Default)]
+pub struct Coop {
+    pub host_tag: u32,
+    pub allowance: Option<u64>,
+    gate: AllowanceGate,
+    rx: AllowanceReceiver,
+    report: ReportGate,
+    /// Commands waiting at the initiator now, and summed over the steps (a mean
+    /// over time: divide by the steps).
+    pub waiting: u32,
+    pub waiting_sum: u64,
+    pub allowances_applied: u64,
+}
+
+impl Coop {
+    pub fn new(host_tag: u32) -> Self {
+        Coop {
+            host_tag,
+            ..Coop::default()
+        }
+    }
 }
 
 /// Step of the simulation: well under a command's latency, so that the target is
@@ -110,13 +140,44 @@ fn serve_span(
                 sent += h.ch.on_completion(|| now, |_| ()) as u32;
             }
             h.at_base += sent;
+            if let Some(c) = h.coop.as_mut().filter(|_| done > 0) {
+                // A completion carries the allowance when the target's gate says so.
+                let word = h.ch.tokens().host().window().allowance_word();
+                if let Some(cdw0) = c.gate.should_send(word, fold_tag(c.host_tag), now)
+                    && let Received::Applied(a) = c.rx.receive(cdw0, Some(c.host_tag), now)
+                {
+                    c.allowance = a;
+                    c.allowances_applied += 1;
+                }
+            }
         }
         for h in hosts.iter_mut() {
             let outstanding = h.at_base + h.ch.held() as u32;
+            let mut room = u32::MAX;
+            if let Some(c) = h.coop.as_mut() {
+                // Its circulation is its depth (closed loop): reported when due.
+                if c.report.due(h.depth as u64, now) {
+                    h.ch.tokens()
+                        .host()
+                        .window()
+                        .report_circulation(h.depth as u64, now);
+                }
+                let cap = c.allowance.map_or(u32::MAX, |a| a as u32);
+                room = cap.saturating_sub(outstanding);
+            }
             for _ in outstanding..h.depth {
+                if room == 0 {
+                    break;
+                }
+                room -= 1;
                 if h.ch.admit(IoKind::Read, 4096, now, ()).is_some() {
                     h.at_base += 1;
                 }
+            }
+            let at_target = h.at_base + h.ch.held() as u32;
+            if let Some(c) = h.coop.as_mut() {
+                c.waiting = h.depth.saturating_sub(at_target);
+                c.waiting_sum += c.waiting as u64;
             }
             if step % 10 == 0 {
                 h.at_base += h.ch.poll(now, |_| ()) as u32;
@@ -136,6 +197,7 @@ impl Host {
             depth,
             at_base: 0,
             carry: 0.0,
+            coop: None,
         }
     }
 }

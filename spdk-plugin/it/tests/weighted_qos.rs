@@ -541,36 +541,109 @@ fn qos_total_against_bare_side_by_side() {
     let ctrls: Vec<Controller> = hosts.iter().map(|&i| s.controller(i)).collect();
     const PLAIN: u32 = 1;
     const QOS: u32 = 2;
+    // Issue 40 item 2: with QOS_IT_COOPERATIVE=1 the hosts of the QoS phases run the
+    // initiator plugin (a `qos_ini` bdev over each QoS namespace): under
+    // `operating_point` over circulation they are sent their allowances n_i* and hold
+    // their excess themselves. The plain phases stay plain bdev_nvme.
+    let cooperative = std::env::var("QOS_IT_COOPERATIVE").as_deref() == Ok("1");
+    if cooperative {
+        println!("  QoS phases: cooperative hosts (the initiator plugin over each QoS namespace)");
+    }
     // The hosts' IOPS on namespace `ns` for one phase, and the share of the phase the
     // target's poll group was busy; on the QoS namespaces also the domain's statistics
-    // a second before the phase ends (the entitlements of the last period under load).
-    let phase_run = |t: &mut Target, ns: u32| -> (Vec<f64>, f64, Option<DomainStats>) {
+    // a second before the phase ends (the entitlements of the last period under load)
+    // and, per host, the commands held at the initiator for its allowance and at the
+    // target, and those the target admitted, over the phase until then.
+    let phase_run = |t: &mut Target,
+                     ns: u32|
+     -> (Vec<f64>, f64, Option<DomainStats>, Vec<[u64; 3]>) {
         let (b0, i0) = poll_group_ticks(t);
+        let coop = cooperative && ns == QOS;
         let bdev = |c: &Controller| format!("{}n{ns}", c.name);
+        let ini = |c: &Controller| format!("qi_{}", c.name);
+        let dev = |c: &Controller| if coop { ini(c) } else { bdev(c) };
         let jobs = ctrls
             .iter()
             .zip(&loads)
-            .map(|(c, l)| l.job(&bdev(c)))
+            .map(|(c, l)| l.job(&dev(c)))
             .collect();
+        let ini_bdevs: Vec<Value> = if coop {
+            ctrls
+                .iter()
+                .map(|c| json!({"name": ini(c), "base_bdev_name": bdev(c)}))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let before = (ns == QOS).then(|| t.compact_stats("d"));
         let mut stats = None;
+        let mut ini_held = vec![0u64; ctrls.len()];
+        let mut ini_state = vec![String::new(); ctrls.len()];
         let out = s
-            .bdevperf(false, bdev_config(&ctrls, &[]), jobs, phase, &[])
+            .bdevperf(coop, bdev_config(&ctrls, &ini_bdevs), jobs, phase, &[])
             .run_polling(
                 Duration::from_millis(500),
                 Duration::from_secs(phase as u64 - 1),
-                |_, _| {
+                |b, _| {
                     if ns == QOS {
                         stats = Some(t.compact_stats("d"));
                     }
+                    for (k, c) in ctrls.iter().enumerate().filter(|_| coop) {
+                        if let Ok(v) = b.try_ini_bdev(&ini(c)) {
+                            let st = &v["state"];
+                            ini_held[k] = st["allowance_held_total"].as_u64().unwrap_or(0);
+                            ini_state[k] = format!(
+                                "allowance {} ({} applied, {} refused), {} reports, {} vendor commands",
+                                st["allowance"], st["allowances_applied"], st["allowances_refused"],
+                                st["reports_sent"], st["vendor_sent"]
+                            );
+                        }
+                    }
                 },
             );
+        if coop {
+            println!("    initiators: {}", ini_state.join("; "));
+        }
         let (b1, i1) = poll_group_ticks(t);
         let busy = (b1 - b0) as f64 / ((b1 - b0) + (i1 - i0)).max(1) as f64;
         let iops = ctrls
             .iter()
-            .map(|c| out.jobs.get(&bdev(c)).map_or(0.0, |r| r.iops))
+            .map(|c| out.jobs.get(&dev(c)).map_or(0.0, |r| r.iops))
             .collect();
-        (iops, busy, stats)
+        let held = match (&before, &stats) {
+            (Some(a), Some(b)) => hosts
+                .iter()
+                .zip(&ini_held)
+                .map(|(&i, &ini)| {
+                    let n = host_nqn(i);
+                    let (Some(x), Some(y)) = (a.host(&n), b.host(&n)) else {
+                        return [ini, 0, 0];
+                    };
+                    // Why the target held them: the rules' counts over the phase.
+                    if let Some(by) = y.held_by.as_object() {
+                        let why: Vec<String> = by
+                            .iter()
+                            .map(|(k, v)| {
+                                let was = x.held_by[k].as_u64().unwrap_or(0);
+                                (k, v.as_u64().unwrap_or(0).saturating_sub(was))
+                            })
+                            .filter(|(_, d)| *d > 0)
+                            .map(|(k, d)| format!("{k} {d}"))
+                            .collect();
+                        if !why.is_empty() {
+                            println!("    {n} held at the target by: {}", why.join(", "));
+                        }
+                    }
+                    [
+                        ini,
+                        y.throttled_ios.saturating_sub(x.throttled_ios),
+                        y.admitted_ios_total.saturating_sub(x.admitted_ios_total),
+                    ]
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        (iops, busy, stats, held)
     };
     let first: f64 = phase_run(&mut t, PLAIN).0.iter().sum();
     // Over circulation (`operating_point` with `QOS_IT_OPERATING_IN_FLIGHT`, N*): a host
@@ -610,13 +683,28 @@ fn qos_total_against_bare_side_by_side() {
     }
     let warm: f64 = phase_run(&mut t, QOS).0.iter().sum();
     println!("  QoS warm-up phase {warm:.0} IOPS");
-    let (plain, mut plain_busy, _) = phase_run(&mut t, PLAIN);
+    let (plain, mut plain_busy, ..) = phase_run(&mut t, PLAIN);
     let mut bare = vec![plain.iter().sum::<f64>()];
     let mut ratios = Vec::new();
     let mut vs_e: Vec<Vec<f64>> = vec![Vec::new(); hosts.len()];
     for r in 0..rounds {
-        let (q, qos_busy, during) = phase_run(&mut t, QOS);
+        let (q, qos_busy, during, held) = phase_run(&mut t, QOS);
         let total: f64 = q.iter().sum();
+        // Issue 40 item 2: who held the hosts' commands.
+        println!(
+            "    held in the phase (at the initiator for its allowance / at the target / admitted by the target): {}",
+            held.iter()
+                .zip(&hosts)
+                .map(|(h, i)| format!(
+                    "h{i} {} / {} / {} ({:.2} % at the target)",
+                    h[0],
+                    h[1],
+                    h[2],
+                    100.0 * h[1] as f64 / h[2].max(1) as f64
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         // The monitor's own report (issue 26's yardstick): contending hosts against
         // their e_i, which caps a host at what its queue depth gives at L*.
         let during = during.expect("polled during the phase");
@@ -686,7 +774,7 @@ fn qos_total_against_bare_side_by_side() {
             curve.join(" ")
         );
         let busy_before = plain_busy;
-        let (plain, busy, _) = phase_run(&mut t, PLAIN);
+        let (plain, busy, ..) = phase_run(&mut t, PLAIN);
         plain_busy = busy;
         bare.push(plain.iter().sum());
         let around = (bare[r] + bare[r + 1]) / 2.0;
