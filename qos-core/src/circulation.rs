@@ -276,6 +276,14 @@ mod tests {
         half: u64,
     }
 
+    /// A knee near 40 commands: at 160 circulating, 0.97 of T(160) needs about 90.
+    fn knee() -> Target {
+        Target {
+            peak: 700_000,
+            half: 4,
+        }
+    }
+
     impl Target {
         fn rate(&self, n: u64) -> u64 {
             self.peak * n / (n + self.half)
@@ -375,10 +383,7 @@ mod tests {
     #[test]
     fn n_star_settles_where_the_held_rate_is_eta_of_the_open_rate() {
         // A knee near 40 commands: at 160 circulating, 0.97 of T(160) needs about 90.
-        let target = Target {
-            peak: 700_000,
-            half: 4,
-        };
+        let target = knee();
         for eta in [970, 900, 800] {
             let mut p = probe(eta);
             run(&mut p, &target, 160, 160, &|_| 1000);
@@ -426,10 +431,7 @@ mod tests {
 
     #[test]
     fn a_machine_changing_speed_does_not_move_n_star_far() {
-        let target = Target {
-            peak: 700_000,
-            half: 4,
-        };
+        let target = knee();
         // Speed steps between 1x and 0.5x every 700 ms (out of phase with the cycle).
         let mut p = probe(970);
         run(&mut p, &target, 160, 160, &|ms| {
@@ -442,10 +444,7 @@ mod tests {
 
     #[test]
     fn a_bypass_pauses_the_learning() {
-        let target = Target {
-            peak: 700_000,
-            half: 4,
-        };
+        let target = knee();
         let mut p = probe(970);
         run(&mut p, &target, 160, 100, &|_| 1000);
         let before = p.report();
@@ -460,10 +459,7 @@ mod tests {
 
     #[test]
     fn more_hosts_raise_n_star_within_a_few_cycles() {
-        let target = Target {
-            peak: 700_000,
-            half: 4,
-        };
+        let target = knee();
         let mut p = probe(970);
         run(&mut p, &target, 80, 100, &|_| 1000);
         let low = p.report().n_star.unwrap();

@@ -161,6 +161,14 @@ fn shares_follow_the_split_when_a_host_s_own_commands_slow_it() {
     }
 }
 
+/// A domain whose N\* is learned for η = 0.97 (`operating_over_circulation`).
+fn learning_monitor(t0: Nanos) -> Monitor {
+    let mut cfg = domain(ExcessSharing::OperatingPoint);
+    cfg.operating_over_circulation = true;
+    cfg.efficiency_milli = 970;
+    Monitor::new(cfg, t0).unwrap()
+}
+
 /// N\* learned for η (`operating_over_circulation`, issue 39 item 1): on the fluid
 /// target (T(Q) = 200 K Q / (Q + 4)) the four hosts circulate 160 commands; η = 0.97 of
 /// T(160) needs about 71. The learner settles where the rate held is η of the rate
@@ -169,10 +177,7 @@ fn shares_follow_the_split_when_a_host_s_own_commands_slow_it() {
 #[test]
 fn n_star_is_learned_for_eta_and_the_hosts_get_their_parts_of_it() {
     let t0 = Nanos::from_secs(1);
-    let mut cfg = domain(ExcessSharing::OperatingPoint);
-    cfg.operating_over_circulation = true;
-    cfg.efficiency_milli = 970;
-    let mut m = Monitor::new(cfg, t0).unwrap();
+    let mut m = learning_monitor(t0);
     let mut hs = hosts(&mut m, t0, &[(4, 16), (3, 32), (2, 48), (1, 64)]);
     let counters: Vec<_> = hs
         .iter_mut()
@@ -234,9 +239,7 @@ fn n_star_is_learned_for_eta_and_the_hosts_get_their_parts_of_it() {
 #[test]
 fn the_open_spells_keep_a_host_s_limit() {
     let t0 = Nanos::from_secs(1);
-    let mut cfg = domain(ExcessSharing::OperatingPoint);
-    cfg.operating_over_circulation = true;
-    let mut m = Monitor::new(cfg, t0).unwrap();
+    let mut m = learning_monitor(t0);
     let mut hs = hosts(&mut m, t0, &[(4, 16), (3, 32), (2, 48)]);
     // Weight 8: its part of N* is above what its limit needs, so the limit binds.
     let mut limited_cfg = HostConfig::new("limited").with_limit(qos_core::Rate::iops(30_000));
