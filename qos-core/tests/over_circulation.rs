@@ -39,16 +39,28 @@ fn four_hosts(skew: f64) -> (Monitor, Vec<Host>, Vec<u64>) {
     let t0 = Nanos::from_secs(1);
     let mut m = monitor(t0);
     let mut hs = hosts(&mut m, t0, &[(4, 16), (3, 32), (2, 48), (1, 64)]);
+    let got = completed_after(&mut m, &mut hs, (3, 1), skew);
+    (m, hs, got)
+}
+
+/// Serves `hosts` from the first second for `warm` seconds, then for `measure`
+/// seconds (`skew`: see [`fluid::serve_skewed`]); what each host completed in the
+/// latter.
+fn completed_after(
+    m: &mut Monitor,
+    hs: &mut [Host],
+    (warm, measure): (u64, u64),
+    skew: f64,
+) -> Vec<u64> {
     let counters: Vec<_> = hs
         .iter_mut()
         .map(|h| h.ch.tokens().host().clone())
         .collect();
     let done = |i: usize| counters[i].counters().completed_ios;
-    serve_skewed(&mut m, &mut hs, (1, 3), skew);
+    serve_skewed(m, hs, (1, warm), skew);
     let before: Vec<u64> = (0..hs.len()).map(done).collect();
-    serve_skewed(&mut m, &mut hs, (4, 1), skew);
-    let got = (0..hs.len()).map(|i| done(i) - before[i]).collect();
-    (m, hs, got)
+    serve_skewed(m, hs, (1 + warm, measure), skew);
+    (0..hs.len()).map(|i| done(i) - before[i]).collect()
 }
 
 #[test]
@@ -179,15 +191,7 @@ fn n_star_is_learned_for_eta_and_the_hosts_get_their_parts_of_it() {
     let t0 = Nanos::from_secs(1);
     let mut m = learning_monitor(t0);
     let mut hs = hosts(&mut m, t0, &[(4, 16), (3, 32), (2, 48), (1, 64)]);
-    let counters: Vec<_> = hs
-        .iter_mut()
-        .map(|h| h.ch.tokens().host().clone())
-        .collect();
-    let done = |i: usize| counters[i].counters().completed_ios;
-    serve(&mut m, &mut hs, (1, 10));
-    let before: Vec<u64> = (0..hs.len()).map(done).collect();
-    serve(&mut m, &mut hs, (11, 2));
-    let got: Vec<u64> = (0..hs.len()).map(|i| done(i) - before[i]).collect();
+    let got = completed_after(&mut m, &mut hs, (10, 2), 1.0);
     let total: u64 = got.iter().sum();
     let stats = m.stats(Nanos::from_secs(13));
     let c = stats.circulation.expect("over circulation");
@@ -249,11 +253,7 @@ fn the_open_spells_keep_a_host_s_limit() {
         TargetChannel::new(m.channel("limited").unwrap()),
         64,
     ));
-    let limited = hs[3].ch.tokens().host().clone();
-    serve(&mut m, &mut hs, (1, 3));
-    let before = limited.counters().completed_ios;
-    serve(&mut m, &mut hs, (4, 2));
-    let got = limited.counters().completed_ios - before;
+    let got = completed_after(&mut m, &mut hs, (3, 2), 1.0)[3];
     let learned = m.stats(Nanos::from_secs(6)).circulation.unwrap().learned;
     println!("limited host: {got} in 2 s; {learned:?}");
     assert!(learned.is_some_and(|l| l.triplets >= 15), "{learned:?}");
