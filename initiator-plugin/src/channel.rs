@@ -193,8 +193,10 @@ pub(crate) struct ChState {
     pub(crate) parents: Vec<ParentRef>,
     /// Items the base refused for lack of bdev_ios; resent from the poller.
     pub(crate) retry: VecDeque<Item>,
-    /// Earliest time a paced chunk may go.
+    /// Earliest time a paced chunk may go, while the pacer group's `rates_epoch` is
+    /// `pace_epoch` (a change of rates voids it).
     pub(crate) pace_wake: u64,
+    pub(crate) pace_epoch: u64,
     /// This channel's pacer stream, open while `streams` is not empty.
     pub(crate) stream: StreamRef,
 }

@@ -295,6 +295,8 @@ pub struct GroupState {
     probe_due: Option<Nanos>,
     applied_small: u64,
     pub probes_lost: u64,
+    /// The pacer's `rates_version` last published in `rates_epoch`.
+    published_rates: u64,
 }
 
 /// A pacer group: the QoS bdevs sharing one link (by default, all of the process).
@@ -318,6 +320,9 @@ pub struct PacerGroup {
     /// A probe is due and no channel that may send it has ticked yet: a channel that
     /// sent small I/O ticks at its next poll.
     pub probe_due: AtomicBool,
+    /// Changes when the pacer's rates change or it is rebuilt: a channel whose chunks
+    /// wait for the time a refusal gave pumps again then (`Pacer::rates_version`).
+    pub rates_epoch: AtomicU64,
 }
 
 impl PacerGroup {
@@ -335,6 +340,7 @@ impl PacerGroup {
                 probe_due: None,
                 applied_small: 0,
                 probes_lost: 0,
+                published_rates: 0,
             }),
             last_small: AtomicU64::new(0),
             chunk_bytes: AtomicU64::new(opts.chunk_bytes),
@@ -343,6 +349,7 @@ impl PacerGroup {
             split_always: AtomicBool::new(opts.split_always),
             next_tick: AtomicU64::new(0),
             probe_due: AtomicBool::new(false),
+            rates_epoch: AtomicU64::new(0),
         })
     }
 
@@ -370,6 +377,8 @@ impl PacerGroup {
             self.split_always
                 .store(opts.split_always, Ordering::Relaxed);
             self.next_tick.store(0, Ordering::Relaxed);
+            g.published_rates = g.pacer.rates_version();
+            self.rates_epoch.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -432,6 +441,7 @@ impl PacerGroup {
             g.pacer.on_failed_probe(now.saturating_sub(sent), now);
         }
         let t = g.pacer.tick(now);
+        self.publish_rates(&mut g);
         self.next_tick.store(t.next_deadline.0, Ordering::Relaxed);
         self.chunk_bytes
             .store(g.pacer.chunk_bytes(now), Ordering::Relaxed);
@@ -486,6 +496,7 @@ impl PacerGroup {
     pub fn open(&self, flow: u64, now: Nanos) -> StreamRef {
         let mut g = lock(&self.st);
         let id = g.pacer.open_stream(flow, now);
+        self.publish_rates(&mut g);
         Some((g.generation, id))
     }
 
@@ -504,10 +515,20 @@ impl PacerGroup {
             _ => {
                 let id = g.pacer.open_stream(flow, now);
                 *stream = Some((g.generation, id));
+                self.publish_rates(&mut g);
                 id
             }
         };
         g.pacer.try_send(id, bytes, now)
+    }
+
+    /// Tells the channels when the pacer's rates changed (`rates_epoch`).
+    fn publish_rates(&self, g: &mut GroupState) {
+        let v = g.pacer.rates_version();
+        if v != g.published_rates {
+            g.published_rates = v;
+            self.rates_epoch.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The transfer left the pacer (or ended early).
@@ -516,6 +537,7 @@ impl PacerGroup {
             let mut g = lock(&self.st);
             if g0 == g.generation {
                 g.pacer.close_stream(id, now);
+                self.publish_rates(&mut g);
             }
         }
     }

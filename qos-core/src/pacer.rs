@@ -820,6 +820,8 @@ pub struct Pacer {
     held_rates_total: u128,
     held_from: (Nanos, u128, u128),
     held: HeldDelivery,
+    /// Counts the changes of the buckets' rates and depths ([`Pacer::rates_version`]).
+    rates_version: u64,
 }
 
 /// What AIMD decided while latency-sensitive traffic was about, since the pacer was
@@ -867,6 +869,7 @@ impl Pacer {
             held_rates_total: 0,
             held_from: (now, 0, 0),
             held: HeldDelivery::default(),
+            rates_version: 0,
         })
     }
 
@@ -1131,21 +1134,33 @@ impl Pacer {
         // Every bucket holds one chunk (two while late): a deeper one would let a burst
         // of chunks go at once, and the small commands wait behind all of them.
         let chunk = self.chunk_bytes(now);
+        let mut changed = false;
+        let mut set = |b: &mut TokenBucket, rate: u64, depth: u64| {
+            changed |= b.rate() != rate || b.depth != depth;
+            b.set_rate(rate, now);
+            b.set_depth(depth, now);
+        };
         for (s, rate) in self.streams.iter_mut().zip(rates) {
             if let Some(s) = s {
-                s.bucket.set_rate(rate, now);
-                s.bucket.set_depth(chunk, now);
+                set(&mut s.bucket, rate, chunk);
             }
         }
-        self.aggregate.bytes.set_depth(chunk, now);
-        self.aggregate
-            .ops
-            .set_depth(mul_div(chunk, self.cfg.link_iops, self.link).max(1), now);
-        self.aggregate.bytes.set_rate(self.allowed, now);
-        self.aggregate.ops.set_rate(
+        set(&mut self.aggregate.bytes, self.allowed, chunk);
+        set(
+            &mut self.aggregate.ops,
             mul_div(self.allowed, self.cfg.link_iops, self.link).max(1),
-            now,
+            mul_div(chunk, self.cfg.link_iops, self.link).max(1),
         );
+        self.rates_version += u64::from(changed);
+    }
+
+    /// Changes whenever a bucket's rate or depth changes (AIMD, DIRS, a stream opened or
+    /// closed, the chunk size). A refusal's time ([`Pacer::try_send`]'s `Err`) holds
+    /// only while this stays the same: a sender that waits for it must ask again when
+    /// this changes (a stream refused at a rate a late signal had cut waits for hours
+    /// at that rate, and AIMD lifts it within a millisecond).
+    pub fn rates_version(&self) -> u64 {
+        self.rates_version
     }
 
     /// A large transfer of `flow` begins: a new stream at the DIRS initial rate.
@@ -1505,6 +1520,57 @@ mod tests {
         t = t.saturating_add(Nanos::from_millis(1));
         p.tick(t);
         assert_eq!(p.allowed_rate(), link / 2 + link / 50);
+    }
+
+    /// The initiator's hang of 2026-11-30 (CI, `pacing_protects_a_small_reader_...`): late
+    /// signals while no stream was open cut the virtual stream to a few bytes a second;
+    /// once the small I/O had gone (no sharing floor) but before DIRS reset, a stream
+    /// started there and its refusal said "hours"; AIMD lifted its rate a millisecond
+    /// later, but the channel slept until the refusal's time. The version tells it to
+    /// ask again.
+    #[test]
+    fn a_refusal_holds_only_until_the_rates_change() {
+        let mut t = Nanos::from_secs(1);
+        let mut p = pacer(t);
+        let link = 1000 * MIB;
+        t = congest(&mut p, t, Nanos::from_millis(5), 80);
+        // A late probe's signal just before the small I/O's idle time ends.
+        t = t.saturating_add(Nanos::from_millis(99));
+        p.dirs.on_late_signal(t);
+        t = t.saturating_add(Nanos::from_millis(2));
+        p.tick(t);
+        assert!(!p.latency_sensitive_now(t));
+        assert!(
+            p.dirs().virtual_rate() < link >> 20,
+            "{}",
+            p.dirs().virtual_rate()
+        );
+        let s = p.open_stream(1, t);
+        assert!(
+            p.try_send(s, 128 * 1024, t).is_ok(),
+            "a new bucket holds one chunk"
+        );
+        let refused_until = p.try_send(s, 128 * 1024, t).unwrap_err();
+        assert!(refused_until > t.saturating_add(Nanos::from_secs(1)));
+        let before = p.rates_version();
+        t = t.saturating_add(Nanos::from_millis(1));
+        p.tick(t);
+        assert_ne!(p.rates_version(), before, "AIMD lifted the stream");
+        let wait = match p.try_send(s, 128 * 1024, t) {
+            Ok(()) => Nanos(0),
+            Err(at) => at.saturating_sub(t),
+        };
+        assert!(wait < Nanos::from_millis(10), "{wait:?}");
+        // Nothing changes once the rates are at the link: the version stays.
+        t = t.saturating_add(Nanos::from_millis(200));
+        for _ in 0..60 {
+            t = t.saturating_add(Nanos::from_millis(1));
+            p.tick(t);
+        }
+        let settled = p.rates_version();
+        t = t.saturating_add(Nanos::from_millis(1));
+        p.tick(t);
+        assert_eq!(p.rates_version(), settled);
     }
 
     /// `rounds` AIMD intervals with latency-sensitive traffic and a probe of `probe`

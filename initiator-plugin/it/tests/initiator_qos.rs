@@ -667,14 +667,20 @@ fn alone_rounds(
             for wait_ms in [1500, 1000] {
                 std::thread::sleep(Duration::from_millis(wait_ms));
                 if extra.is_some() {
-                    states.push(b.ini_bdev("qw")["state"].clone());
+                    states.push(b.ini_bdev("qw"));
                 }
+            }
+            if let [a, b] = &states[..]
+                && a["state"]["ios"] == b["state"]["ios"]
+            {
+                // Printed before waiting for the jobs: a stalled pacer would hang there.
+                eprintln!("the QoS bdev took no I/O in 1 s: {a} then {b}");
             }
             let out = b.finish_tests(run);
             let r = out.job(&bdev);
             assert_eq!(r.io_failed, 0, "failed I/O:\n{}", out.tail(20));
             if let ([a, b], Some(e)) = (&states[..], extra) {
-                let count = |st: &Value, k: &str| st[k].as_u64().unwrap_or(0);
+                let count = |st: &Value, k: &str| st["state"][k].as_u64().unwrap_or(0);
                 let split = count(b, "large_ios") - count(a, "large_ios");
                 let whole = count(b, "large_whole_ios") - count(a, "large_whole_ios");
                 if e["split_always"] == json!(true) {

@@ -103,6 +103,8 @@ impl IniChannel {
         let mut finish: Vec<ParentRef> = Vec::new();
         {
             let mut st = self.st.borrow_mut();
+            // Read before asking: a change of rates while we ask voids what we are told.
+            st.pace_epoch = self.group.rates_epoch.load(Ordering::Relaxed);
             let mut earliest = u64::MAX;
             loop {
                 let mut progressed = false;

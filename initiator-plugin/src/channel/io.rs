@@ -188,11 +188,12 @@ impl IniChannel {
         }
         let (held, streams, retry, wake) = {
             let st = self.st.borrow();
+            let rates_changed = st.pace_epoch != self.group.rates_epoch.load(Ordering::Relaxed);
             (
                 !st.held.is_empty(),
                 !st.streams.is_empty(),
                 !st.retry.is_empty(),
-                st.pace_wake,
+                if rates_changed { 0 } else { st.pace_wake },
             )
         };
         if self.shared.allowance_on.load(Ordering::Relaxed) && self.protocol() {
