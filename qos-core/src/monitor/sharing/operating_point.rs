@@ -398,8 +398,7 @@ impl OperatingPoint {
         let n_star = if iv.cfg.bypass {
             p.pause(circulating)
         } else {
-            let offset = iv.now.saturating_sub(self.census_at);
-            p.tick(iv.now, offset, circulating, || {
+            p.tick(iv.now, circulating, || {
                 hosts
                     .iter()
                     .map(|h| h.shared.completed_work_and_service().0)
