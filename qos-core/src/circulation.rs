@@ -57,6 +57,16 @@ pub const BAND: u64 = 10;
 /// sixteenth (a host that joined, a faster target).
 pub const FAR_BELOW: u64 = 50;
 
+/// The held spans before and after the open spell (rates `before`, `after`) are within
+/// half of each other: the load was steady over the triplet. A load that starts or stops
+/// (the hosts' phases on the real target: triplets across them read 0.5-1.3) or a step
+/// in the machine's speed is not linear over the triplet, and its ratio says nothing of
+/// holding: the triplet is left out.
+pub fn steady(before: u64, after: u64) -> bool {
+    let (lo, hi) = (before.min(after), before.max(after));
+    hi.saturating_mul(2) <= lo.saturating_mul(3)
+}
+
 /// Where a cycle is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -226,6 +236,7 @@ impl CirculationProbe {
                 let (before, open) = (self.before.take(), self.open.take());
                 if let (Some(b), Some(o), Some(a)) = (before, open, rate)
                     && o > 0
+                    && steady(b, a)
                 {
                     self.learn(((b + a) / 2) as u128 * 1000 / o as u128, circulating);
                 }
@@ -479,6 +490,22 @@ mod tests {
         let high = p.report().n_star.unwrap();
         let got = target.rate(high) * 1000 / target.rate(320);
         assert!(high > low && got >= 960, "{low} -> {high}: {got}");
+    }
+
+    #[test]
+    fn a_load_that_stops_or_starts_within_a_triplet_teaches_nothing() {
+        assert!(steady(100, 149) && steady(149, 100) && !steady(100, 151) && !steady(0, 5));
+        let target = knee();
+        let mut p = probe(970);
+        run(&mut p, &target, 160, 60, &|_| 1000);
+        let learned = p.report();
+        // The load stops 450 ms into each cycle (in the open spell) and comes back at
+        // the next cycle's start: every triplet's after span is empty.
+        run(&mut p, &target, 160, 20, &|ms| {
+            if ms % 1000 < 450 { 1000 } else { 0 }
+        });
+        assert_eq!(p.report().n_star, learned.n_star);
+        assert_eq!(p.report().triplets, learned.triplets);
     }
 
     #[test]
