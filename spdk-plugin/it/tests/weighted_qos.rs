@@ -571,7 +571,10 @@ fn qos_total_against_bare_side_by_side() {
         .ok()
         .map(std::path::PathBuf::from);
     let opts_b = opts_of("QOS_IT_INI_OPTS_B");
-    let two_variants = cooperative && (lib_b.is_some() || opts_b.is_some());
+    // `QOS_IT_PASSTHRU_B=1`: variant B is SPDK's own passthru bdev over each QoS
+    // namespace instead (no initiator plugin): what stacking a bdev costs by itself.
+    let passthru_b = std::env::var("QOS_IT_PASSTHRU_B").as_deref() == Ok("1");
+    let two_variants = cooperative && (lib_b.is_some() || opts_b.is_some() || passthru_b);
     let variants = [
         (s.ini_lib.clone(), opts_a.clone()),
         (
@@ -581,6 +584,10 @@ fn qos_total_against_bare_side_by_side() {
     ];
     if cooperative {
         for (k, (lib, o)) in variants.iter().enumerate().take(1 + two_variants as usize) {
+            if k == 1 && passthru_b {
+                println!("  variant B: SPDK's passthru bdev over each QoS namespace (even rounds)");
+                continue;
+            }
             println!(
                 "  variant {}: {} with options {}{}",
                 ["A", "B"][k],
@@ -604,6 +611,7 @@ fn qos_total_against_bare_side_by_side() {
                      variant: usize|
      -> (Vec<f64>, f64, Option<DomainStats>, Vec<[u64; 3]>) {
         let (ini_lib, ini_opts) = &variants[variant];
+        let passthru = variant == 1 && passthru_b;
         let (b0, i0) = poll_group_ticks(t);
         let coop = cooperative && ns == QOS;
         let bdev = |c: &Controller| format!("{}n{ns}", c.name);
@@ -632,11 +640,25 @@ fn qos_total_against_bare_side_by_side() {
         let mut stats = None;
         let mut ini_held = vec![0u64; ctrls.len()];
         let mut ini_state = vec![String::new(); ctrls.len()];
+        let mut config = bdev_config(&ctrls, if passthru { &[] } else { &ini_bdevs });
+        if coop && passthru {
+            // Before `bdev_wait_for_examine`, the last entry.
+            let c = config["subsystems"][0]["config"]
+                .as_array_mut()
+                .expect("bdev_config's list");
+            for ctrl in &ctrls {
+                c.insert(
+                    c.len() - 1,
+                    json!({"method": "bdev_passthru_create",
+                           "params": {"name": ini(ctrl), "base_bdev_name": bdev(ctrl)}}),
+                );
+            }
+        }
         let out = Bdevperf::start(
             &s.ini,
             &BdevperfOpts {
-                plugin: coop.then(|| ini_lib.clone()),
-                config: bdev_config(&ctrls, &ini_bdevs),
+                plugin: (coop && !passthru).then(|| ini_lib.clone()),
+                config,
                 jobs,
                 secs: phase,
                 shm_id: shm_id(),
