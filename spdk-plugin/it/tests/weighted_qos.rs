@@ -46,7 +46,8 @@
 //! test's QoS phases through the initiator plugin), `QOS_IT_INI_OPTS='{...}'` gives every
 //! initiator bdev options, and `QOS_IT_INI_LIB_B=<.so>` and/or `QOS_IT_INI_OPTS_B` run
 //! the even rounds' QoS phases with another build or other options (variant B, each
-//! variant against the plain phases around it, reported apart).
+//! variant against the plain phases around it, reported apart); `QOS_IT_PASSTHRU_B=1`
+//! makes variant B SPDK's own passthru bdev (no initiator plugin).
 //!
 //! Every test prints its figures. They are `#[ignore]`d: `make accept` runs them on a
 //! quiet machine, with the acceptance thresholds (the figures above) asserted
