@@ -42,7 +42,12 @@
 //! `QOS_IT_EFFICIENCY=N` the operating point's efficiency η (thousandths, default 970;
 //! with `QOS_IT_SHARING=operating_point`; `QOS_IT_OPERATING_IN_FLIGHT=N` sets Q\* instead,
 //! thousandths of a command), `QOS_IT_BASE_LATENCY_US=N` puts SPDK's delay
-//! bdev (N µs a command) under every base.
+//! bdev (N µs a command) under every base. With `QOS_IT_COOPERATIVE=1` (the side-by-side
+//! test's QoS phases through the initiator plugin), `QOS_IT_INI_OPTS='{...}'` gives every
+//! initiator bdev options, and `QOS_IT_INI_LIB_B=<.so>` and/or `QOS_IT_INI_OPTS_B` run
+//! the even rounds' QoS phases with another build or other options (variant B, each
+//! variant against the plain phases around it, reported apart); `QOS_IT_PASSTHRU_B=1`
+//! makes variant B SPDK's own passthru bdev (no initiator plugin).
 //!
 //! Every test prints its figures. They are `#[ignore]`d: `make accept` runs them on a
 //! quiet machine, with the issue's acceptance thresholds (the figures above) asserted
@@ -549,14 +554,65 @@ fn qos_total_against_bare_side_by_side() {
     if cooperative {
         println!("  QoS phases: cooperative hosts (the initiator plugin over each QoS namespace)");
     }
+    // `QOS_IT_INI_OPTS='{"pacing": false}'`: options of every initiator bdev (a JSON
+    // object merged into `qos_ini_bdev_create`'s parameters), to take the cooperative
+    // path's cost apart.
+    // `QOS_IT_INI_LIB_B=<path>` and/or `QOS_IT_INI_OPTS_B='{...}'`: the QoS phases of
+    // even rounds (2, 4, ...) run variant B (another build of the initiator plugin, other
+    // options), the others A (the build found as usual, `QOS_IT_INI_OPTS`): two
+    // cooperative paths side by side in one run, each against the plain phases around it.
+    let opts_of = |var: &str| -> Option<serde_json::Map<String, Value>> {
+        std::env::var(var).ok().map(|j| {
+            serde_json::from_str(&j)
+                .unwrap_or_else(|e| panic!("{var}={j}: not a JSON object ({e})"))
+        })
+    };
+    let opts_a = opts_of("QOS_IT_INI_OPTS").unwrap_or_default();
+    let lib_b = std::env::var("QOS_IT_INI_LIB_B")
+        .ok()
+        .map(std::path::PathBuf::from);
+    let opts_b = opts_of("QOS_IT_INI_OPTS_B");
+    // `QOS_IT_PASSTHRU_B=1`: variant B is SPDK's own passthru bdev over each QoS
+    // namespace instead (no initiator plugin): what stacking a bdev costs by itself.
+    let passthru_b = std::env::var("QOS_IT_PASSTHRU_B").as_deref() == Ok("1");
+    let two_variants = cooperative && (lib_b.is_some() || opts_b.is_some() || passthru_b);
+    let variants = [
+        (s.ini_lib.clone(), opts_a.clone()),
+        (
+            lib_b.unwrap_or_else(|| s.ini_lib.clone()),
+            opts_b.unwrap_or(opts_a),
+        ),
+    ];
+    if cooperative {
+        for (k, (lib, o)) in variants.iter().enumerate().take(1 + two_variants as usize) {
+            if k == 1 && passthru_b {
+                println!("  variant B: SPDK's passthru bdev over each QoS namespace (even rounds)");
+                continue;
+            }
+            println!(
+                "  variant {}: {} with options {}{}",
+                ["A", "B"][k],
+                lib.display(),
+                Value::Object(o.clone()),
+                if two_variants {
+                    [" (odd rounds)", " (even rounds)"][k]
+                } else {
+                    ""
+                }
+            );
+        }
+    }
     // The hosts' IOPS on namespace `ns` for one phase, and the share of the phase the
     // target's poll group was busy; on the QoS namespaces also the domain's statistics
     // a second before the phase ends (the entitlements of the last period under load)
     // and, per host, the commands held at the initiator for its allowance and at the
     // target, and those the target admitted, over the phase until then.
     let phase_run = |t: &mut Target,
-                     ns: u32|
+                     ns: u32,
+                     variant: usize|
      -> (Vec<f64>, f64, Option<DomainStats>, Vec<[u64; 3]>) {
+        let (ini_lib, ini_opts) = &variants[variant];
+        let passthru = variant == 1 && passthru_b;
         let (b0, i0) = poll_group_ticks(t);
         let coop = cooperative && ns == QOS;
         let bdev = |c: &Controller| format!("{}n{ns}", c.name);
@@ -570,7 +626,13 @@ fn qos_total_against_bare_side_by_side() {
         let ini_bdevs: Vec<Value> = if coop {
             ctrls
                 .iter()
-                .map(|c| json!({"name": ini(c), "base_bdev_name": bdev(c)}))
+                .map(|c| {
+                    let mut p = json!({"name": ini(c), "base_bdev_name": bdev(c)});
+                    for (k, v) in ini_opts {
+                        p[k] = v.clone();
+                    }
+                    p
+                })
                 .collect()
         } else {
             Vec::new()
@@ -579,9 +641,34 @@ fn qos_total_against_bare_side_by_side() {
         let mut stats = None;
         let mut ini_held = vec![0u64; ctrls.len()];
         let mut ini_state = vec![String::new(); ctrls.len()];
-        let out = s
-            .bdevperf(coop, bdev_config(&ctrls, &ini_bdevs), jobs, phase, &[])
-            .run_polling(
+        let mut config = bdev_config(&ctrls, if passthru { &[] } else { &ini_bdevs });
+        if coop && passthru {
+            // Before `bdev_wait_for_examine`, the last entry.
+            let c = config["subsystems"][0]["config"]
+                .as_array_mut()
+                .expect("bdev_config's list");
+            for ctrl in &ctrls {
+                c.insert(
+                    c.len() - 1,
+                    json!({"method": "bdev_passthru_create",
+                           "params": {"name": ini(ctrl), "base_bdev_name": bdev(ctrl)}}),
+                );
+            }
+        }
+        let out = Bdevperf::start(
+            &s.ini,
+            &BdevperfOpts {
+                plugin: (coop && !passthru).then(|| ini_lib.clone()),
+                config,
+                jobs,
+                secs: phase,
+                shm_id: shm_id(),
+                core_mask: "0x2".into(),
+                extra: Vec::new(),
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .run_polling(
                 Duration::from_millis(500),
                 Duration::from_secs(phase as u64 - 1),
                 |b, _| {
@@ -593,9 +680,9 @@ fn qos_total_against_bare_side_by_side() {
                             let st = &v["state"];
                             ini_held[k] = st["allowance_held_total"].as_u64().unwrap_or(0);
                             ini_state[k] = format!(
-                                "allowance {} ({} applied, {} refused), {} reports, {} vendor commands",
+                                "allowance {} ({} applied, {} refused), {} reports, {} vendor commands, {} credits seen, {} held",
                                 st["allowance"], st["allowances_applied"], st["allowances_refused"],
-                                st["reports_sent"], st["vendor_sent"]
+                                st["reports_sent"], st["vendor_sent"], st["credits_seen"], st["held_total"]
                             );
                         }
                     }
@@ -645,7 +732,7 @@ fn qos_total_against_bare_side_by_side() {
         };
         (iops, busy, stats, held)
     };
-    let first: f64 = phase_run(&mut t, PLAIN).0.iter().sum();
+    let first: f64 = phase_run(&mut t, PLAIN, 0).0.iter().sum();
     // Over circulation (`operating_point` with `QOS_IT_OPERATING_IN_FLIGHT`, N*): a host
     // is entitled to n_i* / N* of the total, n_i* its part of N* (reservations first,
     // weights, capped at its queue depth), as the plugin's hold targets give it.
@@ -681,14 +768,15 @@ fn qos_total_against_bare_side_by_side() {
             json!({"nqn": subsys_nqn(i), "namespace": {"bdev_name": q}}),
         );
     }
-    let warm: f64 = phase_run(&mut t, QOS).0.iter().sum();
+    let warm: f64 = phase_run(&mut t, QOS, 0).0.iter().sum();
     println!("  QoS warm-up phase {warm:.0} IOPS");
-    let (plain, mut plain_busy, ..) = phase_run(&mut t, PLAIN);
+    let (plain, mut plain_busy, ..) = phase_run(&mut t, PLAIN, 0);
     let mut bare = vec![plain.iter().sum::<f64>()];
     let mut ratios = Vec::new();
     let mut vs_e: Vec<Vec<f64>> = vec![Vec::new(); hosts.len()];
     for r in 0..rounds {
-        let (q, qos_busy, during, held) = phase_run(&mut t, QOS);
+        let variant = if two_variants { r % 2 } else { 0 };
+        let (q, qos_busy, during, held) = phase_run(&mut t, QOS, variant);
         let total: f64 = q.iter().sum();
         // Issue 40 item 2: who held the hosts' commands.
         println!(
@@ -774,7 +862,7 @@ fn qos_total_against_bare_side_by_side() {
             curve.join(" ")
         );
         let busy_before = plain_busy;
-        let (plain, busy, ..) = phase_run(&mut t, PLAIN);
+        let (plain, busy, ..) = phase_run(&mut t, PLAIN, 0);
         plain_busy = busy;
         bare.push(plain.iter().sum());
         let around = (bare[r] + bare[r + 1]) / 2.0;
@@ -841,6 +929,38 @@ fn qos_total_against_bare_side_by_side() {
         100.0 * s1,
         100.0 * s3
     );
+    if two_variants {
+        for (k, name) in ["A", "B"].iter().enumerate() {
+            let of = |steady_only: bool| -> Vec<f64> {
+                (0..rounds)
+                    .filter(|r| r % 2 == k)
+                    .filter(|&r| {
+                        !steady_only
+                            || (bare[r] - bare[r + 1]).abs() <= 0.1 * bare[r].max(bare[r + 1])
+                    })
+                    .map(|r| ratios[r])
+                    .collect()
+            };
+            let (all, st) = (of(false), of(true));
+            let ((a1, am, a3), (s1, sm, s3)) = (quartiles(&all), quartiles(&st));
+            println!(
+                "  variant {name}: QoS total / plain median {:.1} % (quartiles {:.1} - {:.1} %, \
+                 rounds {}) over {} rounds; steady {:.1} % ({:.1} - {:.1} %) over {}",
+                100.0 * am,
+                100.0 * a1,
+                100.0 * a3,
+                all.iter()
+                    .map(|x| format!("{:.1}", 100.0 * x))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                all.len(),
+                100.0 * sm,
+                100.0 * s1,
+                100.0 * s3,
+                st.len()
+            );
+        }
+    }
     for (k, v) in vs_e.iter().enumerate() {
         let (a, m, b) = quartiles(v);
         println!(
