@@ -13,8 +13,9 @@
 //! adjacent spans of [`MEASURE`] each:
 //! `r = mean(T_before, T_after) / T_open`. The mean of the two held spans cancels a
 //! speed change that is linear over the triplet. `r` is smoothed over cycles
-//! ([`RATIO_WEIGHT`]); N\* steps down by 1/32 while the smoothed ratio is above η +
-//! [`BAND`] and up by 1/16 while it is below η (by 1/4 when far below), within 1 ..=
+//! ([`RATIO_WEIGHT`]); N\* steps down by 1/16 while the smoothed ratio is above η +
+//! [`BAND`] (by 1/8 when [`FAR`] above) and up by 1/8 while it is below η (by 1/4 when
+//! [`FAR`] below), within 1 ..=
 //! the circulation: holding too much costs the total, holding too little only the
 //! weights, so a noisy ratio's walk leans to holding less. The open spells are the
 //! "periods with nothing held" that give T(N) for free; they take [`SETTLE`] +
@@ -53,9 +54,11 @@ pub const RATIO_WEIGHT: u64 = 2;
 /// The smoothed ratio must be this far above η (thousandths) for N\* to go down, so it
 /// settles within [η, η + band] rather than oscillating across η.
 pub const BAND: u64 = 10;
-/// A ratio this far below η (thousandths) moves N\* up by a quarter rather than a
-/// sixteenth (a host that joined, a faster target).
-pub const FAR_BELOW: u64 = 50;
+/// A ratio this far below η (thousandths) moves N\* up by a quarter rather than an
+/// eighth (a host that joined, a faster target); this far above, down by an eighth
+/// rather than a sixteenth. With one triplet a second, steps of 1/32 took a minute from
+/// 160 to the 25 of η = 0.80 (real target: 115 to 62 in 24 triplets).
+pub const FAR: u64 = 50;
 
 /// The held spans before and after the open spell (rates `before`, `after`) are within
 /// half of each other: the load was steady over the triplet. A load that starts or stops
@@ -273,12 +276,15 @@ impl CirculationProbe {
         self.ratio_milli = Some(smooth);
         let prev = self.n_star.unwrap_or(circulating).max(1);
         let n = prev;
-        let n = if smooth > self.eta_milli + BAND {
-            n - (n / 32).max(1).min(n - 1)
-        } else if smooth + FAR_BELOW < self.eta_milli {
+        let down = |d: u64| n - (n / d).max(1).min(n - 1);
+        let n = if smooth > self.eta_milli + FAR {
+            down(8)
+        } else if smooth > self.eta_milli + BAND {
+            down(16)
+        } else if smooth + FAR < self.eta_milli {
             n + (n / 4).max(1)
         } else if smooth < self.eta_milli {
-            n + (n / 16).max(1)
+            n + (n / 8).max(1)
         } else {
             n
         };

@@ -184,7 +184,7 @@ fn learning_monitor(t0: Nanos) -> Monitor {
 /// N\* learned for η (`operating_over_circulation`, issue 39 item 1): on the fluid
 /// target (T(Q) = 200 K Q / (Q + 4)) the four hosts circulate 160 commands; η = 0.97 of
 /// T(160) needs about 71. The learner settles where the rate held is η of the rate
-/// open (N\* 88: it steps down by 1/32 only while the ratio is above η + 0.01), and the
+/// open (N\* 78: it steps down only while the ratio is above η + 0.01), and the
 /// hosts get their parts of the N\* it learned, but for the open spells.
 #[test]
 fn n_star_is_learned_for_eta_and_the_hosts_get_their_parts_of_it() {
