@@ -1064,6 +1064,8 @@ def qos_stats_get(args):
     params = _params(args, ['domain', 'periods', 'host_nqn'])
     if args.compact:
         params['compact'] = True
+    if args.counters:
+        params['counters'] = True
     if args.watch is not None:
         return _watch(args, params)
     stats = args.client.call('qos_stats_get', params)
@@ -1185,6 +1187,9 @@ def spdk_rpc_plugin_initialize(subparsers):
     p.add_argument('--compact', action='store_true',
                    help=_help('counters and gauges only, without the per-period history (cheap with many hosts)',
                               'off'))
+    p.add_argument('--counters', action='store_true',
+                   help=_help("per host only its counters and IOPS/MiB/s settings (the cluster agent's form; "
+                              'over --compact)', 'off'))
     p.add_argument('--watch', type=_seconds, nargs='?', const=2.0, metavar='SECONDS',
                    help='refresh a table of rates per host (IOPS, MiB/s, periods met, held I/O, throttled I/O '
                         'per second, p99 of the time QoS held I/O) every SECONDS (default 2) until Ctrl-C')

@@ -79,13 +79,23 @@ pub trait TargetRpc {
 #[derive(Debug)]
 pub struct SocketTarget {
     client: rpc_client::Client,
+    /// Whether the target answers `qos_stats_get`'s counters form (`None`: not asked
+    /// yet; a plugin from before it refuses the parameter, and the agent then reads the
+    /// compact form and `qos_host_get`, as it did).
+    counters_form: Option<bool>,
 }
 
 impl SocketTarget {
     pub fn new(sock: PathBuf, timeout: Duration) -> SocketTarget {
         SocketTarget {
             client: rpc_client::Client::new(sock, timeout),
+            counters_form: None,
         }
+    }
+
+    /// Whether the target answered the counters form (`None` before the first read).
+    pub fn reads_counters_form(&self) -> Option<bool> {
+        self.counters_form
     }
 
     /// One JSON-RPC 2.0 call.
@@ -186,12 +196,7 @@ pub fn parse_stats(v: &Value) -> Result<LocalState, TargetError> {
     }
     // A target still learning its capacity has no estimate yet: its unbounded budget is
     // no capacity to admit cluster reservations against.
-    let ops = if d.capacity_learning {
-        0
-    } else {
-        d.capacity_estimate.ops.unwrap_or(0)
-    };
-    let capacity = (ops as u128 * 1_000_000_000 / d.period_ns as u128).min(u64::MAX as u128) as u64;
+    let capacity = capacity_per_s(d.capacity_learning, d.capacity_estimate.ops, d.period_ns);
     let counters = d
         .hosts
         .into_iter()
@@ -209,6 +214,96 @@ pub fn parse_stats(v: &Value) -> Result<LocalState, TargetError> {
         period_ms: d.period_ns / 1_000_000,
         counters,
         settings: BTreeMap::new(),
+    })
+}
+
+/// One domain of `qos_stats_get`'s counters form (`"counters": true`): per host its
+/// counters and its settings, what the compact form and `qos_host_get` give the agent
+/// together, in a tenth of the bytes.
+#[derive(Debug, Deserialize)]
+struct CountersDomain {
+    #[serde(default)]
+    period_ns: u64,
+    #[serde(default)]
+    capacity_learning: bool,
+    #[serde(default)]
+    capacity_estimate: StatsAmount,
+    #[serde(default)]
+    hosts: Vec<CountersHost>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CountersHost {
+    host_nqn: String,
+    /// A host no `qos_host_set` configured (it connected) has counters but no
+    /// settings (`qos_host_get` leaves it out).
+    #[serde(default = "yes")]
+    configured: bool,
+    #[serde(default)]
+    completed_total: StatsWork,
+    #[serde(default)]
+    held_time: StatsHeldTime,
+    #[serde(default)]
+    min_iops: Option<u64>,
+    #[serde(default)]
+    max_iops: Option<u64>,
+    #[serde(default)]
+    min_mibps: Option<u64>,
+    #[serde(default)]
+    max_mibps: Option<u64>,
+    #[serde(default)]
+    weight: Option<u64>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The capacity per second of a domain's estimate per period (0 while learning).
+fn capacity_per_s(learning: bool, ops: Option<u64>, period_ns: u64) -> u64 {
+    let ops = if learning { 0 } else { ops.unwrap_or(0) };
+    (ops as u128 * 1_000_000_000 / period_ns as u128).min(u64::MAX as u128) as u64
+}
+
+/// Reads `qos_stats_get`'s counters form for one domain: what [`parse_stats`] and
+/// [`parse_hosts`] read from the compact form and `qos_host_get`, from one answer.
+pub fn parse_counters(v: &Value) -> Result<LocalState, TargetError> {
+    let m = "qos_stats_get";
+    let d = v
+        .as_array()
+        .and_then(|a| a.first())
+        .ok_or_else(|| malformed(m, "no domain in the answer"))?;
+    let d = CountersDomain::deserialize(d).map_err(|e| malformed(m, e.to_string()))?;
+    if d.period_ns == 0 {
+        return Err(malformed(m, "no period_ns"));
+    }
+    let mut counters = BTreeMap::new();
+    let mut settings = BTreeMap::new();
+    for h in d.hosts {
+        counters.insert(
+            h.host_nqn.clone(),
+            HostCounters {
+                completed_ops: h.completed_total.ops,
+                completed_bytes: h.completed_total.bytes,
+                held_ns: h.held_time.sum_ns,
+            },
+        );
+        if h.configured {
+            let share = LocalShare {
+                reservation_iops: h.min_iops.unwrap_or(0),
+                limit_iops: h.max_iops,
+                weight: h.weight.unwrap_or(1) as u32,
+                reservation_mibps: h.min_mibps.unwrap_or(0),
+                limit_mibps: h.max_mibps,
+            };
+            settings.insert(h.host_nqn, share);
+        }
+    }
+    Ok(LocalState {
+        capacity_iops: capacity_per_s(d.capacity_learning, d.capacity_estimate.ops, d.period_ns),
+        period_ms: d.period_ns / 1_000_000,
+        counters,
+        settings,
     })
 }
 
@@ -254,6 +349,22 @@ pub fn host_set_params(domain: &str, nqn: &str, s: &LocalShare) -> Value {
 
 impl TargetRpc for SocketTarget {
     fn read(&mut self, domain: &str) -> Result<LocalState, TargetError> {
+        if self.counters_form != Some(false) {
+            let params = json!({ "domain": domain, "counters": true });
+            match self.call("qos_stats_get", params) {
+                Ok(v) => {
+                    self.counters_form = Some(true);
+                    return parse_counters(&v);
+                }
+                // A plugin from before the counters form refuses the parameter.
+                Err(TargetError::Refused { message, .. })
+                    if message.contains("unknown field `counters`") =>
+                {
+                    self.counters_form = Some(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
         let stats = self.call(
             "qos_stats_get",
             json!({ "domain": domain, "compact": true }),
@@ -381,6 +492,178 @@ mod tests {
             p,
             json!({ "domain": "d", "host_nqn": "h", "weight": 1, "min_mibps": 40, "max_mibps": 90 })
         );
+    }
+
+    /// A target's hosts in the compact form and `qos_host_get`'s answer, and the same
+    /// in the counters form: h1 with I/O and IOPS settings, h2 with MiB/s ones and a
+    /// weight, h3 connected but not configured (counters, no settings).
+    fn one_target_both_ways() -> (Value, Value, Value) {
+        let compact = json!([{
+            "name": "d", "epoch": 9, "period_ns": 500_000_000u64,
+            "capacity_estimate": { "ops": 50_000, "bytes": null }, "capacity_learning": false,
+            "hosts": [
+                { "host_nqn": "h1", "configured": true, "min": {"total": {"iops": 100}},
+                  "completed_total": { "ops": 1000, "bytes": 4096000, "ios": 1000 },
+                  "held_time": { "cumulative": [1, 2], "sum_ns": 7, "count": 2 } },
+                { "host_nqn": "h2", "configured": true,
+                  "completed_total": { "ops": 5, "bytes": 5242880, "ios": 5 },
+                  "held_time": { "cumulative": [0, 0], "sum_ns": 0, "count": 0 } },
+                { "host_nqn": "h3", "configured": false,
+                  "completed_total": { "ops": 3, "bytes": 12288, "ios": 3 },
+                  "held_time": { "cumulative": [0, 1], "sum_ns": 11, "count": 1 } }
+            ]
+        }]);
+        let hosts = json!([
+            { "domain": "d", "host_nqn": "h1", "min_iops": 100, "max_iops": 500, "weight": 1 },
+            { "domain": "d", "host_nqn": "h2", "min_mibps": 40, "max_mibps": 90, "weight": 3 }
+        ]);
+        let counters = json!([{
+            "name": "d", "epoch": 9, "period_ns": 500_000_000u64,
+            "capacity_estimate": { "ops": 50_000, "bytes": null }, "capacity_learning": false,
+            "hosts": [
+                { "host_nqn": "h1", "configured": true,
+                  "completed_total": { "ops": 1000, "bytes": 4096000, "ios": 1000 },
+                  "held_time": { "sum_ns": 7 }, "min_iops": 100, "max_iops": 500, "weight": 1 },
+                { "host_nqn": "h2", "configured": true,
+                  "completed_total": { "ops": 5, "bytes": 5242880, "ios": 5 },
+                  "held_time": { "sum_ns": 0 }, "min_mibps": 40, "max_mibps": 90, "weight": 3 },
+                { "host_nqn": "h3", "configured": false,
+                  "completed_total": { "ops": 3, "bytes": 12288, "ios": 3 },
+                  "held_time": { "sum_ns": 11 }, "weight": 1 }
+            ]
+        }]);
+        (compact, hosts, counters)
+    }
+
+    #[test]
+    fn the_counters_form_reads_as_the_compact_form_and_the_hosts_settings() {
+        let (compact, hosts, counters) = one_target_both_ways();
+        let mut before = parse_stats(&compact).unwrap();
+        before.settings = parse_hosts(&hosts).unwrap();
+        let now = parse_counters(&counters).unwrap();
+        assert_eq!(now, before);
+        assert_eq!(now.counters.len(), 3);
+        assert_eq!(now.settings.len(), 2, "h3 is not configured");
+        assert_eq!(
+            now.settings["h2"],
+            LocalShare {
+                reservation_mibps: 40,
+                limit_mibps: Some(90),
+                weight: 3,
+                ..Default::default()
+            }
+        );
+        assert!(matches!(
+            parse_counters(&json!([{ "name": "d", "hosts": [] }])),
+            Err(TargetError::Malformed { .. })
+        ));
+    }
+
+    /// A JSON-RPC target on a Unix socket answering from `answer` (method and params to
+    /// result or error) on one kept connection; the calls it got are sent on the channel.
+    fn target_at(
+        answer: impl Fn(&str, &Value) -> Result<Value, (i64, String)> + Send + 'static,
+    ) -> (PathBuf, std::sync::mpsc::Receiver<(String, Value)>) {
+        use std::io::Write;
+        let dir = std::env::temp_dir().join(format!(
+            "nvmf-qos-agent-target-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::create_dir_all(&dir);
+        let sock = dir.join("rpc.sock");
+        let _ = std::fs::remove_file(&sock);
+        let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let reader = conn.try_clone().unwrap();
+                for req in serde_json::Deserializer::from_reader(reader).into_iter::<Value>() {
+                    let Ok(req) = req else { break };
+                    let method = req["method"].as_str().unwrap_or("").to_string();
+                    let params = req["params"].clone();
+                    let reply = match answer(&method, &params) {
+                        Ok(r) => json!({"jsonrpc": "2.0", "id": req["id"], "result": r}),
+                        Err((code, message)) => json!({"jsonrpc": "2.0", "id": req["id"],
+                            "error": {"code": code, "message": message}}),
+                    };
+                    let _ = tx.send((method, params));
+                    let _ = conn.write_all(reply.to_string().as_bytes());
+                }
+            }
+        });
+        (sock, rx)
+    }
+
+    #[test]
+    fn a_target_with_the_counters_form_is_read_in_one_call() {
+        let (_, _, counters) = one_target_both_ways();
+        let (sock, calls) = target_at(move |m, p| match m {
+            "qos_stats_get" if p["counters"] == json!(true) => Ok(counters.clone()),
+            _ => Err((-32601, "not this".into())),
+        });
+        let mut t = SocketTarget::new(sock, Duration::from_secs(5));
+        assert_eq!(t.reads_counters_form(), None);
+        for _ in 0..2 {
+            let st = t.read("d").unwrap();
+            assert_eq!(st.counters.len(), 3);
+            assert_eq!(st.settings.len(), 2);
+        }
+        assert_eq!(t.reads_counters_form(), Some(true));
+        let got: Vec<(String, Value)> = calls.try_iter().collect();
+        assert_eq!(got.len(), 2, "one call an interval: {got:?}");
+        assert!(
+            got.iter()
+                .all(|(_, p)| p == &json!({"domain": "d", "counters": true}))
+        );
+    }
+
+    /// A plugin from before the counters form refuses the parameter (as its
+    /// `deny_unknown_fields` words it): the agent reads the compact form and
+    /// `qos_host_get`, and asks for the counters form no more.
+    #[test]
+    fn an_older_target_is_read_through_the_compact_form_and_its_hosts() {
+        let (compact, hosts, _) = one_target_both_ways();
+        let (sock, calls) = target_at(move |m, p| match m {
+            "qos_stats_get" if p.get("counters").is_some() => Err((
+                -22,
+                "qos_stats_get: invalid parameters: unknown field `counters`, expected one of \
+                 `domain`, `periods`, `host_nqn`, `compact`"
+                    .into(),
+            )),
+            "qos_stats_get" => Ok(compact.clone()),
+            "qos_host_get" => Ok(hosts.clone()),
+            _ => Err((-32601, "not this".into())),
+        });
+        let mut t = SocketTarget::new(sock, Duration::from_secs(5));
+        let (c, h, _) = one_target_both_ways();
+        let mut want = parse_stats(&c).unwrap();
+        want.settings = parse_hosts(&h).unwrap();
+        assert_eq!(t.read("d").unwrap(), want);
+        assert_eq!(t.reads_counters_form(), Some(false));
+        assert_eq!(t.read("d").unwrap(), want);
+        let methods: Vec<String> = calls.try_iter().map(|(m, _)| m).collect();
+        assert_eq!(
+            methods,
+            [
+                "qos_stats_get",
+                "qos_stats_get",
+                "qos_host_get",
+                "qos_stats_get",
+                "qos_host_get"
+            ]
+        );
+    }
+
+    /// Any other refusal is the target's answer, not an older plugin.
+    #[test]
+    fn another_refusal_of_the_counters_form_is_an_error() {
+        let (sock, _) = target_at(|_, _| Err((-19, "domain \"d\" does not exist".into())));
+        let mut t = SocketTarget::new(sock, Duration::from_secs(5));
+        let e = t.read("d").unwrap_err();
+        assert!(matches!(e, TargetError::Refused { code: -19, .. }), "{e}");
+        assert_eq!(t.reads_counters_form(), None);
     }
 
     #[test]

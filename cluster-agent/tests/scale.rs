@@ -342,14 +342,26 @@ impl StubTarget {
                         let params = &req["params"];
                         let mut hosts = hosts.lock().expect("stub state");
                         let result = match req["method"].as_str().unwrap_or("") {
+                            // The counters form (`counters`) adds each host's
+                            // settings, as the plugin's does.
                             "qos_stats_get" => json!([{
                                 "period_ns": INTERVAL_MS * 1_000_000,
                                 "capacity_estimate": {"ops": capacity * INTERVAL_MS / 1000},
-                                "hosts": hosts.keys().map(|n| json!({
-                                    "host_nqn": n,
-                                    "completed_total": {"ops": 0, "bytes": 0},
-                                    "held_time": {"sum_ns": 0},
-                                })).collect::<Vec<_>>(),
+                                "hosts": hosts.iter().map(|(n, set)| {
+                                    let mut h = json!({
+                                        "host_nqn": n,
+                                        "completed_total": {"ops": 0, "bytes": 0},
+                                        "held_time": {"sum_ns": 0},
+                                    });
+                                    if params["counters"] == json!(true) {
+                                        for k in ["min_iops", "max_iops", "min_mibps", "max_mibps", "weight"] {
+                                            if !set[k].is_null() {
+                                                h[k] = set[k].clone();
+                                            }
+                                        }
+                                    }
+                                    h
+                                }).collect::<Vec<_>>(),
                             }]),
                             "qos_host_get" => json!(hosts.values().collect::<Vec<_>>()),
                             "qos_host_set" => {

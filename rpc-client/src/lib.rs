@@ -261,7 +261,7 @@ fn closed(e: &serde_json::Error) -> bool {
 }
 
 /// The result of `method` from its `answer`: its `result`, or its JSON-RPC error.
-fn result_of(method: &str, answer: Value) -> Result<Value, RpcError> {
+fn result_of(method: &str, mut answer: Value) -> Result<Value, RpcError> {
     if let Some(e) = answer.get("error") {
         return Err(RpcError::Refused {
             method: method.into(),
@@ -269,7 +269,9 @@ fn result_of(method: &str, answer: Value) -> Result<Value, RpcError> {
             message: e["message"].as_str().unwrap_or("").to_string(),
         });
     }
-    Ok(answer.get("result").cloned().unwrap_or(Value::Null))
+    // Taken, not cloned: at a target of a thousand hosts the clone of its statistics
+    // was a fifth of the cluster agent's CPU (2026-11-30, perf).
+    Ok(answer.get_mut("result").map_or(Value::Null, Value::take))
 }
 
 /// One call on a connection of its own (request id 1); see [`Client::call`].

@@ -255,6 +255,7 @@ CASES = [
     (['qos_stats_get', '-d', 'dom0'], 'qos_stats_get', {'domain': 'dom0'}),
     (['qos_stats_get', '--domain', 'dom0', '--table'], 'qos_stats_get', {'domain': 'dom0'}),
     (['qos_stats_get', '-q', 'nqn.h1', '--compact'], 'qos_stats_get', {'host_nqn': 'nqn.h1', 'compact': True}),
+    (['qos_stats_get', '-d', 'd0', '--counters'], 'qos_stats_get', {'domain': 'd0', 'counters': True}),
     (['qos_stats_get', '-d', 'dom0', '--periods', '64'], 'qos_stats_get', {'domain': 'dom0', 'periods': 64}),
     (['qos_stats_get', '--host-nqn', 'nqn.h1', '--watch', '1', '--iterations', '1'], 'qos_stats_get',
      {'host_nqn': 'nqn.h1', 'compact': True}),

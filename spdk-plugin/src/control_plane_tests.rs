@@ -62,12 +62,21 @@ fn source<'a>((monitor, now): &'a (Monitor, Nanos), implicit: &'a BTreeSet<Strin
 const FULL: stats::Shape<'static> = stats::Shape {
     periods: DEFAULT_STATS_PERIODS,
     compact: false,
+    counters: false,
     host_nqn: None,
 };
 
 const COMPACT: stats::Shape<'static> = stats::Shape {
     periods: DEFAULT_STATS_PERIODS,
     compact: true,
+    counters: false,
+    host_nqn: None,
+};
+
+const COUNTERS: stats::Shape<'static> = stats::Shape {
+    periods: DEFAULT_STATS_PERIODS,
+    compact: false,
+    counters: true,
     host_nqn: None,
 };
 
@@ -81,6 +90,81 @@ fn compact(d: &Source<'_>) -> Value {
 
 fn keys(v: &Value) -> BTreeSet<&str> {
     v.as_object().unwrap().keys().map(String::as_str).collect()
+}
+
+/// The cluster agent's form: per host the compact form's counters and the settings
+/// `qos_host_get` prints (a setting the host does not have left out), per domain the
+/// compact form's period and capacity; nothing else.
+#[test]
+fn the_counters_form_is_the_compact_forms_counters_and_the_hosts_settings() {
+    let (mut monitor, at) = domain_with_history(8);
+    let other: HostParams = serde_json::from_value(json!({
+        "domain": "d0", "host_nqn": nqn(100), "max_mibps": 90, "max_iops": 7000, "weight": 3,
+    }))
+    .unwrap();
+    monitor.add_host(other.to_config(), at).unwrap();
+    let domain = (monitor, at);
+    // One host no `qos_host_set` configured: `configured` false, as in the other forms.
+    let implicit: BTreeSet<String> = [nqn(3)].into_iter().collect();
+    let d = source(&domain, &implicit);
+    let compact = compact(&d);
+    let counters: Value = serde_json::from_str(&stats::domain("d0", &d, COUNTERS)).unwrap();
+    let top = [
+        "capacity_estimate",
+        "capacity_learning",
+        "epoch",
+        "hosts",
+        "name",
+        "period_ns",
+    ];
+    assert_eq!(keys(&counters), top.into_iter().collect());
+    for k in top.iter().filter(|k| **k != "hosts") {
+        assert_eq!(counters[k], compact[k], "{k}");
+    }
+    let (hosts, compact_hosts) = (
+        counters["hosts"].as_array().unwrap(),
+        compact["hosts"].as_array().unwrap(),
+    );
+    assert_eq!(hosts.len(), 9);
+    assert_eq!(hosts.len(), compact_hosts.len());
+    let settings = ["min_iops", "max_iops", "min_mibps", "max_mibps", "weight"];
+    for (h, c) in hosts.iter().zip(compact_hosts) {
+        for k in ["host_nqn", "configured", "completed_total"] {
+            assert_eq!(h[k], c[k], "{k}");
+        }
+        assert_eq!(h["held_time"]["sum_ns"], c["held_time"]["sum_ns"]);
+        let nqn = h["host_nqn"].as_str().unwrap();
+        let cfg = domain.0.host_configs().find(|c| c.host_nqn == nqn).unwrap();
+        let printed = HostParams::from_config("d0", cfg).to_json();
+        for k in settings {
+            assert_eq!(h[k].as_u64(), printed[k].as_u64(), "{nqn}: {k}");
+        }
+        let mut extra = keys(h);
+        extra.retain(|k| !settings.contains(k));
+        assert_eq!(
+            extra,
+            ["completed_total", "configured", "held_time", "host_nqn"]
+                .into_iter()
+                .collect()
+        );
+    }
+    let other = hosts.iter().find(|h| h["host_nqn"] == nqn(100)).unwrap();
+    assert_eq!(
+        other,
+        &json!({
+            "host_nqn": nqn(100), "configured": true,
+            "completed_total": {"ops": 0, "bytes": 0, "ios": 0}, "held_time": {"sum_ns": 0},
+            "max_iops": 7000, "max_mibps": 90, "weight": 3,
+        })
+    );
+    assert_eq!(hosts[3]["configured"], json!(false));
+    // Per host, under a fifth of the compact form's bytes.
+    let len = |v: &Value| v.to_string().len();
+    let (counters_len, compact_len) = (len(&counters["hosts"]), len(&compact["hosts"]));
+    assert!(
+        counters_len * 5 < compact_len,
+        "{counters_len} vs {compact_len}"
+    );
 }
 
 #[test]

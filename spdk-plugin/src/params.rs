@@ -361,6 +361,11 @@ pub struct StatsQuery {
     /// Counters and gauges only, no per-period history (what a scraper reads).
     #[serde(default)]
     pub compact: bool,
+    /// Per host only what the cluster agent reads every interval: its counters
+    /// (completed work, held time) and its IOPS and MiB/s settings; per domain its
+    /// period and capacity estimate (about a fifth of the compact form's bytes a host).
+    #[serde(default)]
+    pub counters: bool,
 }
 
 impl StatsQuery {

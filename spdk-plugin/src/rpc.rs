@@ -155,6 +155,7 @@ fn stats_get(p: Value) -> Result<Vec<Box<serde_json::value::RawValue>>, Refusal>
     let shape = stats::Shape {
         periods,
         compact: q.compact,
+        counters: q.counters,
         host_nqn: q.host_nqn.as_deref(),
     };
     let raw = |n: &str, d: &registry::Domain| {

@@ -356,9 +356,85 @@ fn domain_out<'a>(
     }
 }
 
+/// `held_time` of the counters form: the sum only.
+#[derive(Debug, Serialize)]
+struct HeldSum {
+    sum_ns: u64,
+}
+
+/// One host of the counters form (`counters: true`): what the cluster agent reads of
+/// it every interval, its monotonic counters and its total IOPS and MiB/s settings
+/// (those of `qos_host_get`'s `min_iops`, `max_iops`, `weight`, `min_mibps` and
+/// `max_mibps`; a setting it does not have is left out), under the names of the other
+/// forms and of `qos_host_get`.
+#[derive(Debug, Serialize)]
+struct CounterHost<'a> {
+    host_nqn: &'a str,
+    configured: bool,
+    completed_total: Work,
+    held_time: HeldSum,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_iops: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_iops: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_mibps: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_mibps: Option<u64>,
+    weight: u32,
+}
+
+fn counter_host<'a>(implicit: &BTreeSet<String>, h: &'a HostStats) -> CounterHost<'a> {
+    let (min, max) = (&h.config.reservation.total, &h.config.limit.total);
+    CounterHost {
+        host_nqn: &h.host_nqn,
+        configured: !implicit.contains(&h.host_nqn),
+        completed_total: Work {
+            ops: h.completed_total.ops,
+            bytes: h.completed_total.bytes,
+            ios: h.completed_ios_total,
+        },
+        held_time: HeldSum {
+            sum_ns: h.held_time.sum_ns,
+        },
+        min_iops: min.iops,
+        max_iops: max.iops,
+        min_mibps: min.mibps,
+        max_mibps: max.mibps,
+        weight: h.config.weight,
+    }
+}
+
+/// One domain of the counters form: its period and capacity estimate, its hosts'
+/// counters and settings.
+#[derive(Debug, Serialize)]
+struct CountersDomainOut<'a> {
+    name: &'a str,
+    epoch: u64,
+    period_ns: u64,
+    capacity_estimate: Amt,
+    capacity_learning: bool,
+    hosts: Vec<CounterHost<'a>>,
+}
+
 /// A domain's statistics in the shape asked for, serialised.
 pub fn domain(name: &str, d: &Source<'_>, shape: Shape<'_>) -> String {
     let s = d.monitor.stats_of(d.now, shape.host_nqn);
+    if shape.counters {
+        let out = CountersDomainOut {
+            name,
+            epoch: s.epoch,
+            period_ns: s.period_ns,
+            capacity_estimate: amt(s.budget),
+            capacity_learning: s.capacity_learning,
+            hosts: s
+                .hosts
+                .iter()
+                .map(|h| counter_host(d.implicit, h))
+                .collect(),
+        };
+        return serde_json::to_string(&out).unwrap_or_else(|_| "null".into());
+    }
     let implicit = d.implicit;
     let hosts = if shape.compact {
         Hosts::Compact(s.hosts.iter().map(|h| compact_host(implicit, h)).collect())
@@ -531,6 +607,9 @@ pub struct Shape<'a> {
     pub periods: usize,
     /// Counters and gauges only.
     pub compact: bool,
+    /// Per host its counters and settings only (the cluster agent's form; over
+    /// `compact`).
+    pub counters: bool,
     /// One host only.
     pub host_nqn: Option<&'a str>,
 }

@@ -109,6 +109,7 @@ fn every_form_of_a_monitor_is_as_before() {
     let shape = |periods, compact, host_nqn| Shape {
         periods,
         compact,
+        counters: false,
         host_nqn,
     };
     let forms = [

@@ -5,8 +5,9 @@
 //! them, with the same libraries (serde_json, base64): decoding etcd's JSON answer
 //! (records base64-encoded in it) and comparing each record with the text read the
 //! interval before; parsing a record into the agent's types; serialising one into a
-//! put's JSON. Not modelled: the target's RPC answers (`qos_stats_get`,
-//! `qos_host_get`) and its `qos_host_set`s, HTTP and the kernel's part of each call,
+//! put's JSON; reading its target's answer to `qos_stats_get` in the counters form
+//! (every host configured there, a JSON tree and then the agent's types). Not
+//! modelled: the target's `qos_host_set`s, HTTP and the kernel's part of each call,
 //! the agent's log and metrics.
 
 use std::collections::BTreeMap;
@@ -25,6 +26,15 @@ use super::{ClusterRun, ClusterScenario};
 /// Nanoseconds per byte of record, measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ByteCosts {
+    /// The target's answer each interval (`qos_stats_get`'s counters form: every host
+    /// configured at the target), read off the socket into a JSON tree and then into
+    /// the agent's counters and settings.
+    pub target_ns: f64,
+    /// That answer's bytes per host configured at the target.
+    pub target_bytes_per_host: f64,
+    /// Hosts configured at the leader's target: every host of the scenario (a host
+    /// holds at least its cold share at every target).
+    pub hosts_at_target: u64,
     /// Listed: in etcd's JSON answer (base64), decoded, compared with the last text.
     pub listed_ns: f64,
     /// Parsed into the agent's types.
@@ -50,6 +60,142 @@ struct Member {
     error: Option<String>,
     #[serde(default)]
     handover_url: Option<String>,
+}
+
+/// A host of the target plugin's counters form (spdk-plugin/src/stats.rs,
+/// `CounterHost`; the agent's reader is `CountersHost` in cluster-agent/src/target.rs).
+#[derive(Serialize, Deserialize)]
+struct CounterHost {
+    host_nqn: String,
+    configured: bool,
+    completed_total: Work,
+    held_time: HeldSum,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_iops: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_iops: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_mibps: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_mibps: Option<u64>,
+    weight: u32,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Work {
+    ops: u64,
+    bytes: u64,
+    ios: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct HeldSum {
+    sum_ns: u64,
+}
+
+/// A domain of the counters form.
+#[derive(Serialize, Deserialize)]
+struct CountersDomain {
+    name: String,
+    epoch: u64,
+    period_ns: u64,
+    capacity_estimate: BTreeMap<String, Option<u64>>,
+    capacity_learning: bool,
+    hosts: Vec<CounterHost>,
+}
+
+/// The target's JSON-RPC answer to `qos_stats_get` in the counters form for `nqns`
+/// (each with a share and counters that moved), as the agent receives it.
+fn counters_answer(nqns: &[&str]) -> String {
+    let domain = CountersDomain {
+        name: "d".into(),
+        epoch: 123_456,
+        period_ns: 1_000_000_000,
+        capacity_estimate: [
+            ("bytes".to_string(), None),
+            ("ops".to_string(), Some(200_000)),
+        ]
+        .into_iter()
+        .collect(),
+        capacity_learning: false,
+        hosts: nqns
+            .iter()
+            .enumerate()
+            .map(|(k, n)| {
+                let ops = 1_000_000 + k as u64 * 7919;
+                CounterHost {
+                    host_nqn: n.to_string(),
+                    configured: true,
+                    completed_total: Work {
+                        ops,
+                        bytes: ops * 4096,
+                        ios: ops,
+                    },
+                    held_time: HeldSum {
+                        sum_ns: k as u64 * 1_234_567,
+                    },
+                    min_iops: (k % 2 == 0).then_some(200 + k as u64 % 1400),
+                    max_iops: Some(1000 + (k as u64 * 31) % 5000),
+                    min_mibps: None,
+                    max_mibps: None,
+                    weight: 1 + (k as u32 % 10),
+                }
+            })
+            .collect(),
+    };
+    json!({ "jsonrpc": "2.0", "id": 7, "result": [domain] }).to_string()
+}
+
+/// What the agent does with the target's answer (`rpc_client` and
+/// `target::parse_counters`): the answer read from a buffered stream into a JSON tree,
+/// its result into the agent's types, then a map of counters and one of settings.
+fn read_counters(answer: &[u8]) -> (BTreeMap<String, [u64; 3]>, BTreeMap<String, LocalShare>) {
+    let v = serde_json::Deserializer::from_reader(std::io::BufReader::new(answer))
+        .into_iter::<Value>()
+        .next()
+        .expect("an answer")
+        .expect("json");
+    let d = CountersDomain::deserialize(&v["result"][0]).expect("counters form");
+    let mut counters = BTreeMap::new();
+    let mut settings = BTreeMap::new();
+    for h in d.hosts {
+        counters.insert(
+            h.host_nqn.clone(),
+            [
+                h.completed_total.ops,
+                h.completed_total.bytes,
+                h.held_time.sum_ns,
+            ],
+        );
+        if h.configured {
+            let share = LocalShare {
+                reservation_iops: h.min_iops.unwrap_or(0),
+                limit_iops: h.max_iops,
+                weight: h.weight,
+                reservation_mibps: h.min_mibps.unwrap_or(0),
+                limit_mibps: h.max_mibps,
+            };
+            settings.insert(h.host_nqn, share);
+        }
+    }
+    (counters, settings)
+}
+
+/// The target's answer for `nqns` read as the agent reads it (nanoseconds per byte,
+/// bytes per host), `hosts` configured at the target; the record costs left at 0.
+fn target_costs(nqns: &[&str], hosts: u64) -> ByteCosts {
+    let answer = counters_answer(nqns);
+    let ns = time(|| {
+        black_box(read_counters(black_box(answer.as_bytes())));
+    });
+    ByteCosts {
+        target_ns: ns / answer.len() as f64,
+        target_bytes_per_host: answer.len() as f64 / nqns.len().max(1) as f64,
+        hosts_at_target: hosts,
+        listed_ns: 0.0,
+        parsed_ns: 0.0,
+        written_ns: 0.0,
+    }
 }
 
 /// Nanoseconds per call of `f`, the median of 5 rounds of at least 20 ms each.
@@ -149,6 +295,7 @@ impl ByteCosts {
             listed_ns: listed / bytes,
             parsed_ns: parsed / bytes,
             written_ns: written / bytes,
+            ..target_costs(&nqns, s.hosts.len() as u64)
         }
     }
 
@@ -158,6 +305,7 @@ impl ByteCosts {
         let per = |bytes: u64| bytes as f64 / b.intervals.max(1) as f64;
         let ms = |bytes: f64, ns: f64| bytes * ns / 1e6;
         RecordHandling {
+            target_ms: ms(self.target_bytes(), self.target_ns),
             listed_ms: ms(per(b.listed), self.listed_ns),
             parsed_ms: ms(per(b.parsed), self.parsed_ns),
             // Its part and the head (one answer each), the contracts (one listing):
@@ -171,9 +319,18 @@ impl ByteCosts {
     }
 }
 
+impl ByteCosts {
+    /// The target's answer an interval, bytes.
+    pub fn target_bytes(&self) -> f64 {
+        self.target_bytes_per_host * self.hosts_at_target as f64
+    }
+}
+
 /// The leader's record handling per interval, predicted, milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RecordHandling {
+    /// The target's answer (its hosts' counters and settings).
+    pub target_ms: f64,
     pub listed_ms: f64,
     pub parsed_ms: f64,
     pub read_ms: f64,
@@ -182,7 +339,7 @@ pub struct RecordHandling {
 
 impl RecordHandling {
     pub fn total_ms(&self) -> f64 {
-        self.listed_ms + self.parsed_ms + self.read_ms + self.written_ms
+        self.target_ms + self.listed_ms + self.parsed_ms + self.read_ms + self.written_ms
     }
 }
 
@@ -202,8 +359,12 @@ pub fn agent_cpu_line(run: &ClusterRun, costs: &ByteCosts) -> String {
     let h = costs.per_interval_ms(b);
     let mb = |bytes: u64| bytes as f64 / b.intervals as f64 / 1e6;
     format!(
-        "leader agent's CPU per interval (predicted, measured costs on this machine, not deterministic): {:.1} ms = plan {plan_ms:.1} ms + listing {:.1} ms ({:.2} MB of member and demand records at {:.2} ns/B) + parsing {:.1} ms ({:.2} MB changed, {:.2} ns/B) + its part, head and the contracts {:.1} ms ({:.2} MB) + writing {:.1} ms ({:.2} MB, {:.2} ns/B); not modelled: the target's RPCs, HTTP, the kernel",
+        "leader agent's CPU per interval (predicted, measured costs on this machine, not deterministic): {:.1} ms = plan {plan_ms:.1} ms + its target's counters {:.1} ms ({} hosts, {:.2} MB at {:.2} ns/B) + listing {:.1} ms ({:.2} MB of member and demand records at {:.2} ns/B) + parsing {:.1} ms ({:.2} MB changed, {:.2} ns/B) + its part, head and the contracts {:.1} ms ({:.2} MB) + writing {:.1} ms ({:.2} MB, {:.2} ns/B); not modelled: the target's qos_host_sets, HTTP, the kernel",
         plan_ms + h.total_ms(),
+        h.target_ms,
+        costs.hosts_at_target,
+        costs.target_bytes() / 1e6,
+        costs.target_ns,
         h.listed_ms,
         mb(b.listed),
         costs.listed_ns,
@@ -225,6 +386,9 @@ mod tests {
     #[test]
     fn handling_is_the_bytes_per_interval_times_their_cost() {
         let costs = ByteCosts {
+            target_ns: 4.0,
+            target_bytes_per_host: 250.0,
+            hosts_at_target: 1000,
             listed_ns: 2.0,
             parsed_ns: 5.0,
             written_ns: 3.0,
@@ -245,6 +409,37 @@ mod tests {
         assert!(close(h.parsed_ms, 0.5), "{h:?}");
         assert!(close(h.read_ms, 0.7), "{h:?}");
         assert!(close(h.written_ms, 0.6), "{h:?}");
-        assert!(close(h.total_ms(), 3.8));
+        // The target's answer: 1,000 hosts of 250 bytes at 4 ns/B, 1 ms.
+        assert!(close(h.target_ms, 1.0), "{h:?}");
+        assert!(close(h.total_ms(), 4.8));
+    }
+
+    #[test]
+    fn the_calibrations_target_answer_reads_as_the_agent_reads_it() {
+        let nqns = ["nqn.a", "nqn.b", "nqn.c"];
+        let answer = counters_answer(&nqns);
+        let (counters, settings) = read_counters(answer.as_bytes());
+        assert_eq!(counters.len(), 3);
+        assert_eq!(counters["nqn.b"], [1_007_919, 1_007_919 * 4096, 1_234_567]);
+        assert_eq!(settings["nqn.a"].reservation_iops, 200);
+        assert_eq!(
+            settings["nqn.b"].reservation_iops, 0,
+            "odd hosts reserve nothing"
+        );
+        assert_eq!(settings["nqn.c"].weight, 3);
+        // The plugin's field names (spdk-plugin/src/stats.rs, `CounterHost`).
+        let v: Value = serde_json::from_str(&answer).unwrap();
+        let h = &v["result"][0]["hosts"][1];
+        for k in [
+            "host_nqn",
+            "configured",
+            "completed_total",
+            "held_time",
+            "max_iops",
+            "weight",
+        ] {
+            assert!(!h[k].is_null(), "{k}: {h}");
+        }
+        assert!(h.get("min_iops").is_none(), "left out when not set: {h}");
     }
 }
