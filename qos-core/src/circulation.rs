@@ -61,13 +61,13 @@ pub const BAND: u64 = 10;
 pub const FAR: u64 = 50;
 
 /// The held spans before and after the open spell (rates `before`, `after`) are within
-/// half of each other: the load was steady over the triplet. A load that starts or stops
+/// half of each other and neither is empty: the load was steady over the triplet. A load that starts or stops
 /// (the hosts' phases on the real target: triplets across them read 0.5-1.3) or a step
 /// in the machine's speed is not linear over the triplet, and its ratio says nothing of
 /// holding: the triplet is left out.
 pub fn steady(before: u64, after: u64) -> bool {
     let (lo, hi) = (before.min(after), before.max(after));
-    hi.saturating_mul(2) <= lo.saturating_mul(3)
+    lo > 0 && hi.saturating_mul(2) <= lo.saturating_mul(3)
 }
 
 /// Where a cycle is.
@@ -501,6 +501,7 @@ mod tests {
     #[test]
     fn a_load_that_stops_or_starts_within_a_triplet_teaches_nothing() {
         assert!(steady(100, 149) && steady(149, 100) && !steady(100, 151) && !steady(0, 5));
+        assert!(!steady(0, 0), "no load at all is not a load to learn from");
         let target = knee();
         let mut p = probe(970);
         run(&mut p, &target, 160, 60, &|_| 1000);
