@@ -186,11 +186,7 @@ struct StatsHeldTime {
 /// `qos_host_get`).
 pub fn parse_stats(v: &Value) -> Result<LocalState, TargetError> {
     let m = "qos_stats_get";
-    let d = v
-        .as_array()
-        .and_then(|a| a.first())
-        .ok_or_else(|| malformed(m, "no domain in the answer"))?;
-    let d = StatsDomain::deserialize(d).map_err(|e| malformed(m, e.to_string()))?;
+    let d: StatsDomain = first_domain(v, m)?;
     if d.period_ns == 0 {
         return Err(malformed(m, "no period_ns"));
     }
@@ -259,6 +255,15 @@ fn yes() -> bool {
     true
 }
 
+/// The first domain of `method`'s answer (the agent's target has one).
+fn first_domain<'a, T: Deserialize<'a>>(v: &'a Value, method: &str) -> Result<T, TargetError> {
+    let d = v
+        .as_array()
+        .and_then(|a| a.first())
+        .ok_or_else(|| malformed(method, "no domain in the answer"))?;
+    T::deserialize(d).map_err(|e| malformed(method, e.to_string()))
+}
+
 /// The capacity per second of a domain's estimate per period (0 while learning).
 fn capacity_per_s(learning: bool, ops: Option<u64>, period_ns: u64) -> u64 {
     let ops = if learning { 0 } else { ops.unwrap_or(0) };
@@ -269,11 +274,7 @@ fn capacity_per_s(learning: bool, ops: Option<u64>, period_ns: u64) -> u64 {
 /// [`parse_hosts`] read from the compact form and `qos_host_get`, from one answer.
 pub fn parse_counters(v: &Value) -> Result<LocalState, TargetError> {
     let m = "qos_stats_get";
-    let d = v
-        .as_array()
-        .and_then(|a| a.first())
-        .ok_or_else(|| malformed(m, "no domain in the answer"))?;
-    let d = CountersDomain::deserialize(d).map_err(|e| malformed(m, e.to_string()))?;
+    let d: CountersDomain = first_domain(v, m)?;
     if d.period_ns == 0 {
         return Err(malformed(m, "no period_ns"));
     }
