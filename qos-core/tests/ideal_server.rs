@@ -45,9 +45,11 @@ fn hosts_from(weights: &[u64], reserved_milli: u64, capacity: u64) -> Vec<HostCo
 }
 
 proptest! {
-    // A fixed seed: the same 24 cases in every run, so main stays green while a case
-    // that random seeds found is open (`paced_release_at_94_percent_reserved...` below);
-    // `PROPTEST_RNG_SEED` does not override a fixed seed, change it here to explore.
+    // A fixed seed: the same 24 cases in every run, so a rare case found by chance does
+    // not turn main red in an unrelated change (one did: `paced_release_at_94_percent_
+    // reserved...` below, now fixed). `PROPTEST_RNG_SEED` does not override a fixed
+    // seed: to explore, set `cases` high and `RngSeed::Random` here (10,000 random
+    // cases of the first property passed on 2026-11-30, in 55 s with `--release`).
     #![proptest_config(ProptestConfig {
         cases: 24,
         rng_seed: proptest::test_runner::RngSeed::Fixed(20261130),
@@ -323,14 +325,17 @@ proptest! {
     }
 }
 
-/// Known defect, found by the property above with a random seed in CI on 2026-11-30:
-/// reservations of 93.7 % of the capacity released paced (`first_come`, Basic tokens,
-/// one channel), host 6 got 2,612 of its 2,776 in period 1 (94 %) while host 5 got
-/// 2,818 and the unreserved hosts 523. The lag controller's pace (its floor of 1/64 of
-/// the open rate, or the grow steps) lets the others take what the laggard needed near
-/// full reservation. Present at 63877a2 too. Not fixed yet: run with `--ignored`.
+/// Found by the property above with a random seed in CI on 2026-11-30: reservations of
+/// 93.7 % of the capacity released paced (`first_come`, Basic tokens, one channel). The
+/// ideal server's round robin starts at a random host and goes in index order, so the
+/// last host gets the fewest of a step's leftover slots: host 6 completed 2,748 of its
+/// 2,776 in period 0 (1.0 % short, lagging all period), was judged to lag in vain (its
+/// own queue depth) and served 2,577 (its completions less a sixteenth) for two
+/// periods, and got 2,612 in period 1, while the unreserved hosts took 523 with global
+/// tokens: holding them could have closed its gap. A host now lags in vain only when
+/// the others' global work of the period was less than its shortfall
+/// (`LaggedShort::in_vain`).
 #[test]
-#[ignore = "known defect: a paced reservation at 94 % of the capacity is missed by 6 % (see the doc comment)"]
 fn paced_release_at_94_percent_reserved_meets_every_reservation() {
     let weights = [0u64, 0, 5, 0, 6, 8, 8];
     let cap = 100_000;

@@ -554,6 +554,9 @@ pub(crate) const CLOSE_INTERVALS: u64 = 4;
 pub(crate) struct PeriodTotals {
     /// Work completed by all hosts.
     pub(crate) used: Amount,
+    /// Work the hosts were admitted with global tokens (credit included): what
+    /// holding them could have freed for a host behind its reservation.
+    pub(crate) used_global: Amount,
     /// Some host was busy during part of the period only (it started or stopped in
     /// it): the period is no measurement of the target.
     pub(crate) partial: bool,
@@ -587,18 +590,47 @@ pub(crate) struct PeriodView {
     pub(crate) count_offered: bool,
 }
 
+/// A host that lagged nearly all period and still fell more than 1 % short of its
+/// reservation: what its period's end saw.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LaggedShort {
+    /// What it completed.
+    pub(crate) completed: Amount,
+    /// It met its reservation the period before.
+    pub(crate) met_before: bool,
+    /// Its reservation less what it completed.
+    pub(crate) shortfall: Amount,
+    /// What it was admitted with global tokens (credit included).
+    pub(crate) own_global: Amount,
+}
+
+impl LaggedShort {
+    /// It lagged in vain: in a resource it missed, the others' global work of the
+    /// period (`all_global` less its own) was less than its shortfall, so holding
+    /// every one of them could not have closed the gap; its own queue depth bounds it.
+    /// Otherwise the hold was too loose (a first-come pool is paced, not closed, and
+    /// a server need not share itself evenly), and backing its reservation off would
+    /// miss it for the back-off's periods.
+    pub(crate) fn in_vain(&self, all_global: Amount) -> bool {
+        let others = all_global.saturating_sub(self.own_global);
+        Resource::ALL
+            .iter()
+            .any(|&r| self.shortfall.get(r) > 0 && others.get(r) < self.shortfall.get(r))
+    }
+}
+
 impl HostEntry {
     /// Ends the period for this host: its record (pushed to `records`), what it says
     /// of the target (added to `t`), and the host's own outcome counters. Returns, when
-    /// it lagged nearly all period with the pool closed on its account and still fell
-    /// more than 1 % short, what it completed and whether it met the period before.
+    /// it lagged nearly all period on its account and still fell more than 1 % short,
+    /// what the roll-over needs to judge whether it lagged in vain ([`LaggedShort`]).
     #[inline]
     pub(crate) fn close_period(
         &mut self,
         v: &PeriodView,
         t: &mut PeriodTotals,
         records: &mut Vec<PeriodRecord>,
-    ) -> Option<(Amount, bool)> {
+    ) -> Option<LaggedShort> {
         let now_c = self.shared.counters_hot();
         let (w, s) = self
             .activity
@@ -621,6 +653,8 @@ impl HostEntry {
             .iter()
             .all(|&r| completed.get(r) >= hard.get(r));
         t.used = t.used.saturating_add(completed);
+        let own_global = now_c.consumed_global.saturating_sub(last.consumed_global);
+        t.used_global = t.used_global.saturating_add(own_global);
         records.push(PeriodRecord {
             epoch: v.epoch,
             completed,
@@ -639,6 +673,12 @@ impl HostEntry {
         t.partial |= a.ticks_active > 0 && !whole;
         let in_vain = if active {
             self.judge_missed(v, completed, whole, t)
+                .map(|met_before| LaggedShort {
+                    completed,
+                    met_before,
+                    shortfall: hard.saturating_sub(completed),
+                    own_global,
+                })
         } else {
             None
         };
@@ -679,15 +719,15 @@ impl HostEntry {
     }
 
     /// An active host's missed reservation, per resource, judged into `t` (missed,
-    /// starved); returns what it completed and whether it met the period before when it
-    /// lagged in vain (see [`HostEntry::close_period`]).
+    /// starved); returns whether it met the period before when it lagged nearly all
+    /// period and still fell short (see [`HostEntry::close_period`]).
     fn judge_missed(
         &self,
         v: &PeriodView,
         completed: Amount,
         whole: bool,
         t: &mut PeriodTotals,
-    ) -> Option<(Amount, bool)> {
+    ) -> Option<bool> {
         let hard = self.budgets.reservation_total();
         let a = &self.activity;
         let mut in_vain = None;
@@ -701,15 +741,16 @@ impl HostEntry {
             if whole && a.lag_ticks > 0 && self.reach.backoff == 0 {
                 t.starved[r.index()] = true;
             }
-            // Lagging at nine check intervals of ten closed the pool to everybody
-            // else nearly all period: if it still fell more than 1 % short, its
-            // own queue depth bounds it, not the others.
+            // Lagging at nine check intervals of ten held everybody else's global
+            // tokens nearly all period: if it still fell more than 1 % short, its
+            // own queue depth may bound it, not the others (the roll-over checks
+            // that holding them could not have freed what it missed).
             if whole
                 && self.reach.periods == 0
                 && a.lag_ticks * 10 >= v.period_ticks * 9
                 && completed.get(r).saturating_mul(100) < hard.get(r).saturating_mul(99)
             {
-                in_vain = Some((completed, self.reach.met_last_period));
+                in_vain = Some(self.reach.met_last_period);
             }
         }
         in_vain
@@ -944,6 +985,29 @@ pub(crate) fn within_reach(mut pr: [Amount; 2], reach: Amount) -> [Amount; 2] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shortfall_is_in_vain_only_when_holding_the_others_could_not_have_closed_it() {
+        let lagged = |shortfall: u64, own_global: u64| LaggedShort {
+            completed: Amount::new(2_748, 0),
+            met_before: false,
+            shortfall: Amount::new(shortfall, 0),
+            own_global: Amount::new(own_global, 0),
+        };
+        // The others did 523 with global tokens; it missed 28: holding them would do.
+        assert!(!lagged(28, 0).in_vain(Amount::new(523, 0)));
+        // It missed 1,000: even all of theirs would not have been enough.
+        assert!(lagged(1_000, 0).in_vain(Amount::new(523, 0)));
+        // Its own global work is not the others' to give up.
+        assert!(lagged(28, 500).in_vain(Amount::new(523, 0)));
+        // Bytes it missed count as much as operations.
+        let bytes = LaggedShort {
+            shortfall: Amount::new(0, 1 << 20),
+            ..lagged(0, 0)
+        };
+        assert!(bytes.in_vain(Amount::new(523, 4096)));
+        assert!(!bytes.in_vain(Amount::new(0, 2 << 20)));
+    }
 
     #[test]
     fn an_unreachable_reservation_backs_off_from_2_to_16_periods_and_resets_when_met() {

@@ -68,9 +68,9 @@ impl Monitor {
         // miss, and it keeps its reservation (a reach taken from the drop's period
         // shortchanged it for two periods more: Haechi's Set 4 in the lab). A host
         // bound by its queue depth missed the period before too.
-        for (idx, (completed, met_before)) in in_vain {
-            if !(dropped && met_before) {
-                self.members.hosts[idx].reach.confirm(completed);
+        for (idx, lagged) in in_vain {
+            if lagged.in_vain(t.used_global) && !(dropped && lagged.met_before) {
+                self.members.hosts[idx].reach.confirm(lagged.completed);
             }
         }
         let (ended_epoch, ended_start) = (self.epoch, self.period_start);
