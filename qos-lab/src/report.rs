@@ -66,9 +66,56 @@ pub struct PolicySummary {
     /// target's policies only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub depth: Option<DepthSummary>,
+    /// Over the hosts' circulation: what the hold targets acted on (issue 39).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circulation: Option<CirculationSummary>,
     pub hosts: Vec<HostSummary>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+/// Over the hosts' circulation, the measured periods' ends as the monitor saw them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CirculationSummary {
+    /// N: commands the hosts circulate, mean over the measured periods' ends.
+    pub commands: f64,
+    /// H\*: commands the hold targets keep held, mean.
+    pub hold_target: f64,
+    /// N\* at the run's end: given (`operating_in_flight`) or learned for η.
+    pub n_star: Option<u64>,
+    /// Learned for η (`learned` is absent when N\* was given).
+    pub learned: bool,
+    /// The learner's smoothed held / open ratio at the run's end, thousandths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio_milli: Option<u64>,
+}
+
+impl CirculationSummary {
+    fn of(o: &Outcome) -> Option<Self> {
+        let last = o.circulation.last()?;
+        let n = o.circulation.len() as f64;
+        let mean = |f: fn(&qos_core::CirculationStats) -> u64| {
+            round1(o.circulation.iter().map(|c| f(c) as f64).sum::<f64>() / n)
+        };
+        let commands = mean(|c| c.commands);
+        let hold_target = mean(|c| c.hold_target);
+        Some(match last.learned {
+            Some(l) => CirculationSummary {
+                commands,
+                hold_target,
+                n_star: l.n_star,
+                learned: true,
+                ratio_milli: l.ratio_milli,
+            },
+            None => CirculationSummary {
+                commands,
+                hold_target,
+                n_star: Some(last.commands.saturating_sub(last.hold_target)),
+                learned: false,
+                ratio_milli: None,
+            },
+        })
+    }
 }
 
 /// The operating point on the depth curve learned during a run, beside the model's own
@@ -181,6 +228,7 @@ impl PolicySummary {
                 .map(|e| ((*e as u128 * scale as u128 * 1_000_000_000) / period_ns as u128) as u64)
                 .collect(),
             depth: depth_summary(scenario, o, scale, period_ns),
+            circulation: CirculationSummary::of(o),
             hosts,
             warnings: o.warnings.clone(),
         }
@@ -339,6 +387,9 @@ impl Summary {
         }
         if let Some(d) = &p.depth {
             let _ = writeln!(s, "  {}", depth_line(d));
+        }
+        if let Some(c) = &p.circulation {
+            let _ = writeln!(s, "  {}", circulation_line(c));
         }
         let width = p
             .hosts
@@ -603,6 +654,24 @@ fn depth_summary(sc: &Scenario, o: &Outcome, scale: u64, period_ns: u64) -> Opti
             })
             .collect(),
     })
+}
+
+/// One line on the operating point over the hosts' circulation.
+fn circulation_line(c: &CirculationSummary) -> String {
+    let n_star = match (c.n_star, c.learned) {
+        (Some(n), true) => format!("N* {n} learned"),
+        (None, true) => "N* not learned yet".to_string(),
+        (Some(n), false) => format!("N - H* {n} at the end (N* given)"),
+        (None, false) => "N* unknown".to_string(),
+    };
+    let ratio = c
+        .ratio_milli
+        .map(|r| format!(", held / open {:.3}", r as f64 / 1000.0))
+        .unwrap_or_default();
+    format!(
+        "over circulation: N {:.1} commands, hold targets H* {:.1} (means of the measured periods' ends); {n_star}{ratio}",
+        c.commands, c.hold_target
+    )
 }
 
 /// One line on the operating point for the table.

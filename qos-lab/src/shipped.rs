@@ -69,6 +69,18 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../scenarios/op-depth-8hosts.toml"),
     ),
     (
+        "op-circulation",
+        include_str!("../scenarios/op-circulation.toml"),
+    ),
+    (
+        "op-circulation-inverse",
+        include_str!("../scenarios/op-circulation-inverse.toml"),
+    ),
+    (
+        "op-circulation-eta",
+        include_str!("../scenarios/op-circulation-eta.toml"),
+    ),
+    (
         "qd-capacity-drop",
         include_str!("../scenarios/qd-capacity-drop.toml"),
     ),

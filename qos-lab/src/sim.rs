@@ -141,6 +141,10 @@ pub struct Outcome {
     pub depth_curve: Vec<CurvePoint>,
     pub operating_point: Option<OperatingPoint>,
     pub efficiency_milli: u64,
+    /// Over the hosts' circulation (`[qos] over_circulation` or `operating_in_flight`
+    /// with sharing `operating_point`): the monitor's view at the end of each measured
+    /// period; empty in the other modes.
+    pub circulation: Vec<qos_core::CirculationStats>,
     /// Warnings of initiator engines (fallbacks), deduplicated.
     pub warnings: Vec<String>,
     /// Events processed (for performance reports).
@@ -361,6 +365,7 @@ struct Sim {
     ended: u32,
     operating: Vec<HostOperating>,
     held_at_start: Vec<(u64, u64)>,
+    circulation: Vec<qos_core::CirculationStats>,
 }
 
 fn scaled(v: u64, scale: u64) -> u64 {
@@ -524,6 +529,7 @@ impl Sim {
             self.held_at_start = stats.hosts.iter().map(held).collect();
             self.operating = vec![HostOperating::default(); stats.hosts.len()];
         } else if self.ended > self.warmup && self.ended <= self.warmup + self.measured {
+            self.circulation.extend(stats.circulation);
             for (i, h) in stats.hosts.iter().enumerate() {
                 let o = &mut self.operating[i];
                 o.entitled.push(h.entitlement.map(|e| e.entitled));
@@ -962,6 +968,7 @@ impl Sim {
             depth_curve,
             operating_point,
             efficiency_milli,
+            circulation: self.circulation,
             warnings: self.warnings,
             events: self.events,
         }

@@ -111,6 +111,11 @@ fn golden_summary_op_weights_depth() {
     golden("op-weights-depth");
 }
 
+#[test]
+fn golden_summary_op_circulation() {
+    golden("op-circulation");
+}
+
 fn policy<'a>(
     s: &'a Summary,
     name: &str,
@@ -681,6 +686,47 @@ fn impossible_domain_values_are_refused() {
     ));
     assert_eq!(e.field(), Some("target.link_command_us"), "{e}");
     assert!(e.to_string().contains("0 ..= 10000 us"), "{e}");
+}
+
+#[test]
+fn operating_point_settings_out_of_range_are_refused_with_the_range() {
+    for bad in ["0.0", "1.5", "-0.2"] {
+        let e = parse_err(&format!("{GOOD}\n[qos]\nefficiency = {bad}\n"));
+        assert_eq!(e.field(), Some("qos.efficiency"), "{e}");
+        assert!(e.to_string().contains("must be in (0, 1]"), "{e}");
+    }
+    let e = parse_err(&format!("{GOOD}\n[qos]\noperating_in_flight = 0\n"));
+    assert_eq!(e.field(), Some("qos.operating_in_flight"), "{e}");
+    let e = parse_err(&GOOD.replace("[target]", "[target]\nqos_path_cost_pct = -3.0"));
+    assert_eq!(e.field(), Some("target.qos_path_cost_pct"), "{e}");
+    assert!(e.to_string().contains("0 ..= 1000 %"), "{e}");
+    let ok = format!("{GOOD}\n[qos]\nefficiency = 0.8\nover_circulation = true\n");
+    assert!(Scenario::parse(&ok, "ok.toml", "ok").is_ok());
+}
+
+/// The QoS path's cost: a CPU-bound target does `1 / (1 + pct / 100)` of its capacity
+/// under a QoS policy, and bare is untouched.
+#[test]
+fn the_qos_path_cost_slows_the_qos_policies_only() {
+    let run = |cost: &str| {
+        let text = format!(
+            "policies = [\"bare\", \"first_come\"]\n[target]\ncapacity_iops = 100000\n\
+             qos_path_cost_pct = {cost}\n[defaults]\npattern = \"burst\"\nqueue_depth = 32\n\
+             demand = \"unlimited\"\n[[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n"
+        );
+        let s = Scenario::parse(&text, "cost.toml", "cost").unwrap();
+        let sum = summary(&s, reduced(&s, 3), 2);
+        let total = |p: &str| policy(&sum, p, None).total_iops;
+        (total("bare"), total("first_come"))
+    };
+    let (bare0, qos0) = run("0.0");
+    let (bare25, qos25) = run("25.0");
+    assert_eq!(bare0, bare25, "bare does not pay the QoS path");
+    let ratio = qos25 / qos0;
+    assert!(
+        (ratio - 0.8).abs() < 0.03,
+        "{qos25} / {qos0} = {ratio}, expected 1 / 1.25"
+    );
 }
 
 #[test]

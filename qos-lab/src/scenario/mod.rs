@@ -182,6 +182,11 @@ impl Scenario {
             mode,
             release,
             sharing,
+            operating_in_flight_milli: q.operating_in_flight.map(|n| n.saturating_mul(1000)),
+            efficiency_milli: q
+                .efficiency_milli
+                .unwrap_or(DomainConfig::default().efficiency_milli),
+            operating_over_circulation: q.over_circulation,
             ..DomainConfig::default()
         }
     }

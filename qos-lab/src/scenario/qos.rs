@@ -21,6 +21,14 @@ pub struct QosSpec {
     pub estimator: bool,
     pub ns_limit_iops: Option<u64>,
     pub ns_limit_mibps: Option<u64>,
+    /// Sharing `operating_point`: N\* (or Q\* at the base without `over_circulation`)
+    /// given, in commands; `None`: chosen by η.
+    pub operating_in_flight: Option<u64>,
+    /// Sharing `operating_point`: η in thousandths (the product's default when absent).
+    pub efficiency_milli: Option<u64>,
+    /// Sharing `operating_point`: N\* over the hosts' circulation, learned for η
+    /// unless given (`operating_over_circulation`).
+    pub over_circulation: bool,
 }
 
 fn qp(k: &str) -> FieldPath {
@@ -65,6 +73,21 @@ pub(super) fn resolve_qos(
         &qp("ns_limit_mibps"),
         "the namespace limit",
     )?;
+    let operating_in_flight = ctx.positive(
+        q.operating_in_flight,
+        &qp("operating_in_flight"),
+        "the operating point's commands in flight",
+    )?;
+    let efficiency_milli = match q.efficiency {
+        None => None,
+        Some(e) if e > 0.0 && e <= 1.0 => Some(((e * 1000.0).round() as u64).max(1)),
+        Some(e) => {
+            return Err(ctx.invalid(
+                &qp("efficiency"),
+                format!("the efficiency eta must be in (0, 1] (got {e})"),
+            ));
+        }
+    };
     Ok(QosSpec {
         period: Nanos::from_millis(period_ms),
         check_interval: Nanos::from_micros(check_us),
@@ -73,6 +96,9 @@ pub(super) fn resolve_qos(
         estimator: q.estimator.unwrap_or(false),
         ns_limit_iops,
         ns_limit_mibps,
+        operating_in_flight,
+        efficiency_milli,
+        over_circulation: q.over_circulation.unwrap_or(false),
     })
 }
 

@@ -49,6 +49,7 @@ pub(super) struct RawTarget {
     pub(super) link_gbps: Option<f64>,
     pub(super) link_command_us: Option<f64>,
     pub(super) channels_per_host: Option<i64>,
+    pub(super) qos_path_cost_pct: Option<f64>,
     #[serde(default)]
     pub(super) capacity_change: Vec<RawCapChange>,
 }
@@ -70,6 +71,9 @@ pub(super) struct RawQos {
     pub(super) estimator: Option<bool>,
     pub(super) ns_limit_iops: Option<i64>,
     pub(super) ns_limit_mibps: Option<i64>,
+    pub(super) operating_in_flight: Option<i64>,
+    pub(super) efficiency: Option<f64>,
+    pub(super) over_circulation: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -34,6 +34,10 @@ pub struct TargetSpec {
     /// completion): a chunked transfer pays it per chunk. Zero by default.
     pub link_command: Nanos,
     pub channels_per_host: usize,
+    /// What the QoS path adds to the target's CPU per command, in % of a command's cost
+    /// without it (a CPU-bound target then does `1 / (1 + pct / 100)` of its capacity
+    /// under a QoS policy, whatever it holds): a profile's figure, 0 by default.
+    pub qos_path_cost_pct: f64,
     /// (time, factor of C_G available to the hosts from then on): background load.
     pub capacity_changes: Vec<(Nanos, f64)>,
 }
@@ -78,6 +82,15 @@ pub(super) fn resolve_target(
             "at most 64 channels (poll-group threads) per host",
         ));
     }
+    let qos_path_cost_pct = t.qos_path_cost_pct.unwrap_or(0.0);
+    if !(0.0..=1000.0).contains(&qos_path_cost_pct) {
+        return Err(ctx.invalid(
+            &tp("qos_path_cost_pct"),
+            format!(
+                "the QoS path's cost must be 0 ..= 1000 % of a command's (got {qos_path_cost_pct})"
+            ),
+        ));
+    }
     Ok(TargetSpec {
         capacity_iops,
         per_host_max_iops,
@@ -87,6 +100,7 @@ pub(super) fn resolve_target(
         link_bytes_per_s,
         link_command,
         channels_per_host: channels as usize,
+        qos_path_cost_pct,
         capacity_changes: resolve_capacity_changes(&t.capacity_change, ctx)?,
     })
 }

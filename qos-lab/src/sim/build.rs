@@ -78,6 +78,11 @@ impl Sim {
             None => (None, Vec::new()),
         };
         let ns = (policy.enforcement == Enforcement::NsLimit).then(|| ns_limit(sc, fig.scale));
+        // A CPU-bound target pays the QoS path on every command, held or not.
+        let capacity = match policy.qos() {
+            Some(_) => fig.capacity as f64 / (1.0 + sc.target.qos_path_cost_pct / 100.0),
+            None => fig.capacity as f64,
+        };
         let machines = pacers(sc, policy, &fig, machine_count)?;
         let period = sc.qos.period.0;
         let mut sim = Sim {
@@ -88,7 +93,7 @@ impl Sim {
             measured: fig.periods,
             heap: BinaryHeap::with_capacity(4096),
             seq: 0,
-            server: Server::new(fig.capacity as f64).with_half_depth(sc.target.half_depth),
+            server: Server::new(capacity).with_half_depth(sc.target.half_depth),
             // Times stretch by the scale as rates shrink by it.
             link: fig
                 .link_bytes_per_s
@@ -96,7 +101,7 @@ impl Sim {
             base_latency: sc.target.base_latency.0,
             service: sc.target.service,
             svc_rng: SplitMix::new(fig.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED),
-            capacity: fig.capacity as f64,
+            capacity,
             capacity_changes: sc
                 .target
                 .capacity_changes
@@ -121,6 +126,7 @@ impl Sim {
             ended: 0,
             operating: Vec::new(),
             held_at_start: Vec::new(),
+            circulation: Vec::new(),
         };
         sim.schedule_first_events();
         Ok(sim)
