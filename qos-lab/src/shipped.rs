@@ -81,6 +81,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../scenarios/op-circulation-eta.toml"),
     ),
     (
+        "op-circulation-eta-noisy",
+        include_str!("../scenarios/op-circulation-eta-noisy.toml"),
+    ),
+    (
         "qd-capacity-drop",
         include_str!("../scenarios/qd-capacity-drop.toml"),
     ),

@@ -729,6 +729,45 @@ fn the_qos_path_cost_slows_the_qos_policies_only() {
     );
 }
 
+/// A machine whose speed moves: spells at `[min, 1]` of C_G, the same for every policy,
+/// the same for a seed; its mean speed between the two.
+#[test]
+fn a_noisy_machine_is_slower_on_average_and_the_same_for_a_seed() {
+    let text = |noise: &str| {
+        format!(
+            "policies = [\"bare\"]\n[target]\ncapacity_iops = 100000\n{noise}\n\
+             [defaults]\npattern = \"burst\"\nqueue_depth = 32\ndemand = \"unlimited\"\n\
+             [[host]]\nname = \"a\"\n[[host]]\nname = \"b\"\n"
+        )
+    };
+    let bare = |noise: &str| {
+        let s = Scenario::parse(&text(noise), "noise.toml", "noise").unwrap();
+        policy(&summary(&s, reduced(&s, 4), 2), "bare", None).total_iops
+    };
+    let steady = bare("");
+    let noisy = bare("speed_noise_min = 0.5\nspeed_noise_spell_ms = 200");
+    assert_eq!(
+        noisy,
+        bare("speed_noise_min = 0.5\nspeed_noise_spell_ms = 200")
+    );
+    let r = noisy / steady;
+    assert!(
+        (0.6..0.9).contains(&r),
+        "{noisy} / {steady} = {r}: spells at 0.5-1.0 average 0.75"
+    );
+    let e = parse_err(&GOOD.replace("[target]", "[target]\nspeed_noise_min = 1.5"));
+    assert_eq!(e.field(), Some("target.speed_noise_min"), "{e}");
+    assert!(e.to_string().contains("in (0, 1]"), "{e}");
+    let e = parse_err(&GOOD.replace("[target]", "[target]\nspeed_noise_spell_ms = 100"));
+    assert_eq!(e.field(), Some("target.speed_noise_spell_ms"), "{e}");
+    let e = parse_err(&format!(
+        "{}\n[[target.capacity_change]]\nat_s = 1\nfactor = 0.5\n",
+        GOOD.replace("[target]", "[target]\nspeed_noise_min = 0.5")
+    ));
+    assert_eq!(e.field(), Some("target.speed_noise_min"), "{e}");
+    assert!(e.to_string().contains("not supported"), "{e}");
+}
+
 #[test]
 fn over_reserved_targets_fail_the_check_and_the_run() {
     let text = GOOD

@@ -39,7 +39,7 @@ pub use hosts::{GroupSpec, HostSpec, Pattern};
 pub use pacer::PacerSpec;
 pub use policy::{Enforcement, Policy, QosSettings};
 pub use qos::QosSpec;
-pub use target::{Service, TargetSpec};
+pub use target::{Service, SpeedNoise, TargetSpec};
 pub use variants::RunSpec;
 
 use context::{Ctx, top};

@@ -50,6 +50,8 @@ pub(super) struct RawTarget {
     pub(super) link_command_us: Option<f64>,
     pub(super) channels_per_host: Option<i64>,
     pub(super) qos_path_cost_pct: Option<f64>,
+    pub(super) speed_noise_min: Option<f64>,
+    pub(super) speed_noise_spell_ms: Option<f64>,
     #[serde(default)]
     pub(super) capacity_change: Vec<RawCapChange>,
 }

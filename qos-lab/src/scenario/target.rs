@@ -38,8 +38,21 @@ pub struct TargetSpec {
     /// without it (a CPU-bound target then does `1 / (1 + pct / 100)` of its capacity
     /// under a QoS policy, whatever it holds): a profile's figure, 0 by default.
     pub qos_path_cost_pct: f64,
+    /// The machine's speed moving on its own (`speed_noise_min`): the lab draws
+    /// spells of random length, each at a random factor of C_G (the same draws for
+    /// every policy of a run). `None`: a steady machine.
+    pub speed_noise: Option<SpeedNoise>,
     /// (time, factor of C_G available to the hosts from then on): background load.
     pub capacity_changes: Vec<(Nanos, f64)>,
+}
+
+/// A machine whose speed moves by itself, as the shared test machines do (up to 2x
+/// within seconds): spells uniform in `[spell / 6, spell]`, each at a factor of C_G
+/// uniform in `[min, 1]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpeedNoise {
+    pub min: f64,
+    pub spell: Nanos,
 }
 
 fn tp(k: &str) -> FieldPath {
@@ -91,6 +104,14 @@ pub(super) fn resolve_target(
             ),
         ));
     }
+    let capacity_changes = resolve_capacity_changes(&t.capacity_change, ctx)?;
+    let speed_noise = resolve_speed_noise(&t, ctx)?;
+    if speed_noise.is_some() && !capacity_changes.is_empty() {
+        return Err(ctx.invalid(
+            &tp("speed_noise_min"),
+            "speed noise and [[target.capacity_change]] together are not supported; keep one",
+        ));
+    }
     Ok(TargetSpec {
         capacity_iops,
         per_host_max_iops,
@@ -101,7 +122,8 @@ pub(super) fn resolve_target(
         link_command,
         channels_per_host: channels as usize,
         qos_path_cost_pct,
-        capacity_changes: resolve_capacity_changes(&t.capacity_change, ctx)?,
+        speed_noise,
+        capacity_changes,
     })
 }
 
@@ -166,6 +188,36 @@ fn resolve_link(t: &RawTarget, ctx: &Ctx<'_>) -> Result<(Option<u64>, Nanos), Sc
         Some(u) => Nanos((u * 1000.0).round() as u64),
     };
     Ok((link_bytes_per_s, link_command))
+}
+
+/// `speed_noise_min` and `speed_noise_spell_ms` (600 ms by default).
+fn resolve_speed_noise(t: &RawTarget, ctx: &Ctx<'_>) -> Result<Option<SpeedNoise>, ScenarioError> {
+    let Some(min) = t.speed_noise_min else {
+        if t.speed_noise_spell_ms.is_some() {
+            return Err(ctx.invalid(
+                &tp("speed_noise_spell_ms"),
+                "a spell length without speed_noise_min; set both",
+            ));
+        }
+        return Ok(None);
+    };
+    if !(min > 0.0 && min <= 1.0) {
+        return Err(ctx.invalid(
+            &tp("speed_noise_min"),
+            format!("the slowest speed must be in (0, 1] of C_G (got {min}); 0.5: down to half"),
+        ));
+    }
+    let spell_ms = t.speed_noise_spell_ms.unwrap_or(600.0);
+    if !(1.0..=60_000.0).contains(&spell_ms) {
+        return Err(ctx.invalid(
+            &tp("speed_noise_spell_ms"),
+            format!("a spell must be 1 ..= 60000 ms (got {spell_ms})"),
+        ));
+    }
+    Ok(Some(SpeedNoise {
+        min,
+        spell: Nanos((spell_ms * 1e6) as u64),
+    }))
 }
 
 /// `[[target.capacity_change]]`, in time order.

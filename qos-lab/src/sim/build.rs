@@ -102,12 +102,15 @@ impl Sim {
             service: sc.target.service,
             svc_rng: SplitMix::new(fig.seed.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED),
             capacity,
-            capacity_changes: sc
-                .target
-                .capacity_changes
-                .iter()
-                .map(|&(t, f)| (t.0, f))
-                .collect(),
+            capacity_changes: match sc.target.speed_noise {
+                Some(n) => speed_spells(n, fig.seed, period * (fig.warmup + fig.periods) as u64),
+                None => sc
+                    .target
+                    .capacity_changes
+                    .iter()
+                    .map(|&(t, f)| (t.0, f))
+                    .collect(),
+            },
             ios: Slab::new(),
             parents: Slab::new(),
             hosts,
@@ -365,4 +368,19 @@ fn pacers(
         });
     }
     Ok(machines)
+}
+
+/// The machine's own speed over `[0, end)` ns: spells uniform in `[spell / 6, spell]`,
+/// each at a factor uniform in `[min, 1]`, drawn from the run's seed (every policy of
+/// a run sees the same machine). At most `u16::MAX` spells (the event's index).
+fn speed_spells(n: crate::scenario::SpeedNoise, seed: u64, end: u64) -> Vec<(u64, f64)> {
+    let mut rng = SplitMix::new(seed ^ 0x5EED_5EED_u64.wrapping_mul(0x9E37_79B9));
+    let shortest = (n.spell.0 / 6).max(1);
+    let mut t = 0u64;
+    let mut out = Vec::new();
+    while t < end && out.len() < u16::MAX as usize {
+        out.push((t, n.min + (1.0 - n.min) * rng.unit()));
+        t += shortest + (rng.unit() * (n.spell.0 - shortest) as f64) as u64;
+    }
+    out
 }
