@@ -6,7 +6,8 @@
 //! (records base64-encoded in it) and comparing each record with the text read the
 //! interval before; parsing a record into the agent's types; serialising one into a
 //! put's JSON; reading its target's answer to `qos_stats_get` in the counters form
-//! (every host configured there, a JSON tree and then the agent's types). Not
+//! (every host configured there, cut off a buffered stream and read straight into the
+//! agent's types by the agent's own JSON-RPC client code, `rpc_client`). Not
 //! modelled: the target's `qos_host_set`s, HTTP and the kernel's part of each call,
 //! the agent's log and metrics.
 
@@ -27,8 +28,8 @@ use super::{ClusterRun, ClusterScenario};
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ByteCosts {
     /// The target's answer each interval (`qos_stats_get`'s counters form: every host
-    /// configured at the target), read off the socket into a JSON tree and then into
-    /// the agent's counters and settings.
+    /// configured at the target), read off the socket straight into the agent's types
+    /// and then into its counters and settings.
     pub target_ns: f64,
     /// That answer's bytes per host configured at the target.
     pub target_bytes_per_host: f64,
@@ -146,16 +147,80 @@ fn counters_answer(nqns: &[&str]) -> String {
     json!({ "jsonrpc": "2.0", "id": 7, "result": [domain] }).to_string()
 }
 
-/// What the agent does with the target's answer (`rpc_client` and
-/// `target::parse_counters`): the answer read from a buffered stream into a JSON tree,
-/// its result into the agent's types, then a map of counters and one of settings.
+/// What the agent reads of a domain of the counters form (cluster-agent/src/target.rs,
+/// `CountersDomain`: the same fields, the rest skipped unread).
+#[derive(Deserialize)]
+struct ReadDomain {
+    #[serde(default)]
+    period_ns: u64,
+    #[serde(default)]
+    capacity_learning: bool,
+    #[serde(default)]
+    capacity_estimate: ReadAmount,
+    #[serde(default)]
+    hosts: Vec<ReadHost>,
+}
+
+#[derive(Default, Deserialize)]
+struct ReadAmount {
+    #[serde(default)]
+    ops: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct ReadHost {
+    host_nqn: String,
+    #[serde(default = "yes")]
+    configured: bool,
+    #[serde(default)]
+    completed_total: ReadWork,
+    #[serde(default)]
+    held_time: ReadHeld,
+    #[serde(default)]
+    min_iops: Option<u64>,
+    #[serde(default)]
+    max_iops: Option<u64>,
+    #[serde(default)]
+    min_mibps: Option<u64>,
+    #[serde(default)]
+    max_mibps: Option<u64>,
+    #[serde(default)]
+    weight: Option<u64>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Default, Deserialize)]
+struct ReadWork {
+    #[serde(default)]
+    ops: u64,
+    #[serde(default)]
+    bytes: u64,
+}
+
+#[derive(Default, Deserialize)]
+struct ReadHeld {
+    #[serde(default)]
+    sum_ns: u64,
+}
+
+/// What the agent does with the target's answer (`rpc_client::Client::call_as` and
+/// `target::counters_state`): the answer's text cut off a buffered stream, its id and
+/// error read, its result read straight into the agent's types, then a map of counters
+/// and one of settings.
 fn read_counters(answer: &[u8]) -> (BTreeMap<String, [u64; 3]>, BTreeMap<String, LocalShare>) {
-    let v = serde_json::Deserializer::from_reader(std::io::BufReader::new(answer))
-        .into_iter::<Value>()
-        .next()
-        .expect("an answer")
-        .expect("json");
-    let d = CountersDomain::deserialize(&v["result"][0]).expect("counters form");
+    let mut stream = std::io::BufReader::new(answer);
+    let mut text = Vec::new();
+    assert!(rpc_client::read_text(&mut stream, &mut text).expect("an answer"));
+    let rpc_client::Reply::Result(domains) =
+        rpc_client::parse_reply::<Vec<ReadDomain>>(&text, 7).expect("json-rpc")
+    else {
+        panic!("not the counters form")
+    };
+    let d = domains.into_iter().next().expect("a domain");
+    black_box((d.period_ns, d.capacity_learning, d.capacity_estimate.ops));
     let mut counters = BTreeMap::new();
     let mut settings = BTreeMap::new();
     for h in d.hosts {
@@ -171,7 +236,7 @@ fn read_counters(answer: &[u8]) -> (BTreeMap<String, [u64; 3]>, BTreeMap<String,
             let share = LocalShare {
                 reservation_iops: h.min_iops.unwrap_or(0),
                 limit_iops: h.max_iops,
-                weight: h.weight,
+                weight: h.weight.unwrap_or(1) as u32,
                 reservation_mibps: h.min_mibps.unwrap_or(0),
                 limit_mibps: h.max_mibps,
             };
