@@ -728,7 +728,10 @@ mod tests {
         let mut r = BufReader::new(&two[..]);
         let mut text = Vec::new();
         assert!(read_text(&mut r, &mut text).unwrap());
-        assert!(matches!(parse_reply::<N>(&text, 5).unwrap(), super::Reply::NotOurs));
+        assert!(matches!(
+            parse_reply::<N>(&text, 5).unwrap(),
+            super::Reply::NotOurs
+        ));
         assert!(read_text(&mut r, &mut text).unwrap());
         let super::Reply::Unreadable(e) = parse_reply::<N>(&text, 5).unwrap() else {
             panic!("a string is not a number")
