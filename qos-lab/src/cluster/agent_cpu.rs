@@ -7,9 +7,12 @@
 //! interval before; parsing a record into the agent's types; serialising one into a
 //! put's JSON; reading its target's answer to `qos_stats_get` in the counters form
 //! (every host configured there, cut off a buffered stream and read straight into the
-//! agent's types by the agent's own JSON-RPC client code, `rpc_client`). Not
-//! modelled: the target's `qos_host_set`s, HTTP and the kernel's part of each call,
-//! the agent's log and metrics.
+//! agent's types by the agent's own JSON-RPC client code, `rpc_client`); and each of
+//! its etcd requests (HTTP on a kept connection, the answer's JSON, the kernel's part
+//! on the agent's side), a CPU time per request measured on the agent's own etcd client
+//! against a stand-in of etcd's gateway ([`request_ns`]), times the requests the lab
+//! counts. Not modelled: the target's `qos_host_set`s, the demand meter, handover book
+//! and reconciliation over the hosts, the agent's log and metrics.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -38,10 +41,18 @@ pub struct ByteCosts {
     pub hosts_at_target: u64,
     /// Listed: in etcd's JSON answer (base64), decoded, compared with the last text.
     pub listed_ns: f64,
+    /// The hosts' contracts (a key each), listed and parsed, per byte of their keys and
+    /// values: a listing of many small records costs more a byte than one of a few
+    /// large ones.
+    pub contracts_ns: f64,
     /// Parsed into the agent's types.
     pub parsed_ns: f64,
     /// Written: serialised, base64-encoded into the put's JSON.
     pub written_ns: f64,
+    /// One etcd request of the agent's client, beside its records' bytes (HTTP on a
+    /// kept connection, the answer's JSON, the kernel's part on the agent's side),
+    /// nanoseconds of the calling thread's CPU ([`request_ns`]); 0 when not measured.
+    pub request_ns: f64,
 }
 
 /// The agent's demand record (cluster-agent/src/keys.rs).
@@ -258,9 +269,188 @@ fn target_costs(nqns: &[&str], hosts: u64) -> ByteCosts {
         target_bytes_per_host: answer.len() as f64 / nqns.len().max(1) as f64,
         hosts_at_target: hosts,
         listed_ns: 0.0,
+        contracts_ns: 0.0,
         parsed_ns: 0.0,
         written_ns: 0.0,
+        request_ns: 0.0,
     }
+}
+
+/// etcd's answer to a range of `records` (key, value): each in base64 with the
+/// revisions, version and lease etcd gives beside them.
+fn range_answer<'a>(records: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    let kvs: Vec<Value> = records
+        .map(|(k, v)| {
+            json!({
+                "key": B64.encode(k),
+                "create_revision": "1234",
+                "mod_revision": "12345",
+                "version": "17",
+                "value": B64.encode(v),
+                "lease": "7587882338938063366",
+            })
+        })
+        .collect();
+    json!({
+        "header": {"cluster_id": "14841639068965178418", "member_id": "10276657743932975437",
+                   "revision": "12345", "raft_term": "2"},
+        "kvs": kvs,
+        "count": kvs.len().to_string(),
+    })
+    .to_string()
+}
+
+/// What the agent does with a listing (`nvmf_qos_agent::store`): etcd's answer read
+/// into its keys and values, decoded.
+fn list(answer: &str) -> Vec<(String, String)> {
+    serde_json::from_str::<nvmf_qos_agent::store::Range>(answer)
+        .expect("json")
+        .records()
+        .expect("base64")
+}
+
+/// The contracts of up to 1,000 of `s`'s hosts listed and parsed as the agent does
+/// (its listing, then `keys::hosts_of`), nanoseconds per byte of their keys and values.
+fn contracts_ns(s: &ClusterScenario) -> f64 {
+    let keys = nvmf_qos_agent::keys::Keys::new("fleet");
+    let texts: Vec<(String, String)> = super::engine::contracts(s)
+        .iter()
+        .take(1000)
+        .map(|(n, c)| (keys.host(n), serde_json::to_string(c).expect("json")))
+        .collect();
+    let bytes: usize = texts.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let answer = range_answer(texts.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let ns = time(|| {
+        let mut bad = Vec::new();
+        let hosts = nvmf_qos_agent::keys::hosts_of(&keys, list(black_box(&answer)), &mut bad);
+        black_box((hosts, bad));
+    });
+    ns / bytes.max(1) as f64
+}
+
+/// The calling thread's CPU time so far, in clock ticks (user and system:
+/// `/proc/thread-self/stat`), and the ticks per second; `None` without them.
+fn thread_cpu_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // The fields after the command's closing parenthesis; utime and stime are the
+    // 14th and 15th of the line.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn ticks_per_s() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// A stand-in for etcd's JSON gateway on 127.0.0.1 (a thread of this process, one
+/// kept HTTP/1.1 connection at a time): answers each call with a fixed answer of the
+/// shape etcd gives (its header, a lease's TTL, a transaction's outcome, one key).
+fn stand_in_gateway() -> std::io::Result<String> {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let url = format!("http://{}", listener.local_addr()?);
+    std::thread::spawn(move || {
+        let header = r#"{"cluster_id":"14841639068965178418","member_id":"10276657743932975437","revision":"4242","raft_term":"2"}"#;
+        let value = B64.encode(r#"{"schema":3,"divide":{"headroom_milli":50}}"#);
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            let mut w = conn.try_clone().expect("a socket");
+            let mut r = BufReader::new(conn);
+            loop {
+                let (mut path, mut len, mut line) = (String::new(), 0usize, String::new());
+                loop {
+                    line.clear();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let l = line.trim_end();
+                    if l.is_empty() {
+                        break;
+                    }
+                    if path.is_empty() {
+                        path = l.split(' ').nth(1).unwrap_or("").to_string();
+                    } else if let Some((k, v)) = l.split_once(':')
+                        && k.eq_ignore_ascii_case("content-length")
+                    {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; len];
+                if r.read_exact(&mut body).is_err() {
+                    break;
+                }
+                let answer = match path.as_str() {
+                    "/v3/lease/keepalive" => format!(
+                        r#"{{"result":{{"header":{header},"ID":"7587882338938063366","TTL":"4"}}}}"#
+                    ),
+                    "/v3/kv/txn" => format!(
+                        r#"{{"header":{header},"responses":[{{"response_put":{{"header":{{"revision":"4242"}}}}}}]}}"#
+                    ),
+                    "/v3/kv/range" => format!(
+                        r#"{{"header":{header},"kvs":[{{"key":"L252bWYtcW9zL2ZsZWV0L2NvbmZpZw==","create_revision":"5","mod_revision":"5","version":"1","value":"{value}"}}],"count":"1"}}"#
+                    ),
+                    _ => format!(r#"{{"header":{header}}}"#),
+                };
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nGrpc-Metadata-Content-Type: application/grpc\r\nDate: Mon, 30 Nov 2026 12:00:00 GMT\r\nContent-Length: {}\r\n\r\n{answer}",
+                    answer.len()
+                );
+                if w.write_all(reply.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    Ok(url)
+}
+
+/// CPU of one etcd request of the agent's own client (`nvmf_qos_agent::store::
+/// EtcdGateway`), beside its records' bytes, nanoseconds: rounds of the small calls of
+/// an agent's interval (a lease keep-alive, a get, a put of a short value, the leader
+/// key's transaction) against [`stand_in_gateway`], for at least 300 ms of the calling
+/// thread's CPU (the clock ticks of `/proc/thread-self/stat`, 10 ms each: within 4 %),
+/// the median of 3 such. `None` where the thread's CPU time or the socket is not there.
+pub fn request_ns() -> Option<f64> {
+    use nvmf_qos_agent::store::{EtcdGateway, Store};
+    let url = stand_in_gateway().ok()?;
+    let mut g = EtcdGateway::new(&url, std::time::Duration::from_secs(5));
+    let hz = ticks_per_s();
+    let value = r#"{"target":"t000","domain":"d","capacity_iops":200000,"period_ms":1000}"#;
+    let mut round = || -> Option<()> {
+        g.keep_alive(7587882338938063366).ok()?;
+        g.get("/nvmf-qos/fleet/config").ok()?;
+        g.put(
+            "/nvmf-qos/fleet/member/t000",
+            value,
+            Some(7587882338938063366),
+        )
+        .ok()?;
+        g.create("/nvmf-qos/fleet/leader", "t000", 7587882338938063366)
+            .ok()?;
+        Some(())
+    };
+    // Warm: the connection made, the allocator's pools filled.
+    for _ in 0..20 {
+        round()?;
+    }
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        let (t0, mut n) = (thread_cpu_ticks()?, 0u64);
+        while thread_cpu_ticks()? - t0 < (0.3 * hz) as u64 {
+            round()?;
+            n += 4;
+        }
+        let ticks = thread_cpu_ticks()? - t0;
+        runs.push(ticks as f64 / hz * 1e9 / n as f64);
+    }
+    runs.sort_by(f64::total_cmp);
+    Some(runs[1])
 }
 
 /// Nanoseconds per call of `f`, the median of 5 rounds of at least 20 ms each.
@@ -326,20 +516,14 @@ impl ByteCosts {
         ];
         let bytes = (texts[0].len() + texts[1].len()) as f64;
         // etcd's answer to a range: each record's key and value in base64.
-        let answer = json!({ "kvs": texts.iter().enumerate().map(|(k, t)| json!({
-            "key": B64.encode(format!("/nvmf-qos/fleet/demand/t{k:03}")),
-            "value": B64.encode(t),
-            "mod_revision": "12345",
-        })).collect::<Vec<_>>() })
-        .to_string();
+        let names = [
+            "/nvmf-qos/fleet/demand/t000",
+            "/nvmf-qos/fleet/members/t001",
+        ];
+        let answer = range_answer(names.into_iter().zip(texts.iter().map(String::as_str)));
         let listed = time(|| {
-            let v: Value = serde_json::from_str(black_box(&answer)).expect("json");
-            for (kv, kept) in v["kvs"].as_array().expect("kvs").iter().zip(&texts) {
-                let raw = B64
-                    .decode(kv["value"].as_str().expect("value"))
-                    .expect("b64");
-                let text = String::from_utf8(raw).expect("utf-8");
-                black_box(text == *kept);
+            for ((_, text), kept) in list(black_box(&answer)).iter().zip(&texts) {
+                black_box(text == kept);
             }
         });
         let parsed = time(|| {
@@ -360,6 +544,8 @@ impl ByteCosts {
             listed_ns: listed / bytes,
             parsed_ns: parsed / bytes,
             written_ns: written / bytes,
+            request_ns: request_ns().unwrap_or(0.0),
+            contracts_ns: contracts_ns(s),
             ..target_costs(&nqns, s.hosts.len() as u64)
         }
     }
@@ -375,11 +561,10 @@ impl ByteCosts {
             parsed_ms: ms(per(b.parsed), self.parsed_ns),
             // Its part and the head (one answer each), the contracts (one listing):
             // listed and parsed every interval.
-            read_ms: ms(
-                per(b.part_read + b.contracts),
-                self.listed_ns + self.parsed_ns,
-            ),
+            read_ms: ms(per(b.part_read), self.listed_ns + self.parsed_ns)
+                + ms(per(b.contracts), self.contracts_ns),
             written_ms: ms(per(b.written), self.written_ns),
+            requests_ms: per(b.requests) * self.request_ns / 1e6,
         }
     }
 }
@@ -400,11 +585,18 @@ pub struct RecordHandling {
     pub parsed_ms: f64,
     pub read_ms: f64,
     pub written_ms: f64,
+    /// Its etcd requests, beside their records' bytes.
+    pub requests_ms: f64,
 }
 
 impl RecordHandling {
     pub fn total_ms(&self) -> f64 {
-        self.target_ms + self.listed_ms + self.parsed_ms + self.read_ms + self.written_ms
+        self.target_ms
+            + self.listed_ms
+            + self.parsed_ms
+            + self.read_ms
+            + self.written_ms
+            + self.requests_ms
     }
 }
 
@@ -424,7 +616,7 @@ pub fn agent_cpu_line(run: &ClusterRun, costs: &ByteCosts) -> String {
     let h = costs.per_interval_ms(b);
     let mb = |bytes: u64| bytes as f64 / b.intervals as f64 / 1e6;
     format!(
-        "leader agent's CPU per interval (predicted, measured costs on this machine, not deterministic): {:.1} ms = plan {plan_ms:.1} ms + its target's counters {:.1} ms ({} hosts, {:.2} MB at {:.2} ns/B) + listing {:.1} ms ({:.2} MB of member and demand records at {:.2} ns/B) + parsing {:.1} ms ({:.2} MB changed, {:.2} ns/B) + its part, head and the contracts {:.1} ms ({:.2} MB) + writing {:.1} ms ({:.2} MB, {:.2} ns/B); not modelled: the target's qos_host_sets, HTTP, the kernel",
+        "leader agent's CPU per interval (predicted, measured costs on this machine, not deterministic): {:.1} ms = plan {plan_ms:.1} ms + its target's counters {:.1} ms ({} hosts, {:.2} MB at {:.2} ns/B) + listing {:.1} ms ({:.2} MB of member and demand records at {:.2} ns/B) + parsing {:.1} ms ({:.2} MB changed, {:.2} ns/B) + its part, head and the contracts {:.1} ms ({:.2} MB, the contracts at {:.2} ns/B) + writing {:.1} ms ({:.2} MB, {:.2} ns/B) + etcd requests {:.1} ms ({:.1} an interval at {:.0} us of the agent's client); not modelled: the target's qos_host_sets, the demand meter, handover book and reconciliation, the log and metrics",
         plan_ms + h.total_ms(),
         h.target_ms,
         costs.hosts_at_target,
@@ -438,9 +630,13 @@ pub fn agent_cpu_line(run: &ClusterRun, costs: &ByteCosts) -> String {
         costs.parsed_ns,
         h.read_ms,
         mb(b.part_read + b.contracts),
+        costs.contracts_ns,
         h.written_ms,
         mb(b.written),
         costs.written_ns,
+        h.requests_ms,
+        b.requests as f64 / b.intervals as f64,
+        costs.request_ns / 1e3,
     )
 }
 
@@ -455,8 +651,10 @@ mod tests {
             target_bytes_per_host: 250.0,
             hosts_at_target: 1000,
             listed_ns: 2.0,
+            contracts_ns: 7.0,
             parsed_ns: 5.0,
             written_ns: 3.0,
+            request_ns: 100_000.0,
         };
         let b = LeaderBytes {
             intervals: 4,
@@ -465,6 +663,7 @@ mod tests {
             part_read: 200_000,
             contracts: 200_000,
             written: 800_000,
+            requests: 48,
         };
         let h = costs.per_interval_ms(&b);
         // Per interval: 1 MB listed (2 ms), 0.1 MB parsed (0.5 ms), 0.1 MB read and
@@ -476,7 +675,16 @@ mod tests {
         assert!(close(h.written_ms, 0.6), "{h:?}");
         // The target's answer: 1,000 hosts of 250 bytes at 4 ns/B, 1 ms.
         assert!(close(h.target_ms, 1.0), "{h:?}");
-        assert!(close(h.total_ms(), 4.8));
+        // 12 requests an interval at 0.1 ms.
+        assert!(close(h.requests_ms, 1.2), "{h:?}");
+        assert!(close(h.total_ms(), 6.0));
+    }
+
+    #[test]
+    fn an_etcd_request_of_the_agents_client_is_measured_on_the_stand_in() {
+        let ns = request_ns().expect("measured");
+        // Microseconds, not nanoseconds nor seconds.
+        assert!((1_000.0..10_000_000.0).contains(&ns), "{ns} ns");
     }
 
     #[test]
