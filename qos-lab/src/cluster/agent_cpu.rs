@@ -11,16 +11,18 @@
 //! its etcd requests (HTTP on a kept connection, the answer's JSON, the kernel's part
 //! on the agent's side), a CPU time per request measured on the agent's own etcd client
 //! against a stand-in of etcd's gateway ([`request_ns`]), times the requests the lab
-//! counts. Not modelled: the target's `qos_host_set`s, the demand meter, handover book
-//! and reconciliation over the hosts, the agent's log and metrics.
+//! counts; and its per-host bookkeeping of an interval (demand meter, handover book,
+//! cold shares, reconciliation), timed with the agent's functions ([`bookkeeping_ns`]).
+//! Not modelled: the target's `qos_host_set`s, the records' filters and the interval's
+//! other map work in the agent's `agent.rs` (private), its log and metrics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hint::black_box;
 use std::time::Instant;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use qos_core::cluster::{LocalShare, PathDemand};
+use qos_core::cluster::{ClusterHost, LocalShare, PathDemand, cold_share, with_cold_shares};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -49,6 +51,9 @@ pub struct ByteCosts {
     pub parsed_ns: f64,
     /// Written: serialised, base64-encoded into the put's JSON.
     pub written_ns: f64,
+    /// The agent's per-host bookkeeping of an interval ([`bookkeeping_ns`]),
+    /// nanoseconds an interval; 0 when not measured.
+    pub bookkeeping_ns: f64,
     /// One etcd request of the agent's client, beside its records' bytes (HTTP on a
     /// kept connection, the answer's JSON, the kernel's part on the agent's side),
     /// nanoseconds of the calling thread's CPU ([`request_ns`]); 0 when not measured.
@@ -277,7 +282,65 @@ fn target_costs(nqns: &[&str], hosts: u64) -> ByteCosts {
         parsed_ns: 0.0,
         written_ns: 0.0,
         request_ns: 0.0,
+        bookkeeping_ns: 0.0,
     }
+}
+
+/// The agent's per-host bookkeeping of an interval, with its own functions, over up to
+/// 1,000 of `s`'s hosts (all configured at its target, holding their cold shares; its
+/// part lists the hosts with a path there, two targets' worth of the hosts over the
+/// scenario's targets): the demand meter over the target's counters
+/// (`demand::DemandMeter`, `held_near_a_limit`), the handover book's view of the
+/// demand, its part with the other hosts' cold shares (`with_cold_shares`) and the
+/// reconciliation against the target's settings (`agent::reconcile`). Nanoseconds an
+/// interval (the counters moved by a few additions each, within the timing).
+fn bookkeeping_ns(s: &ClusterScenario) -> f64 {
+    use nvmf_qos_agent::agent::reconcile;
+    use nvmf_qos_agent::demand::{DemandMeter, held_near_a_limit};
+    use nvmf_qos_agent::target::HostCounters;
+    let contracts: BTreeMap<String, ClusterHost> =
+        super::engine::contracts(s).into_iter().take(1000).collect();
+    let n = contracts.len().max(1);
+    let settings: BTreeMap<String, LocalShare> = contracts
+        .iter()
+        .map(|(k, c)| (k.clone(), cold_share(c)))
+        .collect();
+    let on_path = (n * 2 / s.targets.len().max(1)).max(1);
+    let part: BTreeMap<String, LocalShare> = contracts
+        .iter()
+        .step_by((n / on_path).max(1))
+        .map(|(k, c)| {
+            let share = LocalShare {
+                reservation_iops: c.reservation_iops / 2,
+                limit_iops: c.limit_iops.map(|l| l / 2),
+                weight: c.weight,
+                ..Default::default()
+            };
+            (k.clone(), share)
+        })
+        .collect();
+    let managed: BTreeSet<String> = contracts.keys().cloned().collect();
+    let mut counters: BTreeMap<String, HostCounters> = contracts
+        .keys()
+        .map(|k| (k.clone(), HostCounters::default()))
+        .collect();
+    let mut meter = DemandMeter::default();
+    let mut handover = qos_core::handover::Handover::new("t000");
+    let mut now_ms = 0u64;
+    time(|| {
+        now_ms += 1000;
+        for (i, c) in counters.values_mut().enumerate() {
+            let ops = (i as u64 % 7) * 100;
+            c.completed_ops += ops;
+            c.completed_bytes += ops * 4096;
+            c.held_ns += (i as u64 % 3) * 1_000_000;
+        }
+        let mut demand = meter.observe(now_ms, &counters, 1000);
+        held_near_a_limit(&mut demand, &settings);
+        handover.observe(&demand);
+        let mine = with_cold_shares(&part, &contracts);
+        black_box(reconcile(Some(&mine), &contracts, &settings, &managed));
+    })
 }
 
 /// etcd's answer to a range of `records` (key, value): each in base64 with the
@@ -549,6 +612,7 @@ impl ByteCosts {
             parsed_ns: parsed / bytes,
             written_ns: written / bytes,
             request_ns: request_ns().unwrap_or(0.0),
+            bookkeeping_ns: bookkeeping_ns(s),
             contracts_ns: contracts_ns(s),
             ..target_costs(&nqns, s.hosts.len() as u64)
         }
@@ -569,6 +633,7 @@ impl ByteCosts {
                 + ms(per(b.contracts), self.contracts_ns),
             written_ms: ms(per(b.written), self.written_ns),
             requests_ms: per(b.requests) * self.request_ns / 1e6,
+            bookkeeping_ms: self.bookkeeping_ns / 1e6,
         }
     }
 }
@@ -591,6 +656,8 @@ pub struct RecordHandling {
     pub written_ms: f64,
     /// Its etcd requests, beside their records' bytes.
     pub requests_ms: f64,
+    /// Its per-host bookkeeping.
+    pub bookkeeping_ms: f64,
 }
 
 impl RecordHandling {
@@ -601,6 +668,7 @@ impl RecordHandling {
             + self.read_ms
             + self.written_ms
             + self.requests_ms
+            + self.bookkeeping_ms
     }
 }
 
@@ -620,7 +688,7 @@ pub fn agent_cpu_line(run: &ClusterRun, costs: &ByteCosts) -> String {
     let h = costs.per_interval_ms(b);
     let mb = |bytes: u64| bytes as f64 / b.intervals as f64 / 1e6;
     format!(
-        "leader agent's CPU per interval (predicted, measured costs on this machine, not deterministic): {:.1} ms = plan {plan_ms:.1} ms + its target's counters {:.1} ms ({} hosts, {:.2} MB at {:.2} ns/B) + listing {:.1} ms ({:.2} MB of member and demand records at {:.2} ns/B) + parsing {:.1} ms ({:.2} MB changed, {:.2} ns/B) + its part, head and the contracts {:.1} ms ({:.2} MB, the contracts at {:.2} ns/B) + writing {:.1} ms ({:.2} MB, {:.2} ns/B) + etcd requests {:.1} ms ({:.1} an interval at {:.0} us of the agent's client); not modelled: the target's qos_host_sets, the demand meter, handover book and reconciliation, the log and metrics",
+        "leader agent's CPU per interval (predicted, measured costs on this machine, not deterministic): {:.1} ms = plan {plan_ms:.1} ms + its target's counters {:.1} ms ({} hosts, {:.2} MB at {:.2} ns/B) + listing {:.1} ms ({:.2} MB of member and demand records at {:.2} ns/B) + parsing {:.1} ms ({:.2} MB changed, {:.2} ns/B) + its part, head and the contracts {:.1} ms ({:.2} MB, the contracts at {:.2} ns/B) + writing {:.1} ms ({:.2} MB, {:.2} ns/B) + etcd requests {:.1} ms ({:.1} an interval at {:.0} us of the agent's client) + per-host bookkeeping {:.1} ms ({} hosts: demand meter, handover book, cold shares, reconciliation); not modelled: the target's qos_host_sets, the records' filters and the interval's other map work in agent.rs, the log and metrics",
         plan_ms + h.total_ms(),
         h.target_ms,
         costs.hosts_at_target,
@@ -641,6 +709,8 @@ pub fn agent_cpu_line(run: &ClusterRun, costs: &ByteCosts) -> String {
         h.requests_ms,
         b.requests as f64 / b.intervals as f64,
         costs.request_ns / 1e3,
+        h.bookkeeping_ms,
+        costs.hosts_at_target.min(1000),
     )
 }
 
@@ -659,6 +729,7 @@ mod tests {
             parsed_ns: 5.0,
             written_ns: 3.0,
             request_ns: 100_000.0,
+            bookkeeping_ns: 500_000.0,
         };
         let b = LeaderBytes {
             intervals: 4,
@@ -681,7 +752,9 @@ mod tests {
         assert!(close(h.target_ms, 1.0), "{h:?}");
         // 12 requests an interval at 0.1 ms.
         assert!(close(h.requests_ms, 1.2), "{h:?}");
-        assert!(close(h.total_ms(), 6.0));
+        // The bookkeeping, 0.5 ms an interval.
+        assert!(close(h.bookkeeping_ms, 0.5), "{h:?}");
+        assert!(close(h.total_ms(), 6.5));
     }
 
     #[test]
