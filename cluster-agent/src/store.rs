@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use thiserror::Error;
 
@@ -367,7 +369,7 @@ impl EtcdGateway {
             json!({ "name": c.user, "password": c.password }),
         );
         let path = "/v3/auth/authenticate";
-        let r = match self.post(path, body, None) {
+        let r: Value = match self.post(path, body, None) {
             Ok(r) => r,
             Err(StoreError::Refused { body, .. }) => {
                 return match auth_refusal(&body) {
@@ -402,7 +404,7 @@ impl EtcdGateway {
 
     /// A call at the member in use, then at each other member in turn while the
     /// answer says the member cannot serve it (see [`EtcdGateway`]).
-    fn call(&mut self, path: &str, body: Value) -> Result<Value, StoreError> {
+    fn call<T: DeserializeOwned>(&mut self, path: &str, body: Value) -> Result<T, StoreError> {
         let first = self.call_here(path, body.clone());
         if !member_cannot_serve(&first) || self.endpoints.len() < 2 {
             return first;
@@ -423,7 +425,7 @@ impl EtcdGateway {
         first
     }
 
-    fn call_here(&mut self, path: &str, body: Value) -> Result<Value, StoreError> {
+    fn call_here<T: DeserializeOwned>(&mut self, path: &str, body: Value) -> Result<T, StoreError> {
         if self.credentials.is_some() && self.token.is_none() {
             self.token = self.authenticate()?;
         }
@@ -448,7 +450,7 @@ impl EtcdGateway {
     }
 
     /// Turns a refusal about authentication into the error that says what to do.
-    fn explain(&self, path: &str, r: Result<Value, StoreError>) -> Result<Value, StoreError> {
+    fn explain<T>(&self, path: &str, r: Result<T, StoreError>) -> Result<T, StoreError> {
         let Err(StoreError::Refused { body, .. }) = &r else {
             return r;
         };
@@ -470,8 +472,14 @@ impl EtcdGateway {
         }
     }
 
-    /// One POST to the gateway.
-    fn post(&self, path: &str, body: Value, token: Option<&str>) -> Result<Value, StoreError> {
+    /// One POST to the gateway; its answer read into `T` (a `Value`, or a type that
+    /// reads only what the caller needs: [`Range`]).
+    fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Value,
+        token: Option<&str>,
+    ) -> Result<T, StoreError> {
         let url = format!("{}{}", self.endpoint, path);
         let mut req = self.http.post(&url);
         if let Some(t) = token {
@@ -548,9 +556,9 @@ impl EtcdGateway {
             detail: e.to_string(),
         })?;
         let first = serde_json::Deserializer::from_str(&text)
-            .into_iter::<Value>()
+            .into_iter::<T>()
             .next()
-            .unwrap_or(Ok(Value::Null));
+            .unwrap_or_else(|| T::deserialize(Value::Null));
         first.map_err(|e| self.malformed(path, e.to_string()))
     }
 
@@ -561,19 +569,11 @@ impl EtcdGateway {
             detail,
         }
     }
-
-    fn decode(&self, path: &str, v: &Value) -> Result<String, StoreError> {
-        let s = v.as_str().unwrap_or("");
-        let bytes = B64
-            .decode(s)
-            .map_err(|e| self.malformed(path, format!("base64: {e}")))?;
-        String::from_utf8(bytes).map_err(|e| self.malformed(path, format!("utf-8: {e}")))
-    }
 }
 
 /// An answer that says the member cannot serve the call (unreachable, or a 503: no
 /// leader, or a leader election under way), so another member may.
-fn member_cannot_serve(r: &Result<Value, StoreError>) -> bool {
+fn member_cannot_serve<T>(r: &Result<T, StoreError>) -> bool {
     matches!(
         r,
         Err(StoreError::Unreachable { .. } | StoreError::Refused { status: 503, .. })
@@ -596,6 +596,39 @@ fn prefix_end(prefix: &str) -> String {
     B64.encode([0u8])
 }
 
+/// What the agent reads of etcd's answer to a range: each key and value (base64), the
+/// rest (revisions, versions, leases, the header) skipped unread. Read straight into
+/// these types, not a JSON tree: at 1,000 hosts the contracts' listing (a key each)
+/// as a tree was a sixth of the agent's CPU (2026-11-30, perf).
+#[derive(Debug, Default, Deserialize)]
+pub struct Range {
+    #[serde(default)]
+    kvs: Vec<RangeKv>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RangeKv {
+    #[serde(default)]
+    key: String,
+    #[serde(default)]
+    value: String,
+}
+
+impl Range {
+    /// Each key and value, decoded (base64, then UTF-8), in the answer's order.
+    pub fn records(&self) -> Result<Vec<(String, String)>, String> {
+        self.kvs
+            .iter()
+            .map(|kv| Ok((decode(&kv.key)?, decode(&kv.value)?)))
+            .collect()
+    }
+}
+
+fn decode(s: &str) -> Result<String, String> {
+    let bytes = B64.decode(s).map_err(|e| format!("base64: {e}"))?;
+    String::from_utf8(bytes).map_err(|e| format!("utf-8: {e}"))
+}
+
 /// etcd writes 64-bit integers as JSON strings.
 fn int(v: &Value) -> Option<i64> {
     match v {
@@ -608,17 +641,17 @@ fn int(v: &Value) -> Option<i64> {
 impl Store for EtcdGateway {
     fn grant(&mut self, ttl_s: u64) -> Result<LeaseId, StoreError> {
         let path = "/v3/lease/grant";
-        let r = self.call(path, json!({ "TTL": ttl_s.to_string() }))?;
+        let r: Value = self.call(path, json!({ "TTL": ttl_s.to_string() }))?;
         int(&r["ID"]).ok_or_else(|| self.malformed(path, format!("no lease ID in {r}")))
     }
 
     fn keep_alive(&mut self, lease: LeaseId) -> Result<bool, StoreError> {
-        let r = self.call("/v3/lease/keepalive", json!({ "ID": lease.to_string() }))?;
+        let r: Value = self.call("/v3/lease/keepalive", json!({ "ID": lease.to_string() }))?;
         Ok(int(&r["result"]["TTL"]).unwrap_or(0) > 0)
     }
 
     fn revoke(&mut self, lease: LeaseId) -> Result<(), StoreError> {
-        match self.call("/v3/lease/revoke", json!({ "ID": lease.to_string() })) {
+        match self.call::<Value>("/v3/lease/revoke", json!({ "ID": lease.to_string() })) {
             Ok(_) => Ok(()),
             // Already gone: what revoking wanted.
             Err(StoreError::Refused { body, .. }) if body.contains("not found") => Ok(()),
@@ -631,7 +664,7 @@ impl Store for EtcdGateway {
         if let Some(l) = lease {
             body["lease"] = json!(l.to_string());
         }
-        self.call("/v3/kv/put", body).map(|_| ())
+        self.call::<Value>("/v3/kv/put", body).map(|_| ())
     }
 
     fn put_all(&mut self, puts: &[(String, String)]) -> Result<(), StoreError> {
@@ -639,7 +672,7 @@ impl Store for EtcdGateway {
             .iter()
             .map(|(k, v)| json!({ "request_put": { "key": b64(k), "value": b64(v) } }))
             .collect();
-        self.call("/v3/kv/txn", json!({ "success": success }))
+        self.call::<Value>("/v3/kv/txn", json!({ "success": success }))
             .map(|_| ())
     }
 
@@ -652,41 +685,34 @@ impl Store for EtcdGateway {
                 "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() }
             }],
         });
-        let r = self.call("/v3/kv/txn", body)?;
+        let r: Value = self.call("/v3/kv/txn", body)?;
         Ok(r["succeeded"].as_bool().unwrap_or(false))
     }
 
     fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
         let path = "/v3/kv/range";
-        let r = self.call(
+        let r: Range = self.call(
             path,
             json!({ "key": b64(prefix), "range_end": prefix_end(prefix) }),
         )?;
-        let empty = Vec::new();
-        let kvs = r["kvs"].as_array().unwrap_or(&empty);
-        kvs.iter()
-            .map(|kv| {
-                Ok((
-                    self.decode(path, &kv["key"])?,
-                    self.decode(path, &kv["value"])?,
-                ))
-            })
-            .collect()
+        r.records().map_err(|e| self.malformed(path, e))
     }
 
     /// One key by an exact range (the trait's default lists the prefix: every part of
     /// a division whose target's name starts with this one's, and more).
     fn get(&mut self, key: &str) -> Result<Option<String>, StoreError> {
         let path = "/v3/kv/range";
-        let r = self.call(path, json!({ "key": b64(key) }))?;
-        match r["kvs"].as_array().and_then(|kvs| kvs.first()) {
-            Some(kv) => Ok(Some(self.decode(path, &kv["value"])?)),
+        let r: Range = self.call(path, json!({ "key": b64(key) }))?;
+        match r.kvs.first() {
+            Some(kv) => Ok(Some(
+                decode(&kv.value).map_err(|e| self.malformed(path, e))?,
+            )),
             None => Ok(None),
         }
     }
 
     fn delete_prefix(&mut self, prefix: &str) -> Result<(), StoreError> {
-        self.call(
+        self.call::<Value>(
             "/v3/kv/deleterange",
             json!({ "key": b64(prefix), "range_end": prefix_end(prefix) }),
         )
@@ -694,7 +720,7 @@ impl Store for EtcdGateway {
     }
 
     fn delete(&mut self, key: &str) -> Result<(), StoreError> {
-        self.call("/v3/kv/deleterange", json!({ "key": b64(key) }))
+        self.call::<Value>("/v3/kv/deleterange", json!({ "key": b64(key) }))
             .map(|_| ())
     }
 }
@@ -890,6 +916,31 @@ pub(crate) mod hooked {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// etcd's gateway answers a range with each key's revisions, version and lease
+    /// beside its key and value, and leaves an empty value out (proto3 JSON): the
+    /// agent reads the keys and values, in order.
+    #[test]
+    fn a_range_answer_reads_as_its_keys_and_values() {
+        let text = format!(
+            r#"{{"header":{{"cluster_id":"1","member_id":"2","revision":"9","raft_term":"2"}},"kvs":[{{"key":"{}","create_revision":"4","mod_revision":"9","version":"3","value":"{}","lease":"77"}},{{"key":"{}","create_revision":"5","mod_revision":"5","version":"1"}}],"count":"2"}}"#,
+            b64("/c/hosts/a"),
+            b64(r#"{"weight":1}"#),
+            b64("/c/hosts/b")
+        );
+        let r: Range = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            r.records().unwrap(),
+            [
+                ("/c/hosts/a".to_string(), r#"{"weight":1}"#.to_string()),
+                ("/c/hosts/b".to_string(), String::new())
+            ]
+        );
+        let none: Range = serde_json::from_str(r#"{"header":{},"count":"0"}"#).unwrap();
+        assert!(none.records().unwrap().is_empty());
+        let bad: Range = serde_json::from_str(r#"{"kvs":[{"key":"!!"}]}"#).unwrap();
+        assert!(bad.records().unwrap_err().starts_with("base64"));
+    }
 
     #[test]
     fn prefix_end_is_the_next_key() {

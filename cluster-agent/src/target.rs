@@ -120,6 +120,10 @@ impl SocketTarget {
                 code,
                 message,
             },
+            rpc_client::RpcError::Unexpected { method, source, .. } => TargetError::Malformed {
+                method,
+                detail: source.to_string(),
+            },
             e => TargetError::Unreachable {
                 sock: self.client.sock().display().to_string(),
                 detail: e.detail(),
@@ -273,8 +277,13 @@ fn capacity_per_s(learning: bool, ops: Option<u64>, period_ns: u64) -> u64 {
 /// Reads `qos_stats_get`'s counters form for one domain: what [`parse_stats`] and
 /// [`parse_hosts`] read from the compact form and `qos_host_get`, from one answer.
 pub fn parse_counters(v: &Value) -> Result<LocalState, TargetError> {
+    counters_state(first_domain(v, "qos_stats_get")?)
+}
+
+/// The agent's counters and settings from a domain of the counters form (as the agent
+/// reads it off the socket, straight into the types: [`SocketTarget`]'s `read`).
+fn counters_state(d: CountersDomain) -> Result<LocalState, TargetError> {
     let m = "qos_stats_get";
-    let d: CountersDomain = first_domain(v, m)?;
     if d.period_ns == 0 {
         return Err(malformed(m, "no period_ns"));
     }
@@ -352,10 +361,20 @@ impl TargetRpc for SocketTarget {
     fn read(&mut self, domain: &str) -> Result<LocalState, TargetError> {
         if self.counters_form != Some(false) {
             let params = json!({ "domain": domain, "counters": true });
-            match self.call("qos_stats_get", params) {
-                Ok(v) => {
+            // Read straight into the types: a JSON tree of 1,000 hosts' counters was
+            // most of the agent's target read (2026-11-30, perf).
+            let r = self
+                .client
+                .call_as::<Vec<CountersDomain>>("qos_stats_get", params)
+                .map_err(|e| self.error(e));
+            match r {
+                Ok(domains) => {
                     self.counters_form = Some(true);
-                    return parse_counters(&v);
+                    let d = domains
+                        .into_iter()
+                        .next()
+                        .ok_or_else(|| malformed("qos_stats_get", "no domain in the answer"))?;
+                    return counters_state(d);
                 }
                 // A plugin from before the counters form refuses the parameter.
                 Err(TargetError::Refused { message, .. })
@@ -600,6 +619,8 @@ mod tests {
     #[test]
     fn a_target_with_the_counters_form_is_read_in_one_call() {
         let (_, _, counters) = one_target_both_ways();
+        // Read off the socket straight into the types, it is what the tree gives.
+        let want = parse_counters(&counters).unwrap();
         let (sock, calls) = target_at(move |m, p| match m {
             "qos_stats_get" if p["counters"] == json!(true) => Ok(counters.clone()),
             _ => Err((-32601, "not this".into())),
@@ -610,6 +631,7 @@ mod tests {
             let st = t.read("d").unwrap();
             assert_eq!(st.counters.len(), 3);
             assert_eq!(st.settings.len(), 2);
+            assert_eq!(st, want);
         }
         assert_eq!(t.reads_counters_form(), Some(true));
         let got: Vec<(String, Value)> = calls.try_iter().collect();
@@ -655,6 +677,18 @@ mod tests {
                 "qos_host_get"
             ]
         );
+    }
+
+    #[test]
+    fn a_counters_answer_of_another_shape_is_malformed() {
+        let (sock, _calls) = target_at(move |_, _| Ok(json!([{ "period_ns": "soon" }])));
+        let mut t = SocketTarget::new(sock, Duration::from_secs(5));
+        let e = t.read("d").unwrap_err();
+        assert!(matches!(e, TargetError::Malformed { .. }), "{e}");
+        let (sock, _calls) = target_at(move |_, _| Ok(json!([])));
+        let mut t = SocketTarget::new(sock, Duration::from_secs(5));
+        let e = t.read("d").unwrap_err();
+        assert!(e.to_string().contains("no domain"), "{e}");
     }
 
     /// Any other refusal is the target's answer, not an older plugin.

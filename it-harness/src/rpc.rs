@@ -27,6 +27,7 @@ impl From<rpc_client::RpcError> for RpcError {
             E::Send { source, .. } => format!("send: {source}"),
             E::Closed { .. } => "no response".into(),
             E::Answer { source, .. } => format!("bad response: {source}"),
+            E::Unexpected { source, .. } => format!("unexpected result: {source}"),
             E::Refused { message, .. } => message.clone(),
         };
         RpcError {

@@ -3,15 +3,20 @@
 //! within a timeout, either on a connection of its own ([`call`]) or on one connection
 //! a [`Client`] keeps, several requests at once ([`Client::call_many`]: SPDK's RPC
 //! server reads and answers what it finds on a connection once per poll, every 4 ms,
-//! so calls one after the other cost a poll or two each). It owns the wire format and
+//! so calls one after the other cost a poll or two each), or with the answer's result
+//! read straight into a type of the caller's ([`Client::call_as`]: no JSON tree; at a
+//! target of a thousand hosts the tree was most of the cluster agent's read). It owns
+//! the wire format and
 //! the errors ([`RpcError`]: the call did not get through, or the application refused
 //! it); what the methods mean is the callers' (the cluster agent, the test harness).
 
-use std::io::{BufReader, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use thiserror::Error;
 
@@ -48,6 +53,15 @@ pub enum RpcError {
         #[source]
         source: serde_json::Error,
     },
+    /// The answer is JSON-RPC, but its result is not what the caller reads
+    /// ([`Client::call_as`]).
+    #[error("{}: the result of {method} is not what was expected: {source}", sock.display())]
+    Unexpected {
+        sock: PathBuf,
+        method: String,
+        #[source]
+        source: serde_json::Error,
+    },
     /// The application answered with a JSON-RPC error.
     #[error("{method} refused: {message} (code {code})")]
     Refused {
@@ -72,7 +86,9 @@ impl RpcError {
         match self {
             RpcError::Connect { source, .. } | RpcError::Send { source, .. } => source.to_string(),
             RpcError::Closed { .. } => "closed without answering".into(),
-            RpcError::Answer { source, .. } => source.to_string(),
+            RpcError::Answer { source, .. } | RpcError::Unexpected { source, .. } => {
+                source.to_string()
+            }
             RpcError::Refused { message, .. } => message.clone(),
         }
     }
@@ -89,6 +105,9 @@ pub struct Client {
     conn: Option<BufReader<UnixStream>>,
     /// Connections opened so far.
     connects: u64,
+    /// The text of [`Client::call_as`]'s last answer, its capacity kept for the next
+    /// (an answer of 0.2 MB grown from nothing each call was a tenth of its read).
+    text: Vec<u8>,
 }
 
 impl Client {
@@ -101,6 +120,7 @@ impl Client {
             next_id: 1,
             conn: None,
             connects: 0,
+            text: Vec::new(),
         }
     }
 
@@ -119,6 +139,105 @@ impl Client {
         self.call_many(vec![(method.to_string(), params)])
             .pop()
             .expect("one answer per call")
+    }
+
+    /// Calls `method` on the kept connection and reads its answer's `result` straight
+    /// into `T` (serde), without a JSON tree: the answer's text is cut off the stream
+    /// ([`read_text`]), its id and error read first, then its result as `T`
+    /// ([`parse_reply`]). As [`Client::call_many`]: an answer to an earlier call is
+    /// skipped; a kept connection the application closed is opened again and the call
+    /// sent again once; a timeout or an answer that is not JSON-RPC drops the
+    /// connection. A result that is not a `T` is [`RpcError::Unexpected`].
+    pub fn call_as<T: DeserializeOwned>(
+        &mut self,
+        method: &str,
+        params: Value,
+    ) -> Result<T, RpcError> {
+        let mut text = std::mem::take(&mut self.text);
+        let r = self.call_as_into(method, params, &mut text);
+        self.text = text;
+        r
+    }
+
+    fn call_as_into<T: DeserializeOwned>(
+        &mut self,
+        method: &str,
+        params: Value,
+        text: &mut Vec<u8>,
+    ) -> Result<T, RpcError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut req = json!({"jsonrpc": "2.0", "method": method, "id": id});
+        if !params.is_null() {
+            req["params"] = params;
+        }
+        let request = req.to_string() + "\n";
+        loop {
+            let fresh = self.conn.is_none();
+            if fresh {
+                let c = self.connect().map_err(|source| RpcError::Connect {
+                    sock: self.sock.clone(),
+                    source,
+                })?;
+                self.conn = Some(c);
+            }
+            let conn = self.conn.as_mut().expect("connected");
+            if let Err(source) = conn.get_mut().write_all(request.as_bytes()) {
+                self.conn = None;
+                if fresh {
+                    return Err(RpcError::Send {
+                        sock: self.sock.clone(),
+                        method: method.into(),
+                        source,
+                    });
+                }
+                continue;
+            }
+            let answer = loop {
+                match read_text(conn, text) {
+                    Ok(true) => match parse_reply::<T>(text, id) {
+                        Ok(Reply::NotOurs) => continue,
+                        other => break Some(other),
+                    },
+                    Ok(false) => break None,
+                    Err(e) if closed_io(&e) => break None,
+                    Err(e) => break Some(Err(serde_json::Error::io(e))),
+                }
+            };
+            let Some(answer) = answer else {
+                // Closed: a kept connection the application let go is opened again.
+                self.conn = None;
+                if fresh {
+                    return Err(RpcError::Closed {
+                        sock: self.sock.clone(),
+                        method: method.into(),
+                    });
+                }
+                continue;
+            };
+            return match answer {
+                Ok(Reply::Result(r)) => Ok(r),
+                Ok(Reply::Refused { code, message }) => Err(RpcError::Refused {
+                    method: method.into(),
+                    code,
+                    message,
+                }),
+                Ok(Reply::Unreadable(source)) => Err(RpcError::Unexpected {
+                    sock: self.sock.clone(),
+                    method: method.into(),
+                    source,
+                }),
+                Ok(Reply::NotOurs) => unreachable!("skipped above"),
+                Err(source) => {
+                    self.conn = None;
+                    Err(RpcError::Answer {
+                        sock: self.sock.clone(),
+                        method: method.into(),
+                        source,
+                    })
+                }
+            };
+        }
     }
 
     /// Sends every call at once on the kept connection, then reads their answers
@@ -258,6 +377,133 @@ fn closed(e: &serde_json::Error) -> bool {
         e.io_error_kind(),
         Some(K::ConnectionReset | K::BrokenPipe | K::UnexpectedEof)
     )
+}
+
+fn closed_io(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        e.kind(),
+        K::ConnectionReset | K::BrokenPipe | K::UnexpectedEof
+    )
+}
+
+/// Reads the text of one JSON object or array (as JSON-RPC answers are) off `r` into
+/// `out` (cleared first), by its brackets, strings and escapes, without parsing it:
+/// `Ok(false)` when `r` ends before it starts (only whitespace), an `UnexpectedEof`
+/// error when it ends inside it, `InvalidData` when the text starts with anything but
+/// `{` or `[`. What follows the value stays in `r`.
+pub fn read_text(r: &mut impl BufRead, out: &mut Vec<u8>) -> std::io::Result<bool> {
+    out.clear();
+    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+    loop {
+        let buf = r.fill_buf()?;
+        if buf.is_empty() {
+            return if depth == 0 {
+                Ok(false)
+            } else {
+                Err(std::io::ErrorKind::UnexpectedEof.into())
+            };
+        }
+        let mut end = None;
+        let mut skip = 0;
+        for (i, &b) in buf.iter().enumerate() {
+            if in_str {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                } else if b == b'"' {
+                    in_str = false;
+                }
+                continue;
+            }
+            match b {
+                b'"' if depth > 0 => in_str = true,
+                b'{' | b'[' => depth += 1,
+                b'}' | b']' if depth > 0 => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(i + 1);
+                        break;
+                    }
+                }
+                b' ' | b'\n' | b'\r' | b'\t' if depth == 0 => skip = i + 1,
+                _ if depth == 0 => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "not a JSON object or array",
+                    ));
+                }
+                _ => {}
+            }
+        }
+        let n = end.unwrap_or(buf.len());
+        out.extend_from_slice(&buf[skip.min(n)..n]);
+        r.consume(n);
+        if end.is_some() {
+            return Ok(true);
+        }
+    }
+}
+
+/// What an answer's text holds for the call of id `id`.
+#[derive(Debug)]
+pub enum Reply<T> {
+    /// The answer to another call (one that timed out).
+    NotOurs,
+    /// Its result, read as a `T`.
+    Result(T),
+    /// Its JSON-RPC error.
+    Refused { code: i64, message: String },
+    /// Its result (or its lack of one), which is not a `T`.
+    Unreadable(serde_json::Error),
+}
+
+/// A JSON-RPC answer's id and error, the rest skipped unread.
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default)]
+    id: Value,
+    #[serde(default)]
+    error: Option<ErrorObject>,
+}
+
+#[derive(Deserialize)]
+struct ErrorObject {
+    #[serde(default)]
+    code: i64,
+    #[serde(default)]
+    message: String,
+}
+
+/// A JSON-RPC answer's result, the rest skipped unread.
+#[derive(Deserialize)]
+#[serde(bound = "T: DeserializeOwned")]
+struct WithResult<T> {
+    result: T,
+}
+
+/// Reads the answer `text` (as [`read_text`] cut it) for the call of id `id`: its id
+/// and error first, then, when it is the call's answer without an error, its result
+/// straight into `T`. An error when `text` is not a JSON-RPC answer.
+pub fn parse_reply<T: DeserializeOwned>(
+    text: &[u8],
+    id: u64,
+) -> Result<Reply<T>, serde_json::Error> {
+    let head: Head = serde_json::from_slice(text)?;
+    if head.id.as_u64() != Some(id) {
+        return Ok(Reply::NotOurs);
+    }
+    if let Some(e) = head.error {
+        return Ok(Reply::Refused {
+            code: e.code,
+            message: e.message,
+        });
+    }
+    Ok(match serde_json::from_slice::<WithResult<T>>(text) {
+        Ok(w) => Reply::Result(w.result),
+        Err(e) => Reply::Unreadable(e),
+    })
 }
 
 /// The result of `method` from its `answer`: its `result`, or its JSON-RPC error.
@@ -454,6 +700,64 @@ mod tests {
         assert_eq!(c.call("m", json!(8)).unwrap(), json!(8));
         assert_eq!(c.connects(), 1);
         assert!(c.call_many(Vec::new()).is_empty());
+    }
+
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct N {
+        n: u64,
+    }
+
+    #[test]
+    fn a_typed_call_reads_its_result_into_the_type_on_the_kept_connection() {
+        let (sock, batches) = pipelined_server(vec![1, 1, 1], false);
+        let mut c = Client::new(&sock, T);
+        assert_eq!(c.call_as::<N>("m", json!({ "n": 3 })).unwrap(), N { n: 3 });
+        assert_eq!(batches.recv().unwrap(), 1);
+        // Not a `N`: said so, and the connection stays.
+        let e = c.call_as::<N>("m", json!({ "m": 1 })).unwrap_err();
+        assert!(matches!(e, RpcError::Unexpected { .. }), "{e}");
+        assert!(e.to_string().contains("missing field `n`"), "{e}");
+        assert_eq!(
+            c.call_as::<Vec<N>>("m", json!([{ "n": 1 }, { "n": 2, "x": [1, "]}"] }]))
+                .unwrap(),
+            vec![N { n: 1 }, N { n: 2 }]
+        );
+        assert_eq!(c.connects(), 1);
+    }
+
+    #[test]
+    fn a_typed_call_takes_refusals_and_skips_other_calls_answers() {
+        let (sock, _reqs) = server(vec![Reply::Echo, Reply::Garbage, Reply::Close]);
+        let mut c = Client::new(&sock, T);
+        let e = c.call_as::<N>("fail", json!({})).unwrap_err();
+        assert_eq!(e.code(), Some(METHOD_NOT_FOUND), "{e}");
+        // The server answered once and closed: the next call goes on a new connection,
+        // which answers garbage.
+        let e = c.call_as::<N>("m", json!({ "n": 1 })).unwrap_err();
+        assert!(matches!(e, RpcError::Answer { .. }), "{e}");
+        let e = c.call_as::<N>("m", json!({ "n": 1 })).unwrap_err();
+        assert!(matches!(e, RpcError::Closed { .. }), "{e}");
+        // An answer of another id comes before the call's own.
+        let two = br#" {"jsonrpc":"2.0","id":4,"result":{"n":9}}
+{"jsonrpc":"2.0","id":5,"result":{"n":"a\"}{["}}  {"id":6}"#;
+        let mut r = BufReader::new(&two[..]);
+        let mut text = Vec::new();
+        assert!(read_text(&mut r, &mut text).unwrap());
+        assert!(matches!(
+            parse_reply::<N>(&text, 5).unwrap(),
+            super::Reply::NotOurs
+        ));
+        assert!(read_text(&mut r, &mut text).unwrap());
+        let super::Reply::Unreadable(e) = parse_reply::<N>(&text, 5).unwrap() else {
+            panic!("a string is not a number")
+        };
+        assert!(e.to_string().contains("invalid type"), "{e}");
+        assert!(read_text(&mut r, &mut text).unwrap());
+        assert_eq!(text, br#"{"id":6}"#);
+        assert!(!read_text(&mut r, &mut text).unwrap());
+        let mut cut = BufReader::new(&br#"{"id":1,"#[..]);
+        let e = read_text(&mut cut, &mut text).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
     }
 
     #[test]

@@ -524,7 +524,7 @@ fn applied_len(
 }
 
 /// The hosts' cluster-wide contracts, as the operator set them.
-fn contracts(s: &ClusterScenario) -> BTreeMap<String, ClusterHost> {
+pub(super) fn contracts(s: &ClusterScenario) -> BTreeMap<String, ClusterHost> {
     s.hosts
         .iter()
         .map(|h| {

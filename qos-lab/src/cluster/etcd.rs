@@ -204,7 +204,17 @@ pub struct LeaderBytes {
     pub contracts: u64,
     /// Records it wrote: its demand and member records, the division's parts and head.
     pub written: u64,
+    /// Its requests to etcd (as the agent's interval makes them: the cluster's record,
+    /// the contracts, the leader key's read, the members' and demand listings, the
+    /// head and its part; its two puts, the lease's keep-alive, the leader key's
+    /// transaction; the division's transactions).
+    pub requests: u64,
 }
+
+/// The leader's reads of an interval (cluster-agent/src/agent.rs, `sync_renewing`,
+/// `lead`, `division::read`): the cluster's record, the contracts' listing, the leader
+/// key, the members' and demand listings, the division's head and its part.
+pub const LEADER_READS: u64 = 7;
 
 impl EtcdLoad {
     pub fn new(targets: usize) -> Self {
@@ -270,6 +280,7 @@ impl EtcdLoad {
         txn.add(HEAD_KEY.len() as u64 + len);
         self.writes[leader] += txn.requests;
         self.writes[leader] += 1;
+        self.leader_bytes.requests += txn.requests + 1;
         self.bytes[leader] += len;
     }
 
@@ -296,6 +307,7 @@ impl EtcdLoad {
         self.leader_now = Some(leader);
         let b = &mut self.leader_bytes;
         b.intervals += 1;
+        b.requests += LEADER_READS;
         b.contracts += contracts;
         for &i in members {
             b.listed += self.demand_size[i] + self.member_size[i].unwrap_or(0);
@@ -339,6 +351,7 @@ impl EtcdLoad {
         self.demand_size[i] = d;
         if self.leader_now == Some(i) {
             self.leader_bytes.written += d + m;
+            self.leader_bytes.requests += 4;
         }
         // Two puts, the lease's keep-alive, the leader key's create transaction.
         self.writes[i] += 4;
