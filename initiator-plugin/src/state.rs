@@ -223,9 +223,14 @@ impl Shared {
 
     /// The engine's state and the counters, for `qos_ini_bdev_get`.
     pub fn state_json(&self) -> Value {
-        let (mode, epoch, (res, glob)) = {
+        let (mode, epoch, (res, glob), pool_open) = {
             let e = lock(&self.eng);
-            (e.engine.mode(), e.engine.epoch(), e.engine.tokens())
+            (
+                e.engine.mode(),
+                e.engine.epoch(),
+                e.engine.tokens(),
+                e.engine.pool_open(),
+            )
         };
         let mode = if !self.protocol_active() {
             "off"
@@ -244,6 +249,7 @@ impl Shared {
             "reservation_bytes": res.bytes,
             "global_ops": glob.ops,
             "global_bytes": glob.bytes,
+            "pool_open": pool_open,
             "held": s.held.load(Ordering::Relaxed).max(0),
             "held_total": get(&s.held_total),
             "held_ns": get(&s.held_ns),
