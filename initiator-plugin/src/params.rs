@@ -52,7 +52,7 @@ pub struct BdevOptions {
     /// A host without limits sends without global tokens (acquiring none) while the
     /// target's pool is open to it and, at its last reply, held at least this many
     /// batches of `acquire_ops` (`qos_core::InitiatorEngine::pool_open`); 0: every
-    /// command waits for a token. Default 64.
+    /// command waits for a token. Default 0.
     pub open_pool_batches: u64,
 }
 
