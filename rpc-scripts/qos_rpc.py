@@ -636,6 +636,9 @@ _INI_OPTIONS = [
     ('refresh_interval_us', _int_range(1000, 3600000000), "re-read the period state at least this often", '100000'),
     ('probe_attempts', _int_range(1, 1000),
      "unanswered state requests before the first answer that mean pass-through", '3'),
+    ('open_pool_batches', _int_range(0, 1 << 20),
+     "a host without limits sends without global tokens while the target's pool is open to it and held "
+     "at least this many batches (acquire_ops); 0 (default): every command waits for a token", '0'),
     ('chunk_bytes', _int_range(4096, 16 * _MIB),
      "pacer group: the largest chunk (with --chunk-auto) or the chunk (--no-chunk-auto); I/O larger than "
      "the chunk is split, 4096 ..= 16777216 (16 MiB)",

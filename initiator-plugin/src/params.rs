@@ -6,7 +6,7 @@
 //! Options are of two kinds:
 //! - **bdev options** (the token engine of one QoS bdev, i.e. one host): `token_protocol`,
 //!   `pacing`, `acquire_*`, `prefetch_milli`, `request_timeout_us`, `retry_after_us`,
-//!   `refresh_interval_us`, `probe_attempts`;
+//!   `refresh_interval_us`, `probe_attempts`, `open_pool_batches`;
 //! - **pacer options** (the pacer shared by every QoS bdev of a *pacer group*, i.e. one
 //!   link): `chunk_bytes`, `link_*`, `latency_target_us`, `probe_*`, `aimd_interval_us`,
 //!   `increase_milli`, `latency_idle_us`, `split_always`, `dirs*`.
@@ -49,6 +49,11 @@ pub struct BdevOptions {
     /// Unanswered state requests, before the first answer, that make the bdev give up
     /// the protocol and pass I/O through. Default 3.
     pub probe_attempts: u64,
+    /// A host without limits sends without global tokens (acquiring none) while the
+    /// target's pool is open to it and, at its last reply, held at least this many
+    /// batches of `acquire_ops` (`qos_core::InitiatorEngine::pool_open`); 0: every
+    /// command waits for a token. Default 0.
+    pub open_pool_batches: u64,
 }
 
 impl Default for BdevOptions {
@@ -64,6 +69,7 @@ impl Default for BdevOptions {
             retry_after_us: c.retry_after.0 / 1000,
             refresh_interval_us: c.refresh_interval.0 / 1000,
             probe_attempts: c.probe_attempts as u64,
+            open_pool_batches: c.open_pool_batches,
         }
     }
 }
@@ -78,6 +84,7 @@ impl BdevOptions {
             retry_after: Nanos::from_micros(self.retry_after_us),
             refresh_interval: Nanos::from_micros(self.refresh_interval_us),
             probe_attempts: self.probe_attempts as u32,
+            open_pool_batches: self.open_pool_batches,
         }
     }
 
@@ -104,6 +111,7 @@ impl BdevOptions {
             3_600_000_000,
         )?;
         range("probe_attempts", self.probe_attempts, 1, 1000)?;
+        range("open_pool_batches", self.open_pool_batches, 0, 1 << 20)?;
         Ok(())
     }
 }
@@ -350,6 +358,7 @@ patch! {
         retry_after_us: u64,
         refresh_interval_us: u64,
         probe_attempts: u64,
+        open_pool_batches: u64,
     }
     pacer {
         chunk_bytes: u64,

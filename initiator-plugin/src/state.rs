@@ -100,6 +100,10 @@ pub struct Shared {
     pub next_poll: AtomicU64,
     /// Bumped when the engine learns something (a reply): channels retry held I/O.
     pub version: AtomicU64,
+    /// The engine's [`InitiatorEngine::pool_open`], copied after every call that may
+    /// change it: while it is set and no allowance is in force, a channel with nothing
+    /// held sends without taking the engine's lock (the engine would admit anyway).
+    pub pool_open: AtomicBool,
     /// Fast-path copies of the options.
     pub token_protocol: AtomicBool,
     pub pacing: AtomicBool,
@@ -150,6 +154,7 @@ impl Shared {
             }),
             next_poll: AtomicU64::new(0),
             version: AtomicU64::new(0),
+            pool_open: AtomicBool::new(false),
             token_protocol: AtomicBool::new(opts.token_protocol),
             pacing: AtomicBool::new(opts.pacing),
             base_nvme_io,
@@ -207,6 +212,7 @@ impl Shared {
             e.engine = InitiatorEngine::new(opts.engine_config(), now);
             e.outstanding = None;
             e.started = now;
+            self.pool_open.store(false, Ordering::Relaxed);
             self.stats.engine_restarts.fetch_add(1, Ordering::Relaxed);
         }
         e.opts = opts;
@@ -223,9 +229,14 @@ impl Shared {
 
     /// The engine's state and the counters, for `qos_ini_bdev_get`.
     pub fn state_json(&self) -> Value {
-        let (mode, epoch, (res, glob)) = {
+        let (mode, epoch, (res, glob), pool_open) = {
             let e = lock(&self.eng);
-            (e.engine.mode(), e.engine.epoch(), e.engine.tokens())
+            (
+                e.engine.mode(),
+                e.engine.epoch(),
+                e.engine.tokens(),
+                e.engine.pool_open(),
+            )
         };
         let mode = if !self.protocol_active() {
             "off"
@@ -244,6 +255,7 @@ impl Shared {
             "reservation_bytes": res.bytes,
             "global_ops": glob.ops,
             "global_bytes": glob.bytes,
+            "pool_open": pool_open,
             "held": s.held.load(Ordering::Relaxed).max(0),
             "held_total": get(&s.held_total),
             "held_ns": get(&s.held_ns),

@@ -7,6 +7,11 @@
 //! - Reservation tokens decay: the bound X = R (T - t) / T, and tokens above X are
 //!   dropped, as the target drops them when it converts.
 //! - With no reservation left it acquires global tokens in batches (vendor "acquire").
+//! - Unless the global pool is open to the host with room to spare and no limit
+//!   binds it ([`InitiatorEngine::pool_open`]): then it sends without global tokens and
+//!   acquires none, and the target, which sees every command, is the backstop (it
+//!   takes the tokens from its pool, as for a plain host, and holds what it cannot
+//!   admit; a held count in a credit closes the pool here again).
 //! - Completion credits (dword 0) reveal roll-overs and drift; the engine re-syncs.
 //! - A target that does not speak the protocol (invalid opcode) turns the engine into a
 //!   pass-through, with one warning; one that stops answering (time-out) never leaves
@@ -39,6 +44,13 @@ pub struct InitiatorConfig {
     /// Time-outs in a row, before the first answer, that make the engine give up and
     /// pass everything through. Default 3.
     pub probe_attempts: u32,
+    /// The pool is open to a host without limits when an acquisition was granted in
+    /// full and the target's global pool still held at least this many batches
+    /// (`acquire_ops`) after it: then global tokens are not waited for (see
+    /// [`InitiatorEngine::pool_open`]). 0: never (every command waits for a token).
+    /// Default 0 (off): 64 made a lone reader wait for nothing, but failed the
+    /// reader-beside-a-writer test once in two runs (docs/benchmarks.md).
+    pub open_pool_batches: u64,
 }
 
 impl Default for InitiatorConfig {
@@ -51,6 +63,7 @@ impl Default for InitiatorConfig {
             retry_after: Nanos::from_millis(1),
             refresh_interval: Nanos::from_millis(100),
             probe_attempts: 3,
+            open_pool_batches: 0,
         }
     }
 }
@@ -116,6 +129,12 @@ pub struct InitiatorEngine {
     /// are owed the next tokens the target releases.
     target_backlog: u8,
     limit_per_period: Amount,
+    /// The target's global pool is open to this host with room to spare and no limit
+    /// binds it: commands beyond the mirrored tokens are sent, not held.
+    pool_open: bool,
+    /// Evidence that the pool was not enough (commands held at the target): the pool
+    /// is not taken for open again before this.
+    closed_until: Nanos,
 }
 
 impl InitiatorEngine {
@@ -143,6 +162,8 @@ impl InitiatorEngine {
             answered: false,
             target_backlog: 0,
             limit_per_period: Amount::new(u64::MAX, u64::MAX),
+            pool_open: false,
+            closed_until: Nanos::ZERO,
         }
     }
 
@@ -156,6 +177,21 @@ impl InitiatorEngine {
     pub fn tokens(&self) -> (Amount, Amount) {
         (self.res_left, self.global)
     }
+    /// Whether the engine sends without global tokens: the host has no limit (the
+    /// reply's `LIMITED` flag is clear), counts no bytes (no MiB/s reservation), its
+    /// last acquisition was granted in full (the pool is open to it: not closed for a
+    /// lagging reservation, not shared out as credit) and left at least
+    /// `open_pool_batches` batches in the target's pool, and since then no state reply
+    /// showed less and no credit reported a command of the host held at the target.
+    ///
+    /// Such a host's contract needs no wait at the initiator: the target takes its
+    /// commands' tokens from the pool as it does for a plain host, and holds what it
+    /// cannot admit. Waiting here for an acquisition instead held about 18 % of a lone
+    /// reader's I/O for 100 us each (docs/benchmarks.md, issue 40 item 1).
+    pub fn pool_open(&self) -> bool {
+        self.pool_open
+    }
+
     /// A warning to log once (fallback to pass-through), if any.
     pub fn take_warning(&mut self) -> Option<String> {
         self.warning.take()
@@ -262,8 +298,10 @@ impl InitiatorEngine {
                 have = have.saturating_sub(self.target_backlog as u64);
             }
             // Resources the target does not count for this host (no reservation, no
-            // bytes batch) never hold a command here: the target decides those.
-            if have < cost.get(r) && self.counts(r) {
+            // bytes batch) never hold a command here: the target decides those; nor
+            // do global tokens while the pool is open to the host (the target takes
+            // them from its pool).
+            if have < cost.get(r) && self.counts(r) && !self.pool_open {
                 return false;
             }
             from_res.set(r, usable.get(r).min(cost.get(r)));
@@ -339,7 +377,7 @@ impl InitiatorEngine {
     /// Time to ask for global tokens: for some resource the engine counts, no
     /// reservation is usable and the global tokens are below the prefetch mark.
     fn low_on_global(&self, now: Nanos) -> bool {
-        if self.limit_usable(now).ops == 0 {
+        if self.pool_open || self.limit_usable(now).ops == 0 {
             return false;
         }
         let usable = self.res_usable(now);
@@ -364,6 +402,7 @@ impl InitiatorEngine {
 
     fn on_timeout(&mut self) {
         self.timeouts += 1;
+        self.pool_open = false;
         match self.mode {
             // Give up only on a target that never answered; one that answered before
             // and went quiet is probed again (I/O passes meanwhile).
@@ -443,6 +482,30 @@ impl InitiatorEngine {
         {
             self.no_grant_until = now.saturating_add(self.cfg.retry_after);
         }
+        self.pool_open = self.open_after(req, &r, now);
+    }
+
+    /// Whether the pool is open to the host after reply `r` to `req`
+    /// ([`InitiatorEngine::pool_open`]): an acquisition granted in full opens it, a
+    /// state reply only keeps it open; either needs no limit, no counted bytes, and
+    /// `open_pool_batches` batches left in the target's pool.
+    fn open_after(&self, req: Request, r: &StateReply, now: Nanos) -> bool {
+        let room = self
+            .cfg
+            .acquire_ops
+            .saturating_mul(self.cfg.open_pool_batches);
+        let unconstrained = self.cfg.open_pool_batches > 0
+            && r.flags & wire::flags::LIMITED == 0
+            && r.limit_left_ops == u64::MAX
+            && r.limit_left_bytes == u64::MAX
+            && !self.counts(Resource::Bytes)
+            && r.global_available_ops >= room
+            && now >= self.closed_until;
+        unconstrained
+            && match req {
+                Request::Acquire { ops, .. } => r.granted_ops >= ops,
+                Request::GetState => self.pool_open,
+            }
     }
 
     /// Dword 0 of a read or write completion.
@@ -453,6 +516,13 @@ impl InitiatorEngine {
         };
         if self.mode != Mode::Cooperative {
             return;
+        }
+        if c.held > 0 && self.pool_open {
+            // The target holds commands of ours: the pool did not cover them (or it
+            // closed). Mirror tokens again, and do not take it for open before a
+            // refresh interval has passed.
+            self.pool_open = false;
+            self.closed_until = now.saturating_add(self.cfg.refresh_interval);
         }
         self.advance(now);
         if c.epoch_low != (self.epoch & 0xF) as u8 {
@@ -503,6 +573,7 @@ mod tests {
         let mut e = InitiatorEngine::new(
             InitiatorConfig {
                 acquire_bytes: 0,
+                open_pool_batches: 64,
                 ..Default::default()
             },
             now,
@@ -720,6 +791,284 @@ mod tests {
             e.decide(IoKind::Read, 4096, t0),
             "sending resumes once the target drained"
         );
+    }
+
+    /// A cooperative engine that spent its reservation and sent an ACQUIRE, answered
+    /// with `granted` of 256 and `pool` left in the target's global pool.
+    fn after_acquire(now: Nanos, granted: u64, pool: u64, flags: u16) -> InitiatorEngine {
+        let mut e = cooperative(now);
+        for _ in 0..1000 {
+            assert!(e.decide(IoKind::Read, 4096, now));
+        }
+        assert!(matches!(
+            e.poll(now).send,
+            Some(Request::Acquire { ops: 256, .. })
+        ));
+        let mut r = reply(5, 0, 0, granted);
+        r.flags |= flags;
+        r.granted_ops = granted;
+        r.global_available_ops = pool;
+        e.on_reply(Ok(r), now);
+        e
+    }
+
+    #[test]
+    fn an_open_pool_is_not_waited_for() {
+        let t0 = Nanos::from_secs(10);
+        let mut e = after_acquire(t0, 256, 1 << 20, 0);
+        assert!(e.pool_open());
+        for _ in 0..10_000 {
+            assert!(
+                e.decide(IoKind::Read, 4096, t0),
+                "no wait for global tokens"
+            );
+        }
+        assert_eq!(e.tokens().1.ops, 0);
+        assert_eq!(e.poll(t0).send, None, "and no acquisition");
+        // The refresh keeps it open while the pool has room.
+        let t1 = t0.saturating_add(Nanos::from_millis(100));
+        assert_eq!(e.poll(t1).send, Some(Request::GetState));
+        let mut r = reply(5, 100, 0, 0);
+        r.global_available_ops = 1 << 20;
+        e.on_reply(Ok(r), t1);
+        assert!(e.pool_open());
+        assert!(e.decide(IoKind::Read, 4096, t1));
+        // One showing less closes it: tokens are waited for again.
+        let t2 = t1.saturating_add(Nanos::from_millis(100));
+        assert_eq!(e.poll(t2).send, Some(Request::GetState));
+        let mut r = reply(5, 200, 0, 0);
+        r.global_available_ops = 64 * 256 - 1;
+        e.on_reply(Ok(r), t2);
+        assert!(!e.pool_open());
+        assert!(!e.decide(IoKind::Read, 4096, t2));
+        assert!(matches!(e.poll(t2).send, Some(Request::Acquire { .. })));
+    }
+
+    #[test]
+    fn a_limit_a_short_grant_or_a_small_pool_keeps_it_closed() {
+        let t0 = Nanos::from_secs(10);
+        for (granted, pool, flags) in [
+            (256, 1 << 20, wire::flags::LIMITED),
+            (255, 1 << 20, 0),
+            (0, 1 << 20, 0),
+            (256, 64 * 256 - 1, 0),
+        ] {
+            let mut e = after_acquire(t0, granted, pool, flags);
+            assert!(!e.pool_open(), "{granted} {pool} {flags}");
+            let mut sent = 0;
+            while e.decide(IoKind::Read, 4096, t0) {
+                sent += 1;
+            }
+            assert_eq!(sent, granted, "only what was granted");
+        }
+        // A limit left in the reply, and a host that counts bytes, too.
+        let mut e = cooperative(t0);
+        for _ in 0..1000 {
+            e.decide(IoKind::Read, 4096, t0);
+        }
+        e.poll(t0);
+        let mut r = reply(5, 0, 0, 256);
+        r.granted_ops = 256;
+        r.global_available_ops = 1 << 20;
+        r.limit_left_ops = 1 << 30;
+        e.on_reply(Ok(r), t0);
+        assert!(!e.pool_open());
+        let mut r = reply(5, 0, 0, 256);
+        r.granted_ops = 256;
+        r.global_available_ops = 1 << 20;
+        r.reservation_per_period_bytes = 1 << 20;
+        e.poll(t0.saturating_add(Nanos::from_millis(100)));
+        e.on_reply(Ok(r), t0.saturating_add(Nanos::from_millis(100)));
+        assert!(!e.pool_open());
+        // Switched off.
+        let mut e = InitiatorEngine::new(
+            InitiatorConfig {
+                acquire_bytes: 0,
+                open_pool_batches: 0,
+                ..Default::default()
+            },
+            t0,
+        );
+        e.poll(t0);
+        let mut r = reply(5, 0, 0, 256);
+        r.granted_ops = 256;
+        r.global_available_ops = u64::MAX;
+        e.on_reply(Ok(r), t0);
+        assert!(!e.pool_open());
+    }
+
+    #[test]
+    fn a_state_reply_never_opens_the_pool() {
+        let t0 = Nanos::from_secs(10);
+        let mut e = cooperative(t0);
+        let t1 = t0.saturating_add(Nanos::from_millis(100));
+        assert_eq!(e.poll(t1).send, Some(Request::GetState));
+        let mut r = reply(5, 100, 1000, 0);
+        r.global_available_ops = 1 << 20;
+        e.on_reply(Ok(r), t1);
+        assert!(
+            !e.pool_open(),
+            "only an acquisition granted in full opens it"
+        );
+    }
+
+    #[test]
+    fn a_command_held_at_the_target_closes_the_pool() {
+        let t0 = Nanos::from_secs(10);
+        let mut e = after_acquire(t0, 256, 1 << 20, 0);
+        for _ in 0..300 {
+            assert!(e.decide(IoKind::Read, 4096, t0));
+        }
+        e.on_completion(Credit::new(5, 0, 0).encode(), t0);
+        assert!(e.pool_open(), "no command held: still open");
+        e.on_completion(Credit::new(5, 0, 2).encode(), t0);
+        assert!(!e.pool_open());
+        assert!(!e.decide(IoKind::Read, 4096, t0), "waits for tokens again");
+        // An acquisition granted in full within the refresh interval does not reopen it.
+        let t1 = t0.saturating_add(Nanos::from_millis(50));
+        assert!(matches!(e.poll(t1).send, Some(Request::Acquire { .. })));
+        let mut r = reply(5, 50, 0, 256);
+        r.granted_ops = 256;
+        r.global_available_ops = 1 << 20;
+        e.on_reply(Ok(r), t1);
+        assert!(!e.pool_open());
+        let mut sent = 0;
+        while e.decide(IoKind::Read, 4096, t1) {
+            sent += 1;
+        }
+        assert_eq!(sent, 256 - 2, "the held commands' tokens left to them");
+        // After it, one does.
+        e.on_completion(Credit::new(5, 0, 0).encode(), t1);
+        let t2 = t0.saturating_add(Nanos::from_millis(100));
+        assert!(matches!(e.poll(t2).send, Some(Request::Acquire { .. })));
+        let mut r = reply(5, 100, 0, 256);
+        r.granted_ops = 256;
+        r.global_available_ops = 1 << 20;
+        e.on_reply(Ok(r), t2);
+        assert!(e.pool_open());
+    }
+
+    #[test]
+    fn a_silent_target_closes_the_pool() {
+        let t0 = Nanos::from_secs(10);
+        let mut e = after_acquire(t0, 256, 1 << 20, 0);
+        let t1 = t0.saturating_add(Nanos::from_millis(100));
+        assert_eq!(e.poll(t1).send, Some(Request::GetState));
+        e.poll(t1.saturating_add(Nanos::from_millis(10)));
+        assert_eq!(e.mode(), Mode::Probing);
+        assert!(!e.pool_open());
+    }
+
+    mod open_pool {
+        //! Property: whatever the replies, credits and time, the pool is open exactly
+        //! when the rule says (model below), an open engine never holds a command and
+        //! never acquires, and a closed one sends no more than its tokens.
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Ev {
+            Io(u8),
+            Poll,
+            Reply {
+                grant_full: bool,
+                pool: u64,
+                limited: bool,
+            },
+            Credit {
+                held: u8,
+            },
+            Wait(u16),
+        }
+
+        fn ev() -> impl Strategy<Value = Ev> {
+            prop_oneof![
+                (1u8..50).prop_map(Ev::Io),
+                Just(Ev::Poll),
+                (any::<bool>(), 0u64..40_000, prop::bool::weighted(0.2)).prop_map(
+                    |(grant_full, pool, limited)| Ev::Reply {
+                        grant_full,
+                        pool,
+                        limited
+                    }
+                ),
+                prop_oneof![Just(0u8), 1u8..4].prop_map(|held| Ev::Credit { held }),
+                (1u16..20_000).prop_map(Ev::Wait),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+            #[test]
+            fn open_exactly_by_the_rule(evs in prop::collection::vec(ev(), 1..200)) {
+                let mut now = Nanos::from_secs(10);
+                let mut e = cooperative(now);
+                let room = 64 * 256;
+                let mut model = false;
+                let mut closed_until = Nanos::ZERO;
+                let mut in_flight: Option<Request> = None;
+                for ev in evs {
+                    match ev {
+                        Ev::Io(n) => {
+                            for _ in 0..n {
+                                let (res, glob) = e.tokens();
+                                let had = res.ops + glob.ops;
+                                let sent = e.decide(IoKind::Read, 4096, now);
+                                if model {
+                                    prop_assert!(sent, "an open pool never holds");
+                                } else if sent && e.mode() == Mode::Cooperative {
+                                    prop_assert!(had > 0, "closed: sent without a token");
+                                }
+                            }
+                        }
+                        Ev::Poll => {
+                            let p = e.poll(now);
+                            if let Some(req) = p.send {
+                                if model {
+                                    prop_assert_eq!(req, Request::GetState);
+                                }
+                                in_flight = Some(req);
+                            }
+                            if e.mode() != Mode::Cooperative {
+                                model = false;
+                            }
+                        }
+                        Ev::Reply { grant_full, pool, limited } => {
+                            let Some(req) = in_flight.take() else { continue };
+                            let elapsed = now.0 % Nanos::from_secs(1).0 / 1_000_000;
+                            let mut r = reply(e.epoch(), elapsed, 0, 0);
+                            if limited {
+                                r.flags |= wire::flags::LIMITED;
+                            }
+                            r.global_available_ops = pool;
+                            if let Request::Acquire { ops, .. } = req {
+                                r.granted_ops = if grant_full { ops } else { ops / 2 };
+                                r.credit_ops = r.granted_ops;
+                            }
+                            e.on_reply(Ok(r), now);
+                            let ok = !limited && pool >= room && now >= closed_until;
+                            model = ok && match req {
+                                Request::Acquire { .. } => grant_full,
+                                Request::GetState => model,
+                            };
+                        }
+                        Ev::Credit { held } => {
+                            let epoch = e.epoch();
+                            e.on_completion(Credit::new(epoch, 100, held.into()).encode(), now);
+                            if held > 0 && model {
+                                model = false;
+                                closed_until = now.saturating_add(Nanos::from_millis(100));
+                            }
+                        }
+                        Ev::Wait(us) => now = now.saturating_add(Nanos::from_micros(us as u64)),
+                    }
+                    if e.mode() != Mode::Cooperative {
+                        model = false;
+                    }
+                    prop_assert_eq!(e.pool_open(), model);
+                }
+            }
+        }
     }
 
     #[test]

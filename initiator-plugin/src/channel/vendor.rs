@@ -66,6 +66,7 @@ impl IniChannel {
                 e.engine = InitiatorEngine::new(e.opts.engine_config(), now);
                 e.outstanding = None;
                 e.started = now;
+                self.shared.pool_open.store(false, Ordering::Relaxed);
                 self.shared.next_poll.store(0, Ordering::Relaxed);
                 self.shared
                     .stats
@@ -75,6 +76,9 @@ impl IniChannel {
             return;
         }
         e.engine.on_completion(cdw0, now);
+        self.shared
+            .pool_open
+            .store(e.engine.pool_open(), Ordering::Relaxed);
     }
 
     /// Completion dword 0 with the allowance marker: the target's in-flight allowance
@@ -131,6 +135,9 @@ impl IniChannel {
         let (send, warning) = {
             let mut e = lock(&self.shared.eng);
             let p = e.engine.poll(now);
+            self.shared
+                .pool_open
+                .store(e.engine.pool_open(), Ordering::Relaxed);
             self.shared
                 .next_poll
                 .store(p.next_deadline.0, Ordering::Relaxed);
@@ -305,6 +312,9 @@ fn vendor_done(id: RequestId, r: VendorReq, buf: DmaBuf, base: BaseIo, success: 
                     })
                 };
                 e.engine.on_reply(reply, now);
+                shared
+                    .pool_open
+                    .store(e.engine.pool_open(), Ordering::Relaxed);
                 shared.next_poll.store(0, Ordering::Relaxed);
                 shared.version.fetch_add(1, Ordering::Relaxed);
             } else {
