@@ -221,7 +221,7 @@ pub fn parse_stats(v: &Value) -> Result<LocalState, TargetError> {
 /// counters and its settings, what the compact form and `qos_host_get` give the agent
 /// together, in a tenth of the bytes.
 #[derive(Debug, Deserialize)]
-struct CountersDomain {
+pub struct CountersDomain {
     #[serde(default)]
     period_ns: u64,
     #[serde(default)]
@@ -281,8 +281,9 @@ pub fn parse_counters(v: &Value) -> Result<LocalState, TargetError> {
 }
 
 /// The agent's counters and settings from a domain of the counters form (as the agent
-/// reads it off the socket, straight into the types: [`SocketTarget`]'s `read`).
-fn counters_state(d: CountersDomain) -> Result<LocalState, TargetError> {
+/// reads it off the socket, straight into the types: [`SocketTarget`]'s `read`). Public
+/// for the lab, which times this very reader (`qos-lab`'s `agent_cpu`).
+pub fn counters_state(d: CountersDomain) -> Result<LocalState, TargetError> {
     let m = "qos_stats_get";
     if d.period_ns == 0 {
         return Err(malformed(m, "no period_ns"));

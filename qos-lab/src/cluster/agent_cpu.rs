@@ -163,106 +163,22 @@ fn counters_answer(nqns: &[&str]) -> String {
     json!({ "jsonrpc": "2.0", "id": 7, "result": [domain] }).to_string()
 }
 
-/// What the agent reads of a domain of the counters form (cluster-agent/src/target.rs,
-/// `CountersDomain`: the same fields, the rest skipped unread).
-#[derive(Deserialize)]
-struct ReadDomain {
-    #[serde(default)]
-    period_ns: u64,
-    #[serde(default)]
-    capacity_learning: bool,
-    #[serde(default)]
-    capacity_estimate: ReadAmount,
-    #[serde(default)]
-    hosts: Vec<ReadHost>,
-}
-
-#[derive(Default, Deserialize)]
-struct ReadAmount {
-    #[serde(default)]
-    ops: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct ReadHost {
-    host_nqn: String,
-    #[serde(default = "yes")]
-    configured: bool,
-    #[serde(default)]
-    completed_total: ReadWork,
-    #[serde(default)]
-    held_time: ReadHeld,
-    #[serde(default)]
-    min_iops: Option<u64>,
-    #[serde(default)]
-    max_iops: Option<u64>,
-    #[serde(default)]
-    min_mibps: Option<u64>,
-    #[serde(default)]
-    max_mibps: Option<u64>,
-    #[serde(default)]
-    weight: Option<u64>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-#[derive(Default, Deserialize)]
-struct ReadWork {
-    #[serde(default)]
-    ops: u64,
-    #[serde(default)]
-    bytes: u64,
-}
-
-#[derive(Default, Deserialize)]
-struct ReadHeld {
-    #[serde(default)]
-    sum_ns: u64,
-}
-
 /// What the agent does with the target's answer (`rpc_client::Client::call_as` and
-/// `target::counters_state`): the answer's text cut off a buffered stream, its id and
-/// error read, its result read straight into the agent's types, then a map of counters
-/// and one of settings. `text` keeps its capacity from one read to the next, as the
-/// agent's client keeps it.
-fn read_counters(
-    answer: &[u8],
-    text: &mut Vec<u8>,
-) -> (BTreeMap<String, [u64; 3]>, BTreeMap<String, LocalShare>) {
+/// `target::counters_state`, the agent's own code): the answer's text cut off a buffered
+/// stream, its id and error read, its result read straight into the agent's types,
+/// then its counters and settings. `text` keeps its capacity from one read to the
+/// next, as the agent's client keeps it.
+fn read_counters(answer: &[u8], text: &mut Vec<u8>) -> nvmf_qos_agent::target::LocalState {
+    use nvmf_qos_agent::target::{CountersDomain, counters_state};
     let mut stream = std::io::BufReader::new(answer);
     assert!(rpc_client::read_text(&mut stream, text).expect("an answer"));
     let rpc_client::Reply::Result(domains) =
-        rpc_client::parse_reply::<Vec<ReadDomain>>(text, 7).expect("json-rpc")
+        rpc_client::parse_reply::<Vec<CountersDomain>>(text, 7).expect("json-rpc")
     else {
         panic!("not the counters form")
     };
     let d = domains.into_iter().next().expect("a domain");
-    black_box((d.period_ns, d.capacity_learning, d.capacity_estimate.ops));
-    let mut counters = BTreeMap::new();
-    let mut settings = BTreeMap::new();
-    for h in d.hosts {
-        counters.insert(
-            h.host_nqn.clone(),
-            [
-                h.completed_total.ops,
-                h.completed_total.bytes,
-                h.held_time.sum_ns,
-            ],
-        );
-        if h.configured {
-            let share = LocalShare {
-                reservation_iops: h.min_iops.unwrap_or(0),
-                limit_iops: h.max_iops,
-                weight: h.weight.unwrap_or(1) as u32,
-                reservation_mibps: h.min_mibps.unwrap_or(0),
-                limit_mibps: h.max_mibps,
-            };
-            settings.insert(h.host_nqn, share);
-        }
-    }
-    (counters, settings)
+    counters_state(d).expect("the counters form")
 }
 
 /// The target's answer for `nqns` read as the agent reads it (nanoseconds per byte,
@@ -780,9 +696,14 @@ mod tests {
     fn the_calibrations_target_answer_reads_as_the_agent_reads_it() {
         let nqns = ["nqn.a", "nqn.b", "nqn.c"];
         let answer = counters_answer(&nqns);
-        let (counters, settings) = read_counters(answer.as_bytes(), &mut Vec::new());
+        let state = read_counters(answer.as_bytes(), &mut Vec::new());
+        let (counters, settings) = (&state.counters, &state.settings);
         assert_eq!(counters.len(), 3);
-        assert_eq!(counters["nqn.b"], [1_007_919, 1_007_919 * 4096, 1_234_567]);
+        let b = &counters["nqn.b"];
+        assert_eq!(
+            [b.completed_ops, b.completed_bytes, b.held_ns],
+            [1_007_919, 1_007_919 * 4096, 1_234_567]
+        );
         assert_eq!(settings["nqn.a"].reservation_iops, 200);
         assert_eq!(
             settings["nqn.b"].reservation_iops, 0,
