@@ -844,4 +844,80 @@ mod tests {
         assert!(matches!(e, RpcError::Connect { .. }), "{e}");
         assert!(e.to_string().contains("cannot connect"), "{e}");
     }
+
+    /// `read_text` cuts answers off a stream by their brackets by hand (the agent reads
+    /// its target's answers with it): strings holding brackets, quotes and escapes, any
+    /// whitespace between answers and any read size give back each answer's text
+    /// exactly, then the end; arbitrary bytes give an answer, the end or an error,
+    /// never a panic.
+    mod read_text_props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(|n| json!(n)),
+                "[\\[\\]{}\"\\\\a ,:\\n\\t\\u{e9}]{0,12}".prop_map(Value::String),
+            ];
+            leaf.prop_recursive(4, 32, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    prop::collection::btree_map("[a-z\\]\\}\"]{1,4}", inner, 0..4)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn answers_come_back_whole_whatever_the_reads(
+                answers in prop::collection::vec(
+                    (prop_oneof![
+                        prop::collection::vec(value(), 0..3).prop_map(Value::Array),
+                        value().prop_map(|v| json!({ "result": v })),
+                    ], any::<bool>(), "[ \\n\\r\\t]{0,3}"),
+                    1..4,
+                ),
+                read_size in 1usize..9,
+            ) {
+                let mut stream = Vec::new();
+                let mut texts = Vec::new();
+                for (v, pretty, gap) in &answers {
+                    let t = if *pretty {
+                        serde_json::to_string_pretty(v).unwrap()
+                    } else {
+                        v.to_string()
+                    };
+                    stream.extend_from_slice(gap.as_bytes());
+                    stream.extend_from_slice(t.as_bytes());
+                    texts.push(t);
+                }
+                stream.extend_from_slice(b"\n");
+                let mut r = std::io::BufReader::with_capacity(read_size, stream.as_slice());
+                let mut out = Vec::new();
+                for t in &texts {
+                    prop_assert!(read_text(&mut r, &mut out).unwrap());
+                    prop_assert_eq!(std::str::from_utf8(&out).unwrap(), t.as_str());
+                }
+                prop_assert!(!read_text(&mut r, &mut out).unwrap());
+            }
+
+            #[test]
+            fn any_bytes_are_an_answer_the_end_or_an_error(
+                bytes in prop::collection::vec(any::<u8>(), 0..64),
+                read_size in 1usize..9,
+            ) {
+                let mut r = std::io::BufReader::with_capacity(read_size, bytes.as_slice());
+                let mut out = Vec::new();
+                for _ in 0..bytes.len() + 1 {
+                    match read_text(&mut r, &mut out) {
+                        Ok(true) => prop_assert!(!out.is_empty()),
+                        Ok(false) | Err(_) => break,
+                    }
+                }
+            }
+        }
+    }
 }
