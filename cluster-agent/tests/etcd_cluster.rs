@@ -9,16 +9,14 @@
 //! never add up to more than the contract. Skipped, saying so, without etcd.
 
 mod common;
-mod pki;
 
 use std::time::{Duration, Instant};
 
 use common::Cluster;
-use it_harness::etcd::{Etcd, EtcdTls, etcd_or_skip};
-use nvmf_qos_agent::connect::{EtcdOptions, http_agent};
+use it_harness::etcd::{Etcd, EtcdTls, etcd_or_skip, raft_leader};
+use it_harness::pki::Pki;
+use nvmf_qos_agent::connect::EtcdOptions;
 use nvmf_qos_agent::store::EtcdGateway;
-use pki::Pki;
-use serde_json::json;
 
 fn sleep(_: &mut EtcdGateway, ms: u64) {
     std::thread::sleep(Duration::from_millis(ms));
@@ -35,36 +33,6 @@ fn options(endpoints: &[String], pki: &Pki) -> EtcdOptions {
     }
 }
 
-/// The member that leads the raft group now, by asking each member
-/// (`/v3/maintenance/status`: its own id and the leader's); `None` while they do not
-/// agree on one among those that answer.
-fn raft_leader(members: &[Etcd], pki: &Pki) -> Option<usize> {
-    let mut leader_ids = Vec::new();
-    let mut own_ids = Vec::new();
-    for m in members {
-        let http = http_agent(&options(&[m.url()], pki)).expect("TLS options");
-        let status = http
-            .post(&format!("{}/v3/maintenance/status", m.url()))
-            .send_json(json!({}))
-            .ok()
-            .and_then(|r| r.into_json::<serde_json::Value>().ok());
-        let id = |v: &serde_json::Value| {
-            v.as_str()
-                .map(str::to_string)
-                .or(v.as_u64().map(|n| n.to_string()))
-        };
-        own_ids.push(status.as_ref().and_then(|s| id(&s["header"]["member_id"])));
-        leader_ids.push(status.as_ref().and_then(|s| id(&s["leader"])));
-    }
-    let leader = leader_ids.iter().flatten().next()?.clone();
-    if leader_ids.iter().flatten().any(|l| *l != leader) {
-        return None;
-    }
-    own_ids
-        .iter()
-        .position(|o| o.as_deref() == Some(leader.as_str()))
-}
-
 #[test]
 fn the_raft_leader_killed_during_a_demand_move() {
     let Some(bin) = etcd_or_skip("the agents against a three-member etcd cluster") else {
@@ -79,7 +47,7 @@ fn the_raft_leader_killed_during_a_demand_move() {
     let mut members = Etcd::cluster(bin, Some(tls), 3).unwrap_or_else(|e| panic!("{e}"));
     let t0 = Instant::now();
     let leader = loop {
-        if let Some(l) = raft_leader(&members, &pki) {
+        if let Some(l) = raft_leader(&members) {
             break l;
         }
         assert!(t0.elapsed() < Duration::from_secs(10), "no raft leader");
@@ -147,7 +115,7 @@ fn the_raft_leader_killed_during_a_demand_move() {
             followed = Some(killed.elapsed());
         }
     }
-    let new_leader = raft_leader(&members, &pki);
+    let new_leader = raft_leader(&members);
     println!(
         "raft leader m{leader} killed: new leader {:?}; the gateway moved from {} to {}; {failed_intervals} agent intervals did not finish with etcd; the move followed after {followed:?}; divisions #{before:?} before, #{last_seq:?} after",
         new_leader.map(|l| members[l].name().to_string()),

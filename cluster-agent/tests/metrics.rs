@@ -4,8 +4,6 @@
 //! last etcd contact in /metrics, and /healthz 200 while etcd answers, 503 once it has
 //! been away longer than the lease TTL. Skipped, saying so, without etcd.
 
-mod pki;
-
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
@@ -16,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use it_harness::etcd::{Etcd, EtcdTls, etcd_or_skip};
+use it_harness::pki::Pki;
 use it_harness::setup::free_port;
-use pki::Pki;
 use serde_json::{Value, json};
 
 const NQN: &str = "nqn.2014-08.org.example:metrics-host";

@@ -8,8 +8,6 @@
 //! with a CN is refused by etcd's gateway and the error says so). Skipped, saying so,
 //! without etcd.
 
-mod pki;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -17,9 +15,9 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use it_harness::etcd::{Etcd, EtcdTls, etcd_or_skip};
+use it_harness::pki::Pki;
 use nvmf_qos_agent::connect::{EtcdOptions, http_agent};
 use nvmf_qos_agent::store::{AuthError, EtcdGateway, Store, StoreError};
-use pki::Pki;
 use serde_json::json;
 
 fn opts(url: &str) -> EtcdOptions {

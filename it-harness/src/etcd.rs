@@ -6,7 +6,9 @@
 //! when asked to, and [`Etcd::start_with`] passes further flags (`--auth-token-ttl`).
 //! [`Etcd::cluster`] starts several members of one etcd cluster, and [`Etcd::kill`]
 //! takes one down without a word (SIGKILL: a leader stopped by SIGTERM hands its
-//! leadership over first).
+//! leadership over first). Every member also serves its metrics over plain HTTP on a
+//! port of its own, so that a test can ask which member leads the raft group
+//! ([`raft_leader`]) whatever TLS its clients speak.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -47,6 +49,8 @@ pub struct Etcd {
     bin: PathBuf,
     pub client_port: u16,
     peer_port: u16,
+    /// `--listen-metrics-urls`: `/metrics` over plain HTTP, TLS or not on the clients'.
+    metrics_port: u16,
     dir: PathBuf,
     child: Option<Child>,
     tls: Option<EtcdTls>,
@@ -82,6 +86,7 @@ impl Etcd {
             bin,
             client_port: free_port(),
             peer_port: free_port(),
+            metrics_port: free_port(),
             dir,
             child: None,
             tls,
@@ -106,6 +111,7 @@ impl Etcd {
                 bin: bin.clone(),
                 client_port: free_port(),
                 peer_port: free_port(),
+                metrics_port: free_port(),
                 dir: std::env::temp_dir().join(format!(
                     "nvmf-qos-it-etcd-{}-m{i}-{}",
                     std::process::id(),
@@ -202,6 +208,10 @@ impl Etcd {
                 &peer,
             ])
             .args(["--initial-cluster", &initial])
+            .args([
+                "--listen-metrics-urls",
+                &format!("http://127.0.0.1:{}", self.metrics_port),
+            ])
             .args(&self.extra_args)
             .stdout(Stdio::null())
             .stderr(log)
@@ -242,6 +252,24 @@ impl Etcd {
             && out.contains("etcdserver")
     }
 
+    /// A gauge of its `/metrics` (e.g. `etcd_server_is_leader`), read over the plain
+    /// metrics port; `None` when it does not answer (stopped, killed, starting).
+    pub fn gauge(&self, name: &str) -> Option<f64> {
+        use std::io::{Read, Write};
+        if self.child.is_none() {
+            return None;
+        }
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        out.lines()
+            .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .find_map(|v| v.trim().parse().ok())
+    }
+
     /// SIGKILL: gone at once, as a crashed member or host.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -266,6 +294,31 @@ impl Etcd {
         let _ = c.kill();
         let _ = c.wait();
     }
+}
+
+/// The member that leads the raft group now: the one member of those that answer whose
+/// `etcd_server_is_leader` is 1, while every other that answers has a leader
+/// (`etcd_server_has_leader`); `None` during an election or when no member answers.
+pub fn raft_leader(members: &[Etcd]) -> Option<usize> {
+    let mut leader = None;
+    for (i, m) in members.iter().enumerate() {
+        match (
+            m.gauge("etcd_server_is_leader"),
+            m.gauge("etcd_server_has_leader"),
+        ) {
+            (None, _) => continue,
+            (Some(l), Some(h)) if h == 1.0 => {
+                if l == 1.0 {
+                    if leader.is_some() {
+                        return None;
+                    }
+                    leader = Some(i);
+                }
+            }
+            _ => return None,
+        }
+    }
+    leader
 }
 
 impl Drop for Etcd {

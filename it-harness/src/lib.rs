@@ -10,7 +10,8 @@
 //! records a QoS domain period by period from them, [`judge`] tells which of those
 //! periods a host's reservation is judged in; [`checks`] holds the acceptance
 //! thresholds and expected refusals, [`numbers`] the small statistics the tests share;
-//! [`etcd`] runs a real etcd for the cluster test; [`profile`] runs Linux `perf` on the
+//! [`etcd`] runs a real etcd (one, or the members of an etcd cluster) for the cluster
+//! tests, [`pki`] makes their TLS certificates; [`profile`] runs Linux `perf` on the
 //! processes for the benchmarks; [`cgroup`] puts a CPU quota on the target; [`toggle`]
 //! holds the toggle instrument's arithmetic and counter readers (issue 38).
 //!
@@ -28,6 +29,7 @@ pub mod judge;
 pub mod numbers;
 pub mod nvme_tcp;
 pub mod perf;
+pub mod pki;
 pub mod profile;
 pub mod rpc;
 pub mod setup;

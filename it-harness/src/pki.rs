@@ -1,9 +1,8 @@
-//! Certificates for the TLS tests, made by the test (rcgen): a CA, etcd's server
+//! Certificates for the cluster tests over TLS, made at run time (rcgen): a CA, etcd's server
 //! certificate for 127.0.0.1 signed by it, a client certificate signed by it (with a
 //! Common Name, and one without: what etcd's gateway needs when authentication is on
 //! too), and a second, unrelated CA, written as PEM files into a directory removed on
 //! drop.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
@@ -55,7 +54,7 @@ impl Pki {
 
     pub fn new(name: &str) -> Pki {
         let dir =
-            std::env::temp_dir().join(format!("nvmf-qos-agent-pki-{name}-{}", std::process::id()));
+            std::env::temp_dir().join(format!("nvmf-qos-it-pki-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let pki = Pki { dir };
