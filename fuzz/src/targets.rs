@@ -172,8 +172,34 @@ pub fn scenario(b: &[u8]) {
     }
 }
 
-/// What the cluster agent reads from outside (etcd's records, a target's answers, a
-/// peer's handover report): a JSON text tried as every record and answer; what parses
+/// The target's answers as the agent reads them off its RPC socket
+/// (`rpc_client::Client::call_as`): each JSON text cut off the stream by
+/// `rpc_client::read_text` through a buffer of 1-7 bytes (so that every value and
+/// string straddles reads), its id and error read, its result straight into the
+/// counters form, then into the agent's counters and settings. Whatever the bytes,
+/// every cut text is whole: it starts with `{` or `[`, and ends with `}` or `]`.
+fn socket_answers(b: &[u8]) {
+    use nvmf_qos_agent::target::{CountersDomain, counters_state};
+    use rpc_client::{Reply, parse_reply, read_text};
+    let mut r = std::io::BufReader::with_capacity(1 + b.len() % 7, b);
+    let mut text = Vec::new();
+    while let Ok(true) = read_text(&mut r, &mut text) {
+        assert!(
+            matches!(text.first(), Some(b'{' | b'[')) && matches!(text.last(), Some(b'}' | b']')),
+            "read_text cut {:?}",
+            String::from_utf8_lossy(&text)
+        );
+        if let Ok(Reply::Result(d)) = parse_reply::<Vec<CountersDomain>>(&text, 7) {
+            for d in d {
+                let _ = counters_state(d);
+            }
+        }
+    }
+}
+
+/// What the cluster agent reads from outside (etcd's records and range answers, a
+/// target's answers, a peer's handover report): a JSON text tried as every record and
+/// answer, and cut off a stream as the agent's RPC client cuts it; what parses
 /// is then divided by `qos_core::cluster::plan` (any numbers: the shares must still add
 /// up) and traded against (the shares never above the contract).
 pub fn agent_input(b: &[u8]) {
@@ -183,7 +209,11 @@ pub fn agent_input(b: &[u8]) {
     use nvmf_qos_agent::target::{parse_hosts, parse_stats};
     use qos_core::cluster::{ClusterHost, DivideConfig, divide, plan, with_cold_shares};
     use std::collections::BTreeMap;
+    socket_answers(b);
     let text = String::from_utf8_lossy(b);
+    if let Ok(r) = serde_json::from_str::<nvmf_qos_agent::store::Range>(&text) {
+        let _ = r.records();
+    }
     let _ = parse::<MemberRecord>("k", &text);
     let _ = parse::<SharesRecord>("k", &text);
     let _ = parse::<DivisionRecord>("k", &text);

@@ -17,6 +17,11 @@
 //! 3. target A killed (SIGKILL): within two periods after its lease expires, B grants X
 //!    its whole R and L, and X (now all at B) gets at least R and at most L + 2 %.
 //!
+//! `a_host_s_contract_held_while_etcd_s_raft_leader_is_killed` runs the same targets
+//! and hosts against a three-member etcd cluster over TLS and kills its raft leader as
+//! X's demand moves (issue 42); `a_writer_s_mibps_contract_held_across_two_targets`
+//! divides a MiB/s contract.
+//!
 //! Always asserted: the limit, no stall while etcd is away, the failover bound, and the
 //! reservation in >= 90 % of the steady windows; with `NVMF_QOS_ACCEPTANCE=1` (`make
 //! accept`) the reservation in >= 99 % of them, also after the failover. While etcd is
@@ -29,7 +34,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use target_it::etcd::{Etcd, etcd_or_skip};
+use target_it::etcd::{Etcd, EtcdTls, etcd_or_skip, raft_leader};
+use target_it::pki::Pki;
 use target_it::*;
 
 const PERIOD_MS: u64 = 500;
@@ -90,6 +96,41 @@ fn agent_bin() -> Result<PathBuf, String> {
     built_lib("nvmf-qos-agent", "NVMF_QOS_AGENT", "nvmf-qos-agent")
 }
 
+/// How the agents and the agent's CLI reach etcd: the members' client URLs (the first
+/// called first) and, for an etcd that speaks TLS, the CA and client certificate flags.
+struct EtcdAccess {
+    args: Vec<String>,
+}
+
+impl EtcdAccess {
+    /// One etcd over plain HTTP.
+    fn single(etcd: &Etcd) -> EtcdAccess {
+        EtcdAccess {
+            args: vec!["--etcd".into(), etcd.url()],
+        }
+    }
+
+    /// The members of an etcd cluster over TLS with `pki`'s client certificate, member
+    /// `first` first (the agents keep calling the member that answers them).
+    fn cluster(members: &[Etcd], first: usize, pki: &Pki) -> EtcdAccess {
+        let mut urls: Vec<String> = members.iter().map(Etcd::url).collect();
+        urls.rotate_left(first);
+        let path = |p: PathBuf| p.display().to_string();
+        EtcdAccess {
+            args: vec![
+                "--etcd".into(),
+                urls.join(","),
+                "--etcd-ca".into(),
+                path(pki.ca()),
+                "--etcd-cert".into(),
+                path(pki.client_cert()),
+                "--etcd-key".into(),
+                path(pki.client_key()),
+            ],
+        }
+    }
+}
+
 /// An agent process, stopped (SIGTERM: it leaves the cluster) when dropped.
 struct AgentProc {
     child: Child,
@@ -97,23 +138,14 @@ struct AgentProc {
 }
 
 impl AgentProc {
-    fn start(bin: &PathBuf, etcd: &Etcd, name: &str, t: &Target) -> AgentProc {
+    fn start(bin: &PathBuf, etcd: &EtcdAccess, name: &str, t: &Target) -> AgentProc {
         let log = std::env::temp_dir().join(format!(
             "nvmf-qos-it-agent-{}-{name}.log",
             std::process::id()
         ));
         let child = Command::new(bin)
-            .args([
-                "--etcd",
-                &etcd.url(),
-                "run",
-                "--cluster",
-                "it",
-                "--target",
-                name,
-                "--domain",
-                "d",
-            ])
+            .args(&etcd.args)
+            .args(["run", "--cluster", "it", "--target", name, "--domain", "d"])
             .arg("--rpc-socket")
             .arg(&t.sock)
             .args(["--interval-ms", &INTERVAL_MS.to_string()])
@@ -155,9 +187,10 @@ impl Drop for AgentProc {
 /// An admin command of the agent's CLI. Its etcd calls may wait up to 5 s: both cores
 /// busy-poll here (two targets on one, bdevperf on the other) and etcd, starved, once
 /// took longer than the CLI's default 500 ms to answer `cluster create`.
-fn agent_cmd(bin: &PathBuf, etcd: &Etcd, args: &[&str]) -> String {
+fn agent_cmd(bin: &PathBuf, etcd: &EtcdAccess, args: &[&str]) -> String {
     let out = Command::new(bin)
-        .args(["--etcd", &etcd.url(), "--etcd-timeout-ms", "5000"])
+        .args(&etcd.args)
+        .args(["--etcd-timeout-ms", "5000"])
         .args(args)
         .output()
         .expect("run nvmf-qos-agent");
@@ -414,7 +447,7 @@ fn size_domains(ta: &mut Target, tb: &mut Target, unit: Unit, c: u64) {
 /// contract.
 struct Cluster<'a> {
     agent: &'a PathBuf,
-    etcd: &'a Etcd,
+    etcd: &'a EtcdAccess,
     unit: Unit,
 }
 
@@ -529,6 +562,7 @@ fn a_host_s_contract_held_across_two_targets() {
     };
     let agent = agent_bin().unwrap_or_else(|e| panic!("{e}"));
     let mut etcd = Etcd::start(etcd_bin).unwrap_or_else(|e| panic!("{e}"));
+    let access = EtcdAccess::single(&etcd);
     let (mut ta, mut tb, ctrls) = two_targets(&s);
     // X keeps twice the local hosts' queue depth at each target, so that what it can
     // get there (first come: by queue depth) is above its limit and the limit binds.
@@ -556,7 +590,7 @@ fn a_host_s_contract_held_across_two_targets() {
     let (r, l) = (c * 22 / 100, c / 4);
     let cl = Cluster {
         agent: &agent,
-        etcd: &etcd,
+        etcd: &access,
         unit: Unit::Iops,
     };
     size_domains(&mut ta, &mut tb, Unit::Iops, c);
@@ -617,7 +651,10 @@ fn a_host_s_contract_held_across_two_targets() {
             r,
             l,
         );
-        println!("{}", agent_cmd(&agent, &etcd, &["show", "--cluster", "it"]));
+        println!(
+            "{}",
+            agent_cmd(&agent, &access, &["show", "--cluster", "it"])
+        );
     }
     let (_, _, max_outage) = summarize(
         "etcd stopped, demand back to 80/20",
@@ -749,6 +786,7 @@ fn a_writer_s_mibps_contract_held_across_two_targets() {
     };
     let agent = agent_bin().unwrap_or_else(|e| panic!("{e}"));
     let etcd = Etcd::start(etcd_bin).unwrap_or_else(|e| panic!("{e}"));
+    let access = EtcdAccess::single(&etcd);
     let (mut ta, mut tb, ctrls) = two_targets(&s);
     let jobs = ctrls
         .iter()
@@ -765,7 +803,7 @@ fn a_writer_s_mibps_contract_held_across_two_targets() {
     size_domains(&mut ta, &mut tb, Unit::Mibps, c);
     let cl = Cluster {
         agent: &agent,
-        etcd: &etcd,
+        etcd: &access,
         unit: Unit::Mibps,
     };
     let agents = cl.start(&mut ta, &mut tb, r, l, d);
@@ -799,4 +837,156 @@ fn a_writer_s_mibps_contract_held_across_two_targets() {
             "MiB/s reservation met in {met} of {n} steady windows"
         );
     }
+}
+
+/// Issue 42's etcd-cluster acceptance on real targets: the agents reach a three-member
+/// etcd cluster (Debian's `etcd-server`, clients over TLS with client certificates, the
+/// members to each other over TLS), calling the raft leader first; X's demand moves
+/// from 80/20 to 20/80 as the raft leader is killed (SIGKILL). The agents go on through
+/// the election (another member, the handover while no member answers): no window
+/// without X's I/O at either target, never above the limit (+2 %), X's reservation met
+/// in the windows from two periods after the new raft leader (always in >= 90 % of
+/// them, with `NVMF_QOS_ACCEPTANCE=1` in >= 99 %), and the shares at A and B add up to
+/// the contract at the end.
+#[test]
+fn a_host_s_contract_held_while_etcd_s_raft_leader_is_killed() {
+    let what = "cluster of two targets over a three-member etcd";
+    let Some(etcd_bin) = etcd_or_skip(what) else {
+        return;
+    };
+    let Some(s) = setup_or_skip(what) else {
+        return;
+    };
+    let agent = agent_bin().unwrap_or_else(|e| panic!("{e}"));
+    let pki = Pki::new("it-etcd3");
+    let tls = EtcdTls {
+        cert: pki.server_cert(),
+        key: pki.server_key(),
+        client_ca: Some(pki.ca()),
+    };
+    let mut members = Etcd::cluster(etcd_bin, Some(tls), 3).unwrap_or_else(|e| panic!("{e}"));
+    let t0 = Instant::now();
+    let leader = loop {
+        if let Some(l) = raft_leader(&members) {
+            break l;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "no raft leader");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The agents call the leader first: killing it makes them move to another member.
+    let access = EtcdAccess::cluster(&members, leader, &pki);
+    let (mut ta, mut tb, ctrls) = two_targets(&s);
+    let jobs = ctrls
+        .iter()
+        .map(|c| {
+            Job::new(
+                &c.bdev(),
+                "randread",
+                4096,
+                if c.hostnqn == host_nqn(X) { 128 } else { 64 },
+            )
+        })
+        .collect();
+    let bp = s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, 45, &["-f"]);
+    set_demand(&bp, Unit::Iops, 32_000, 8_000);
+    let perform = bp.start_tests();
+    let c = calibrate(&mut ta, &mut tb, Unit::Iops);
+    let d = ((c as f64 * 0.5 / 5000.0).round() as u64).max(1) * 5000;
+    let (r, l) = (c * 22 / 100, c / 4);
+    size_domains(&mut ta, &mut tb, Unit::Iops, c);
+    let cl = Cluster {
+        agent: &agent,
+        etcd: &access,
+        unit: Unit::Iops,
+    };
+    let agents = cl.start(&mut ta, &mut tb, r, l, d);
+    let mut w = Windows::new(Unit::Iops);
+    let delay = Duration::from_millis(2 * PERIOD_MS);
+    set_demand(&bp, Unit::Iops, d * 4 / 5, d / 5);
+    let p1 = Instant::now();
+    run_for(&mut w, Some(&mut ta), &mut tb, 6.0);
+    let before = w.between(p1 + delay, Instant::now());
+
+    // The move and the raft leader's death together.
+    set_demand(&bp, Unit::Iops, d / 5, d * 4 / 5);
+    members[leader].kill();
+    let killed = Instant::now();
+    let (mut new_leader, mut followed) = (None, None);
+    while killed.elapsed() < Duration::from_secs(14) {
+        run_for(&mut w, Some(&mut ta), &mut tb, 0.5);
+        if new_leader.is_none() {
+            new_leader = raft_leader(&members).map(|m| (m, killed.elapsed()));
+        }
+        let (a, b) = (
+            x_settings(&mut ta, Unit::Iops),
+            x_settings(&mut tb, Unit::Iops),
+        );
+        if followed.is_none() && a.map(|s| s.1) < b.map(|s| s.1) {
+            followed = Some(killed.elapsed());
+        }
+    }
+    let reads = shares_read_until_held(&mut ta, &mut tb, Unit::Iops, (r, l));
+    let after_kill = w.between(killed, Instant::now());
+    let (n0, met0, max0) = summarize("80/20, steady, before", Unit::Iops, &before, r, l);
+    let (_, _, max_kill) = summarize(
+        "20/80 from the raft leader's kill",
+        Unit::Iops,
+        &after_kill,
+        r,
+        l,
+    );
+    let elected = new_leader.map(|(_, at)| at);
+    let steady = elected
+        .map(|at| w.between(killed + at + delay, Instant::now()))
+        .unwrap_or_default();
+    let (n, met, _) = summarize(
+        "from two periods after the new raft leader",
+        Unit::Iops,
+        &steady,
+        r,
+        l,
+    );
+    let down_intervals: Vec<usize> = agents
+        .iter()
+        .map(|a| {
+            std::fs::read_to_string(&a.log)
+                .unwrap_or_default()
+                .matches("etcd DOWN")
+                .count()
+        })
+        .collect();
+    println!(
+        "  raft leader {} killed: new leader {:?} after {elected:?}; X's shares followed the move {followed:?} after the kill; intervals without etcd (agents a, b): {down_intervals:?}",
+        members[leader].name(),
+        new_leader.map(|(m, _)| members[m].name().to_string()),
+    );
+    for (name, a) in ["a", "b"].iter().zip(&agents) {
+        println!("  agent {name} log:\n{}", a.log_tail(8));
+    }
+    drop(agents);
+    let _ = perform.wait();
+    drop(bp);
+
+    assert!(elected.is_some(), "no new raft leader within 14 s");
+    assert!(
+        after_kill.iter().all(|&(a, b)| a > 0.0 && b > 0.0),
+        "a window without X's I/O at a target after the raft leader was killed: {after_kill:?}"
+    );
+    let max = max0.max(max_kill);
+    assert!(
+        max <= 1.02 * l as f64,
+        "limit exceeded: {max:.0} > {l} + 2 %"
+    );
+    assert!(followed.is_some(), "the shares did not follow the move");
+    assert!(
+        reads.last().is_some_and(|&(a, b)| adds_up(a, b, (r, l))),
+        "X's shares at (A, B) never held ({r}, {l}) after the election: {reads:?}"
+    );
+    assert!(n > 0, "no window from two periods after the new leader");
+    let (share, of) = if acceptance() { (99, 100) } else { (9, 10) };
+    assert!(
+        met * of >= n * share && met0 * of >= n0 * share,
+        "reservation met in {met} of {n} windows from two periods after the new raft leader \
+         ({met0} of {n0} before the kill)"
+    );
 }
