@@ -256,9 +256,8 @@ impl Etcd {
     /// metrics port; `None` when it does not answer (stopped, killed, starting).
     pub fn gauge(&self, name: &str) -> Option<f64> {
         use std::io::{Read, Write};
-        if self.child.is_none() {
-            return None;
-        }
+        // A stopped member's port may be another process's by now.
+        self.child.as_ref()?;
         let mut s = std::net::TcpStream::connect(("127.0.0.1", self.metrics_port)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
         s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
@@ -300,25 +299,22 @@ impl Etcd {
 /// `etcd_server_is_leader` is 1, while every other that answers has a leader
 /// (`etcd_server_has_leader`); `None` during an election or when no member answers.
 pub fn raft_leader(members: &[Etcd]) -> Option<usize> {
-    let mut leader = None;
+    let mut leaders = Vec::new();
     for (i, m) in members.iter().enumerate() {
-        match (
-            m.gauge("etcd_server_is_leader"),
-            m.gauge("etcd_server_has_leader"),
-        ) {
-            (None, _) => continue,
-            (Some(l), Some(h)) if h == 1.0 => {
-                if l == 1.0 {
-                    if leader.is_some() {
-                        return None;
-                    }
-                    leader = Some(i);
-                }
-            }
-            _ => return None,
+        let Some(is_leader) = m.gauge("etcd_server_is_leader") else {
+            continue;
+        };
+        if m.gauge("etcd_server_has_leader") != Some(1.0) {
+            return None;
+        }
+        if is_leader == 1.0 {
+            leaders.push(i);
         }
     }
-    leader
+    match leaders[..] {
+        [one] => Some(one),
+        _ => None,
+    }
 }
 
 impl Drop for Etcd {
