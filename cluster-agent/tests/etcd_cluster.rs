@@ -13,7 +13,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Cluster;
-use it_harness::etcd::{Etcd, EtcdTls, etcd_or_skip, raft_leader};
+use it_harness::etcd::{Etcd, etcd_or_skip, raft_leader};
 use it_harness::pki::Pki;
 use nvmf_qos_agent::connect::EtcdOptions;
 use nvmf_qos_agent::store::EtcdGateway;
@@ -39,20 +39,7 @@ fn the_raft_leader_killed_during_a_demand_move() {
         return;
     };
     let pki = Pki::new("etcd3");
-    let tls = EtcdTls {
-        cert: pki.server_cert(),
-        key: pki.server_key(),
-        client_ca: Some(pki.ca()),
-    };
-    let mut members = Etcd::cluster(bin, Some(tls), 3).unwrap_or_else(|e| panic!("{e}"));
-    let t0 = Instant::now();
-    let leader = loop {
-        if let Some(l) = raft_leader(&members) {
-            break l;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no raft leader");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let (mut members, leader) = Etcd::tls_cluster(bin, &pki, 3).unwrap_or_else(|e| panic!("{e}"));
     // The gateway starts at the leader: killing it makes the agents move members too.
     let mut urls: Vec<String> = members.iter().map(Etcd::url).collect();
     urls.rotate_left(leader);

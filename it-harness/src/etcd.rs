@@ -15,6 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::env::or_skip;
+use crate::pki::Pki;
 use crate::setup::free_port;
 
 /// Where etcd is, or `None`.
@@ -139,6 +140,30 @@ impl Etcd {
             m.wait_answer()?;
         }
         Ok(members)
+    }
+
+    /// `n` members of one etcd cluster over TLS throughout (clients with client
+    /// certificates, members to each other), with `pki`'s certificates, once they have
+    /// elected a raft leader (at most 20 s more): the members, and which one leads.
+    pub fn tls_cluster(bin: PathBuf, pki: &Pki, n: usize) -> Result<(Vec<Etcd>, usize), String> {
+        let tls = EtcdTls {
+            cert: pki.server_cert(),
+            key: pki.server_key(),
+            client_ca: Some(pki.ca()),
+        };
+        let members = Etcd::cluster(bin, Some(tls), n)?;
+        let t0 = Instant::now();
+        loop {
+            if let Some(l) = raft_leader(&members) {
+                return Ok((members, l));
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                return Err(format!(
+                    "the {n} etcd members elected no raft leader in 20 s"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn peer_url(&self) -> String {

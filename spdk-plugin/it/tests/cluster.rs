@@ -34,7 +34,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use target_it::etcd::{Etcd, EtcdTls, etcd_or_skip, raft_leader};
+use target_it::etcd::{Etcd, etcd_or_skip, raft_leader};
 use target_it::pki::Pki;
 use target_it::*;
 
@@ -551,6 +551,49 @@ impl Cluster<'_> {
     }
 }
 
+/// The IOPS tests' calibrated figures: C (the domains' capacity), X's demand `d`,
+/// reservation `r` and limit `l`.
+struct IopsContract {
+    c: u64,
+    d: u64,
+    r: u64,
+    l: u64,
+}
+
+/// The IOPS tests' hosts, 4 KiB random readers in bdevperf for `secs`, started and
+/// calibrated: X keeps twice the local hosts' queue depth at each target, so that what
+/// it can get there (first come: by queue depth) is above its limit and the limit
+/// binds. X wants half of C; reservation 0.22 C, limit C/4 (about what it gets against
+/// the saturating local hosts, so that the limit comes into play).
+fn readers(
+    s: &Setup,
+    ctrls: &[Controller; 4],
+    secs: u32,
+    ta: &mut Target,
+    tb: &mut Target,
+) -> (Bdevperf, Running, IopsContract) {
+    let jobs: Vec<Job> = ctrls
+        .iter()
+        .map(|c| {
+            Job::new(
+                &c.bdev(),
+                "randread",
+                4096,
+                if c.hostnqn == host_nqn(X) { 128 } else { 64 },
+            )
+        })
+        .collect();
+    let bp = s.bdevperf(false, bdev_config(ctrls, &[]), jobs, secs, &["-f"]);
+    // Calibration: X at 40,000 IOPS at most, 80/20, the others unbounded.
+    set_demand(&bp, Unit::Iops, 32_000, 8_000);
+    let perform = bp.start_tests();
+    let c = calibrate(ta, tb, Unit::Iops);
+    // SPDK's bdev QoS takes IOPS in thousands: the demand is a multiple of 5,000.
+    let d = ((c as f64 * 0.5 / 5000.0).round() as u64).max(1) * 5000;
+    let (r, l) = (c * 22 / 100, c / 4);
+    (bp, perform, IopsContract { c, d, r, l })
+}
+
 #[test]
 fn a_host_s_contract_held_across_two_targets() {
     let what = "cluster of two targets";
@@ -564,30 +607,7 @@ fn a_host_s_contract_held_across_two_targets() {
     let mut etcd = Etcd::start(etcd_bin).unwrap_or_else(|e| panic!("{e}"));
     let access = EtcdAccess::single(&etcd);
     let (mut ta, mut tb, ctrls) = two_targets(&s);
-    // X keeps twice the local hosts' queue depth at each target, so that what it can
-    // get there (first come: by queue depth) is above its limit and the limit binds.
-    let jobs = ctrls
-        .iter()
-        .map(|c| {
-            Job::new(
-                &c.bdev(),
-                "randread",
-                4096,
-                if c.hostnqn == host_nqn(X) { 128 } else { 64 },
-            )
-        })
-        .collect();
-    let secs = 90;
-    let bp = s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, secs, &["-f"]);
-    // Calibration: X at 40,000 IOPS at most, 80/20, the others unbounded.
-    set_demand(&bp, Unit::Iops, 32_000, 8_000);
-    let perform = bp.start_tests();
-    let c = calibrate(&mut ta, &mut tb, Unit::Iops);
-    // X wants half of C (80/20, then 20/80); reservation 0.22 C, limit C/4 (about what
-    // it gets against the saturating local hosts, so that the limit comes into play).
-    // SPDK's bdev QoS takes IOPS in thousands: the demand is a multiple of 5,000.
-    let d = ((c as f64 * 0.5 / 5000.0).round() as u64).max(1) * 5000;
-    let (r, l) = (c * 22 / 100, c / 4);
+    let (bp, perform, IopsContract { c, d, r, l }) = readers(&s, &ctrls, 90, &mut ta, &mut tb);
     let cl = Cluster {
         agent: &agent,
         etcd: &access,
@@ -859,40 +879,12 @@ fn a_host_s_contract_held_while_etcd_s_raft_leader_is_killed() {
     };
     let agent = agent_bin().unwrap_or_else(|e| panic!("{e}"));
     let pki = Pki::new("it-etcd3");
-    let tls = EtcdTls {
-        cert: pki.server_cert(),
-        key: pki.server_key(),
-        client_ca: Some(pki.ca()),
-    };
-    let mut members = Etcd::cluster(etcd_bin, Some(tls), 3).unwrap_or_else(|e| panic!("{e}"));
-    let t0 = Instant::now();
-    let leader = loop {
-        if let Some(l) = raft_leader(&members) {
-            break l;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(20), "no raft leader");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let (mut members, leader) =
+        Etcd::tls_cluster(etcd_bin, &pki, 3).unwrap_or_else(|e| panic!("{e}"));
     // The agents call the leader first: killing it makes them move to another member.
     let access = EtcdAccess::cluster(&members, leader, &pki);
     let (mut ta, mut tb, ctrls) = two_targets(&s);
-    let jobs = ctrls
-        .iter()
-        .map(|c| {
-            Job::new(
-                &c.bdev(),
-                "randread",
-                4096,
-                if c.hostnqn == host_nqn(X) { 128 } else { 64 },
-            )
-        })
-        .collect();
-    let bp = s.bdevperf(false, bdev_config(&ctrls, &[]), jobs, 45, &["-f"]);
-    set_demand(&bp, Unit::Iops, 32_000, 8_000);
-    let perform = bp.start_tests();
-    let c = calibrate(&mut ta, &mut tb, Unit::Iops);
-    let d = ((c as f64 * 0.5 / 5000.0).round() as u64).max(1) * 5000;
-    let (r, l) = (c * 22 / 100, c / 4);
+    let (bp, perform, IopsContract { c, d, r, l }) = readers(&s, &ctrls, 45, &mut ta, &mut tb);
     size_domains(&mut ta, &mut tb, Unit::Iops, c);
     let cl = Cluster {
         agent: &agent,
