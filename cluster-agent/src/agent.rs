@@ -500,6 +500,10 @@ impl Store for Renewing<'_> {
         self.renew_if_due();
         self.inner.create(key, value, lease)
     }
+    fn claim(&mut self, key: &str, value: &str, lease: LeaseId) -> Result<bool, StoreError> {
+        self.renew_if_due();
+        self.inner.claim(key, value, lease)
+    }
     fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
         self.renew_if_due();
         self.inner.list(prefix)
@@ -766,11 +770,6 @@ impl Agent {
                 .map(|(n, &d)| (n.clone(), d))
                 .collect(),
         };
-        store.put(
-            &self.keys.demand(&self.cfg.target),
-            &json(&demand),
-            Some(lease),
-        )?;
         let member = MemberRecord {
             target: self.cfg.target.clone(),
             domain: self.cfg.domain.clone(),
@@ -791,9 +790,25 @@ impl Agent {
             error: self.last_refusal.clone(),
             handover_url: self.cfg.handover_url.clone(),
         };
+        // The target's name is this agent's while its member record is under its lease.
+        // A second agent started with the same `--target` would otherwise report,
+        // lead and apply the same part at another target: the hosts' shares there
+        // would add up to more than their contracts.
+        let member_key = self.keys.member(&self.cfg.target);
+        if !store.claim(&member_key, &json(&member), lease)? {
+            r.errors.push(format!(
+                "target name {} is taken: {member_key} is under another agent's lease; this \
+                 agent writes nothing and applies no division (its target keeps its shares) \
+                 until that lease ends. Give each target's agent its own --target",
+                self.cfg.target
+            ));
+            self.leading = false;
+            self.written = None;
+            return Ok(());
+        }
         store.put(
-            &self.keys.member(&self.cfg.target),
-            &json(&member),
+            &self.keys.demand(&self.cfg.target),
+            &json(&demand),
             Some(lease),
         )?;
 

@@ -652,6 +652,9 @@ mod tests {
         fn create(&mut self, _: &str, _: &str, _: LeaseId) -> Result<bool, StoreError> {
             unreachable!()
         }
+        fn claim(&mut self, _: &str, _: &str, _: LeaseId) -> Result<bool, StoreError> {
+            unreachable!()
+        }
         fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
             self.inner.list(prefix)
         }
@@ -734,6 +737,9 @@ mod tests {
             unreachable!()
         }
         fn create(&mut self, _: &str, _: &str, _: LeaseId) -> Result<bool, StoreError> {
+            unreachable!()
+        }
+        fn claim(&mut self, _: &str, _: &str, _: LeaseId) -> Result<bool, StoreError> {
             unreachable!()
         }
         fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {

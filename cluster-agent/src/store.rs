@@ -154,6 +154,10 @@ pub trait Store {
     fn put_all(&mut self, puts: &[(String, String)]) -> Result<(), StoreError>;
     /// Writes `key` under `lease` only if it does not exist; `true` when written.
     fn create(&mut self, key: &str, value: &str, lease: LeaseId) -> Result<bool, StoreError>;
+    /// Writes `key` under `lease` when it does not exist or is under `lease` already, in
+    /// one request; `false` (nothing written) when another lease holds it: another
+    /// agent's, running with the same target name.
+    fn claim(&mut self, key: &str, value: &str, lease: LeaseId) -> Result<bool, StoreError>;
     /// Every key starting with `prefix`, with its value, in key order.
     fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError>;
     /// One key's value.
@@ -689,6 +693,29 @@ impl Store for EtcdGateway {
         Ok(r["succeeded"].as_bool().unwrap_or(false))
     }
 
+    /// A transaction whose failure branch is a second transaction (etcd >= 3.3): the
+    /// key under this lease, or else the key absent, then the put.
+    fn claim(&mut self, key: &str, value: &str, lease: LeaseId) -> Result<bool, StoreError> {
+        let put = json!([{
+            "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() }
+        }]);
+        let body = json!({
+            "compare": [{
+                "key": b64(key), "result": "EQUAL", "target": "LEASE", "lease": lease.to_string()
+            }],
+            "success": put,
+            "failure": [{ "request_txn": {
+                "compare": [{
+                    "key": b64(key), "result": "EQUAL", "target": "CREATE", "create_revision": "0"
+                }],
+                "success": put,
+            }}],
+        });
+        let r: Value = self.call("/v3/kv/txn", body)?;
+        let inner = &r["responses"][0]["response_txn"]["succeeded"];
+        Ok(r["succeeded"].as_bool().unwrap_or(false) || inner.as_bool().unwrap_or(false))
+    }
+
     fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
         let path = "/v3/kv/range";
         let r: Range = self.call(
@@ -815,6 +842,14 @@ impl Store for MemStore {
         self.kv.insert(key.into(), (value.into(), Some(lease)));
         Ok(true)
     }
+    fn claim(&mut self, key: &str, value: &str, lease: LeaseId) -> Result<bool, StoreError> {
+        self.up()?;
+        if self.kv.get(key).is_some_and(|(_, l)| *l != Some(lease)) {
+            return Ok(false);
+        }
+        self.kv.insert(key.into(), (value.into(), Some(lease)));
+        Ok(true)
+    }
     fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
         self.up()?;
         Ok(self
@@ -897,6 +932,10 @@ pub(crate) mod hooked {
         fn create(&mut self, k: &str, v: &str, lease: LeaseId) -> Result<bool, StoreError> {
             self.before(Call::Other)?;
             self.inner.create(k, v, lease)
+        }
+        fn claim(&mut self, k: &str, v: &str, lease: LeaseId) -> Result<bool, StoreError> {
+            self.before(Call::Other)?;
+            self.inner.claim(k, v, lease)
         }
         fn list(&mut self, prefix: &str) -> Result<Vec<(String, String)>, StoreError> {
             self.before(Call::List(prefix))?;

@@ -5,8 +5,9 @@
 
 mod common;
 
-use common::{Cluster, NQN};
+use common::{Cluster, NQN, StubTarget};
 use nvmf_qos_agent::admin;
+use nvmf_qos_agent::agent::{Agent, AgentConfig};
 use nvmf_qos_agent::store::{MemStore, Store};
 use qos_core::cluster::{ClusterHost, DivideConfig};
 
@@ -326,4 +327,75 @@ fn parts_list_every_host_in_schema_2_and_the_paths_only_in_schema_3() {
     );
     let held = &c.targets[1].settings[NQN];
     assert_eq!((held.reservation_iops, held.limit_iops), (0, Some(1)));
+}
+
+/// A second agent started with target a's name (a copy-paste of a's `--target`) finds
+/// a's member record under another lease: it writes nothing, leads nothing and applies
+/// nothing, so the host's shares over the three targets still add up to its contract.
+/// Once a's agent is gone (its lease expired), the name is free and the second agent
+/// takes a's place.
+#[test]
+fn a_second_agent_with_a_target_s_name_writes_and_applies_nothing_while_it_is_taken() {
+    let mut c = mem(3_000, 6_000);
+    c.want(8_000, 2_000);
+    for _ in 0..6 {
+        c.interval();
+    }
+    c.agents.push(Agent::new(AgentConfig {
+        cluster: "c1".into(),
+        target: "a".into(),
+        domain: "d".into(),
+        lease_ttl_s: 2,
+        window_ms: None,
+        handover_url: None,
+    }));
+    let mut intruder = StubTarget::default();
+    intruder.alive = true;
+    intruder.want.insert(NQN.into(), 8_000);
+    c.targets.push(intruder);
+    let demand_key = nvmf_qos_agent::keys::Keys::new("c1").demand("a");
+    for _ in 0..6 {
+        let r = c.interval();
+        assert!(
+            r[2].errors
+                .iter()
+                .any(|e| e.contains("target name a is taken")),
+            "{:?}",
+            r[2].errors
+        );
+        assert!(!r[2].leader && r[2].shares_seq.is_none(), "{:?}", r[2]);
+        assert!(c.targets[2].settings.is_empty(), "nothing applied");
+        let s = c.limit_shares();
+        assert!(s.iter().sum::<u64>() <= 6_000, "limit shares {s:?}");
+    }
+    // a's demand record is still a's: what a's target served (its limit share), not the
+    // second target's 8,000 unlimited.
+    let text = c
+        .store
+        .get(&demand_key)
+        .unwrap()
+        .expect("a's demand record");
+    let d: nvmf_qos_agent::keys::DemandRecord = serde_json::from_str(&text).unwrap();
+    assert!(d.hosts[NQN].served < 6_000, "{d:?}");
+    // a's agent stops (no SIGTERM: its lease runs out); the second takes the name.
+    let mut took = None;
+    for i in 0..20 {
+        c.pass_interval();
+        let mut peers = c.reports();
+        c.tick_one(1, &mut peers);
+        let r = c.tick_one(2, &mut peers);
+        if took.is_none() && r.errors.is_empty() && r.shares_seq.is_some() {
+            took = Some(i);
+        }
+    }
+    assert!(took.is_some(), "the name never came free");
+    let (b, second) = (&c.targets[1], &c.targets[2]);
+    let limits: Vec<u64> = [b, second]
+        .iter()
+        .map(|t| t.settings.get(NQN).and_then(|s| s.limit_iops).unwrap_or(0))
+        .collect();
+    assert!(
+        limits.iter().sum::<u64>() <= 6_000 && limits[1] > 0,
+        "b and the second agent's target: {limits:?} (took the name after {took:?} intervals)"
+    );
 }

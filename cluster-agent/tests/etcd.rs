@@ -164,3 +164,28 @@ fn the_command_line_refuses_bad_input_with_a_fix() {
     let (ok, _, err) = agent_cmd(&etcd, &["show", "--cluster", "c"]);
     assert!(!ok && err.contains("does not exist"), "{err}");
 }
+
+/// `claim` against a real etcd (its nested transaction and the LEASE comparison): a key
+/// absent is claimed, claimed again under the same lease, refused under another lease
+/// (the value stays the first's), and free again once the first lease is revoked.
+#[test]
+fn a_claimed_key_is_refused_to_another_lease_until_the_first_ends() {
+    use nvmf_qos_agent::store::Store;
+    let Some(bin) = etcd_or_skip("claiming a key in a real etcd") else {
+        return;
+    };
+    let etcd = Etcd::start(bin).unwrap_or_else(|e| panic!("{e}"));
+    let mut g = EtcdGateway::new(&etcd.url(), Duration::from_millis(2000));
+    let (first, second) = (g.grant(10).unwrap(), g.grant(10).unwrap());
+    let k = "/nvmf-qos/claim-test/members/a";
+    assert!(g.claim(k, "first", first).unwrap(), "absent: claimed");
+    assert!(g.claim(k, "first again", first).unwrap(), "same lease");
+    assert!(!g.claim(k, "second", second).unwrap(), "another lease");
+    assert_eq!(g.get(k).unwrap().as_deref(), Some("first again"));
+    g.revoke(first).unwrap();
+    assert!(
+        g.claim(k, "second", second).unwrap(),
+        "free after the revoke"
+    );
+    assert_eq!(g.get(k).unwrap().as_deref(), Some("second"));
+}
