@@ -14,7 +14,9 @@ use qos_core::cluster::{ClusterHost, LocalShare, PathDemand, Plan, cold_share, o
 use qos_core::handover::{Handover, HandoverConfig, HandoverReport};
 use qos_core::share::{Claim, water_fill};
 
-use super::etcd::{EtcdLoad, json_len, key_len, share_len, shares_map_len};
+use super::etcd::{
+    AGENT_WRITES, EtcdLoad, LEADER_READS, json_len, key_len, share_len, shares_map_len,
+};
 
 /// A host's key in etcd but its NQN (`/nvmf-qos/<cluster>/hosts/`, a short cluster name).
 const HOSTS_KEY: &str = "/nvmf-qos/fleet/hosts/";
@@ -234,6 +236,7 @@ impl<'a> Engine<'a> {
             .is_none_or(|(m, old, l)| m != members || *old != division || *l != leader);
         let dense = self.densify(&division);
         self.run.limit_share_excess += self.limit_excess(&dense, members.len() as u64);
+        let mut division_writes = 0;
         if changed {
             let name = self.names[leader].clone();
             let leader = self.leader(p);
@@ -259,22 +262,42 @@ impl<'a> Engine<'a> {
                     )
                 })
                 .collect();
-            self.run
+            division_writes = self
+                .run
                 .etcd
                 .shares_written((leader, &name), members, &maps);
             self.written = Some((members.to_vec(), division, leader));
         }
+        let overrun = self.leader_calls(division_writes);
         if self.run.division_times.len() == 1 {
             // The run starts with the cluster already divided: the targets hold the
             // first division from the start (with no shares they would limit nobody).
             self.apply(dense.clone());
         }
         self.pending
-            .push_back((p + self.s.cluster.apply_delay_periods, dense));
+            .push_back((p + self.s.cluster.apply_delay_periods + overrun, dense));
         while self.pending.front().is_some_and(|(at, _)| *at <= p) {
             let d = self.pending.pop_front().expect("checked").1;
             self.apply(d);
         }
+    }
+
+    /// The leader's calls to etcd this interval, timed by `[cluster] etcd_read_ms` and
+    /// `etcd_write_ms` (its reads, its own writes and `division_writes`): the whole
+    /// intervals they overrun, by which its division lands later. The model keeps the
+    /// leader dividing every period; the agent's next interval would start late.
+    fn leader_calls(&mut self, division_writes: u64) -> u32 {
+        let c = &self.s.cluster;
+        let ms = LEADER_READS as f64 * c.etcd_read_ms
+            + (AGENT_WRITES + division_writes) as f64 * c.etcd_write_ms;
+        let overrun = (ms / c.interval_ms as f64).floor() as u32;
+        let e = &mut self.run.etcd;
+        e.leader_calls_ms.push(ms);
+        if overrun > 0 {
+            e.overrun_divisions += 1;
+            e.overrun_intervals += overrun as u64;
+        }
+        overrun
     }
 
     /// The targets apply a division; their handover books start over from it.

@@ -186,6 +186,13 @@ pub struct EtcdLoad {
     pub leader_bytes: LeaderBytes,
     /// The target that led at the last division.
     leader_now: Option<usize>,
+    /// Per division interval: how long the leader's calls to etcd took
+    /// (`[cluster] etcd_read_ms`, `etcd_write_ms`; all 0 when etcd answers at once).
+    pub leader_calls_ms: Vec<f64>,
+    /// The divisions that landed later than `apply_delay_periods` because the
+    /// leader's calls overran its interval, and the intervals they lost in all.
+    pub overrun_divisions: u64,
+    pub overrun_intervals: u64,
 }
 
 /// What the leader agent's intervals handle, in bytes of records (JSON), summed over
@@ -216,6 +223,15 @@ pub struct LeaderBytes {
 /// key, the members' and demand listings, the division's head and its part.
 pub const LEADER_READS: u64 = 7;
 
+/// Another target's agent's reads of an interval (cluster-agent/src/agent.rs): the
+/// cluster's record, the contracts' listing, the leader key, the division's head and
+/// its part.
+pub const MEMBER_READS: u64 = 5;
+
+/// Every agent's writes of an interval (as [`EtcdLoad::agent_interval`] counts them):
+/// its demand and member records, the lease's keep-alive, the leader key's transaction.
+pub const AGENT_WRITES: u64 = 4;
+
 impl EtcdLoad {
     pub fn new(targets: usize) -> Self {
         EtcdLoad {
@@ -236,12 +252,13 @@ impl EtcdLoad {
     /// then the head, in as few transactions as etcd's limits allow (as the agent's
     /// `division::write`: up to [`TXN_BYTES`] of keys and values and [`TXN_OPS`]
     /// records each; a write is a request).
+    /// Returns the requests the write took.
     pub fn shares_written(
         &mut self,
         leader: (usize, &str),
         members: &[String],
         changed: &[(&str, u64)],
-    ) {
+    ) -> u64 {
         let (leader, leader_name) = leader;
         self.last_seq += 1;
         let seq = self.last_seq;
@@ -282,6 +299,7 @@ impl EtcdLoad {
         self.writes[leader] += 1;
         self.leader_bytes.requests += txn.requests + 1;
         self.bytes[leader] += len;
+        txn.requests + 1
     }
 
     /// The targets' applied shares changed (`changed[i]`: target `i`'s did): their
@@ -351,10 +369,11 @@ impl EtcdLoad {
         self.demand_size[i] = d;
         if self.leader_now == Some(i) {
             self.leader_bytes.written += d + m;
-            self.leader_bytes.requests += 4;
+            self.leader_bytes.requests += AGENT_WRITES;
         }
-        // Two puts, the lease's keep-alive, the leader key's create transaction.
-        self.writes[i] += 4;
+        // The demand record's put, the member record's claim (a transaction), the
+        // lease's keep-alive, the leader key's create transaction.
+        self.writes[i] += AGENT_WRITES;
         self.bytes[i] += d + m + name.len() as u64;
     }
 }

@@ -33,7 +33,7 @@ pub use agent_cpu::{ByteCosts, RecordHandling, agent_cpu_line};
 pub use engine::{ClusterRun, HostPeriod, simulate, simulate_with_progress};
 pub use etcd::{EtcdLoad, LeaderBytes};
 pub use fleet::{FleetFailure, FleetMove, FleetSpec};
-pub use scale::{division_time_line, fleet_report};
+pub use scale::{division_time_line, etcd_latency_line, fleet_report};
 
 /// The largest rate a cluster scenario takes (a million million IOPS): sums over
 /// targets and hosts stay far from overflowing.
@@ -93,6 +93,15 @@ pub struct ClusterSettings {
     /// reports of the period before. Off: they keep their last shares.
     #[serde(default)]
     pub handover: bool,
+    /// etcd's answer time to a read (a get or a listing), in milliseconds: the round
+    /// trip. 0: at once.
+    #[serde(default)]
+    pub etcd_read_ms: f64,
+    /// etcd's answer time to a write (a put, a transaction, a lease's keep-alive), in
+    /// milliseconds: the round trip and the commit at a quorum of its members (their
+    /// disks' fsync). 0: at once.
+    #[serde(default)]
+    pub etcd_write_ms: f64,
 }
 
 /// etcd cannot be reached from period `from` up to (not including) period `to`.
@@ -292,6 +301,14 @@ impl ClusterScenario {
         if !(1..=3_600_000).contains(&c.interval_ms) {
             return Err(("cluster.interval_ms".into(), "1 ..= 3600000".into()));
         }
+        for (field, ms) in [
+            ("cluster.etcd_read_ms", c.etcd_read_ms),
+            ("cluster.etcd_write_ms", c.etcd_write_ms),
+        ] {
+            if !(0.0..=60_000.0).contains(&ms) {
+                return Err((field.into(), "0 ..= 60000 (milliseconds)".into()));
+            }
+        }
         for (i, o) in c.etcd_outages.iter().enumerate() {
             if o.from >= o.to {
                 return Err((
@@ -407,6 +424,7 @@ pub fn report(s: &ClusterScenario, run: &ClusterRun) -> String {
         "\n(met: periods in which the host wanted at least its reservation and got >= 99 % of it, from {settle} periods after each demand step and {} after each failure on)",
         s.cluster.lease_periods + settle
     );
+    out.push_str(&etcd_latency_line(s, run));
     out
 }
 
@@ -702,11 +720,43 @@ demand = [ { from = 0, iops = [100000, 100000] } ]
     }
 
     #[test]
+    fn a_slow_etcd_delays_each_division_by_the_intervals_the_leader_s_calls_overrun() {
+        let base = "demand_window_periods = 2\napply_delay_periods = 1";
+        let quick = simulate(&with(base));
+        assert!(quick.etcd.leader_calls_ms.iter().all(|&ms| ms == 0.0));
+        // 7 reads and 4 writes an interval: 7 * 10 + 4 * 60 = 310 ms, and 430 ms when
+        // the leader writes a division (two requests as the lab counts them: the parts
+        // and the head in one transaction, and one more), in 250-ms intervals: each
+        // division lands one interval later, none two.
+        let slow = with(&format!(
+            "{base}\ninterval_ms = 250\netcd_read_ms = 10.0\netcd_write_ms = 60.0"
+        ));
+        let run = simulate(&slow);
+        let calls = &run.etcd.leader_calls_ms;
+        assert!(
+            calls.iter().all(|&ms| (310.0..=430.0).contains(&ms)),
+            "{calls:?}"
+        );
+        let (a, b) = (
+            recovery(&slow, &quick, 0, 10).unwrap(),
+            recovery(&slow, &run, 0, 10).unwrap(),
+        );
+        assert_eq!(
+            b,
+            a + 1,
+            "x back after {b} periods, {a} with an etcd that answers at once"
+        );
+        assert!(etcd_latency_line(&slow, &run).contains("each division lands 1 interval"));
+    }
+
+    #[test]
     fn bad_timing_names_the_field() {
         for (fields, field) in [
             ("demand_window_periods = 0", "cluster.demand_window_periods"),
             ("apply_delay_periods = 1001", "cluster.apply_delay_periods"),
             ("interval_ms = 0", "cluster.interval_ms"),
+            ("etcd_write_ms = -1.0", "cluster.etcd_write_ms"),
+            ("etcd_read_ms = nan", "cluster.etcd_read_ms"),
             (
                 "etcd_outages = [ { from = 5, to = 5 } ]",
                 "cluster.etcd_outages[0]",

@@ -3,10 +3,12 @@
 //! again (p50, p99, max over hosts); the periods met once settled; hosts above their
 //! limit; what the agents write to etcd per second and the records' sizes. The
 //! division's measured time is a separate line ([`division_time_line`]): it is not
-//! deterministic.
+//! deterministic. [`etcd_latency_line`] says what etcd's answer times make of the
+//! agents' intervals (both reports).
 
 use std::fmt::Write as _;
 
+use super::etcd::{AGENT_WRITES, MEMBER_READS};
 use super::{ClusterRun, ClusterScenario, admission_line, recovery};
 
 /// etcd refuses a request above this by default (`--max-request-bytes`).
@@ -44,6 +46,7 @@ pub fn fleet_report(s: &ClusterScenario, run: &ClusterRun) -> String {
     met_line(&mut out, s, run, settle);
     limit_lines(&mut out, s, run);
     etcd_lines(&mut out, s, run);
+    out.push_str(&etcd_latency_line(s, run));
     out
 }
 
@@ -249,6 +252,36 @@ fn etcd_lines(out: &mut String, s: &ClusterScenario, run: &ClusterRun) {
         largest(&e.member_largest),
         over(largest(&e.member_largest)),
     );
+}
+
+/// What etcd's answer times (`[cluster] etcd_read_ms`, `etcd_write_ms`) make of the
+/// agents' intervals; empty when etcd answers at once. A target's agent (not the
+/// leader) makes [`MEMBER_READS`] reads and [`AGENT_WRITES`] writes an interval.
+pub fn etcd_latency_line(s: &ClusterScenario, run: &ClusterRun) -> String {
+    let c = &s.cluster;
+    if c.etcd_read_ms == 0.0 && c.etcd_write_ms == 0.0 {
+        return String::new();
+    }
+    let e = &run.etcd;
+    let calls = &e.leader_calls_ms;
+    let mean = calls.iter().sum::<f64>() / calls.len().max(1) as f64;
+    let max = calls.iter().copied().fold(0.0, f64::max);
+    let member = MEMBER_READS as f64 * c.etcd_read_ms + AGENT_WRITES as f64 * c.etcd_write_ms;
+    let landed = match e.overrun_divisions {
+        0 => "no division lands late".to_string(),
+        n if n == calls.len() as u64 && e.overrun_intervals == n => {
+            "each division lands 1 interval late".to_string()
+        }
+        n => format!(
+            "{n} of {} divisions land late, by {} intervals in all",
+            calls.len(),
+            e.overrun_intervals
+        ),
+    };
+    format!(
+        "etcd answering reads in {} ms and writes in {} ms: the leader's calls take {mean:.0} ms an interval on average, {max:.0} ms at most ({} ms intervals: {landed}); another target's agent's {member:.0} ms\n",
+        c.etcd_read_ms, c.etcd_write_ms, c.interval_ms
+    )
 }
 
 /// The leader's division time, measured on this machine: its own line, as it differs
