@@ -56,6 +56,9 @@ pub struct TickReport {
     /// interval does not renew the lease then), a read of the cluster's settings.
     pub etcd_reachable: bool,
     pub leader: bool,
+    /// Another agent's lease holds this target's name (its member record): this agent
+    /// wrote nothing and applied no division.
+    pub name_taken: bool,
     /// Shares written to the target (`qos_host_set`) and hosts given back
     /// (`qos_host_remove`).
     pub set: usize,
@@ -802,6 +805,7 @@ impl Agent {
                  until that lease ends. Give each target's agent its own --target",
                 self.cfg.target
             ));
+            r.name_taken = true;
             self.leading = false;
             self.written = None;
             return Ok(());

@@ -36,6 +36,8 @@ pub struct AgentStatus {
     etcd_up: bool,
     leader: bool,
     holds_lease: bool,
+    /// Another agent holds this target's name ([`TickReport::name_taken`]).
+    name_taken: bool,
     /// The last interval that finished its etcd part, by both clocks (the wall clock's
     /// for the timestamp, the monotonic one for the age).
     last_etcd_contact: Option<(SystemTime, Instant)>,
@@ -71,6 +73,7 @@ impl AgentStatus {
             etcd_up: false,
             leader: false,
             holds_lease: false,
+            name_taken: false,
             last_etcd_contact: None,
             division_seq: None,
             shares: BTreeMap::new(),
@@ -104,6 +107,7 @@ impl AgentStatus {
         self.etcd_up = r.etcd_reachable;
         self.leader = r.leader;
         self.holds_lease = holds_lease;
+        self.name_taken = r.name_taken;
         if r.etcd_ok {
             self.last_etcd_contact = Some((wall, now));
             self.division_seq = r.shares_seq;
@@ -144,14 +148,23 @@ impl AgentStatus {
     }
 
     /// etcd was reached within the lease TTL: the agent's lease is still alive, so the
-    /// cluster counts this target.
+    /// cluster counts this target (and the target's name is this agent's).
     pub fn healthy(&self, now: Instant) -> bool {
-        self.etcd_age(now).is_some_and(|a| a <= self.lease_ttl)
+        !self.name_taken && self.etcd_age(now).is_some_and(|a| a <= self.lease_ttl)
     }
 
     /// The `/healthz` answer: status code and a line saying why.
     pub fn health(&self, now: Instant) -> (u16, String) {
         let ttl = self.lease_ttl.as_secs_f64();
+        if self.name_taken {
+            return (
+                503,
+                format!(
+                    "target name {} is taken by another agent's lease: this agent writes and applies nothing; give each target's agent its own --target\n",
+                    self.target
+                ),
+            );
+        }
         match self.etcd_age(now) {
             None => (503, "etcd not reached yet\n".into()),
             Some(a) if self.healthy(now) => (
@@ -216,6 +229,13 @@ impl AgentStatus {
             "1 when the agent holds a lease etcd renewed within its TTL (the cluster counts this target)",
             "",
             flag(self.holds_lease && self.healthy(now)),
+        );
+        m.one(
+            "name_taken",
+            "gauge",
+            "1 when another agent's lease holds this target's name (its member record): this agent writes and applies nothing",
+            "",
+            flag(self.name_taken),
         );
         m.one(
             "lease_ttl_seconds",
@@ -576,6 +596,32 @@ mod tests {
         let (code, why) = s.health(t0 + Duration::from_millis(2100));
         assert_eq!(code, 503, "{why}");
         assert!(why.contains("lease TTL"), "{why}");
+    }
+
+    #[test]
+    fn a_taken_target_name_is_unhealthy_and_shown() {
+        let mut s = AgentStatus::new(&cfg());
+        let t0 = Instant::now();
+        let taken = TickReport {
+            target_ok: true,
+            etcd_ok: true,
+            etcd_reachable: true,
+            name_taken: true,
+            errors: vec!["target name t is taken: ...".into()],
+            ..Default::default()
+        };
+        s.record(&taken, true, t0, SystemTime::now());
+        let (code, why) = s.health(t0);
+        assert_eq!(code, 503, "{why}");
+        assert!(why.contains("is taken"), "{why}");
+        assert!(s.render(t0).contains("nvmf_qos_agent_name_taken 1"));
+        let ok = TickReport {
+            name_taken: false,
+            ..taken
+        };
+        s.record(&ok, true, t0, SystemTime::now());
+        assert_eq!(s.health(t0).0, 200);
+        assert!(s.render(t0).contains("nvmf_qos_agent_name_taken 0"));
     }
 
     #[test]

@@ -363,7 +363,11 @@ fn a_second_agent_with_a_target_s_name_writes_and_applies_nothing_while_it_is_ta
             "{:?}",
             r[2].errors
         );
-        assert!(!r[2].leader && r[2].shares_seq.is_none(), "{:?}", r[2]);
+        assert!(
+            r[2].name_taken && !r[2].leader && r[2].shares_seq.is_none(),
+            "{:?}",
+            r[2]
+        );
         assert!(c.targets[2].settings.is_empty(), "nothing applied");
         let s = c.limit_shares();
         assert!(s.iter().sum::<u64>() <= 6_000, "limit shares {s:?}");
