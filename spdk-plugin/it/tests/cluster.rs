@@ -866,8 +866,9 @@ fn a_writer_s_mibps_contract_held_across_two_targets() {
 /// the election (another member, the handover while no member answers): no window
 /// without X's I/O at either target, never above the limit (+2 %), X's reservation met
 /// in the windows from two periods after the new raft leader (always in >= 90 % of
-/// them, with `NVMF_QOS_ACCEPTANCE=1` in >= 99 %), and the shares at A and B add up to
-/// the contract at the end.
+/// them, with `NVMF_QOS_ACCEPTANCE=1` in >= 99 %), the shares at A and B add up to the
+/// contract at the end, and the division each agent applies (its log's `shares #N`,
+/// interval by interval) never goes back: none is lost to the election.
 #[test]
 fn a_host_s_contract_held_while_etcd_s_raft_leader_is_killed() {
     let what = "cluster of two targets over a three-member etcd";
@@ -938,19 +939,37 @@ fn a_host_s_contract_held_while_etcd_s_raft_leader_is_killed() {
         r,
         l,
     );
-    let down_intervals: Vec<usize> = agents
+    let logs: Vec<String> = agents
         .iter()
-        .map(|a| {
-            std::fs::read_to_string(&a.log)
-                .unwrap_or_default()
-                .matches("etcd DOWN")
-                .count()
+        .map(|a| std::fs::read_to_string(&a.log).unwrap_or_default())
+        .collect();
+    let down_intervals: Vec<usize> = logs
+        .iter()
+        .map(|l| l.matches("etcd DOWN").count())
+        .collect();
+    // The division each agent applied, interval by interval (`shares #N` in its log):
+    // none lost to the election means the numbers never go back.
+    let applied: Vec<Vec<u64>> = logs
+        .iter()
+        .map(|l| {
+            l.split("shares #")
+                .skip(1)
+                .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+                .collect()
         })
         .collect();
+    let went_back: Vec<bool> = applied
+        .iter()
+        .map(|seqs| seqs.windows(2).any(|w| w[1] < w[0]))
+        .collect();
     println!(
-        "  raft leader {} killed: new leader {:?} after {elected:?}; X's shares followed the move {followed:?} after the kill; intervals without etcd (agents a, b): {down_intervals:?}",
+        "  raft leader {} killed: new leader {:?} after {elected:?}; X's shares followed the move {followed:?} after the kill; intervals without etcd (agents a, b): {down_intervals:?}; divisions applied (a, b): {:?} .. {:?}, {:?} .. {:?}",
         members[leader].name(),
         new_leader.map(|(m, _)| members[m].name().to_string()),
+        applied[0].first(),
+        applied[0].last(),
+        applied[1].first(),
+        applied[1].last(),
     );
     for (name, a) in ["a", "b"].iter().zip(&agents) {
         println!("  agent {name} log:\n{}", a.log_tail(8));
@@ -960,6 +979,10 @@ fn a_host_s_contract_held_while_etcd_s_raft_leader_is_killed() {
     drop(bp);
 
     assert!(elected.is_some(), "no new raft leader within 14 s");
+    assert!(
+        applied.iter().all(|seqs| seqs.len() > 10) && !went_back.contains(&true),
+        "the divisions the agents applied (a, b): {applied:?}"
+    );
     assert!(
         after_kill.iter().all(|&(a, b)| a > 0.0 && b > 0.0),
         "a window without X's I/O at a target after the raft leader was killed: {after_kill:?}"
