@@ -2,7 +2,7 @@
 //! by this workspace) against a real etcd and a real `nvmf_tgt` with the target plugin,
 //! 1,000 hosts on its target, and this test as the load generator: it plays the other
 //! 63 targets' agents, each in a thread of its own at every interval, writing what each
-//! would write (its demand and member records under its lease, the lease's keep-alive,
+//! would write (its member record claimed and its demand record put under its lease, the lease's keep-alive,
 //! the attempt at the leader key) and reading the division's head and, when it
 //! changed, its own part. The real agent leads: it divides 1,000 hosts over 64 targets
 //! every interval, and writes a division when the demand moves a share.
@@ -248,9 +248,11 @@ impl Played {
         })
         .expect("json");
         self.bytes += (demand.len() + member.len() + name.len()) as u64;
+        // As the agent writes them: its member record claimed under its lease (one
+        // transaction), then its demand record.
         let calls = [
+            g.claim(&keys.member(&name), &member, lease).map(|_| ()),
             g.put(&keys.demand(&name), &demand, Some(lease)),
-            g.put(&keys.member(&name), &member, Some(lease)),
             g.create(&keys.leader(), &name, lease).map(|_| ()),
         ];
         self.failed += calls.iter().filter(|c| c.is_err()).count() as u64;
