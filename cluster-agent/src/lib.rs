@@ -16,10 +16,12 @@
 //! - [`peers`]: reading the other agents' handover reports over HTTP.
 //! - [`admin`]: the operator's commands (create a cluster, set hosts, show).
 //! - [`metrics`]: the agent's own metrics and health, served for Prometheus.
+//! - [`cpu`]: the calling thread's CPU time, for timing the division as CPU.
 
 pub mod admin;
 pub mod agent;
 pub mod connect;
+pub mod cpu;
 pub mod demand;
 pub mod division;
 pub mod keys;

@@ -56,6 +56,7 @@ pub struct AgentStatus {
     /// division records written and their bytes.
     divisions_total: u64,
     division_seconds_total: f64,
+    division_cpu_seconds_total: f64,
     division_puts_total: u64,
     division_requests_total: u64,
     division_bytes_total: u64,
@@ -86,6 +87,7 @@ impl AgentStatus {
             traded_total: 0,
             divisions_total: 0,
             division_seconds_total: 0.0,
+            division_cpu_seconds_total: 0.0,
             division_puts_total: 0,
             division_requests_total: 0,
             division_bytes_total: 0,
@@ -133,6 +135,9 @@ impl AgentStatus {
         if let Some(t) = r.division_time {
             self.divisions_total += 1;
             self.division_seconds_total += t.as_secs_f64();
+        }
+        if let Some(t) = r.division_cpu {
+            self.division_cpu_seconds_total += t.as_secs_f64();
         }
         if let Some(w) = r.division_written {
             self.division_puts_total += w.puts as u64;
@@ -312,9 +317,16 @@ impl AgentStatus {
         m.one(
             "division_seconds_total",
             "counter",
-            "time the leader's divisions took (qos_core::cluster::plan), in all",
+            "time the leader's divisions took (qos_core::cluster::plan), in all (wall time)",
             "",
             self.division_seconds_total,
+        );
+        m.one(
+            "division_cpu_seconds_total",
+            "counter",
+            "the leader's thread's CPU time in its divisions (qos_core::cluster::plan), in all: the wall time less what the scheduler gave others",
+            "",
+            self.division_cpu_seconds_total,
         );
         m.one(
             "division_records_written_total",

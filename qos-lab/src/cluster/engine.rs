@@ -8,7 +8,7 @@
 //! `plan`.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use qos_core::cluster::{ClusterHost, LocalShare, PathDemand, Plan, cold_share, on_path, plan};
 use qos_core::handover::{Handover, HandoverConfig, HandoverReport};
@@ -43,8 +43,10 @@ pub struct ClusterRun {
     pub shares: Vec<Vec<Vec<Option<LocalShare>>>>,
     /// What the agents would have written to etcd.
     pub etcd: EtcdLoad,
-    /// The wall time of each call of `plan` (measured: not deterministic).
+    /// The wall time of each call of `plan` (measured: not deterministic), and the
+    /// thread's CPU time in it (where the kernel gives it).
     pub division_times: Vec<Duration>,
+    pub division_cpu: Vec<Duration>,
     /// Divisions in which a host's limit shares added up to more than its limit plus
     /// one per member (a target refuses a limit of 0): 0 unless the division is wrong.
     pub limit_share_excess: usize,
@@ -206,6 +208,7 @@ impl<'a> Engine<'a> {
                 shares: Vec::new(),
                 etcd: EtcdLoad::new(n),
                 division_times: Vec::new(),
+                division_cpu: Vec::new(),
                 limit_share_excess: 0,
             },
         }
@@ -214,14 +217,17 @@ impl<'a> Engine<'a> {
     /// The leader's interval: divide, count the write if the division changed, and
     /// queue it for the targets.
     fn divide(&mut self, p: u32, members: &[String]) {
-        let started = Instant::now();
-        let division = plan(
-            &self.contracts,
-            members,
-            &self.reports,
-            &self.s.divide_config(),
-        );
-        self.run.division_times.push(started.elapsed());
+        // Timed as the agent times it (wall, and the thread's CPU).
+        let (division, wall, cpu) = nvmf_qos_agent::cpu::timed(|| {
+            plan(
+                &self.contracts,
+                members,
+                &self.reports,
+                &self.s.divide_config(),
+            )
+        });
+        self.run.division_times.push(wall);
+        self.run.division_cpu.extend(cpu);
         let leader = self.leader(p);
         let member_ix: Vec<usize> = (0..self.names.len())
             .filter(|&i| members.contains(&self.names[i]))

@@ -298,8 +298,19 @@ pub fn division_time_line(run: &ClusterRun) -> String {
     }
     t.sort_by(f64::total_cmp);
     let mean = t.iter().sum::<f64>() / t.len() as f64;
+    let cpu = match run.division_cpu.len() {
+        0 => String::new(),
+        n => format!(
+            "; the thread's CPU time in it: mean {:.1} ms",
+            run.division_cpu
+                .iter()
+                .map(|d| d.as_secs_f64() * 1000.0)
+                .sum::<f64>()
+                / n as f64
+        ),
+    };
     format!(
-        "leader's division time per interval (qos_core::cluster::plan, measured on this machine, not deterministic): mean {mean:.1} ms, p99 {:.1} ms, max {:.1} ms over {} divisions",
+        "leader's division time per interval (qos_core::cluster::plan, measured on this machine, not deterministic): mean {mean:.1} ms, p99 {:.1} ms, max {:.1} ms over {} divisions{cpu}",
         t[(t.len() - 1) * 99 / 100],
         t[t.len() - 1],
         t.len()
