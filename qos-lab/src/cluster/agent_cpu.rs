@@ -311,9 +311,8 @@ fn bookkeeping_ns(s: &ClusterScenario) -> f64 {
     use nvmf_qos_agent::demand::{DemandMeter, held_near_a_limit};
     use nvmf_qos_agent::metrics::AgentStatus;
     use nvmf_qos_agent::target::HostCounters;
-    let contracts: Arc<BTreeMap<String, ClusterHost>> = Arc::new(
-        super::engine::contracts(s).into_iter().take(1000).collect(),
-    );
+    let contracts: Arc<BTreeMap<String, ClusterHost>> =
+        Arc::new(super::engine::contracts(s).into_iter().take(1000).collect());
     let n = contracts.len().max(1);
     let settings: BTreeMap<String, LocalShare> = contracts
         .iter()
@@ -487,9 +486,9 @@ fn stand_in_gateway() -> std::io::Result<String> {
                     break;
                 }
                 let answer = match path.as_str() {
-                    "/v3/lease/grant" => format!(
-                        r#"{{"header":{header},"ID":"7587882338938063366","TTL":"600"}}"#
-                    ),
+                    "/v3/lease/grant" => {
+                        format!(r#"{{"header":{header},"ID":"7587882338938063366","TTL":"600"}}"#)
+                    }
                     "/v3/lease/keepalive" => format!(
                         r#"{{"result":{{"header":{header},"ID":"7587882338938063366","TTL":"4"}}}}"#
                     ),
@@ -551,14 +550,17 @@ impl RealEtcd {
         let (client, peer) = (port()?, port()?);
         let url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let dir = std::env::temp_dir().join(format!(
-            "qos-lab-etcd-{}-{client}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("qos-lab-etcd-{}-{client}", std::process::id()));
         let child = std::process::Command::new(bin)
             .args(["--name", "lab", "--data-dir"])
             .arg(&dir)
-            .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
             .args([
                 "--listen-peer-urls",
                 &peer_url,
