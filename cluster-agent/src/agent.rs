@@ -1187,6 +1187,61 @@ mod tests {
         assert_eq!(parsed, vec![4, 6, 7, 9]);
     }
 
+    #[test]
+    fn the_records_filters_walk_both_maps_as_lookups_would() {
+        // Hosts at the target, in the cluster, or both, interleaved in key order.
+        let hosts: BTreeMap<String, ClusterHost> = ["a", "c", "d", "f", "h"]
+            .into_iter()
+            .map(|n| (n.to_string(), host()))
+            .collect();
+        let measured: BTreeMap<String, PathDemand> = ["b", "c", "d", "e", "h", "i"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let d = PathDemand {
+                    served: (i as u64 % 3) * 10,
+                    ..Default::default()
+                };
+                (n.to_string(), d)
+            })
+            .collect();
+        let want: BTreeMap<String, PathDemand> = measured
+            .iter()
+            .filter(|(n, d)| hosts.contains_key(*n) && on_path(d))
+            .map(|(n, &d)| (n.clone(), d))
+            .collect();
+        assert_eq!(demand_record(&measured, &hosts).hosts, want);
+        let settings: BTreeMap<String, LocalShare> = ["0", "a", "b", "d", "h", "z"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let s = if i % 2 == 0 {
+                    cold_share(&host())
+                } else {
+                    share(50, Some(100))
+                };
+                (n.to_string(), s)
+            })
+            .collect();
+        for schema in [crate::keys::KEY_SCHEMA, 1] {
+            let want: BTreeMap<String, LocalShare> = settings
+                .iter()
+                .filter(|(n, s)| {
+                    hosts
+                        .get(*n)
+                        .is_some_and(|h| !parts_list_paths_only(schema) || **s != cold_share(h))
+                })
+                .map(|(n, s)| (n.clone(), *s))
+                .collect();
+            assert_eq!(
+                member_applied(&settings, &hosts, schema),
+                want,
+                "schema {schema}"
+            );
+        }
+        assert!(!want.is_empty());
+    }
+
     /// A target whose admission control refuses a reservation above `admits`.
     struct Admitting {
         admits: u64,
