@@ -407,9 +407,9 @@ fn range_answer<'a>(records: impl Iterator<Item = (&'a str, &'a str)>) -> String
 }
 
 /// What the agent does with a listing (`nvmf_qos_agent::store`): etcd's answer read
-/// into its keys and values, decoded.
+/// from its bytes into its keys and values, decoded.
 fn list(answer: &str) -> Vec<(String, String)> {
-    serde_json::from_str::<nvmf_qos_agent::store::Range>(answer)
+    serde_json::from_slice::<nvmf_qos_agent::store::Range>(answer.as_bytes())
         .expect("json")
         .records()
         .expect("base64")
