@@ -12,6 +12,7 @@
 //! once the lease expires.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use qos_core::cluster::{
     ClusterHost, DivideConfig, LocalShare, PathDemand, Plan, cold_share, on_path, plan,
@@ -65,10 +66,13 @@ pub struct TickReport {
     pub removed: usize,
     /// The shares record applied (its `seq`), if this target is in it.
     pub shares_seq: Option<u64>,
-    /// This target's part of that record: per host, the share it should hold.
-    pub shares: BTreeMap<String, LocalShare>,
-    /// The cluster's hosts and their cluster-wide contracts, as read this interval.
-    pub contracts: BTreeMap<String, ClusterHost>,
+    /// This target's part of that record: per host, the share it should hold. Shared
+    /// with the agent's state and its metrics rather than copied (1,000 hosts at fleet
+    /// size, every interval).
+    pub shares: Arc<BTreeMap<String, LocalShare>>,
+    /// The cluster's hosts and their cluster-wide contracts, as read this interval;
+    /// shared as `shares` is.
+    pub contracts: Arc<BTreeMap<String, ClusterHost>>,
     /// Hosts whose share the target refused this interval, with why (see
     /// [`Change::describe`]); not in `errors`.
     pub refused: BTreeMap<String, String>,
@@ -161,12 +165,12 @@ pub struct Agent {
     /// From the last division read: the peers' handover URLs, the contracts and the
     /// cluster's division settings, to trade by while etcd is away.
     peer_urls: BTreeMap<String, String>,
-    contracts: BTreeMap<String, ClusterHost>,
+    contracts: Arc<BTreeMap<String, ClusterHost>>,
     divide: DivideConfig,
     /// This target's part of the last two divisions read (`seq`, shares), newest last:
     /// an agent that read a division its peers did not before etcd went away goes back
     /// to the one they share, to trade on it ([`Agent::trade`]).
-    parts: Vec<(u64, BTreeMap<String, LocalShare>)>,
+    parts: Vec<(u64, Arc<BTreeMap<String, LocalShare>>)>,
     /// As leader: the members' and demand records last read, parsed.
     read: LeaderReads,
 }
@@ -444,6 +448,65 @@ pub fn reconcile(
     out
 }
 
+/// The agent's demand record: what `measured` (this target's demand meter) says of the
+/// cluster's `hosts` that have a path here. Only those: the division reads a host left
+/// out as an idle one (every version of it), and at fleet size most hosts configured at
+/// a target hold their cold share there and send it nothing (at 64 x 10,000 the record
+/// listed 10,000 hosts, 0.8 MB an interval, for about 300 on a path). Public so that
+/// the lab times it (qos-lab's `agent_cpu`).
+pub fn demand_record(
+    measured: &BTreeMap<String, PathDemand>,
+    hosts: &BTreeMap<String, ClusterHost>,
+) -> DemandRecord {
+    DemandRecord {
+        hosts: joined(measured, hosts)
+            .filter(|(_, d, _)| on_path(d))
+            .map(|(n, &d, _)| (n.clone(), d))
+            .collect(),
+    }
+}
+
+/// The shares of the cluster's `hosts` the target holds (`settings`), as its member
+/// record lists them: in key schema 3 a host holding its cold share here is left out,
+/// as in the division's part (`show` prints it as the cold share). Public so that the
+/// lab times it.
+pub fn member_applied(
+    settings: &BTreeMap<String, LocalShare>,
+    hosts: &BTreeMap<String, ClusterHost>,
+    schema: u32,
+) -> BTreeMap<String, LocalShare> {
+    let paths_only = parts_list_paths_only(schema);
+    joined(settings, hosts)
+        .filter(|(_, s, h)| !paths_only || **s != cold_share(h))
+        .map(|(n, s, _)| (n.clone(), *s))
+        .collect()
+}
+
+/// The entries of `a` whose key `b` has too, with `b`'s value, in key order: one walk
+/// over both maps side by side. Both hold 1,000 hosts at fleet size, whose names share
+/// a long prefix: a lookup in `b` per entry of `a` compared about ten names each.
+fn joined<'a, A, B>(
+    a: &'a BTreeMap<String, A>,
+    b: &'a BTreeMap<String, B>,
+) -> impl Iterator<Item = (&'a String, &'a A, &'a B)> {
+    let mut b = b.iter().peekable();
+    a.iter().filter_map(move |(k, va)| {
+        while let Some((kb, _)) = b.peek() {
+            match kb.as_str().cmp(k.as_str()) {
+                std::cmp::Ordering::Less => {
+                    b.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    let (_, vb) = b.next()?;
+                    return Some((k, va, vb));
+                }
+                std::cmp::Ordering::Greater => return None,
+            }
+        }
+        None
+    })
+}
+
 /// The agent's store during an interval: renews the agent's lease before a call
 /// whenever a third of its time to live has passed since it was last renewed, and
 /// between the shares applied ([`Agent::apply`]). An interval at fleet size can outlast
@@ -542,7 +605,7 @@ impl Agent {
             meter: DemandMeter::default(),
             handover,
             peer_urls: BTreeMap::new(),
-            contracts: BTreeMap::new(),
+            contracts: Arc::default(),
             divide: DivideConfig::default(),
             parts: Vec::new(),
             read: LeaderReads::default(),
@@ -761,37 +824,24 @@ impl Agent {
                 return Ok(());
             }
         };
-        let hosts = hosts_of(&self.keys, store.list(&self.keys.hosts())?, &mut r.errors);
-        r.contracts = hosts.clone();
+        let hosts = Arc::new(hosts_of(
+            &self.keys,
+            store.list(&self.keys.hosts())?,
+            &mut r.errors,
+        ));
+        r.contracts = Arc::clone(&hosts);
 
         // Only the hosts on a path here: the division reads a host left out as an idle
         // one (every version of it), and at fleet size most hosts configured at a
         // target hold their cold share there and send it nothing (at 64 x 10,000 the
         // record listed 10,000 hosts, 0.8 MB an interval, for about 300 on a path).
-        let demand = DemandRecord {
-            hosts: measured
-                .iter()
-                .filter(|(n, d)| hosts.contains_key(*n) && on_path(d))
-                .map(|(n, &d)| (n.clone(), d))
-                .collect(),
-        };
+        let demand = demand_record(measured, &hosts);
         let member = MemberRecord {
             target: self.cfg.target.clone(),
             domain: self.cfg.domain.clone(),
             capacity_iops: local.capacity_iops,
             period_ms: local.period_ms,
-            // In key schema 3 a host holding its cold share here is left out, as in
-            // the division's part (`show` prints it as the cold share).
-            applied: local
-                .settings
-                .iter()
-                .filter(|(n, s)| {
-                    hosts.get(*n).is_some_and(|h| {
-                        !parts_list_paths_only(cluster.schema) || **s != cold_share(h)
-                    })
-                })
-                .map(|(n, s)| (n.clone(), *s))
-                .collect(),
+            applied: member_applied(&local.settings, &hosts, cluster.schema),
             error: self.last_refusal.clone(),
             handover_url: self.cfg.handover_url.clone(),
         };
@@ -849,24 +899,25 @@ impl Agent {
         };
         // A part of key schema 3 lists the hosts with a path at this target: every
         // other host holds its cold share here (a host added since the division, too).
-        let expanded = shares
-            .mine
-            .as_ref()
-            .filter(|_| parts_list_paths_only(cluster.schema))
-            .map(|m| with_cold_shares(m, &hosts));
-        let mine = expanded.as_ref().or(shares.mine.as_ref());
-        self.peer_urls = shares.peers.clone();
-        self.contracts = hosts.clone();
+        let mine = shares.mine.map(|m| {
+            Arc::new(if parts_list_paths_only(cluster.schema) {
+                with_cold_shares(&m, &hosts)
+            } else {
+                m
+            })
+        });
+        self.peer_urls = shares.peers;
+        self.contracts = Arc::clone(&hosts);
         self.divide = cluster.divide;
         // What this target traded while etcd was away stands until the next division
         // (made from the demand the traded shares let through): no jump back.
         let book;
-        let mine = match mine {
+        let mine = match &mine {
             Some(m) => {
                 r.shares_seq = Some(shares.seq);
-                r.shares = m.clone();
+                r.shares = Arc::clone(m);
                 if self.parts.last().is_none_or(|(seq, _)| *seq != shares.seq) {
-                    self.parts.push((shares.seq, m.clone()));
+                    self.parts.push((shares.seq, Arc::clone(m)));
                     if self.parts.len() > 2 {
                         self.parts.remove(0);
                     }
@@ -876,7 +927,7 @@ impl Agent {
                     book = self.handover.shares(&hosts);
                     Some(&book)
                 } else {
-                    Some(m)
+                    Some(&**m)
                 }
             }
             None => None,
@@ -1155,6 +1206,61 @@ mod tests {
         // Parsed: 4; then b's member and demand records; c's new one; a's two records
         // again (c's, unchanged, not: its error is named again all the same).
         assert_eq!(parsed, vec![4, 6, 7, 9]);
+    }
+
+    #[test]
+    fn the_records_filters_walk_both_maps_as_lookups_would() {
+        // Hosts at the target, in the cluster, or both, interleaved in key order.
+        let hosts: BTreeMap<String, ClusterHost> = ["a", "c", "d", "f", "h"]
+            .into_iter()
+            .map(|n| (n.to_string(), host()))
+            .collect();
+        let measured: BTreeMap<String, PathDemand> = ["b", "c", "d", "e", "h", "i"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let d = PathDemand {
+                    served: (i as u64 % 3) * 10,
+                    ..Default::default()
+                };
+                (n.to_string(), d)
+            })
+            .collect();
+        let want: BTreeMap<String, PathDemand> = measured
+            .iter()
+            .filter(|(n, d)| hosts.contains_key(*n) && on_path(d))
+            .map(|(n, &d)| (n.clone(), d))
+            .collect();
+        assert_eq!(demand_record(&measured, &hosts).hosts, want);
+        let settings: BTreeMap<String, LocalShare> = ["0", "a", "b", "d", "h", "z"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let s = if i % 2 == 0 {
+                    cold_share(&host())
+                } else {
+                    share(50, Some(100))
+                };
+                (n.to_string(), s)
+            })
+            .collect();
+        for schema in [crate::keys::KEY_SCHEMA, 1] {
+            let want: BTreeMap<String, LocalShare> = settings
+                .iter()
+                .filter(|(n, s)| {
+                    hosts
+                        .get(*n)
+                        .is_some_and(|h| !parts_list_paths_only(schema) || **s != cold_share(h))
+                })
+                .map(|(n, s)| (n.clone(), *s))
+                .collect();
+            assert_eq!(
+                member_applied(&settings, &hosts, schema),
+                want,
+                "schema {schema}"
+            );
+        }
+        assert!(!want.is_empty());
     }
 
     /// A target whose admission control refuses a reservation above `admits`.

@@ -42,8 +42,10 @@ pub struct AgentStatus {
     /// for the timestamp, the monotonic one for the age).
     last_etcd_contact: Option<(SystemTime, Instant)>,
     division_seq: Option<u64>,
-    shares: BTreeMap<String, LocalShare>,
-    contracts: BTreeMap<String, ClusterHost>,
+    /// Shared with the agent's interval report (not copied: 1,000 hosts each at fleet
+    /// size, every interval).
+    shares: Arc<BTreeMap<String, LocalShare>>,
+    contracts: Arc<BTreeMap<String, ClusterHost>>,
     /// Hosts whose share the target refused at the last interval that got that far.
     refused: BTreeMap<String, String>,
     errors: BTreeMap<&'static str, u64>,
@@ -77,8 +79,8 @@ impl AgentStatus {
             name_taken: false,
             last_etcd_contact: None,
             division_seq: None,
-            shares: BTreeMap::new(),
-            contracts: BTreeMap::new(),
+            shares: Arc::default(),
+            contracts: Arc::default(),
             refused: BTreeMap::new(),
             errors: ERROR_KINDS.iter().map(|&k| (k, 0)).collect(),
             set_total: 0,
@@ -113,8 +115,8 @@ impl AgentStatus {
         if r.etcd_ok {
             self.last_etcd_contact = Some((wall, now));
             self.division_seq = r.shares_seq;
-            self.shares = r.shares.clone();
-            self.contracts = r.contracts.clone();
+            self.shares = Arc::clone(&r.shares);
+            self.contracts = Arc::clone(&r.contracts);
             self.refused = r.refused.clone();
         }
         // A failed target read ends the interval with that error (and the failed etcd
@@ -652,7 +654,7 @@ mod tests {
             etcd_reachable: true,
             leader: true,
             shares_seq: Some(7),
-            shares: BTreeMap::from([(
+            shares: Arc::new(BTreeMap::from([(
                 "h\"1".to_string(),
                 LocalShare {
                     reservation_iops: 300,
@@ -660,7 +662,7 @@ mod tests {
                     weight: 1,
                     ..Default::default()
                 },
-            )]),
+            )])),
             refused: BTreeMap::from([("h2".to_string(), "share of h2 (...): ENOSPC".to_string())]),
             ..Default::default()
         };

@@ -554,12 +554,27 @@ impl EtcdGateway {
                 });
             }
         };
+        // Read as bytes and parsed from them: `into_string` checked the whole answer as
+        // UTF-8 a character at a time (`String::from_utf8_lossy`), about 0.8 ms an
+        // interval of the leader's listings at 64 x 1,000 (7 % of its CPU, perf,
+        // 2026-11-30); serde_json checks each string it reads instead. The same limit
+        // as `into_string`'s.
+        let mut body = Vec::new();
+        let read = std::io::Read::read_to_end(
+            &mut std::io::Read::take(resp.into_reader(), ANSWER_LIMIT + 1),
+            &mut body,
+        );
+        if let Err(e) = read {
+            return Err(StoreError::Unreachable {
+                endpoint: self.endpoint.clone(),
+                detail: e.to_string(),
+            });
+        }
+        if body.len() as u64 > ANSWER_LIMIT {
+            return Err(self.malformed(path, format!("an answer longer than {ANSWER_LIMIT} bytes")));
+        }
         // A streaming method (lease keep-alive) answers one JSON object per message.
-        let text = resp.into_string().map_err(|e| StoreError::Unreachable {
-            endpoint: self.endpoint.clone(),
-            detail: e.to_string(),
-        })?;
-        let first = serde_json::Deserializer::from_str(&text)
+        let first = serde_json::Deserializer::from_slice(&body)
             .into_iter::<T>()
             .next()
             .unwrap_or_else(|| T::deserialize(Value::Null));
@@ -574,6 +589,9 @@ impl EtcdGateway {
         }
     }
 }
+
+/// The longest answer read from etcd, bytes (what ureq's `into_string` allowed).
+const ANSWER_LIMIT: u64 = 10 * 1024 * 1024;
 
 /// An answer that says the member cannot serve the call (unreachable, or a 503: no
 /// leader, or a leader election under way), so another member may.

@@ -10,15 +10,18 @@
 //! agent's types by the agent's own JSON-RPC client code, `rpc_client`); and each of
 //! its etcd requests (HTTP on a kept connection, the answer's JSON, the kernel's part
 //! on the agent's side), a CPU time per request measured on the agent's own etcd client
-//! against a stand-in of etcd's gateway ([`request_ns`]), times the requests the lab
-//! counts; and its per-host bookkeeping of an interval (demand meter, handover book,
-//! cold shares, reconciliation), timed with the agent's functions ([`bookkeeping_ns`]).
-//! Not modelled: the target's `qos_host_set`s, the records' filters and the interval's
-//! other map work in the agent's `agent.rs` (private), its log and metrics.
+//! against a real etcd when its binary is on the machine, else against a stand-in of
+//! etcd's gateway ([`request_ns`]), times the requests the lab counts; and its per-host
+//! bookkeeping of an interval (demand meter, handover book, its records' filters, cold
+//! shares, reconciliation, its metrics' record of the interval), timed with the agent's
+//! functions ([`bookkeeping_ns`]). Not modelled: the target's `qos_host_set`s, the
+//! agent's log line and its main loop.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hint::black_box;
-use std::time::Instant;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -30,7 +33,7 @@ use super::etcd::LeaderBytes;
 use super::{ClusterRun, ClusterScenario};
 
 /// Nanoseconds per byte of record, measured.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ByteCosts {
     /// The target's answer each interval (`qos_stats_get`'s counters form: every host
     /// configured at the target), read off the socket straight into the agent's types
@@ -58,6 +61,32 @@ pub struct ByteCosts {
     /// kept connection, the answer's JSON, the kernel's part on the agent's side),
     /// nanoseconds of the calling thread's CPU ([`request_ns`]); 0 when not measured.
     pub request_ns: f64,
+    /// What answered those requests: a real etcd (its binary) or the stand-in.
+    pub request_against: RequestsAgainst,
+    /// `target_ns` was measured off a Unix socket (else from memory).
+    pub target_over_socket: bool,
+}
+
+/// What answered the per-request calibration ([`request_ns`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum RequestsAgainst {
+    /// Not measured.
+    #[default]
+    Nothing,
+    /// A real etcd, started by the lab from this binary.
+    Etcd(PathBuf),
+    /// The lab's stand-in of etcd's gateway (no etcd binary, or it did not start).
+    StandIn,
+}
+
+impl std::fmt::Display for RequestsAgainst {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestsAgainst::Nothing => write!(f, "not measured"),
+            RequestsAgainst::Etcd(bin) => write!(f, "a real etcd, {}", bin.display()),
+            RequestsAgainst::StandIn => write!(f, "the lab's stand-in for etcd"),
+        }
+    }
 }
 
 /// The agent's demand record (cluster-agent/src/keys.rs).
@@ -181,13 +210,73 @@ fn read_counters(answer: &[u8], text: &mut Vec<u8>) -> nvmf_qos_agent::target::L
     counters_state(d).expect("the counters form")
 }
 
+/// A stand-in for the target's JSON-RPC socket: a Unix socket in the temporary
+/// directory, served by a thread of the lab that answers each request on the first
+/// connection made to it with `answer` (a counters-form answer, [`counters_answer`]),
+/// under the request's id, until that connection closes. Returns the socket's path
+/// (removed once the connection is made).
+fn stand_in_target(answer: String) -> std::io::Result<PathBuf> {
+    use std::io::Write;
+    let sock = std::env::temp_dir().join(format!(
+        "qos-lab-target-{}-{:?}.sock",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let _ = std::fs::remove_file(&sock);
+    let listener = std::os::unix::net::UnixListener::bind(&sock)?;
+    let path = sock.clone();
+    // The answer's text around its id, which is the request's.
+    let (head, tail) = answer.split_once("\"id\":7").expect("an id");
+    let (head, tail) = (head.to_string(), tail.to_string());
+    std::thread::spawn(move || {
+        let Ok((conn, _)) = listener.accept() else {
+            return;
+        };
+        let _ = std::fs::remove_file(&path);
+        let mut w = conn.try_clone().expect("a socket");
+        let mut r = std::io::BufReader::new(conn);
+        let mut text = Vec::new();
+        while let Ok(true) = rpc_client::read_text(&mut r, &mut text) {
+            let id = serde_json::from_slice::<Value>(&text)
+                .ok()
+                .and_then(|v| v["id"].as_u64())
+                .unwrap_or(0);
+            let reply = format!("{head}\"id\":{id}{tail}");
+            if w.write_all(reply.as_bytes()).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(sock)
+}
+
 /// The target's answer for `nqns` read as the agent reads it (nanoseconds per byte,
 /// bytes per host), `hosts` configured at the target; the record costs left at 0.
+/// Read by the agent's own `target::SocketTarget` off a Unix socket from a stand-in of
+/// the target ([`stand_in_target`]): the request, the reads of 0.2 MB off the socket
+/// and the wake-ups are the agent's too (read from memory, the answer cost about 6-10
+/// ns/B where the agent's profile gave about 9.5). From memory where the socket cannot
+/// be made (`target_over_socket` false).
 fn target_costs(nqns: &[&str], hosts: u64) -> ByteCosts {
     let answer = counters_answer(nqns);
-    let mut text = Vec::new();
-    let ns = time(|| {
-        black_box(read_counters(black_box(answer.as_bytes()), &mut text));
+    let over_socket = stand_in_target(answer.clone()).ok().and_then(|sock| {
+        use nvmf_qos_agent::target::{SocketTarget, TargetRpc};
+        let mut t = SocketTarget::new(sock, Duration::from_secs(5));
+        // The connection made and the counters form asked for, as at the agent's
+        // first interval.
+        t.read("d").ok()?;
+        let mut ok = true;
+        let ns = time(|| {
+            ok &= black_box(t.read("d")).is_ok();
+        });
+        ok.then_some(ns)
+    });
+    let target_over_socket = over_socket.is_some();
+    let ns = over_socket.unwrap_or_else(|| {
+        let mut text = Vec::new();
+        time(|| {
+            black_box(read_counters(black_box(answer.as_bytes()), &mut text));
+        })
     });
     ByteCosts {
         target_ns: ns / answer.len() as f64,
@@ -198,6 +287,8 @@ fn target_costs(nqns: &[&str], hosts: u64) -> ByteCosts {
         parsed_ns: 0.0,
         written_ns: 0.0,
         request_ns: 0.0,
+        request_against: RequestsAgainst::Nothing,
+        target_over_socket,
         bookkeeping_ns: 0.0,
     }
 }
@@ -207,15 +298,21 @@ fn target_costs(nqns: &[&str], hosts: u64) -> ByteCosts {
 /// part lists the hosts with a path there, two targets' worth of the hosts over the
 /// scenario's targets): the demand meter over the target's counters
 /// (`demand::DemandMeter`, `held_near_a_limit`), the handover book's view of the
-/// demand, its part with the other hosts' cold shares (`with_cold_shares`) and the
-/// reconciliation against the target's settings (`agent::reconcile`). Nanoseconds an
-/// interval (the counters moved by a few additions each, within the timing).
+/// demand, its demand and member records' filters over the hosts
+/// (`agent::demand_record`, `agent::member_applied`), its part with the other hosts'
+/// cold shares (`with_cold_shares`), the reconciliation against the target's settings
+/// (`agent::reconcile`) and its metrics' record of the interval
+/// (`metrics::AgentStatus::record`, `set_handover`). Nanoseconds an interval (the
+/// counters moved by a few additions each, within the timing).
 fn bookkeeping_ns(s: &ClusterScenario) -> f64 {
-    use nvmf_qos_agent::agent::reconcile;
+    use nvmf_qos_agent::agent::{
+        AgentConfig, TickReport, demand_record, member_applied, reconcile,
+    };
     use nvmf_qos_agent::demand::{DemandMeter, held_near_a_limit};
+    use nvmf_qos_agent::metrics::AgentStatus;
     use nvmf_qos_agent::target::HostCounters;
-    let contracts: BTreeMap<String, ClusterHost> =
-        super::engine::contracts(s).into_iter().take(1000).collect();
+    let contracts: Arc<BTreeMap<String, ClusterHost>> =
+        Arc::new(super::engine::contracts(s).into_iter().take(1000).collect());
     let n = contracts.len().max(1);
     let settings: BTreeMap<String, LocalShare> = contracts
         .iter()
@@ -242,6 +339,14 @@ fn bookkeeping_ns(s: &ClusterScenario) -> f64 {
         .collect();
     let mut meter = DemandMeter::default();
     let mut handover = qos_core::handover::Handover::new("t000");
+    let mut status = AgentStatus::new(&AgentConfig {
+        cluster: "fleet".into(),
+        target: "t000".into(),
+        domain: "d".into(),
+        lease_ttl_s: 4,
+        window_ms: None,
+        handover_url: Some("http://127.0.0.1:9100/handover".into()),
+    });
     let mut now_ms = 0u64;
     time(|| {
         now_ms += 1000;
@@ -254,8 +359,26 @@ fn bookkeeping_ns(s: &ClusterScenario) -> f64 {
         let mut demand = meter.observe(now_ms, &counters, 1000);
         held_near_a_limit(&mut demand, &settings);
         handover.observe(&demand);
-        let mine = with_cold_shares(&part, &contracts);
+        black_box(demand_record(&demand, &contracts));
+        black_box(member_applied(
+            &settings,
+            &contracts,
+            nvmf_qos_agent::keys::KEY_SCHEMA,
+        ));
+        let mine = Arc::new(with_cold_shares(&part, &contracts));
         black_box(reconcile(Some(&mine), &contracts, &settings, &managed));
+        let r = TickReport {
+            target_ok: true,
+            etcd_ok: true,
+            etcd_reachable: true,
+            leader: true,
+            shares_seq: Some(now_ms),
+            shares: mine,
+            contracts: Arc::clone(&contracts),
+            ..Default::default()
+        };
+        status.record(&r, true, Instant::now(), std::time::SystemTime::now());
+        status.set_handover(&handover.report());
     })
 }
 
@@ -284,9 +407,9 @@ fn range_answer<'a>(records: impl Iterator<Item = (&'a str, &'a str)>) -> String
 }
 
 /// What the agent does with a listing (`nvmf_qos_agent::store`): etcd's answer read
-/// into its keys and values, decoded.
+/// from its bytes into its keys and values, decoded.
 fn list(answer: &str) -> Vec<(String, String)> {
-    serde_json::from_str::<nvmf_qos_agent::store::Range>(answer)
+    serde_json::from_slice::<nvmf_qos_agent::store::Range>(answer.as_bytes())
         .expect("json")
         .records()
         .expect("base64")
@@ -363,6 +486,9 @@ fn stand_in_gateway() -> std::io::Result<String> {
                     break;
                 }
                 let answer = match path.as_str() {
+                    "/v3/lease/grant" => {
+                        format!(r#"{{"header":{header},"ID":"7587882338938063366","TTL":"600"}}"#)
+                    }
                     "/v3/lease/keepalive" => format!(
                         r#"{{"result":{{"header":{header},"ID":"7587882338938063366","TTL":"4"}}}}"#
                     ),
@@ -387,38 +513,136 @@ fn stand_in_gateway() -> std::io::Result<String> {
     Ok(url)
 }
 
+/// Where etcd's binary is: `$NVMF_QOS_LAB_ETCD`, else Debian's (`/usr/bin/etcd`) or
+/// `/usr/local/bin/etcd`; `None` when none is there.
+fn etcd_binary() -> Option<PathBuf> {
+    match std::env::var_os("NVMF_QOS_LAB_ETCD") {
+        Some(p) => Some(PathBuf::from(p)),
+        None => ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists()),
+    }
+    .filter(|p| p.exists())
+}
+
+/// A real etcd for the per-request calibration: a single member on 127.0.0.1 (ports the
+/// kernel hands out, a fresh data directory under the temporary directory), with
+/// etcd's default settings as the agent at scale's test starts it. Killed and its
+/// directory removed when dropped.
+struct RealEtcd {
+    child: std::process::Child,
+    dir: PathBuf,
+    url: String,
+}
+
+impl RealEtcd {
+    /// Starts `bin` and waits until it answers a read (at most 20 s); `None` when it
+    /// does not.
+    fn start(bin: &std::path::Path) -> Option<RealEtcd> {
+        use nvmf_qos_agent::store::{EtcdGateway, Store};
+        let port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .ok()
+        };
+        let (client, peer) = (port()?, port()?);
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let dir =
+            std::env::temp_dir().join(format!("qos-lab-etcd-{}-{client}", std::process::id()));
+        let child = std::process::Command::new(bin)
+            .args(["--name", "lab", "--data-dir"])
+            .arg(&dir)
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .args(["--initial-cluster", &format!("lab={peer_url}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let etcd = RealEtcd { child, dir, url };
+        let mut g = EtcdGateway::new(&etcd.url, Duration::from_secs(1));
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(20) {
+            if g.get("/nvmf-qos/lab").is_ok() {
+                return Some(etcd);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+}
+
+impl Drop for RealEtcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// CPU of one etcd request of the agent's own client (`nvmf_qos_agent::store::
-/// EtcdGateway`), beside its records' bytes, nanoseconds: rounds of the small calls of
-/// an agent's interval (a lease keep-alive, a get, a put of a short value, the leader
-/// key's transaction) against [`stand_in_gateway`], for at least 300 ms of the calling
+/// EtcdGateway`), beside its records' bytes, nanoseconds, and what answered it: rounds of
+/// the small calls of an agent's interval (a lease keep-alive, a get, a put of a short
+/// value under the lease, the leader key's transaction) against a real etcd started
+/// from its binary when there is one ([`etcd_binary`]; the agent's requests wait for
+/// an etcd that answers from another process, and the wait and wake-up are part of
+/// their cost: against the stand-in, which answers at once from a thread of the lab,
+/// a request cost 22-46 us where the agent's profile gave about 110 us against the real
+/// etcd), else against [`stand_in_gateway`]. For at least `at_least` of the calling
 /// thread's CPU ([`thread_cpu_ns`]), the median of 3 such. `None` where the thread's CPU
 /// time or the socket is not there.
-pub fn request_ns() -> Option<f64> {
-    use nvmf_qos_agent::store::{EtcdGateway, Store};
+pub fn request_ns() -> Option<(f64, RequestsAgainst)> {
+    if let Some(bin) = etcd_binary()
+        && let Some(etcd) = RealEtcd::start(&bin)
+    {
+        // Its writes go to disk (as the test's etcd's): fewer rounds than the stand-in's.
+        if let Some(ns) = request_ns_at(&etcd.url, Duration::from_millis(100)) {
+            return Some((ns, RequestsAgainst::Etcd(bin)));
+        }
+    }
     let url = stand_in_gateway().ok()?;
-    let mut g = EtcdGateway::new(&url, std::time::Duration::from_secs(5));
+    let ns = request_ns_at(&url, Duration::from_millis(300))?;
+    Some((ns, RequestsAgainst::StandIn))
+}
+
+/// [`request_ns`]'s rounds against the gateway at `url`.
+fn request_ns_at(url: &str, at_least: Duration) -> Option<f64> {
+    use nvmf_qos_agent::store::{EtcdGateway, Store};
+    let mut g = EtcdGateway::new(url, Duration::from_secs(5));
+    let lease = g.grant(600).ok()?;
+    let config = r#"{"schema":3,"divide":{"headroom_milli":50}}"#;
+    g.put("/nvmf-qos/fleet/config", config, None).ok()?;
     let value = r#"{"target":"t000","domain":"d","capacity_iops":200000,"period_ms":1000}"#;
     let mut round = || -> Option<()> {
-        g.keep_alive(7587882338938063366).ok()?;
+        g.keep_alive(lease).ok()?;
         g.get("/nvmf-qos/fleet/config").ok()?;
-        g.put(
-            "/nvmf-qos/fleet/member/t000",
-            value,
-            Some(7587882338938063366),
-        )
-        .ok()?;
-        g.create("/nvmf-qos/fleet/leader", "t000", 7587882338938063366)
+        g.put("/nvmf-qos/fleet/member/t000", value, Some(lease))
             .ok()?;
+        g.create("/nvmf-qos/fleet/leader", "t000", lease).ok()?;
         Some(())
     };
     // Warm: the connection made, the allocator's pools filled.
     for _ in 0..20 {
         round()?;
     }
+    let at_least = at_least.as_nanos() as u64;
     let mut runs = Vec::new();
     for _ in 0..3 {
         let (t0, mut n) = (thread_cpu_ns()?, 0u64);
-        while thread_cpu_ns()? - t0 < 300_000_000 {
+        while thread_cpu_ns()? - t0 < at_least {
             for _ in 0..8 {
                 round()?;
             }
@@ -535,11 +759,13 @@ impl ByteCosts {
                 black_box(body.to_string());
             }
         });
+        let (request_ns, request_against) = request_ns().unwrap_or_default();
         ByteCosts {
             listed_ns: listed / bytes,
             parsed_ns: parsed / bytes,
             written_ns: written / bytes,
-            request_ns: request_ns().unwrap_or(0.0),
+            request_ns,
+            request_against,
             bookkeeping_ns: bookkeeping_ns(s),
             contracts_ns: contracts_ns(s),
             ..target_costs(&nqns, s.hosts.len() as u64)
@@ -616,12 +842,17 @@ pub fn agent_cpu_line(run: &ClusterRun, costs: &ByteCosts) -> String {
     let h = costs.per_interval_ms(b);
     let mb = |bytes: u64| bytes as f64 / b.intervals as f64 / 1e6;
     format!(
-        "leader agent's CPU per interval (predicted, measured costs on this machine, not deterministic): {:.1} ms = plan {plan_ms:.1} ms + its target's counters {:.1} ms ({} hosts, {:.2} MB at {:.2} ns/B) + listing {:.1} ms ({:.2} MB of member and demand records at {:.2} ns/B) + parsing {:.1} ms ({:.2} MB changed, {:.2} ns/B) + its part, head and the contracts {:.1} ms ({:.2} MB, the contracts at {:.2} ns/B) + writing {:.1} ms ({:.2} MB, {:.2} ns/B) + etcd requests {:.1} ms ({:.1} an interval at {:.0} us of the agent's client) + per-host bookkeeping {:.1} ms ({} hosts: demand meter, handover book, cold shares, reconciliation); not modelled: the target's qos_host_sets, the records' filters and the interval's other map work in agent.rs, the log and metrics",
+        "leader agent's CPU per interval (predicted, measured costs on this machine, not deterministic): {:.1} ms = plan {plan_ms:.1} ms + its target's counters {:.1} ms ({} hosts, {:.2} MB at {:.2} ns/B, read {}) + listing {:.1} ms ({:.2} MB of member and demand records at {:.2} ns/B) + parsing {:.1} ms ({:.2} MB changed, {:.2} ns/B) + its part, head and the contracts {:.1} ms ({:.2} MB, the contracts at {:.2} ns/B) + writing {:.1} ms ({:.2} MB, {:.2} ns/B) + etcd requests {:.1} ms ({:.1} an interval at {:.0} us of the agent's client, measured against {}) + per-host bookkeeping {:.1} ms ({} hosts: demand meter, handover book, records' filters, cold shares, reconciliation, metrics); not modelled: the target's qos_host_sets, the agent's log line and main loop",
         plan_ms + h.total_ms(),
         h.target_ms,
         costs.hosts_at_target,
         costs.target_bytes() / 1e6,
         costs.target_ns,
+        if costs.target_over_socket {
+            "off a Unix socket"
+        } else {
+            "from memory"
+        },
         h.listed_ms,
         mb(b.listed),
         costs.listed_ns,
@@ -637,6 +868,7 @@ pub fn agent_cpu_line(run: &ClusterRun, costs: &ByteCosts) -> String {
         h.requests_ms,
         b.requests as f64 / b.intervals as f64,
         costs.request_ns / 1e3,
+        costs.request_against,
         h.bookkeeping_ms,
         costs.hosts_at_target.min(1000),
     )
@@ -657,6 +889,8 @@ mod tests {
             parsed_ns: 5.0,
             written_ns: 3.0,
             request_ns: 100_000.0,
+            request_against: RequestsAgainst::StandIn,
+            target_over_socket: true,
             bookkeeping_ns: 500_000.0,
         };
         let b = LeaderBytes {
@@ -687,9 +921,39 @@ mod tests {
 
     #[test]
     fn an_etcd_request_of_the_agents_client_is_measured_on_the_stand_in() {
-        let ns = request_ns().expect("measured");
+        let url = stand_in_gateway().expect("a socket");
+        let ns = request_ns_at(&url, Duration::from_millis(50)).expect("measured");
         // Microseconds, not nanoseconds nor seconds.
         assert!((1_000.0..10_000_000.0).contains(&ns), "{ns} ns");
+    }
+
+    #[test]
+    fn an_etcd_request_of_the_agents_client_is_measured_on_a_real_etcd_when_there_is_one() {
+        let Some(bin) = etcd_binary() else {
+            println!("SKIPPED: no etcd binary (apt-get install etcd-server)");
+            return;
+        };
+        let etcd = RealEtcd::start(&bin).expect("etcd answers");
+        let ns = request_ns_at(&etcd.url, Duration::from_millis(20)).expect("measured");
+        assert!((1_000.0..10_000_000.0).contains(&ns), "{ns} ns");
+        let dir = etcd.dir.clone();
+        drop(etcd);
+        assert!(!dir.exists(), "its data removed");
+    }
+
+    #[test]
+    fn the_stand_in_target_answers_the_agents_reads_as_read_from_memory() {
+        use nvmf_qos_agent::target::{SocketTarget, TargetRpc};
+        let nqns = ["nqn.a", "nqn.b", "nqn.c"];
+        let answer = counters_answer(&nqns);
+        let want = read_counters(answer.as_bytes(), &mut Vec::new());
+        let sock = stand_in_target(answer).expect("a socket");
+        let mut t = SocketTarget::new(sock, Duration::from_secs(5));
+        for _ in 0..3 {
+            assert_eq!(t.read("d").expect("read"), want);
+        }
+        let c = target_costs(&nqns, 3);
+        assert!(c.target_over_socket && c.target_ns > 0.0, "{c:?}");
     }
 
     #[test]
