@@ -17,6 +17,11 @@
 //! functions ([`bookkeeping_ns`]). Not modelled: the target's `qos_host_set`s, the
 //! agent's log line and its main loop.
 
+// Calibrations count the calling thread's time on a CPU (the agent's own reader) rather
+// than the wall clock: on a loaded machine the wall clock also counts the time other
+// work had the core (lab runs at load 9.8 read 69-103 ms an interval where quiet ones
+// read 7-12).
+use nvmf_qos_agent::cpu::thread_cpu_ns;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -434,20 +439,6 @@ fn contracts_ns(s: &ClusterScenario) -> f64 {
     ns / bytes.max(1) as f64
 }
 
-/// The calling thread's time on a CPU so far, nanoseconds (the first field of
-/// `/proc/thread-self/schedstat`); `None` without it. Calibrations count this rather
-/// than the wall clock: on a loaded machine the wall clock also counts the time other
-/// work had the core (lab runs at load 9.8 read 69-103 ms an interval where quiet ones
-/// read 7-12).
-fn thread_cpu_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
 /// A stand-in for etcd's JSON gateway on 127.0.0.1 (a thread of this process, one
 /// kept HTTP/1.1 connection at a time): answers each call with a fixed answer of the
 /// shape etcd gives (its header, a lease's TTL, a transaction's outcome, one key).
@@ -833,12 +824,13 @@ pub fn agent_cpu_line(run: &ClusterRun, costs: &ByteCosts) -> String {
     if b.intervals == 0 {
         return "leader agent's CPU per interval (predicted): no division".into();
     }
-    let plan_ms = run
-        .division_times
-        .iter()
-        .map(|d| d.as_secs_f64() * 1000.0)
-        .sum::<f64>()
-        / run.division_times.len().max(1) as f64;
+    // `plan`'s CPU time where the kernel gives it (a CPU prediction), else its wall time.
+    let times = match run.division_cpu.len() {
+        0 => &run.division_times,
+        _ => &run.division_cpu,
+    };
+    let plan_ms =
+        times.iter().map(|d| d.as_secs_f64() * 1000.0).sum::<f64>() / times.len().max(1) as f64;
     let h = costs.per_interval_ms(b);
     let mb = |bytes: u64| bytes as f64 / b.intervals as f64 / 1e6;
     format!(
