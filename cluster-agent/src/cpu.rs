@@ -48,7 +48,7 @@ mod tests {
     #[test]
     fn busy_work_takes_cpu_time_and_a_sleep_takes_none() {
         let Some(_) = thread_cpu_ns() else {
-            return; // not Linux's /proc: nothing to check
+            return; // no thread CPU clock here: nothing to check
         };
         let (sum, wall, cpu) =
             timed(|| (0..20_000_000u64).fold(0u64, |a, x| a ^ x.wrapping_mul(x)));
