@@ -831,10 +831,7 @@ impl Agent {
         ));
         r.contracts = Arc::clone(&hosts);
 
-        // Only the hosts on a path here: the division reads a host left out as an idle
-        // one (every version of it), and at fleet size most hosts configured at a
-        // target hold their cold share there and send it nothing (at 64 x 10,000 the
-        // record listed 10,000 hosts, 0.8 MB an interval, for about 300 on a path).
+        // Only the hosts on a path here ([`demand_record`] says why).
         let demand = demand_record(measured, &hosts);
         let member = MemberRecord {
             target: self.cfg.target.clone(),
