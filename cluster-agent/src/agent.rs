@@ -88,19 +88,49 @@ pub struct TickReport {
     pub division_cpu: Option<std::time::Duration>,
     /// As leader: the division records written this interval, when it wrote one.
     pub division_written: Option<division::WriteCount>,
-    /// Where the interval's time went, in order: (what, milliseconds of wall time).
-    pub phases: Vec<(&'static str, u64)>,
+    /// Where the interval's time went, in order.
+    pub phases: Vec<Phase>,
     pub errors: Vec<String>,
 }
 
+/// A part of an interval (`target`: reading the target; `report`: the cluster's records
+/// read, this target's written; `listed`, `plan`, `lead`: as leader, the records
+/// listed, the division computed, written; `division`: this target's part read;
+/// `apply`: the shares set at the target) and what it took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    pub what: &'static str,
+    pub wall: std::time::Duration,
+    /// The agent's thread's CPU time in it (where the kernel gives it): what the
+    /// interval's work costs, apart from what the scheduler gave others meanwhile.
+    pub cpu: Option<std::time::Duration>,
+}
+
 /// Marks the end of an interval's phase in [`TickReport::phases`].
-struct Clock(std::time::Instant);
+struct Clock {
+    wall: std::time::Instant,
+    cpu_ns: Option<u64>,
+}
 
 impl Clock {
+    fn start() -> Clock {
+        Clock {
+            wall: std::time::Instant::now(),
+            cpu_ns: crate::cpu::thread_cpu_ns(),
+        }
+    }
+
     fn lap(&mut self, r: &mut TickReport, what: &'static str) {
-        let now = std::time::Instant::now();
-        r.phases.push((what, (now - self.0).as_millis() as u64));
-        self.0 = now;
+        let (wall, cpu_ns) = (std::time::Instant::now(), crate::cpu::thread_cpu_ns());
+        r.phases.push(Phase {
+            what,
+            wall: wall - self.wall,
+            cpu: self
+                .cpu_ns
+                .zip(cpu_ns)
+                .map(|(a, b)| std::time::Duration::from_nanos(b.saturating_sub(a))),
+        });
+        (self.wall, self.cpu_ns) = (wall, cpu_ns);
     }
 }
 
@@ -637,7 +667,7 @@ impl Agent {
         peers: &mut dyn Peers,
     ) -> TickReport {
         let mut r = TickReport::default();
-        let mut clock = Clock(std::time::Instant::now());
+        let mut clock = Clock::start();
         let local = tgt.read(&self.cfg.domain);
         clock.lap(&mut r, "target");
         let local = match local {

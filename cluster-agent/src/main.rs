@@ -331,7 +331,11 @@ fn main() -> ExitCode {
 }
 
 fn summary(r: &TickReport) -> String {
-    let phases: Vec<String> = r.phases.iter().map(|(p, ms)| format!("{p} {ms}")).collect();
+    let phases: Vec<String> = r
+        .phases
+        .iter()
+        .map(|p| format!("{} {}", p.what, p.wall.as_millis()))
+        .collect();
     format!(
         "target {} etcd {}{} shares #{} set {} removed {}{}{} (ms: {})",
         if r.target_ok { "ok" } else { "DOWN" },

@@ -62,6 +62,9 @@ pub struct AgentStatus {
     division_puts_total: u64,
     division_requests_total: u64,
     division_bytes_total: u64,
+    /// The agent's thread's CPU time in each part of its intervals
+    /// ([`crate::agent::Phase`]), in all.
+    phase_cpu_seconds_total: BTreeMap<&'static str, f64>,
 }
 
 impl AgentStatus {
@@ -93,6 +96,7 @@ impl AgentStatus {
             division_puts_total: 0,
             division_requests_total: 0,
             division_bytes_total: 0,
+            phase_cpu_seconds_total: BTreeMap::new(),
         }
     }
 
@@ -140,6 +144,11 @@ impl AgentStatus {
         }
         if let Some(t) = r.division_cpu {
             self.division_cpu_seconds_total += t.as_secs_f64();
+        }
+        for p in &r.phases {
+            if let Some(cpu) = p.cpu {
+                *self.phase_cpu_seconds_total.entry(p.what).or_default() += cpu.as_secs_f64();
+            }
         }
         if let Some(w) = r.division_written {
             self.division_puts_total += w.puts as u64;
@@ -330,6 +339,18 @@ impl AgentStatus {
             "",
             self.division_cpu_seconds_total,
         );
+        m.head(
+            "interval_cpu_seconds_total",
+            "counter",
+            "the agent's thread's CPU time in each part of its intervals, in all (target: reading the target; report: the cluster's records read, this target's written; listed, plan, lead: as leader, the records listed, the division computed, written; division: this target's part read; apply: shares set at the target)",
+        );
+        for (phase, s) in &self.phase_cpu_seconds_total {
+            m.row(
+                "interval_cpu_seconds_total",
+                &format!("phase=\"{phase}\""),
+                *s,
+            );
+        }
         m.one(
             "division_records_written_total",
             "counter",
@@ -636,6 +657,40 @@ mod tests {
         s.record(&ok, true, t0, SystemTime::now());
         assert_eq!(s.health(t0).0, 200);
         assert!(s.render(t0).contains("nvmf_qos_agent_name_taken 0"));
+    }
+
+    #[test]
+    fn the_phases_cpu_time_is_summed_by_phase() {
+        use crate::agent::Phase;
+        let mut s = AgentStatus::new(&cfg());
+        let t0 = Instant::now();
+        let phase = |what, cpu_ms| Phase {
+            what,
+            wall: Duration::from_millis(cpu_ms + 1),
+            cpu: Some(Duration::from_millis(cpu_ms)),
+        };
+        let r = TickReport {
+            target_ok: true,
+            phases: vec![phase("target", 2), phase("apply", 1)],
+            ..Default::default()
+        };
+        s.record(&r, true, t0, SystemTime::now());
+        s.record(&r, true, t0, SystemTime::now());
+        let no_clock = TickReport {
+            phases: vec![Phase {
+                cpu: None,
+                ..phase("target", 5)
+            }],
+            ..Default::default()
+        };
+        s.record(&no_clock, true, t0, SystemTime::now());
+        let text = s.render(t0);
+        for line in [
+            "nvmf_qos_agent_interval_cpu_seconds_total{phase=\"target\"} 0.004",
+            "nvmf_qos_agent_interval_cpu_seconds_total{phase=\"apply\"} 0.002",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
     }
 
     #[test]
