@@ -8,10 +8,14 @@
 //! every interval, and writes a division when the demand moves a share.
 //!
 //! Measured over the run (after the first division is applied): the agent's CPU per
-//! interval (`/proc/<pid>/stat`), its division time (its `/metrics`), etcd's writes and
-//! bytes received per second (etcd's `/metrics`); printed beside the command of the
-//! lab's prediction (`qos-lab/scenarios/cluster/fleet-64x1k.toml`; the figures side by
-//! side are in docs/cluster.md, "The agent at scale"). Ignored by default
+//! interval (`/proc/<pid>/stat`) and by the phases of its interval (its
+//! `nvmf_qos_agent_interval_cpu_seconds_total`), its division time (its `/metrics`),
+//! etcd's writes and bytes received per second (etcd's `/metrics`). Then, where the
+//! lab's binary is built (`cargo build --release -p qos-lab`, or `NVMF_QOS_LAB`), the
+//! lab's prediction (`qos-lab/scenarios/cluster/fleet-64x1k.toml`) beside the agent's CPU
+//! in alternating rounds (`NVMF_QOS_SCALE_ROUNDS`, default 6: 5 of the agent's intervals,
+//! then a run of the lab), each round's ratio and their median; the figures are in
+//! docs/cluster.md, "The agent at scale" and after. Ignored by default
 //! (a minute, a busy-polling target): run by hand, as root, under the target lock:
 //!
 //!     flock /tmp/nvmf-qos-target.lock env SPDK_DIR=/opt/spdk cargo test --release \
@@ -455,6 +459,48 @@ fn get_text(url: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The CPU time of a process's main thread, nanoseconds (`/proc/<pid>/task/<pid>/
+/// schedstat`, first field: exact for a thread that sleeps most of the time, where
+/// `/proc/<pid>/stat` counts in ticks of 10 ms). The agent's intervals run there; its
+/// HTTP thread, which renders `/metrics` for this test's scrapes (two a round, where
+/// Prometheus scrapes every 15 s), is left out.
+fn main_thread_cpu_ns(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/schedstat"))
+        .expect("the agent's main thread")
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("its run time")
+}
+
+/// The lab's binary for the side-by-side rounds: `NVMF_QOS_LAB`, else `qos-lab` beside
+/// the agent's binary (`cargo build --release -p qos-lab`).
+fn lab_binary(agent_bin: &str) -> Option<std::path::PathBuf> {
+    let bin = match std::env::var("NVMF_QOS_LAB") {
+        Ok(b) => std::path::PathBuf::from(b),
+        Err(_) => std::path::Path::new(agent_bin).with_file_name("qos-lab"),
+    };
+    bin.is_file().then_some(bin)
+}
+
+/// The lab's predicted CPU per interval of the leader agent, and of it `plan` and the
+/// target's read, milliseconds (its line `leader agent's CPU per interval (...): 8.4 ms
+/// = plan 2.5 ms + its target's counters 1.4 ms (...`).
+fn lab_prediction(out: &str) -> Option<[f64; 3]> {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("leader agent's CPU per interval"))?;
+    let ms_after = |tag: &str| -> Option<f64> {
+        let rest = &line[line.find(tag)? + tag.len()..];
+        rest.split(' ').next()?.parse().ok()
+    };
+    Some([
+        ms_after("deterministic): ")?,
+        ms_after("= plan ")?,
+        ms_after("its target's counters ")?,
+    ])
+}
+
 /// What etcd counts of its clients' writes: puts, transactions, deletes, lease grants
 /// and keep-alives (gRPC messages received; the agents' JSON gateway calls gRPC), and
 /// the bytes its clients sent.
@@ -483,6 +529,11 @@ fn one_real_agent_with_1000_hosts_among_64_targets() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(30);
+    let rounds: u64 = std::env::var("NVMF_QOS_SCALE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6)
+        .max(1);
     let fleet = Fleet::new();
     let stub = std::env::var("NVMF_QOS_SCALE_TARGET").is_ok_and(|v| v == "stub");
     // The real target and its hugepages, or the stand-in (dropped after the agent).
@@ -517,7 +568,8 @@ fn one_real_agent_with_1000_hosts_among_64_targets() {
                 plugin: Some(lib),
                 shm_id: shm_id(),
                 core_mask: "0x1".into(),
-                max_secs: 120 + intervals * 3,
+                // A round is about 30 s: 5 intervals and the lab's run beside the load.
+                max_secs: 120 + intervals * 3 + rounds * 60,
                 json_config: None,
             },
         )
@@ -705,6 +757,25 @@ fn one_real_agent_with_1000_hosts_among_64_targets() {
         records / divisions.max(1.0),
         record_bytes / mib / secs,
     );
+    // Where the agent's CPU went, by the phases of its intervals (its thread's CPU
+    // time): the target's read and `plan` are what the lab calibrates one for one.
+    let per_interval_ms = |s: f64| s * 1000.0 / agent_intervals.max(1.0);
+    let mut phases = Vec::new();
+    let mut in_phases = 0.0;
+    for p in [
+        "target", "report", "listed", "plan", "lead", "division", "apply",
+    ] {
+        let label = format!("phase=\"{p}\"");
+        let s = metric(&m1, "nvmf_qos_agent_interval_cpu_seconds_total", &label)
+            - metric(&m0, "nvmf_qos_agent_interval_cpu_seconds_total", &label);
+        in_phases += s;
+        phases.push(format!("{p} {:.2}", per_interval_ms(s)));
+    }
+    println!(
+        "agent's CPU by phase (ms per interval, its thread's CPU): {}; outside them {:.2} (the process's CPU less the phases': main loop, log line, metrics, other threads)",
+        phases.join(", "),
+        per_interval_ms((cpu1 - cpu0) - in_phases),
+    );
     println!(
         "divisions written: {} in {secs:.1} s ({:.1} records each), after {moves} demand moves of {} % of the hosts",
         seq1 - seq0,
@@ -780,6 +851,89 @@ fn one_real_agent_with_1000_hosts_among_64_targets() {
     assert!(
         agent_intervals >= intervals as f64 * 0.8,
         "the agent fell behind: {agent_intervals} intervals in {secs:.1} s (the played agents' {intervals})"
+    );
+
+    // The lab's prediction beside the agent's CPU, in alternating rounds of one run: a
+    // window of the agent's intervals, then the lab's run (the played agents keep
+    // their intervals meanwhile), each round's ratio from moments seconds apart (this
+    // machine's speed moves by up to 2x between runs minutes apart, and the lab's
+    // calibrations take its speed of the moment).
+    let Some(lab) = lab_binary(&agent_bin) else {
+        println!(
+            "the lab side by side: skipped (no qos-lab beside the agent's binary: cargo build --release -p qos-lab, or NVMF_QOS_LAB)"
+        );
+        drop(agent);
+        drop(real);
+        drop(stand_in);
+        let _ = std::fs::remove_file(&log);
+        return;
+    };
+    const WINDOW: u64 = 5;
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../qos-lab/scenarios/cluster/fleet-64x1k.toml"
+    );
+    let lab_out =
+        std::env::temp_dir().join(format!("nvmf-qos-scale-lab-{}.txt", std::process::id()));
+    let mut ratios = Vec::new();
+    for round in 1..=rounds {
+        let (m0, c0) = (get_text(&metrics_url), main_thread_cpu_ns(pid));
+        for _ in 0..WINDOW {
+            run(&mut load, &mut fleet, k);
+            k += 1;
+        }
+        let (m1, c1) = (get_text(&metrics_url), main_thread_cpu_ns(pid));
+        let d = |name: &str, labels: &str| metric(&m1, name, labels) - metric(&m0, name, labels);
+        let n = d("nvmf_qos_agent_intervals_total", "").max(1.0);
+        let phase_ms = |p: &str| {
+            d(
+                "nvmf_qos_agent_interval_cpu_seconds_total",
+                &format!("phase=\"{p}\""),
+            ) * 1000.0
+                / n
+        };
+        let agent_ms = (c1 - c0) / 1e6 / n;
+        assert_eq!(
+            d("nvmf_qos_agent_errors_total", ""),
+            0.0,
+            "the agent's intervals failed in round {round}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        let mut child = Command::new("nice")
+            .args(["-n", "19"])
+            .arg(&lab)
+            .args(["cluster", scenario])
+            .stdout(std::fs::File::create(&lab_out).expect("the lab's output"))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start qos-lab");
+        while child.try_wait().expect("the lab").is_none() {
+            run(&mut load, &mut fleet, k);
+            k += 1;
+        }
+        let out = std::fs::read_to_string(&lab_out).unwrap_or_default();
+        let Some([lab_ms, lab_plan, lab_target]) = lab_prediction(&out) else {
+            panic!("the lab printed no prediction of the agent's CPU:\n{out}");
+        };
+        ratios.push(agent_ms / lab_ms);
+        println!(
+            "round {round}: agent {agent_ms:.1} ms an interval (its main thread; plan {:.2}, its target's read {:.2}; {n} intervals), lab {lab_ms:.1} ms (plan {lab_plan:.2}, the target's read {lab_target:.2}): {:.2}",
+            phase_ms("plan"),
+            phase_ms("target"),
+            agent_ms / lab_ms
+        );
+    }
+    let _ = std::fs::remove_file(&lab_out);
+    ratios.sort_by(f64::total_cmp);
+    let mid = ratios.len() / 2;
+    let median = match ratios.len() % 2 {
+        0 => (ratios[mid - 1] + ratios[mid]) / 2.0,
+        _ => ratios[mid],
+    };
+    println!(
+        "the agent's CPU over the lab's prediction, {rounds} rounds: median {median:.2}, from {:.2} to {:.2}",
+        ratios[0],
+        ratios[ratios.len() - 1]
     );
     drop(agent);
     drop(real);
