@@ -302,9 +302,10 @@ fn stand_in_target(answer: String, cpu: Option<usize>) -> std::io::Result<PathBu
 /// ns/B where the agent's profile gave about 9.5), each read after its caches were swept
 /// ([`time_cold`]). The stand-in answers from one CPU and the reader reads on another
 /// where there are two (`target_across_cores`): `nvmf_tgt`'s reactor writes the answer
-/// on its core and the agent reads it on the other, and on one core the answer is read
-/// from that core's caches (6.3-7.3 ns/B, where across cores it cost 10-11). From memory
-/// where the socket cannot be made (`target_over_socket` false).
+/// on its core and the agent reads it on the other. (On one core the lab read it at
+/// 6.3-7.3 ns/B every run; across cores at 7.0-11.1, with the machine's speed of the
+/// moment: docs/cluster.md, "Across cores, the agent's CPU by phase".) From memory where
+/// the socket cannot be made (`target_over_socket` false).
 fn target_costs(nqns: &[&str], hosts: u64) -> ByteCosts {
     let answer = counters_answer(nqns);
     let cpus = target_and_reader_cpus();
