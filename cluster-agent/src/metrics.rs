@@ -342,7 +342,7 @@ impl AgentStatus {
         m.head(
             "interval_cpu_seconds_total",
             "counter",
-            "the agent's thread's CPU time in each part of its intervals, in all (target: reading the target; report: the cluster's records read, this target's written; listed, plan, lead: as leader, the records listed, the division computed, written; division: this target's part read; apply: shares set at the target)",
+            "the agent's thread's CPU time in each part of its intervals, in all (target: reading the target; report: its demand measured, its lease renewed, the cluster's records read, this target's written; listed, plan, lead: as leader, the records listed, the division computed, written; division: this target's part read; apply: shares set at the target)",
         );
         for (phase, s) in &self.phase_cpu_seconds_total {
             m.row(

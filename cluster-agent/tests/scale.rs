@@ -858,83 +858,82 @@ fn one_real_agent_with_1000_hosts_among_64_targets() {
     // their intervals meanwhile), each round's ratio from moments seconds apart (this
     // machine's speed moves by up to 2x between runs minutes apart, and the lab's
     // calibrations take its speed of the moment).
-    let Some(lab) = lab_binary(&agent_bin) else {
-        println!(
-            "the lab side by side: skipped (no qos-lab beside the agent's binary: cargo build --release -p qos-lab, or NVMF_QOS_LAB)"
-        );
-        drop(agent);
-        drop(real);
-        drop(stand_in);
-        let _ = std::fs::remove_file(&log);
-        return;
-    };
-    const WINDOW: u64 = 5;
-    let scenario = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../qos-lab/scenarios/cluster/fleet-64x1k.toml"
-    );
-    let lab_out =
-        std::env::temp_dir().join(format!("nvmf-qos-scale-lab-{}.txt", std::process::id()));
-    let mut ratios = Vec::new();
-    for round in 1..=rounds {
-        let (m0, c0) = (get_text(&metrics_url), main_thread_cpu_ns(pid));
-        for _ in 0..WINDOW {
-            run(&mut load, &mut fleet, k);
-            k += 1;
-        }
-        let (m1, c1) = (get_text(&metrics_url), main_thread_cpu_ns(pid));
-        let d = |name: &str, labels: &str| metric(&m1, name, labels) - metric(&m0, name, labels);
-        let n = d("nvmf_qos_agent_intervals_total", "").max(1.0);
-        let phase_ms = |p: &str| {
-            d(
-                "nvmf_qos_agent_interval_cpu_seconds_total",
-                &format!("phase=\"{p}\""),
-            ) * 1000.0
-                / n
+    'side_by_side: {
+        let Some(lab) = lab_binary(&agent_bin) else {
+            println!(
+                "the lab side by side: skipped (no qos-lab beside the agent's binary: cargo build --release -p qos-lab, or NVMF_QOS_LAB)"
+            );
+            break 'side_by_side;
         };
-        let agent_ms = (c1 - c0) / 1e6 / n;
-        assert_eq!(
-            d("nvmf_qos_agent_errors_total", ""),
-            0.0,
-            "the agent's intervals failed in round {round}\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
+        const WINDOW: u64 = 5;
+        let scenario = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../qos-lab/scenarios/cluster/fleet-64x1k.toml"
         );
-        let mut child = Command::new("nice")
-            .args(["-n", "19"])
-            .arg(&lab)
-            .args(["cluster", scenario])
-            .stdout(std::fs::File::create(&lab_out).expect("the lab's output"))
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start qos-lab");
-        while child.try_wait().expect("the lab").is_none() {
-            run(&mut load, &mut fleet, k);
-            k += 1;
+        let lab_out =
+            std::env::temp_dir().join(format!("nvmf-qos-scale-lab-{}.txt", std::process::id()));
+        let mut ratios = Vec::new();
+        for round in 1..=rounds {
+            let (m0, c0) = (get_text(&metrics_url), main_thread_cpu_ns(pid));
+            for _ in 0..WINDOW {
+                run(&mut load, &mut fleet, k);
+                k += 1;
+            }
+            let (m1, c1) = (get_text(&metrics_url), main_thread_cpu_ns(pid));
+            let d =
+                |name: &str, labels: &str| metric(&m1, name, labels) - metric(&m0, name, labels);
+            let n = d("nvmf_qos_agent_intervals_total", "").max(1.0);
+            let phase_ms = |p: &str| {
+                d(
+                    "nvmf_qos_agent_interval_cpu_seconds_total",
+                    &format!("phase=\"{p}\""),
+                ) * 1000.0
+                    / n
+            };
+            let agent_ms = (c1 - c0) / 1e6 / n;
+            assert_eq!(
+                d("nvmf_qos_agent_errors_total", ""),
+                0.0,
+                "the agent's intervals failed in round {round}\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            let mut child = Command::new("nice")
+                .args(["-n", "19"])
+                .arg(&lab)
+                .args(["cluster", scenario])
+                .stdout(std::fs::File::create(&lab_out).expect("the lab's output"))
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start qos-lab");
+            while child.try_wait().expect("the lab").is_none() {
+                run(&mut load, &mut fleet, k);
+                k += 1;
+            }
+            let out = std::fs::read_to_string(&lab_out).unwrap_or_default();
+            let Some([lab_ms, lab_plan, lab_target]) = lab_prediction(&out) else {
+                panic!("the lab printed no prediction of the agent's CPU:\n{out}");
+            };
+            ratios.push(agent_ms / lab_ms);
+            println!(
+                "round {round}: agent {agent_ms:.1} ms an interval (its main thread; plan {:.2}, its target's read {:.2}; {n} intervals), lab {lab_ms:.1} ms (plan {lab_plan:.2}, the target's read {lab_target:.2}): {:.2}",
+                phase_ms("plan"),
+                phase_ms("target"),
+                agent_ms / lab_ms
+            );
         }
-        let out = std::fs::read_to_string(&lab_out).unwrap_or_default();
-        let Some([lab_ms, lab_plan, lab_target]) = lab_prediction(&out) else {
-            panic!("the lab printed no prediction of the agent's CPU:\n{out}");
+        let _ = std::fs::remove_file(&lab_out);
+        ratios.sort_by(f64::total_cmp);
+        let mid = ratios.len() / 2;
+        let median = match ratios.len() % 2 {
+            0 => (ratios[mid - 1] + ratios[mid]) / 2.0,
+            _ => ratios[mid],
         };
-        ratios.push(agent_ms / lab_ms);
         println!(
-            "round {round}: agent {agent_ms:.1} ms an interval (its main thread; plan {:.2}, its target's read {:.2}; {n} intervals), lab {lab_ms:.1} ms (plan {lab_plan:.2}, the target's read {lab_target:.2}): {:.2}",
-            phase_ms("plan"),
-            phase_ms("target"),
-            agent_ms / lab_ms
+            "the agent's CPU over the lab's prediction, {rounds} rounds: median {median:.2}, from {:.2} to {:.2}",
+            ratios[0],
+            ratios[ratios.len() - 1]
         );
     }
-    let _ = std::fs::remove_file(&lab_out);
-    ratios.sort_by(f64::total_cmp);
-    let mid = ratios.len() / 2;
-    let median = match ratios.len() % 2 {
-        0 => (ratios[mid - 1] + ratios[mid]) / 2.0,
-        _ => ratios[mid],
-    };
-    println!(
-        "the agent's CPU over the lab's prediction, {rounds} rounds: median {median:.2}, from {:.2} to {:.2}",
-        ratios[0],
-        ratios[ratios.len() - 1]
-    );
     drop(agent);
     drop(real);
     drop(stand_in);

@@ -713,8 +713,8 @@ fn time(mut f: impl FnMut()) -> f64 {
                 (Some(a), Some(b)) if n > 0 => b.saturating_sub(a),
                 _ => wall.elapsed().as_nanos() as u64,
             };
-            // Batches doubling in size: the clock (a file read) is read a few times a
-            // round, not once a call.
+            // Batches doubling in size: the clock is read a few times a round, not
+            // once a call.
             let mut batch = 1u64;
             loop {
                 for _ in 0..batch {
