@@ -17,6 +17,8 @@
 //! - [`admin`]: the operator's commands (create a cluster, set hosts, show).
 //! - [`metrics`]: the agent's own metrics and health, served for Prometheus.
 //! - [`cpu`]: the calling thread's CPU time, for timing the division as CPU.
+//! - [`played`]: the other targets' agents played into etcd and a stand-in target,
+//!   for sizing a leader without a fleet (the scale test, the lab's played leader).
 
 pub mod admin;
 pub mod agent;
@@ -27,5 +29,6 @@ pub mod division;
 pub mod keys;
 pub mod metrics;
 pub mod peers;
+pub mod played;
 pub mod store;
 pub mod target;

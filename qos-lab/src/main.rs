@@ -68,6 +68,12 @@ enum Command {
     Cluster {
         /// A cluster scenario file (qos-lab/scenarios/cluster/*.toml).
         file: PathBuf,
+        /// With a generated fleet: also play the first target's agent as the leader for
+        /// N intervals, in real time (the agent's own interval against a real etcd the
+        /// lab starts, a stand-in target and the other agents played; needs Debian's
+        /// etcd-server), and print its CPU per interval (docs/cluster.md).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=3600))]
+        play_leader: Option<u32>,
     },
 }
 
@@ -103,7 +109,7 @@ fn check_output(p: &Path, what: &str) -> Result<(), String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Cluster { file } => cluster(&file),
+        Command::Cluster { file, play_leader } => cluster(&file, play_leader),
         Command::List => list(),
         Command::Check { scenario } => check_scenario(&scenario),
         Command::Run {
@@ -127,8 +133,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// `qos-lab cluster FILE`.
-fn cluster(file: &Path) -> ExitCode {
+/// `qos-lab cluster FILE [--play-leader N]`.
+fn cluster(file: &Path, play_leader: Option<u32>) -> ExitCode {
     match qos_lab::cluster::ClusterScenario::load(file) {
         Ok(s) if s.fleet.is_some() => {
             let started = std::time::Instant::now();
@@ -147,7 +153,37 @@ fn cluster(file: &Path) -> ExitCode {
             let costs = qos_lab::cluster::ByteCosts::calibrate(&s);
             println!("{}", qos_lab::cluster::agent_cpu_line(&run, &costs));
             println!("simulated in {:.1} s", started.elapsed().as_secs_f64());
-            ExitCode::SUCCESS
+            let Some(n) = play_leader else {
+                return ExitCode::SUCCESS;
+            };
+            eprintln!(
+                "playing the leader agent: {} targets, {} hosts, {n} intervals of {} ms after its warm-up",
+                s.targets.len(),
+                s.hosts.len(),
+                s.cluster.interval_ms
+            );
+            let played = qos_lab::cluster::play_leader(&s, n, &mut |k, of| {
+                if k % 10 == 0 || k == of {
+                    eprintln!("played interval {k} of {of}");
+                }
+            });
+            match played {
+                Ok(p) => {
+                    println!("{}", qos_lab::cluster::played_leader_line(&p));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: playing the leader: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Ok(_) if play_leader.is_some() => {
+            eprintln!(
+                "error: --play-leader plays a generated fleet's leader: {} has no [fleet]",
+                file.display()
+            );
+            ExitCode::from(2)
         }
         Ok(s) => {
             let run = qos_lab::cluster::simulate(&s);

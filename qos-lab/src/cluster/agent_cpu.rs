@@ -560,7 +560,7 @@ fn stand_in_gateway() -> std::io::Result<String> {
 
 /// Where etcd's binary is: `$NVMF_QOS_LAB_ETCD`, else Debian's (`/usr/bin/etcd`) or
 /// `/usr/local/bin/etcd`; `None` when none is there.
-fn etcd_binary() -> Option<PathBuf> {
+pub(super) fn etcd_binary() -> Option<PathBuf> {
     match std::env::var_os("NVMF_QOS_LAB_ETCD") {
         Some(p) => Some(PathBuf::from(p)),
         None => ["/usr/bin/etcd", "/usr/local/bin/etcd"]
@@ -575,16 +575,16 @@ fn etcd_binary() -> Option<PathBuf> {
 /// kernel hands out, a fresh data directory under the temporary directory), with
 /// etcd's default settings as the agent at scale's test starts it. Killed and its
 /// directory removed when dropped.
-struct RealEtcd {
+pub(super) struct RealEtcd {
     child: std::process::Child,
     dir: PathBuf,
-    url: String,
+    pub(super) url: String,
 }
 
 impl RealEtcd {
     /// Starts `bin` and waits until it answers a read (at most 20 s); `None` when it
     /// does not.
-    fn start(bin: &std::path::Path) -> Option<RealEtcd> {
+    pub(super) fn start(bin: &std::path::Path) -> Option<RealEtcd> {
         use nvmf_qos_agent::store::{EtcdGateway, Store};
         let port = || {
             std::net::TcpListener::bind("127.0.0.1:0")

@@ -57,7 +57,7 @@ type Dense = Vec<Vec<Option<LocalShare>>>;
 
 /// What a host wants at each target in period `p`, with a dead target's demand moved
 /// evenly to the alive targets among its paths.
-fn wanted_at(h: &HostSpec, n_targets: usize, p: u32, alive: &[bool]) -> Vec<u64> {
+pub(super) fn wanted_at(h: &HostSpec, n_targets: usize, p: u32, alive: &[bool]) -> Vec<u64> {
     let step = h
         .demand
         .iter()

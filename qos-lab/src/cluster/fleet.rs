@@ -236,10 +236,12 @@ impl FleetSpec {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::{ClusterScenario, fleet_report, recovery, simulate};
 
-    const SMALL: &str = r#"
+    /// 4 targets, 200 hosts, a move and a target failure (also played:
+    /// `played_leader`'s tests).
+    pub(in crate::cluster) const SMALL: &str = r#"
 [cluster]
 periods = 40
 lease_periods = 4

@@ -14,7 +14,9 @@
 //! This module owns the scenario file and the per-host table; the period loop is in
 //! `engine` (with the agents' timing and etcd outages, opt-in `[cluster]` fields),
 //! what the agents would write to etcd in `etcd`, a generated fleet (`[fleet]`) in
-//! `fleet` and its report over hosts in `scale`.
+//! `fleet` and its report over hosts in `scale`; the leader agent's CPU, predicted from
+//! per-byte costs in `agent_cpu` and played with the agent's own interval in
+//! `played_leader`.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -27,12 +29,14 @@ mod agent_cpu;
 mod engine;
 mod etcd;
 mod fleet;
+mod played_leader;
 mod scale;
 
 pub use agent_cpu::{ByteCosts, RecordHandling, agent_cpu_line};
 pub use engine::{ClusterRun, HostPeriod, simulate, simulate_with_progress};
 pub use etcd::{EtcdLoad, LeaderBytes};
 pub use fleet::{FleetFailure, FleetMove, FleetSpec};
+pub use played_leader::{PlayLeaderError, PlayedLeader, play_leader, played_leader_line};
 pub use scale::{division_time_line, etcd_latency_line, fleet_report};
 
 /// The largest rate a cluster scenario takes (a million million IOPS): sums over
@@ -320,7 +324,7 @@ impl ClusterScenario {
         Ok(())
     }
 
-    fn divide_config(&self) -> DivideConfig {
+    pub(crate) fn divide_config(&self) -> DivideConfig {
         DivideConfig {
             floor_milli: self.cluster.floor_milli,
             headroom_milli: self.cluster.headroom_milli,
