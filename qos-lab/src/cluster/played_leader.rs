@@ -7,13 +7,13 @@
 //! scenario's demand as its targets would report it). Both keep the scenario's
 //! interval in real time, as the agent and the scale test's load generator do, so the
 //! agent's reads meet etcd while the others write. Measured: the calling thread's CPU
-//! time of each interval once the agent leads and has applied its first division, its
-//! phases, and what etcd's writes came to.
+//! time of each interval once the agent leads and has set every host at its target,
+//! and by the interval's phases.
 //!
 //! Where [`super::agent_cpu`] adds up per-byte costs measured on the agent's libraries,
-//! this runs the agent's code on the scenario's records: what neither models (the
-//! allocator's state across an interval, caches shared with etcd and the load) is
-//! counted as it comes. Not played: target failures and etcd outages (the scenario's
+//! this runs the agent's code on the scenario's records: what the per-byte model leaves
+//! out (the allocator's state across an interval, caches shared with etcd and the load)
+//! is counted as it comes. Not played: target failures and etcd outages (the scenario's
 //! demand moves only), the target's own CPU, the agent's log line.
 
 use std::sync::atomic::{AtomicBool, Ordering};
