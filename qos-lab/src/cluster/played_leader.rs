@@ -170,8 +170,8 @@ fn wait(next: &mut Instant, interval: Duration) {
 const WARMUP_AT_MOST: u32 = 30;
 
 /// Plays the first target's agent as the fleet's leader for `intervals` measured
-/// intervals (after a warm-up of at most [`WARMUP_AT_MOST`] until it leads and has set
-/// its hosts), `progress` told of each measured interval.
+/// intervals (after a warm-up of at most 30 intervals until it leads, and 60 until it
+/// has set its hosts), `progress` told of each measured interval.
 pub fn play_leader(
     s: &ClusterScenario,
     intervals: u32,
