@@ -94,9 +94,10 @@ pub struct TickReport {
 }
 
 /// A part of an interval (`target`: reading the target; `report`: its demand measured,
-/// its lease renewed, the cluster's records read, this target's written; `listed`, `plan`, `lead`: as leader, the records
-/// listed, the division computed, written; `division`: this target's part read;
-/// `apply`: the shares set at the target) and what it took.
+/// its lease renewed, the cluster's records read, this target's written; `listed`,
+/// `plan`, `lead`: as leader, the records listed, the division computed, written;
+/// `division`: this target's part read; `apply`: the shares set at the target) and
+/// what it took.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Phase {
     pub what: &'static str,

@@ -24,17 +24,15 @@ use nvmf_qos_agent::agent::{Agent, AgentConfig, TickReport};
 use nvmf_qos_agent::cpu::thread_cpu_ns;
 use nvmf_qos_agent::keys::Keys;
 use nvmf_qos_agent::metrics::AgentStatus;
-use nvmf_qos_agent::peers::Peers;
+use nvmf_qos_agent::peers::HttpPeers;
 use nvmf_qos_agent::played::{Generator, PlayedFleet, StubTarget};
 use nvmf_qos_agent::store::{EtcdGateway, StoreError};
 use nvmf_qos_agent::target::SocketTarget;
-use qos_core::cluster::ClusterHost;
-use qos_core::handover::HandoverReport;
 use thiserror::Error;
 
 use super::ClusterScenario;
 use super::agent_cpu::{RealEtcd, etcd_binary};
-use super::engine::wanted_at;
+use super::engine::{contracts, wanted_at};
 
 /// Why the leader could not be played.
 #[derive(Debug, Error)]
@@ -83,34 +81,19 @@ impl PlayedLeader {
     }
 }
 
-/// The played leader reads no peers: etcd is up.
-struct NoPeers;
-
-impl Peers for NoPeers {
-    fn fetch(&mut self, url: &str) -> Result<HandoverReport, String> {
-        Err(format!("{url}: no peers are played"))
-    }
-}
-
-/// The scenario's fleet as the played agents report it.
+/// The scenario's fleet as the played agents report it, its hosts in the scenario's
+/// order (the order [`set_wants`] gives their wants in).
 fn played_fleet(s: &ClusterScenario) -> PlayedFleet {
     let targets = s
         .targets
         .iter()
         .map(|t| (t.name.clone(), t.capacity_iops))
         .collect();
+    let mut contracts = contracts(s);
     let hosts = s
         .hosts
         .iter()
-        .map(|h| {
-            let c = ClusterHost {
-                reservation_iops: h.reservation_iops,
-                limit_iops: h.limit_iops,
-                weight: h.weight,
-                ..Default::default()
-            };
-            (h.nqn.clone(), c)
-        })
+        .filter_map(|h| contracts.remove_entry(&h.nqn))
         .collect();
     PlayedFleet::new(targets, hosts, s.cluster.interval_ms)
 }
@@ -134,6 +117,9 @@ struct Leader {
     status: AgentStatus,
     etcd: EtcdGateway,
     tgt: SocketTarget,
+    /// Never read: the agent reads its peers only while etcd is away and with a
+    /// handover URL of its own, and the played one has neither.
+    peers: HttpPeers,
     started: Instant,
 }
 
@@ -146,7 +132,7 @@ impl Leader {
         let c0 = thread_cpu_ns();
         let r = self
             .agent
-            .tick(now_ms, &mut self.etcd, &mut self.tgt, &mut NoPeers);
+            .tick(now_ms, &mut self.etcd, &mut self.tgt, &mut self.peers);
         let now = (Instant::now(), std::time::SystemTime::now());
         self.status
             .record(&r, self.agent.holds_lease(), now.0, now.1);
@@ -207,6 +193,9 @@ pub fn play_leader(
         agent: Agent::new(cfg),
         etcd: g,
         tgt: SocketTarget::new(stub.sock.clone(), Duration::from_secs(5)),
+        peers: HttpPeers {
+            timeout: Duration::from_secs(1),
+        },
         started: Instant::now(),
     };
     let mut load = Generator::new(&keys, &etcd.url, 1..s.targets.len(), lease_ttl_s);
@@ -240,8 +229,10 @@ pub fn play_leader(
 /// the intervals it took.
 fn take_the_lead(leader: &mut Leader, interval: Duration) -> Result<u32, PlayLeaderError> {
     let mut next = Instant::now();
-    for k in 1..=WARMUP_AT_MOST {
+    let mut k = 0;
+    loop {
         let (r, _) = leader.interval();
+        k += 1;
         if r.leader {
             return Ok(k);
         }
@@ -250,7 +241,6 @@ fn take_the_lead(leader: &mut Leader, interval: Duration) -> Result<u32, PlayLea
         }
         wait(&mut next, interval);
     }
-    unreachable!("the loop returns at its last interval")
 }
 
 /// The leader's intervals beside the load: the warm-up until it has set every host,
@@ -311,9 +301,8 @@ fn play(
                     // Counted apart from the CPU times: where the kernel gives none,
                     // the run still ends (with no figure).
                     measured += 1;
-                    let done = measured;
-                    progress(done, intervals);
-                    if done >= intervals {
+                    progress(measured, intervals);
+                    if measured >= intervals {
                         return Ok(());
                     }
                 }
@@ -323,7 +312,8 @@ fn play(
         stop.store(true, Ordering::Relaxed);
         outcome
     })?;
-    let n = out.cpu_ms.len().max(1) as f64;
+    // The phases were summed over every measured interval, with or without a CPU time.
+    let n = intervals.max(1) as f64;
     out.phases = phase_ms.into_iter().map(|(w, ms)| (w, ms / n)).collect();
     Ok(out)
 }
